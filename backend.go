@@ -1,0 +1,231 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is the storage SPI of the outbox, generic over the caller's
+// transaction type (pgx.Tx for Postgres, redis.Pipeliner for Redis).
+//
+// The append half ([Backend.AppendInTx]) runs inside the caller's
+// transaction; the relay half ([Store]) needs no transaction type, so a
+// [Relay] can be built from any Backend[Tx] without knowing Tx.
+//
+// A Backend does storage, not policy: each method is one storage round
+// trip where it can be, never sleeps and never retries. Batching, retries,
+// backoff, lease renewal, ordering and metrics belong to the [Relay].
+//
+// Implementations must be safe for concurrent use by multiple goroutines
+// and must pass [github.com/outboxrelay/outbox/conformance.Run].
+type Backend[Tx any] interface {
+	Store
+
+	// AppendInTx adds entries to the outbox as part of tx. The entries
+	// become visible to FindPendingBatch if and only if tx commits; a
+	// rollback leaves nothing behind.
+	//
+	// Entries are prepared with [PrepareEntries]: an empty ID gets a
+	// time-ordered UUIDv7, the partition is derived from the key, and
+	// invalid entries are rejected with an error wrapping [ErrInvalidEntry]
+	// before anything is written. Appending an ID that already exists (in
+	// any state) is a no-op for that entry, not an error and not a
+	// duplicate. Within one partition, entries are ordered by append
+	// order: the entries of one call in slice order, calls in commit order.
+	//
+	// AppendInTx with no entries does nothing and returns nil. It does not
+	// retain or modify the entries slice or the payload and header values
+	// after it returns. It must not commit or roll back tx. After Close it
+	// returns [ErrClosed].
+	AppendInTx(ctx context.Context, tx Tx, entries ...Entry) error
+}
+
+// Store is the relay-facing half of a [Backend]: leases on partitions,
+// fetching due entries and recording outcomes. Every method that reads or
+// writes entries takes the [Lease] of the entry's partition and is fenced by
+// it: when the lease is no longer held by lease.Owner at lease.Version, the
+// method changes nothing and returns an error wrapping [ErrLeaseLost].
+//
+// All methods are safe for concurrent use. After Close every method returns
+// an error wrapping [ErrClosed]. Context errors are returned as they are
+// (checkable with errors.Is against context.Canceled and
+// context.DeadlineExceeded); a cancelled context never leaves a write
+// half-applied.
+type Store interface {
+	// Partitions reports the number of partitions entries are spread over.
+	// It is fixed for the life of the outbox: every appender and relay of
+	// one outbox must use the same count. Partitions are numbered
+	// 0..Partitions()-1 and an entry's partition is [PartitionOf] its key.
+	Partitions() int
+
+	// AcquireLease makes owner the single holder of partition for ttl.
+	//
+	// If the partition is free, or its lease has expired, the lease is
+	// granted with a Version greater than any version granted before for
+	// that partition. If owner already holds it, the lease is extended by
+	// ttl (as RenewLease would) and keeps its Version. If another owner
+	// holds an unexpired lease, AcquireLease returns an error wrapping
+	// [ErrLeaseHeld]. owner must be non-empty and ttl positive, else the
+	// error wraps [ErrInvalidArgument].
+	AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (Lease, error)
+
+	// RenewLease extends a held lease by ttl from now (compare-and-renew):
+	// it succeeds only while lease.Owner still holds lease.Partition at
+	// lease.Version and the lease has not expired. Otherwise it changes
+	// nothing and returns an error wrapping [ErrLeaseLost]. The returned
+	// Lease carries the new expiry.
+	RenewLease(ctx context.Context, lease Lease, ttl time.Duration) (Lease, error)
+
+	// ReleaseLease gives up a lease (compare-and-delete): it frees the
+	// partition only when lease.Owner still holds it at lease.Version.
+	// Releasing a lease that expired, was taken over or was already
+	// released is a no-op and returns nil; it never frees a lease another
+	// owner holds.
+	ReleaseLease(ctx context.Context, lease Lease) error
+
+	// FindPendingBatch claims up to limit due entries of lease.Partition:
+	// entries whose next attempt time has come, that are not parked, and
+	// that are not held back by their key (see below). limit must be
+	// positive.
+	//
+	// Order: entries are returned by next attempt time, ties broken by
+	// append order. A batch is a prefix of that order over the eligible
+	// entries, so when two eligible entries of one key are both due, the
+	// batch never holds the later one without the earlier one. An entry
+	// that was never attempted becomes due at its NotBefore (or its append
+	// time), so a scheduled entry takes its place in its key's order at
+	// the time it is scheduled for.
+	//
+	// Per-key hold-back: an entry with a non-empty Key is not eligible
+	// while an entry of the same partition and key, appended earlier, has
+	// been attempted (Attempts > 0) and is neither sent nor parked: a
+	// failing entry holds back the later entries of its key, and only of
+	// its key, until it is sent or parked. Entries with an empty Key are
+	// unordered and never held back.
+	//
+	// Claims: claimed entries belong to lease. No other lease is handed
+	// them while this lease is live; when the lease ends (it expires and is
+	// taken over, or it is released) its unfinished claims come back by
+	// themselves, in their original order, to the next holder. A backend
+	// may or may not return an unfinished entry again to the same lease, so
+	// the relay finishes (MarkSent, MarkFailed or Release) every entry of a
+	// batch before it fetches the next one.
+	//
+	// The returned slice and its entries are owned by the caller.
+	FindPendingBatch(ctx context.Context, lease Lease, limit int) ([]Entry, error)
+
+	// MarkSent records that the entries with the given IDs were published:
+	// it removes them (or archives them, as the backend is configured). It
+	// is idempotent: IDs that are unknown or already sent are ignored. IDs
+	// must belong to lease.Partition. An empty ids does nothing and returns
+	// nil (without checking the lease). ids is not retained.
+	MarkSent(ctx context.Context, lease Lease, ids []string) error
+
+	// MarkFailed records failed delivery attempts. For each failure it
+	// increments the entry's Attempts, stores Error as LastError and
+	// either re-schedules the entry at RetryAt or, when Park is set, parks
+	// it (terminal: kept for inspection and requeue, never fetched again
+	// until requeued). A failed, not parked entry keeps holding back the
+	// later entries of its key. IDs that are unknown or already sent are
+	// ignored: MarkFailed never brings a sent entry back. An empty
+	// failures does nothing and returns nil. failures is not retained.
+	MarkFailed(ctx context.Context, lease Lease, failures []Failure) error
+
+	// Release returns claimed entries that the relay did not attempt (held
+	// back behind a failure of their key, or left over when a batch was
+	// aborted) to pending, unchanged: same attempts, last error, due time
+	// and order. IDs that are unknown or not claimed are ignored; an empty
+	// ids does nothing.
+	Release(ctx context.Context, lease Lease, ids []string) error
+
+	// Close releases the backend's own resources (never the caller's
+	// client or pool). It is idempotent.
+	Close() error
+}
+
+// Lease is a time-limited, exclusive right of one owner to relay one
+// partition. A lease is identified by (Partition, Owner, Version): Version
+// grows each time the partition changes hands, so a holder that lost its
+// lease and got a new one can never be confused with its older self.
+type Lease struct {
+	// Partition is the partition the lease covers.
+	Partition int
+	// Owner is the token of the holder, as given to AcquireLease.
+	Owner string
+	// Version is the fencing token: strictly greater than the version of
+	// every earlier lease on the same partition.
+	Version int64
+	// Expires is when the lease ends unless renewed, by the backend's
+	// clock. The relay does not compare it with its own clock; it tracks
+	// the TTL locally from the moment it asked.
+	Expires time.Time
+}
+
+// Failure is the outcome of one failed delivery attempt, given to
+// [Store.MarkFailed].
+type Failure struct {
+	// ID identifies the entry.
+	ID string
+	// Error describes the failure; it becomes the entry's LastError.
+	// Backends may truncate it (at no less than 1024 bytes).
+	Error string
+	// RetryAt is when the entry becomes due again. Ignored when Park is
+	// set.
+	RetryAt time.Time
+	// Park moves the entry to the parked (dead-letter) state.
+	Park bool
+}
+
+// Notifier is an optional interface of a [Store] that can tell a relay when
+// entries were appended, so the relay wakes up at once instead of at its
+// next poll. Notifications are hints: they may be coalesced, delayed or
+// lost, and the relay keeps polling as the fallback.
+type Notifier interface {
+	// Notifications returns a channel that receives a value soon after a
+	// transaction that appended entries commits. The channel is closed when
+	// ctx is done or the backend is closed. A slow receiver misses
+	// notifications rather than blocking the backend.
+	Notifications(ctx context.Context) (<-chan struct{}, error)
+}
+
+// Canceler is an optional interface of a [Store] that can cancel an entry
+// that was not delivered yet (for example a scheduled one).
+type Canceler interface {
+	// Cancel deletes the entry with the given ID if it is pending or
+	// parked. It returns an error wrapping [ErrNotFound] when there is no
+	// such entry (never appended, already sent or already cancelled). A
+	// relay that fetched the entry before Cancel returned may still publish
+	// it; once Cancel returns nil, the entry is never fetched again.
+	Cancel(ctx context.Context, id string) error
+}
+
+// Inspector is an optional interface of a [Store] for operators: counts,
+// the parked (dead-letter) entries, and requeueing them.
+type Inspector interface {
+	// Stats reports the counts of the outbox at one moment.
+	Stats(ctx context.Context) (Stats, error)
+
+	// Parked lists parked entries ordered by ID, starting after the ID
+	// after ("" for the first page), at most limit of them (limit must be
+	// positive).
+	Parked(ctx context.Context, after string, limit int) ([]Entry, error)
+
+	// Requeue moves parked entries back to pending, due now, with Attempts
+	// reset to 0 and LastError kept. IDs that are not parked are ignored;
+	// it reports how many entries were requeued.
+	Requeue(ctx context.Context, ids ...string) (int, error)
+}
+
+// Stats are the counts an [Inspector] reports.
+type Stats struct {
+	// Pending counts entries not yet sent and not parked, including
+	// scheduled, retrying and claimed ones.
+	Pending int64
+	// Due counts pending entries whose next attempt time has come.
+	Due int64
+	// Parked counts parked entries.
+	Parked int64
+	// OldestDue is the next attempt time of the oldest due entry, zero if
+	// none is due. Now minus OldestDue is the relay's lag.
+	OldestDue time.Time
+}

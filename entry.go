@@ -1,0 +1,158 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Entry is one message waiting in the outbox.
+//
+// The caller sets ID (optional), Topic, Key, Payload, Headers and NotBefore
+// when appending; the backend sets Partition, Attempts, LastError and
+// CreatedAt, and reports them when the entry is fetched or inspected.
+type Entry struct {
+	// ID identifies the entry. Appending an ID that already exists is a
+	// no-op, so a caller-supplied ID makes appends idempotent. Empty means
+	// a new time-ordered UUIDv7. At most [MaxIDLen] bytes of valid UTF-8.
+	// Every published message carries it so consumers can deduplicate.
+	ID string
+	// Topic is where the sink publishes the entry. Required.
+	Topic string
+	// Key orders entries: entries of one key are delivered in append
+	// order, and a failing entry holds back the later entries of its key.
+	// It also picks the partition ([PartitionOf]) and, in the Kafka sink,
+	// the record key. Empty means unordered.
+	Key string
+	// Payload is the message body, opaque to the outbox. It may be empty.
+	Payload []byte
+	// Headers are published with the message.
+	Headers map[string]string
+	// NotBefore schedules delivery: the entry is not due before this time.
+	// Zero means now.
+	NotBefore time.Time
+
+	// Partition is set by the backend: PartitionOf(Key, partitions).
+	Partition int
+	// Attempts counts failed delivery attempts so far.
+	Attempts int
+	// LastError is the error of the last failed attempt, if any.
+	LastError string
+	// CreatedAt is when the entry was appended, by the backend's clock.
+	CreatedAt time.Time
+}
+
+// Limits on entry fields, checked by [PrepareEntries].
+const (
+	// MaxIDLen is the longest allowed Entry.ID, in bytes.
+	MaxIDLen = 255
+	// MaxTopicLen is the longest allowed Entry.Topic, in bytes.
+	MaxTopicLen = 255
+	// MaxKeyLen is the longest allowed Entry.Key, in bytes.
+	MaxKeyLen = 4096
+)
+
+// Sentinel errors. Backends and the relay wrap them; check with errors.Is.
+var (
+	// ErrLeaseLost means a lease-fenced call was refused because the
+	// caller no longer holds the lease at that version: it expired, was
+	// taken over or was released. Nothing was changed.
+	ErrLeaseLost = errors.New("outbox: lease lost")
+	// ErrLeaseHeld means AcquireLease found the partition leased by
+	// another owner.
+	ErrLeaseHeld = errors.New("outbox: lease held by another owner")
+	// ErrNotFound means the entry does not exist (or no longer does).
+	ErrNotFound = errors.New("outbox: entry not found")
+	// ErrClosed means the backend or relay was closed.
+	ErrClosed = errors.New("outbox: closed")
+	// ErrInvalidEntry means an appended entry breaks a rule; the error
+	// text names the entry and the rule. Nothing of the call was written.
+	ErrInvalidEntry = errors.New("outbox: invalid entry")
+	// ErrInvalidArgument means an argument other than an entry is out of
+	// range (a non-positive limit or TTL, an empty owner, a partition out
+	// of range).
+	ErrInvalidArgument = errors.New("outbox: invalid argument")
+)
+
+// NewID returns a new entry ID: a UUIDv7, which sorts by creation time.
+func NewID() string {
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// PartitionOf maps a key to its partition in [0, partitions): FNV-1a of the
+// key, modulo partitions. It never changes, so entries of one key always
+// land in one partition. partitions must be positive.
+func PartitionOf(key string, partitions int) int {
+	if partitions <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(partitions))
+}
+
+// PrepareEntries validates entries for appending and returns copies with
+// the defaults filled in: a new ID where ID is empty and Partition set from
+// the key. It rejects the whole call (an error wrapping [ErrInvalidEntry],
+// naming the entry's index and the rule) if any entry is invalid, so a
+// backend appends all of a call or nothing. Attempts, LastError and
+// CreatedAt of the inputs are ignored (reset to zero). The result shares
+// Payload and Headers with the input; backends must not modify them.
+//
+// Backends call PrepareEntries first thing in AppendInTx.
+func PrepareEntries(entries []Entry, partitions int) ([]Entry, error) {
+	if partitions < 1 {
+		return nil, fmt.Errorf("%w: partitions is %d, must be at least 1", ErrInvalidArgument, partitions)
+	}
+	out := make([]Entry, len(entries))
+	for i, e := range entries {
+		if err := validateEntry(&e); err != nil {
+			return nil, fmt.Errorf("%w: entry %d (id %q): %s", ErrInvalidEntry, i, e.ID, err)
+		}
+		if e.ID == "" {
+			e.ID = NewID()
+		}
+		e.Partition = PartitionOf(e.Key, partitions)
+		e.Attempts, e.LastError, e.CreatedAt = 0, "", time.Time{}
+		out[i] = e
+	}
+	return out, nil
+}
+
+func validateEntry(e *Entry) error {
+	switch {
+	case len(e.ID) > MaxIDLen:
+		return fmt.Errorf("ID is %d bytes, the limit is %d", len(e.ID), MaxIDLen)
+	case !utf8.ValidString(e.ID) || strings.ContainsRune(e.ID, 0):
+		return errors.New("ID must be valid UTF-8 without NUL bytes")
+	case e.Topic == "":
+		return errors.New("Topic is empty; set the topic the sink publishes to")
+	case len(e.Topic) > MaxTopicLen:
+		return fmt.Errorf("Topic is %d bytes, the limit is %d", len(e.Topic), MaxTopicLen)
+	case !utf8.ValidString(e.Topic):
+		return errors.New("Topic must be valid UTF-8")
+	case len(e.Key) > MaxKeyLen:
+		return fmt.Errorf("Key is %d bytes, the limit is %d", len(e.Key), MaxKeyLen)
+	}
+	for k := range e.Headers {
+		if k == "" {
+			return errors.New("a header has an empty name")
+		}
+	}
+	return nil
+}
+
+// Clone returns a deep copy of e: its Payload and Headers are not shared.
+func (e Entry) Clone() Entry {
+	if e.Payload != nil {
+		e.Payload = append([]byte(nil), e.Payload...)
+	}
+	e.Headers = maps.Clone(e.Headers)
+	return e
+}

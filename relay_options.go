@@ -1,0 +1,161 @@
+package outbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/outboxrelay/outbox/backoff"
+)
+
+// RelayOptions configures a [Relay]. The zero value is usable: every zero
+// field takes its documented default.
+type RelayOptions struct {
+	// Owner is this relay's lease owner token. It must be unique among the
+	// relays of one outbox. Default: host name, process ID and 8 random
+	// bytes.
+	Owner string
+
+	// BatchSize is the most entries fetched from a partition at once.
+	// Default 500.
+	BatchSize int
+
+	// MaxInFlight bounds the messages handed to the sink at once by one
+	// partition worker (one Sink.Publish call). Default 500.
+	MaxInFlight int
+
+	// PollInterval is how often an idle partition worker looks for due
+	// entries when no notification wakes it. Default 1s.
+	PollInterval time.Duration
+
+	// LeaseTTL is the lease duration asked for each partition. A dead
+	// relay's partitions (and their claimed entries) come back to other
+	// relays after at most LeaseTTL. Default 30s.
+	LeaseTTL time.Duration
+
+	// RenewMargin: the relay renews a lease once less than RenewMargin of
+	// it is left, and stops publishing when a lease it could not renew has
+	// less than RenewMargin left. Default LeaseTTL/3; must be below
+	// LeaseTTL.
+	RenewMargin time.Duration
+
+	// Partitions lists the partitions this relay tries to lease. Default
+	// all of them (0 .. Store.Partitions()-1).
+	Partitions []int
+
+	// MaxPartitions is the most partitions this relay holds at once, so
+	// several relays share the work. Default: no limit.
+	MaxPartitions int
+
+	// AcquireInterval is how often the relay tries to lease partitions it
+	// does not hold. Default LeaseTTL/3.
+	AcquireInterval time.Duration
+
+	// Backoff computes retry delays and the attempt limit. The zero value
+	// takes backoff's defaults (500ms base, 5m cap, 20 attempts).
+	Backoff backoff.Policy
+
+	// Unordered turns per-key ordering off: the entries of one key may
+	// then be published concurrently and out of order. Default false.
+	Unordered bool
+
+	// BreakerThreshold is how many consecutive publish rounds that failed
+	// entirely with non-permanent errors open the circuit breaker. While
+	// open, the relay publishes nothing for BreakerCooldown (so a broker
+	// outage does not burn attempts), then lets one round through to
+	// probe. Default 5; negative disables the breaker.
+	BreakerThreshold int
+
+	// BreakerCooldown is how long the breaker stays open. Default 5s.
+	BreakerCooldown time.Duration
+
+	// BackpressureScale multiplies retry delays scheduled while the
+	// breaker is open or half-open, so a struggling broker is not
+	// hammered. Default 4; values below 1 count as 1.
+	BackpressureScale float64
+
+	// Logger receives the relay's logs. Default slog.Default().
+	Logger *slog.Logger
+
+	// MeterProvider provides the relay's metrics instruments. Default the
+	// global otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+
+	// Now is the relay's clock, for tests. Default time.Now.
+	Now func() time.Time
+}
+
+func (o RelayOptions) withDefaults() (RelayOptions, error) {
+	if o.Owner == "" {
+		host, _ := os.Hostname()
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		o.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 500
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = 500
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = time.Second
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 30 * time.Second
+	}
+	if o.RenewMargin == 0 {
+		o.RenewMargin = o.LeaseTTL / 3
+	}
+	if o.AcquireInterval == 0 {
+		o.AcquireInterval = o.LeaseTTL / 3
+	}
+	if o.BreakerThreshold == 0 {
+		o.BreakerThreshold = 5
+	}
+	if o.BreakerCooldown == 0 {
+		o.BreakerCooldown = 5 * time.Second
+	}
+	if o.BackpressureScale < 1 {
+		o.BackpressureScale = 4
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = otel.GetMeterProvider()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("outbox: RelayOptions."+format, args...))
+	}
+	if o.BatchSize < 0 {
+		bad("BatchSize is %d; use a positive size or 0 for the default", o.BatchSize)
+	}
+	if o.MaxInFlight < 0 {
+		bad("MaxInFlight is %d; use a positive bound or 0 for the default", o.MaxInFlight)
+	}
+	if o.PollInterval < 0 || o.LeaseTTL < 0 || o.RenewMargin < 0 || o.AcquireInterval < 0 || o.BreakerCooldown < 0 {
+		bad("durations must not be negative")
+	}
+	if o.RenewMargin >= o.LeaseTTL {
+		bad("RenewMargin (%v) must be below LeaseTTL (%v)", o.RenewMargin, o.LeaseTTL)
+	}
+	if o.MaxPartitions < 0 {
+		bad("MaxPartitions is %d; use a positive limit or 0 for no limit", o.MaxPartitions)
+	}
+	if err := o.Backoff.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("outbox: RelayOptions.Backoff: %w", err))
+	}
+	return o, errors.Join(errs...)
+}

@@ -1,0 +1,63 @@
+package outbox
+
+import (
+	"context"
+	"sync"
+)
+
+// Sink publishes entries to a message broker. The relay calls it; the Kafka
+// sink ([github.com/outboxrelay/outbox/sinks/kafka]) is the production one.
+type Sink interface {
+	// Publish publishes msgs and returns one error per message, in the
+	// same order: nil means the broker acknowledged the message. It may
+	// publish the messages concurrently. The relay never passes two
+	// messages with the same non-empty Key in one call, so a sink need not
+	// order messages among themselves; it must not return before every
+	// message is acknowledged or has failed. Errors are classified with
+	// [github.com/outboxrelay/outbox/backoff.ClassOf]: mark an error with
+	// backoff.Permanent to have the entry parked at once.
+	//
+	// Publish must be safe for concurrent use (the relay publishes
+	// partitions in parallel) and must not retain msgs. A cancelled ctx
+	// should fail the messages not yet acknowledged.
+	Publish(ctx context.Context, msgs []Entry) []error
+}
+
+// SinkFunc adapts a function that publishes one message to a [Sink]. Its
+// Publish calls the function for every message concurrently and waits for
+// all of them.
+type SinkFunc func(ctx context.Context, msg Entry) error
+
+// Publish implements [Sink].
+func (f SinkFunc) Publish(ctx context.Context, msgs []Entry) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 1 {
+		errs[0] = f(ctx, msgs[0])
+		return errs
+	}
+	var wg sync.WaitGroup
+	for i := range msgs {
+		wg.Go(func() { errs[i] = f(ctx, msgs[i]) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// ChannelSink is a [Sink] that sends every message to a channel, for tests,
+// examples and in-process consumers. Publish blocks until the channel takes
+// each message or ctx is done (then the remaining messages fail with the
+// context's error).
+type ChannelSink chan<- Entry
+
+// Publish implements [Sink].
+func (c ChannelSink) Publish(ctx context.Context, msgs []Entry) []error {
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		select {
+		case c <- m.Clone():
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+		}
+	}
+	return errs
+}
