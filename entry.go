@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -10,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Entry is one message waiting in the outbox.
@@ -98,17 +101,27 @@ func PartitionOf(key string, partitions int) int {
 }
 
 // PrepareEntries validates entries for appending and returns copies with
-// the defaults filled in: a new ID where ID is empty and Partition set from
-// the key. It rejects the whole call (an error wrapping [ErrInvalidEntry],
-// naming the entry's index and the rule) if any entry is invalid, so a
-// backend appends all of a call or nothing. Attempts, LastError and
-// CreatedAt of the inputs are ignored (reset to zero). The result shares
-// Payload and Headers with the input; backends must not modify them.
+// the defaults filled in: a new ID where ID is empty, Partition set from the
+// key, and the W3C trace context of ctx (headers "traceparent" and, when
+// set, "tracestate") added to Headers when ctx carries a valid span and the
+// entry does not set them itself, so the published message continues the
+// appending trace.
+//
+// It rejects the whole call (an error wrapping [ErrInvalidEntry], naming the
+// entry's index and the rule) if any entry is invalid, so a backend appends
+// all of a call or nothing. Attempts, LastError and CreatedAt of the inputs
+// are ignored (reset to zero). The result shares Payload (and Headers, when
+// no trace header was added) with the input; backends must not modify them.
 //
 // Backends call PrepareEntries first thing in AppendInTx.
-func PrepareEntries(entries []Entry, partitions int) ([]Entry, error) {
+func PrepareEntries(ctx context.Context, entries []Entry, partitions int) ([]Entry, error) {
 	if partitions < 1 {
 		return nil, fmt.Errorf("%w: partitions is %d, must be at least 1", ErrInvalidArgument, partitions)
+	}
+	var trace propagation.MapCarrier
+	if sc := traceSpanContext(ctx); sc.IsValid() {
+		trace = propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, trace)
 	}
 	out := make([]Entry, len(entries))
 	for i, e := range entries {
@@ -120,9 +133,23 @@ func PrepareEntries(entries []Entry, partitions int) ([]Entry, error) {
 		}
 		e.Partition = PartitionOf(e.Key, partitions)
 		e.Attempts, e.LastError, e.CreatedAt = 0, "", time.Time{}
+		if _, set := e.Headers[HeaderTraceparent]; trace != nil && !set {
+			h := make(map[string]string, len(e.Headers)+len(trace))
+			maps.Copy(h, trace)
+			maps.Copy(h, e.Headers)
+			e.Headers = h
+		}
 		out[i] = e
 	}
 	return out, nil
+}
+
+// HeaderTraceparent is the header that carries the appending span's W3C
+// trace context to the published message.
+const HeaderTraceparent = "traceparent"
+
+func traceSpanContext(ctx context.Context) trace.SpanContext {
+	return trace.SpanContextFromContext(ctx)
 }
 
 func validateEntry(e *Entry) error {
