@@ -1,0 +1,68 @@
+// Package memory is the in-memory reference implementation of the outbox
+// storage SPI ([outbox.Backend]). It keeps everything in the process's
+// memory, so it is NOT durable: entries are lost when the process exits. It
+// exists for tests, runnable examples and the demo, and as the first
+// backend the conformance suite
+// ([github.com/outboxrelay/outbox/conformance.Run]) is proven on. Production
+// services use backends/postgres or backends/redis.
+//
+// It implements [outbox.Backend] over its own transaction type [*Tx], and
+// the optional interfaces [outbox.Notifier], [outbox.Canceler] and
+// [outbox.Inspector]. Every method is safe for concurrent use; one mutex
+// guards the whole state, so every call is atomic.
+//
+// # Transactions
+//
+// [Backend.Begin] starts a [Tx]. [Backend.AppendInTx] validates the entries
+// at once ([outbox.PrepareEntries]), copies them (payload and headers
+// included, so the caller may reuse its buffers) and buffers them in the
+// Tx. [Tx.Commit] makes all of them visible at one instant;
+// [Tx.Rollback] drops them. [Backend.Append] is a standalone append in a
+// transaction of its own.
+//
+// At commit each buffered entry whose ID already exists (pending, claimed
+// or parked, or earlier in the same Tx) is skipped: the first append wins.
+// Sent entries are removed (see below), so after an entry was sent its ID
+// may be appended again and makes a new entry. The others get their
+// CreatedAt (the clock's time at commit) and an append sequence number in
+// commit order.
+//
+// # Ordering
+//
+// Each partition keeps its pending entries in a min-heap ordered by next
+// attempt time, ties broken by append sequence. An entry's first next
+// attempt time is the later of its NotBefore and its CreatedAt; a failure
+// moves it to the RetryAt the relay chose, keeping its append sequence.
+// [Backend.FindPendingBatch] pops due entries in that order and claims the
+// first limit eligible ones. An entry with a key is held back while an
+// entry of the same key appended earlier is failing (Attempts > 0, not
+// sent, not parked); held-back entries are set aside per key, so they cost
+// nothing on later fetches, and go back to the heap when the failing entry
+// is sent, parked or cancelled. A fetch therefore costs O((batch + newly
+// held back) × log n), never a scan of the whole outbox.
+//
+// # Leases
+//
+// Each partition has at most one lease and a version counter that only
+// grows (releasing keeps it). A lease is live while the clock
+// ([Options.Now]) is before its expiry. A fenced call (FindPendingBatch,
+// MarkSent, MarkFailed, Release) whose lease is not the live one at that
+// owner and version fails with [outbox.ErrLeaseLost] and changes nothing.
+// Claimed entries stay with their lease; when a new version is granted on
+// the partition, or the lease is released, every unfinished claim goes back
+// to pending with its original next attempt time and order.
+//
+// # Outcomes
+//
+// MarkSent deletes entries (no archive): IDs unknown, already sent or of
+// another partition are ignored. MarkFailed applies to entries of the
+// lease's partition that are not parked (a parked entry is terminal until
+// requeued); others are ignored. LastError is stored in full. Cancel
+// removes pending (including claimed and held-back) and parked entries.
+//
+// # Notifications
+//
+// [Backend.Notifications] channels have a buffer of one and receive a
+// value, without blocking, after every commit that added at least one
+// entry. Requeue does not notify.
+package memory

@@ -1,0 +1,636 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Compile-time checks that Backend implements the SPI and its optional
+// interfaces.
+var (
+	_ outbox.Backend[*Tx] = (*Backend)(nil)
+	_ outbox.Notifier     = (*Backend)(nil)
+	_ outbox.Canceler     = (*Backend)(nil)
+	_ outbox.Inspector    = (*Backend)(nil)
+)
+
+// Options configure a [Backend]. The zero value is ready to use.
+type Options struct {
+	// Partitions is the number of partitions entries are spread over
+	// (see [outbox.Store.Partitions]). Default (zero): 1. Negative values
+	// make New panic.
+	Partitions int
+	// Now is the clock used for CreatedAt, due times and lease expiry.
+	// Default (nil): time.Now. Tests inject a fake clock here so nothing
+	// has to sleep.
+	Now func() time.Time
+}
+
+// Backend is an in-memory [outbox.Backend] over [*Tx]. It also implements
+// [outbox.Notifier], [outbox.Canceler] and [outbox.Inspector]. Create it
+// with [New]; it is safe for concurrent use. It is not durable: see the
+// package documentation.
+type Backend struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	closed  bool
+	seq     int64            // last append sequence number given out
+	entries map[string]*item // every unsent entry by ID
+	parts   []*partition
+	parked  map[string]*item // parked entries by ID
+	sorted  []string         // parked IDs in order; valid only when !dirty
+	dirty   bool
+	subs    map[*subscriber]struct{}
+	done    chan struct{} // closed by Close
+}
+
+// partition is the state of one partition: its lease and its entries that
+// are pending (parked entries live in Backend.parked).
+type partition struct {
+	owner   string // lease holder; "" when released or never leased
+	version int64  // version of the latest lease granted; only grows
+	expires time.Time
+
+	ready   readyHeap                     // pending, not claimed, not set aside
+	held    map[string]map[*item]struct{} // set aside behind a failing entry, by key
+	failing map[string]map[*item]struct{} // Attempts > 0, not parked, by key
+	claimed map[*item]struct{}            // claimed by the current lease
+}
+
+// New returns an empty in-memory backend configured by opts.
+func New(opts Options) *Backend {
+	if opts.Partitions < 0 {
+		panic(fmt.Sprintf("memory: Options.Partitions is %d; use 0 (one partition) or a positive count", opts.Partitions))
+	}
+	if opts.Partitions == 0 {
+		opts.Partitions = 1
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	b := &Backend{
+		now:     opts.Now,
+		entries: make(map[string]*item),
+		parts:   make([]*partition, opts.Partitions),
+		parked:  make(map[string]*item),
+		subs:    make(map[*subscriber]struct{}),
+		done:    make(chan struct{}),
+	}
+	for i := range b.parts {
+		b.parts[i] = &partition{
+			held:    make(map[string]map[*item]struct{}),
+			failing: make(map[string]map[*item]struct{}),
+			claimed: make(map[*item]struct{}),
+		}
+	}
+	return b
+}
+
+// errClosed is returned by every method after Close.
+var errClosed = fmt.Errorf("memory: backend is closed; create a new one with memory.New: %w", outbox.ErrClosed)
+
+// lock checks ctx, locks b and checks that b is open. On error b is left
+// unlocked; on success the caller must unlock b.mu.
+func (b *Backend) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return errClosed
+	}
+	return nil
+}
+
+// Partitions reports the number of partitions, fixed at New. It is safe
+// for concurrent use and keeps working after Close.
+func (b *Backend) Partitions() int { return len(b.parts) }
+
+// Close closes the backend: every later call returns an error wrapping
+// [outbox.ErrClosed], notification channels are closed and the stored
+// entries are dropped. Close is idempotent and always returns nil.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	close(b.done)
+	for s := range b.subs {
+		close(s.ch)
+		delete(b.subs, s)
+	}
+	b.entries, b.parked, b.sorted = nil, nil, nil
+	for i := range b.parts {
+		b.parts[i] = &partition{}
+	}
+	return nil
+}
+
+// partition returns partition i or an error wrapping
+// [outbox.ErrInvalidArgument] when i is out of range.
+func (b *Backend) partition(i int) (*partition, error) {
+	if i < 0 || i >= len(b.parts) {
+		return nil, fmt.Errorf("memory: partition %d is out of range; the backend has partitions 0..%d: %w",
+			i, len(b.parts)-1, outbox.ErrInvalidArgument)
+	}
+	return b.parts[i], nil
+}
+
+// live reports whether p's lease is held and unexpired at now.
+func (p *partition) live(now time.Time) bool {
+	return p.owner != "" && now.Before(p.expires)
+}
+
+// fence returns the partition of lease if lease is its live lease, else an
+// error wrapping [outbox.ErrLeaseLost] (or [outbox.ErrInvalidArgument] for
+// a partition out of range). b.mu must be held.
+func (b *Backend) fence(lease outbox.Lease) (*partition, error) {
+	p, err := b.partition(lease.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if p.owner == "" || p.owner != lease.Owner || p.version != lease.Version || !p.live(b.now()) {
+		return nil, fmt.Errorf("memory: lease on partition %d is no longer held by %q at version %d (it expired, was taken over or was released); acquire the partition again: %w",
+			lease.Partition, lease.Owner, lease.Version, outbox.ErrLeaseLost)
+	}
+	return p, nil
+}
+
+// AcquireLease grants owner the lease on partition for ttl, extends it if
+// owner already holds it (keeping its Version), or returns an error
+// wrapping [outbox.ErrLeaseHeld] if another owner holds an unexpired lease.
+// A newly granted lease has the partition's version counter plus one, and
+// the claims of every earlier lease go back to pending in their original
+// order. An empty owner, a ttl that is not positive or a partition out of
+// range gives an error wrapping [outbox.ErrInvalidArgument].
+func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (outbox.Lease, error) {
+	if err := b.lock(ctx); err != nil {
+		return outbox.Lease{}, err
+	}
+	defer b.mu.Unlock()
+	p, err := b.partition(partition)
+	if err != nil {
+		return outbox.Lease{}, err
+	}
+	if owner == "" {
+		return outbox.Lease{}, fmt.Errorf("memory: AcquireLease needs a non-empty owner token: %w", outbox.ErrInvalidArgument)
+	}
+	if ttl <= 0 {
+		return outbox.Lease{}, fmt.Errorf("memory: AcquireLease ttl is %v; it must be positive: %w", ttl, outbox.ErrInvalidArgument)
+	}
+	now := b.now()
+	if p.live(now) {
+		if p.owner != owner {
+			return outbox.Lease{}, fmt.Errorf("memory: partition %d is leased by %q until %v; retry after it expires or is released: %w",
+				partition, p.owner, p.expires, outbox.ErrLeaseHeld)
+		}
+		p.expires = now.Add(ttl)
+		return outbox.Lease{Partition: partition, Owner: owner, Version: p.version, Expires: p.expires}, nil
+	}
+	p.returnClaims()
+	p.version++
+	p.owner = owner
+	p.expires = now.Add(ttl)
+	return outbox.Lease{Partition: partition, Owner: owner, Version: p.version, Expires: p.expires}, nil
+}
+
+// RenewLease extends lease by ttl from now if lease.Owner still holds it
+// at lease.Version and it has not expired; otherwise it changes nothing and
+// returns an error wrapping [outbox.ErrLeaseLost]. A ttl that is not
+// positive gives an error wrapping [outbox.ErrInvalidArgument].
+func (b *Backend) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.Duration) (outbox.Lease, error) {
+	if err := b.lock(ctx); err != nil {
+		return outbox.Lease{}, err
+	}
+	defer b.mu.Unlock()
+	if ttl <= 0 {
+		return outbox.Lease{}, fmt.Errorf("memory: RenewLease ttl is %v; it must be positive: %w", ttl, outbox.ErrInvalidArgument)
+	}
+	p, err := b.fence(lease)
+	if err != nil {
+		return outbox.Lease{}, err
+	}
+	p.expires = b.now().Add(ttl)
+	lease.Expires = p.expires
+	return lease, nil
+}
+
+// ReleaseLease frees the partition if lease.Owner holds its live lease at
+// lease.Version, returning the lease's unfinished claims to pending. It is
+// a no-op returning nil otherwise (expired, taken over or already
+// released). A partition out of range gives an error wrapping
+// [outbox.ErrInvalidArgument].
+func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	p, err := b.partition(lease.Partition)
+	if err != nil {
+		return err
+	}
+	if lease.Owner == "" || p.owner != lease.Owner || p.version != lease.Version || !p.live(b.now()) {
+		return nil
+	}
+	p.owner = ""
+	p.expires = time.Time{}
+	p.returnClaims()
+	return nil
+}
+
+// returnClaims puts every claimed entry of p back into the heap, where it
+// takes its original place (next attempt time and append order are kept).
+func (p *partition) returnClaims() {
+	for it := range p.claimed {
+		delete(p.claimed, it)
+		it.state = stateReady
+		p.ready.push(it)
+	}
+}
+
+// FindPendingBatch claims up to limit due, eligible entries of
+// lease.Partition in (next attempt time, append order) and returns deep
+// copies of them. It skips entries held back behind a failing entry of
+// their key and does not return entries already claimed. It returns an
+// error wrapping [outbox.ErrInvalidArgument] if limit is not positive and
+// one wrapping [outbox.ErrLeaseLost] if lease is not live; then nothing
+// changes.
+func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.mu.Unlock()
+	if limit <= 0 {
+		return nil, fmt.Errorf("memory: FindPendingBatch limit is %d; it must be positive: %w", limit, outbox.ErrInvalidArgument)
+	}
+	p, err := b.fence(lease)
+	if err != nil {
+		return nil, err
+	}
+	now := b.now()
+	var out []outbox.Entry
+	for len(out) < limit && len(p.ready) > 0 && !p.ready[0].due.After(now) {
+		it := p.ready.pop()
+		if p.heldBack(it) {
+			it.state = stateHeld
+			addTo(p.held, it)
+			continue
+		}
+		it.state = stateClaimed
+		p.claimed[it] = struct{}{}
+		if out == nil {
+			out = make([]outbox.Entry, 0, min(limit, len(p.ready)+1))
+		}
+		out = append(out, it.e.Clone())
+	}
+	return out, nil
+}
+
+// heldBack reports whether an entry of it's key appended earlier is
+// failing.
+func (p *partition) heldBack(it *item) bool {
+	if it.e.Key == "" {
+		return false
+	}
+	for f := range p.failing[it.e.Key] {
+		if f.seq < it.seq {
+			return true
+		}
+	}
+	return false
+}
+
+// addTo adds it to the set of its key in m.
+func addTo(m map[string]map[*item]struct{}, it *item) {
+	set := m[it.e.Key]
+	if set == nil {
+		set = make(map[*item]struct{})
+		m[it.e.Key] = set
+	}
+	set[it] = struct{}{}
+}
+
+// removeFrom removes it from the set of its key in m and reports whether
+// it was there.
+func removeFrom(m map[string]map[*item]struct{}, it *item) bool {
+	set := m[it.e.Key]
+	if _, ok := set[it]; !ok {
+		return false
+	}
+	delete(set, it)
+	if len(set) == 0 {
+		delete(m, it.e.Key)
+	}
+	return true
+}
+
+// detach takes a pending item out of whatever structure of p holds it.
+// Parked items are handled by the caller.
+func (p *partition) detach(it *item) {
+	switch it.state {
+	case stateReady:
+		p.ready.remove(it.index)
+	case stateHeld:
+		removeFrom(p.held, it)
+	case stateClaimed:
+		delete(p.claimed, it)
+	}
+}
+
+// stopFailing records that it no longer fails (sent, parked or cancelled)
+// and moves the entries of its key that it alone held back to the heap.
+func (p *partition) stopFailing(it *item) {
+	if it.e.Key == "" || !removeFrom(p.failing, it) {
+		return
+	}
+	for h := range p.held[it.e.Key] {
+		if !p.heldBack(h) {
+			removeFrom(p.held, h)
+			h.state = stateReady
+			p.ready.push(h)
+		}
+	}
+}
+
+// MarkSent deletes the entries with the given IDs from lease.Partition.
+// IDs that are unknown, already sent or of another partition are ignored.
+// An empty ids returns nil without checking the lease; otherwise a lease
+// that is not live gives an error wrapping [outbox.ErrLeaseLost] and
+// nothing changes. ids is not retained.
+func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	p, err := b.fence(lease)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		it := b.entries[id]
+		if it == nil || it.e.Partition != lease.Partition {
+			continue
+		}
+		b.remove(p, it)
+	}
+	return nil
+}
+
+// remove deletes it from the backend, wherever it is.
+func (b *Backend) remove(p *partition, it *item) {
+	if it.state == stateParked {
+		delete(b.parked, it.e.ID)
+		b.dirty = true
+	} else {
+		p.detach(it)
+		p.stopFailing(it)
+	}
+	delete(b.entries, it.e.ID)
+}
+
+// MarkFailed records failed attempts on entries of lease.Partition: each
+// entry's Attempts grows by one and LastError becomes Error (kept in
+// full); then the entry is parked (Park) or pending again, due at RetryAt
+// in its original append order. IDs that are unknown, already sent, parked
+// or of another partition are ignored, so a sent entry never comes back.
+// An empty failures returns nil without checking the lease; otherwise a
+// lease that is not live gives an error wrapping [outbox.ErrLeaseLost] and
+// nothing changes. failures is not retained.
+func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	if len(failures) == 0 {
+		return nil
+	}
+	p, err := b.fence(lease)
+	if err != nil {
+		return err
+	}
+	for _, f := range failures {
+		it := b.entries[f.ID]
+		if it == nil || it.e.Partition != lease.Partition || it.state == stateParked {
+			continue
+		}
+		p.detach(it)
+		it.e.Attempts++
+		it.e.LastError = strings.Clone(f.Error)
+		if f.Park {
+			p.stopFailing(it)
+			it.state = stateParked
+			b.parked[it.e.ID] = it
+			b.dirty = true
+			continue
+		}
+		if it.e.Key != "" {
+			addTo(p.failing, it)
+		}
+		it.due = f.RetryAt
+		it.state = stateReady
+		p.ready.push(it)
+	}
+	return nil
+}
+
+// Release returns entries claimed on lease.Partition to pending unchanged
+// (attempts, last error, next attempt time and order). IDs that are
+// unknown, not claimed or of another partition are ignored. An empty ids
+// returns nil without checking the lease; otherwise a lease that is not
+// live gives an error wrapping [outbox.ErrLeaseLost] and nothing changes.
+// ids is not retained.
+func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	p, err := b.fence(lease)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		it := b.entries[id]
+		if it == nil || it.e.Partition != lease.Partition || it.state != stateClaimed {
+			continue
+		}
+		delete(p.claimed, it)
+		it.state = stateReady
+		p.ready.push(it)
+	}
+	return nil
+}
+
+// Cancel deletes the entry with the given ID if it is pending (scheduled,
+// due, retrying, held back or claimed) or parked. It returns an error
+// wrapping [outbox.ErrNotFound] if there is no such entry. A relay that
+// claimed the entry before may still publish it; its MarkSent or
+// MarkFailed is then ignored.
+func (b *Backend) Cancel(ctx context.Context, id string) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	it := b.entries[id]
+	if it == nil {
+		return fmt.Errorf("memory: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", id, outbox.ErrNotFound)
+	}
+	b.remove(b.parts[it.e.Partition], it)
+	return nil
+}
+
+// Stats reports the counts at one moment. Pending counts every unsent,
+// unparked entry (scheduled, due, retrying, held back and claimed); Due
+// and OldestDue cover those among them whose next attempt time has come.
+func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
+	if err := b.lock(ctx); err != nil {
+		return outbox.Stats{}, err
+	}
+	defer b.mu.Unlock()
+	now := b.now()
+	s := outbox.Stats{
+		Pending: int64(len(b.entries) - len(b.parked)),
+		Parked:  int64(len(b.parked)),
+	}
+	oldest := func(due time.Time) {
+		if s.OldestDue.IsZero() || due.Before(s.OldestDue) {
+			s.OldestDue = due
+		}
+	}
+	note := func(it *item) {
+		if !it.due.After(now) {
+			s.Due++
+			oldest(it.due)
+		}
+	}
+	for _, p := range b.parts {
+		if n, first := p.ready.countDue(now); n > 0 {
+			s.Due += n
+			oldest(first)
+		}
+		for _, set := range p.held {
+			for it := range set {
+				note(it)
+			}
+		}
+		for it := range p.claimed {
+			note(it)
+		}
+	}
+	return s, nil
+}
+
+// Parked lists parked entries ordered by ID, starting after the ID after
+// ("" for the first page), at most limit of them. A limit that is not
+// positive gives an error wrapping [outbox.ErrInvalidArgument]. The
+// returned entries are copies owned by the caller.
+func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox.Entry, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.mu.Unlock()
+	if limit <= 0 {
+		return nil, fmt.Errorf("memory: Parked limit is %d; it must be positive: %w", limit, outbox.ErrInvalidArgument)
+	}
+	if b.dirty {
+		b.sorted = b.sorted[:0]
+		for id := range b.parked {
+			b.sorted = append(b.sorted, id)
+		}
+		slices.Sort(b.sorted)
+		b.dirty = false
+	}
+	i, found := slices.BinarySearch(b.sorted, after)
+	if found {
+		i++
+	}
+	var out []outbox.Entry
+	for _, id := range b.sorted[i:min(i+limit, len(b.sorted))] {
+		out = append(out, b.parked[id].e.Clone())
+	}
+	return out, nil
+}
+
+// Requeue moves the parked entries with the given IDs back to pending, due
+// now (in their original append order among entries due at the same
+// time), with Attempts reset to 0 and LastError kept. IDs that are not
+// parked are ignored. It reports how many entries it requeued.
+func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
+	if err := b.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer b.mu.Unlock()
+	now := b.now()
+	n := 0
+	for _, id := range ids {
+		it := b.parked[id]
+		if it == nil {
+			continue
+		}
+		delete(b.parked, id)
+		b.dirty = true
+		it.e.Attempts = 0
+		it.due = now
+		it.state = stateReady
+		b.parts[it.e.Partition].ready.push(it)
+		n++
+	}
+	return n, nil
+}
+
+// subscriber is one Notifications channel.
+type subscriber struct {
+	ch chan struct{}
+}
+
+// Notifications returns a channel with a buffer of one that receives a
+// value, without blocking, after each commit that added at least one new
+// entry. It is closed when ctx is done or the backend is closed. Any
+// number of subscribers may exist at once.
+func (b *Backend) Notifications(ctx context.Context) (<-chan struct{}, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.mu.Unlock()
+	s := &subscriber{ch: make(chan struct{}, 1)}
+	b.subs[s] = struct{}{}
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-b.done:
+			return // Close closed the channel.
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if _, ok := b.subs[s]; ok {
+			delete(b.subs, s)
+			close(s.ch)
+		}
+	}()
+	return s.ch, nil
+}
+
+// notify signals every subscriber without blocking. b.mu must be held.
+func (b *Backend) notify() {
+	for s := range b.subs {
+		select {
+		case s.ch <- struct{}{}:
+		default:
+		}
+	}
+}

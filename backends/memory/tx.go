@@ -1,0 +1,150 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// ErrTxDone is returned (wrapped) when a [Tx] is used after Commit or
+// Rollback.
+var ErrTxDone = errors.New("memory: transaction already committed or rolled back; begin a new one with Backend.Begin")
+
+// Tx is an in-memory transaction of one [Backend]. Entries appended in it
+// with [Backend.AppendInTx] are buffered and become visible all at once
+// when [Tx.Commit] succeeds; [Tx.Rollback] drops them. A Tx is safe for
+// concurrent use but is meant for one goroutine, like a database
+// transaction.
+type Tx struct {
+	b *Backend
+
+	mu      sync.Mutex
+	done    bool
+	pending []outbox.Entry // prepared deep copies, in append order
+}
+
+// Begin starts a transaction. It never fails; a transaction begun after
+// Close fails at AppendInTx or Commit with [outbox.ErrClosed].
+func (b *Backend) Begin() *Tx {
+	return &Tx{b: b}
+}
+
+// AppendInTx validates entries with [outbox.PrepareEntries] and buffers
+// deep copies of them (payload and headers included) in tx; they become
+// visible when tx commits. At commit, an entry whose ID already exists, or
+// was appended earlier in tx, is skipped. Invalid entries give an error
+// wrapping [outbox.ErrInvalidEntry] and nothing of the call is buffered.
+// No entries does nothing and returns nil. The entries slice and its
+// values are not retained. A nil tx, or a tx of another Backend, gives an
+// error wrapping [outbox.ErrInvalidArgument]; a finished tx one wrapping
+// [ErrTxDone]; after Close the error wraps [outbox.ErrClosed].
+func (b *Backend) AppendInTx(ctx context.Context, tx *Tx, entries ...outbox.Entry) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return fmt.Errorf("memory: AppendInTx needs a transaction from Backend.Begin, got nil: %w", outbox.ErrInvalidArgument)
+	}
+	if tx.b != b {
+		return fmt.Errorf("memory: AppendInTx got a transaction of another Backend; begin it with this Backend's Begin: %w", outbox.ErrInvalidArgument)
+	}
+	prepared, err := outbox.PrepareEntries(ctx, entries, len(b.parts))
+	if err != nil {
+		return err
+	}
+	for i := range prepared {
+		// PrepareEntries shares Payload and Headers with the caller; the
+		// stored entry must not.
+		prepared[i] = prepared[i].Clone()
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.done {
+		return ErrTxDone
+	}
+	tx.pending = append(tx.pending, prepared...)
+	return nil
+}
+
+// Append appends entries in a transaction of their own: AppendInTx on a
+// new Tx, then Commit.
+func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
+	tx := b.Begin()
+	if err := b.AppendInTx(ctx, tx, entries...); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// Commit makes the entries appended in tx visible at once, in append
+// order, skipping those whose ID already exists. Each new entry gets
+// CreatedAt = the clock's now and the next append sequence number; its
+// first next attempt time is the later of NotBefore and CreatedAt.
+// Subscribers to [Backend.Notifications] are signalled if at least one
+// entry was added. Commit after Commit or Rollback returns [ErrTxDone];
+// after the backend is closed it ends tx and returns an error wrapping
+// [outbox.ErrClosed].
+func (tx *Tx) Commit() error {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.done {
+		return ErrTxDone
+	}
+	tx.done = true
+	entries := tx.pending
+	tx.pending = nil
+
+	b := tx.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errClosed
+	}
+	now := b.now()
+	added := false
+	for _, e := range entries {
+		if _, ok := b.entries[e.ID]; ok {
+			continue
+		}
+		b.seq++
+		e.CreatedAt = now
+		due := now
+		if e.NotBefore.After(now) {
+			due = e.NotBefore
+		}
+		it := &item{e: e, seq: b.seq, due: due, state: stateReady}
+		b.entries[e.ID] = it
+		b.parts[e.Partition].ready.push(it)
+		added = true
+	}
+	if added {
+		b.notify()
+	}
+	return nil
+}
+
+// Rollback drops the entries appended in tx. It returns [ErrTxDone] after
+// Commit or Rollback.
+func (tx *Tx) Rollback() error {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.done {
+		return ErrTxDone
+	}
+	tx.done = true
+	tx.pending = nil
+	return nil
+}
