@@ -190,8 +190,8 @@ type world struct {
 	rolledBack map[string]bool
 	poison     map[string]bool
 	txs, rbTxs int
-	arrivals   map[string]int   // by ID: how many times it arrived
-	lastSeq    map[string]int   // per key: the seq of the last first arrival
+	arrivals   map[string]int // by ID: how many times it arrived
+	lastSeq    map[string]int // per key: the seq of the last first arrival
 	violations []string
 
 	appendedN      atomic.Int64
