@@ -1,0 +1,235 @@
+package pgoutbox
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Compile-time checks of the interfaces Backend implements.
+var (
+	_ outbox.Backend[pgx.Tx] = (*Backend)(nil)
+	_ outbox.Notifier        = (*Backend)(nil)
+	_ outbox.Canceler        = (*Backend)(nil)
+	_ outbox.Inspector       = (*Backend)(nil)
+)
+
+//go:embed queries/*.sql
+var queryFS embed.FS
+
+// maxErrorLen is where MarkFailed truncates Failure.Error (bytes).
+const maxErrorLen = 4096
+
+// Backend is the PostgreSQL outbox backend: an [outbox.Backend] over a
+// pgx pool, also an [outbox.Notifier], [outbox.Canceler] and
+// [outbox.Inspector]. Make one with [New]. It is safe for concurrent use.
+type Backend struct {
+	pool  *pgxpool.Pool
+	opts  Options
+	names names
+
+	qAppend, qAcquire, qRenew, qReleaseLease string
+	qFind, qMarkSent, qMarkFailed, qRelease  string
+	qCancel, qStats, qParked, qRequeue       string
+	qPurge                                   string
+
+	closed   atomic.Bool
+	stop     context.CancelFunc // stops the listener
+	stopCtx  context.Context
+	listenMu sync.Mutex
+	listener *listener
+}
+
+// New returns a Backend storing entries in the tables [Migrate] creates
+// (Options.Schema and Options.Table). It does not touch the database: a
+// missing table is reported by the first call, with an error that says to
+// run Migrate. The pool stays the caller's: Close never closes it.
+func New(pool *pgxpool.Pool, opts Options) (*Backend, error) {
+	if pool == nil {
+		return nil, errors.New("pgoutbox: New: pool is nil; pass a *pgxpool.Pool from pgxpool.New")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{pool: pool, opts: opts, names: newNames(opts.Schema, opts.Table)}
+	b.stopCtx, b.stop = context.WithCancel(context.Background())
+	archiveFilter, archiveInsert := "", ""
+	if opts.Archive {
+		archiveFilter = "WHERE NOT EXISTS (SELECT 1 FROM {archive} AS a WHERE a.id = e.id)"
+		archiveInsert = `, a AS (
+    INSERT INTO {archive} (seq, id, partition, topic, key, payload, headers, not_before,
+                           created_at, attempts, last_error, sent_at)
+    SELECT seq, id, partition, topic, key, payload, headers, not_before,
+           created_at, attempts, last_error, now()
+    FROM d
+    ON CONFLICT (id) DO NOTHING
+)`
+	}
+	r := strings.NewReplacer("{archive_filter}", archiveFilter, "{archive_insert}", archiveInsert, "{lock_rows}", "")
+	load := func(name string) string {
+		s, err := queryFS.ReadFile("queries/" + name + ".sql")
+		if err != nil {
+			panic("pgoutbox: embedded query missing: " + name)
+		}
+		return b.render(r.Replace(string(s)))
+	}
+	b.qAppend = load("append_in_tx")
+	b.qAcquire = load("acquire_lease")
+	b.qRenew = load("renew_lease")
+	b.qReleaseLease = load("release_lease")
+	b.qFind = load("find_pending_batch")
+	b.qMarkSent = load("mark_sent")
+	b.qMarkFailed = load("mark_failed")
+	b.qRelease = load("release")
+	b.qCancel = load("cancel")
+	b.qStats = load("stats")
+	b.qParked = load("parked")
+	b.qRequeue = load("requeue")
+	b.qPurge = load("purge_archive")
+	return b, nil
+}
+
+// render replaces the table tokens of a query with quoted identifiers.
+func (b *Backend) render(q string) string {
+	return strings.NewReplacer("{outbox}", b.names.outbox, "{lease}", b.names.lease, "{archive}", b.names.archive).Replace(q)
+}
+
+// Partitions reports Options.Partitions.
+func (b *Backend) Partitions() int { return b.opts.Partitions }
+
+// Close stops the notification listener and makes every method return
+// [outbox.ErrClosed]. It never closes the pool. It is idempotent.
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	b.stop()
+	b.listenMu.Lock()
+	l := b.listener
+	b.listenMu.Unlock()
+	if l != nil {
+		l.wait()
+	}
+	return nil
+}
+
+func (b *Backend) checkOpen(op string) error {
+	if b.closed.Load() {
+		return fmt.Errorf("pgoutbox: %s: %w", op, outbox.ErrClosed)
+	}
+	return nil
+}
+
+// AppendInTx inserts entries as part of tx in one statement (one round
+// trip): a multi-row INSERT from arrays with ON CONFLICT (id) DO NOTHING,
+// which also sends one NOTIFY on Options.Channel when it inserted a row;
+// PostgreSQL delivers it on commit and folds the notifications of one
+// transaction into one. See [outbox.Backend.AppendInTx] for the contract.
+//
+// Besides the rules of [outbox.PrepareEntries], a Topic with a NUL byte
+// (which PostgreSQL text cannot hold) is rejected with
+// [outbox.ErrInvalidEntry]. Keys, payloads and headers are stored as bytes
+// and may hold anything.
+func (b *Backend) AppendInTx(ctx context.Context, tx pgx.Tx, entries ...outbox.Entry) error {
+	if err := b.checkOpen("AppendInTx"); err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return fmt.Errorf("pgoutbox: AppendInTx: tx is nil; pass the pgx.Tx of your transaction: %w", outbox.ErrInvalidArgument)
+	}
+	args, err := b.appendArgs(ctx, entries)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, b.qAppend, args...)
+	return b.interpretError("AppendInTx", err)
+}
+
+// appendArgs prepares and validates entries and returns the arguments of
+// the append statement (parallel arrays and the channel).
+func (b *Backend) appendArgs(ctx context.Context, entries []outbox.Entry) ([]any, error) {
+	prepared, err := outbox.PrepareEntries(ctx, entries, b.opts.Partitions)
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: AppendInTx: %w", err)
+	}
+	n := len(prepared)
+	ids := make([]string, n)
+	parts := make([]int32, n)
+	topics := make([]string, n)
+	keys := make([][]byte, n)
+	payloads := make([][]byte, n)
+	headers := make([][]byte, n)
+	notBefore := make([]pgtype.Timestamptz, n)
+	for i, e := range prepared {
+		if err := checkText(e); err != nil {
+			return nil, fmt.Errorf("pgoutbox: AppendInTx: %w: entry %d (id %q): %s", outbox.ErrInvalidEntry, i, e.ID, err)
+		}
+		ids[i], parts[i], topics[i] = e.ID, int32(e.Partition), e.Topic
+		keys[i] = []byte(e.Key)
+		payloads[i] = e.Payload
+		headers[i] = EncodeHeaders(e.Headers)
+		if !e.NotBefore.IsZero() {
+			notBefore[i] = pgtype.Timestamptz{Time: e.NotBefore, Valid: true}
+		}
+	}
+	return []any{ids, parts, topics, keys, payloads, headers, notBefore, b.opts.Channel}, nil
+}
+
+// checkText rejects what PostgreSQL text cannot store.
+func checkText(e outbox.Entry) error {
+	if strings.ContainsRune(e.Topic, 0) {
+		return errors.New("Topic contains a NUL byte, which PostgreSQL text cannot store")
+	}
+	return nil
+}
+
+// interpretError maps PostgreSQL and pgx errors to the package's errors,
+// in one place. Context errors stay checkable with errors.Is.
+func (b *Backend) interpretError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42P01", "3F000": // undefined_table, invalid_schema_name
+			return fmt.Errorf("pgoutbox: %s: the outbox tables %s do not exist: run pgoutbox.Migrate(ctx, pool, opts) with the same Schema and Table, or apply pgoutbox.Migrations with your migration tool: %w",
+				op, b.names.outbox, err)
+		case "42703": // undefined_column
+			return fmt.Errorf("pgoutbox: %s: the outbox table %s has an older layout: run pgoutbox.Migrate to bring it up to date: %w", op, b.names.outbox, err)
+		}
+	}
+	return fmt.Errorf("pgoutbox: %s: %w", op, err)
+}
+
+func leaseLost(op string, l outbox.Lease) error {
+	return fmt.Errorf("pgoutbox: %s: partition %d, owner %q, version %d: %w", op, l.Partition, l.Owner, l.Version, outbox.ErrLeaseLost)
+}
+
+func (b *Backend) checkPartition(op string, p int) error {
+	if p < 0 || p >= b.opts.Partitions {
+		return fmt.Errorf("pgoutbox: %s: partition %d is out of range [0, %d): %w", op, p, b.opts.Partitions, outbox.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// micros converts a positive TTL to whole microseconds, rounding up.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}

@@ -1,0 +1,105 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+// Tests share one pool per protocol (the server allows 100 connections in
+// all) and isolate themselves by schema.
+var pools struct {
+	sync.Mutex
+	byMode map[pgx.QueryExecMode]*pgxpool.Pool
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pools.Lock()
+	for _, p := range pools.byMode {
+		p.Close()
+	}
+	pools.Unlock()
+	os.Exit(code)
+}
+
+// pool returns the shared pool for mode, or skips (fails under
+// OUTBOX_REQUIRE_SERVICES=1) when PostgreSQL is unreachable.
+func pool(t testing.TB, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
+	pools.Lock()
+	defer pools.Unlock()
+	if p := pools.byMode[mode]; p != nil {
+		return p
+	}
+	if pools.err != nil {
+		testenv.Unavailable(t, "PostgreSQL", "OUTBOX_POSTGRES_URL", pools.err)
+	}
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
+	if err != nil {
+		t.Fatalf("OUTBOX_POSTGRES_URL: %v", err)
+	}
+	cfg.MaxConns = 12
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = p.Ping(ctx)
+	}
+	if err != nil {
+		pools.err = err
+		testenv.Unavailable(t, "PostgreSQL", "OUTBOX_POSTGRES_URL", err)
+	}
+	if pools.byMode == nil {
+		pools.byMode = map[pgx.QueryExecMode]*pgxpool.Pool{}
+	}
+	pools.byMode[mode] = p
+	return p
+}
+
+// freshSchema returns a new schema name, dropped with everything in it
+// when t ends.
+func freshSchema(t testing.TB, p *pgxpool.Pool) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "pgoutbox_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := p.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("dropping test schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// newBackend migrates a fresh schema and returns a backend on it.
+func newBackend(t testing.TB, mode pgx.QueryExecMode, opts pgoutbox.Options) (*pgoutbox.Backend, *pgxpool.Pool) {
+	t.Helper()
+	p := pool(t, mode)
+	opts.Schema = freshSchema(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := pgoutbox.Migrate(ctx, p, opts); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	b, err := pgoutbox.New(p, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b, p
+}

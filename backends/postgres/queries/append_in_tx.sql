@@ -1,0 +1,21 @@
+-- AppendInTx: the whole batch in one statement. $1..$7 are parallel arrays
+-- (one element per entry, in slice order), $8 the notification channel.
+-- One clock reading per call: the entries of a call share created_at and,
+-- unless scheduled, next_at; seq (assigned in ORDER BY ord order) keeps
+-- them in slice order. The NOTIFY is sent only when a row was inserted and
+-- is delivered by PostgreSQL on commit, once per transaction and channel.
+WITH ins AS (
+    INSERT INTO {outbox} AS o
+        (id, partition, topic, key, payload, headers, not_before, created_at, next_at)
+    SELECT e.id, e.partition, e.topic, coalesce(e.key, ''::bytea), e.payload,
+           e.headers, e.not_before, t.now, greatest(t.now, e.not_before)
+    FROM (SELECT clock_timestamp() AS now) AS t,
+         unnest($1::text[], $2::integer[], $3::text[], $4::bytea[], $5::bytea[],
+                $6::bytea[], $7::timestamptz[])
+             WITH ORDINALITY AS e(id, partition, topic, key, payload, headers, not_before, ord)
+    {archive_filter}
+    ORDER BY e.ord
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+)
+SELECT pg_notify($8, '') FROM (SELECT 1 FROM ins LIMIT 1) AS inserted

@@ -1,0 +1,25 @@
+-- FindPendingBatch: $1 partition, $2 owner, $3 version, $4 limit.
+-- No row at all: the lease is lost. One row of NULLs: the lease holds and
+-- nothing is due. The lease row is the claim: nothing is written per row.
+-- The due index (partition, next_at, seq) WHERE state = 'pending' yields
+-- rows in order; the hold-back index answers the NOT EXISTS.
+SELECT c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
+       c.attempts, c.last_error, c.created_at
+FROM {lease} AS l
+LEFT JOIN LATERAL (
+    SELECT o.seq, o.next_at, o.id, o.topic, o.key, o.payload, o.headers,
+           o.not_before, o.attempts, o.last_error, o.created_at
+    FROM {outbox} AS o
+    WHERE o.partition = l.partition
+      AND o.state = 'pending'
+      AND o.next_at <= now()
+      AND (o.key = ''::bytea OR NOT EXISTS (
+            SELECT 1 FROM {outbox} AS h
+            WHERE h.partition = o.partition AND h.key = o.key AND h.seq < o.seq
+              AND h.attempts > 0 AND h.state = 'pending'))
+    ORDER BY o.next_at, o.seq
+    LIMIT $4
+    {lock_rows}
+) AS c ON true
+WHERE l.partition = $1 AND l.owner = $2 AND l.version = $3 AND l.expires_at > now()
+ORDER BY c.next_at, c.seq

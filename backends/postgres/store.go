@@ -1,0 +1,233 @@
+package pgoutbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// AcquireLease takes or extends the lease of partition in one statement
+// (an upsert of the partition's lease row). See [outbox.Store.AcquireLease].
+func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (outbox.Lease, error) {
+	const op = "AcquireLease"
+	if err := b.checkOpen(op); err != nil {
+		return outbox.Lease{}, err
+	}
+	if err := b.checkPartition(op, partition); err != nil {
+		return outbox.Lease{}, err
+	}
+	if owner == "" || ttl <= 0 {
+		return outbox.Lease{}, fmt.Errorf("pgoutbox: %s: owner must be non-empty and ttl positive (got %q, %v): %w", op, owner, ttl, outbox.ErrInvalidArgument)
+	}
+	if !validIdent(owner, 1<<20) {
+		return outbox.Lease{}, fmt.Errorf("pgoutbox: %s: owner must be valid UTF-8 without NUL bytes: %w", op, outbox.ErrInvalidArgument)
+	}
+	l := outbox.Lease{Partition: partition, Owner: owner}
+	err := b.pool.QueryRow(ctx, b.qAcquire, partition, owner, micros(ttl)).Scan(&l.Version, &l.Expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return outbox.Lease{}, fmt.Errorf("pgoutbox: %s: partition %d: %w", op, partition, outbox.ErrLeaseHeld)
+	}
+	if err != nil {
+		return outbox.Lease{}, b.interpretError(op, err)
+	}
+	return l, nil
+}
+
+// RenewLease extends a held, unexpired lease (compare-and-renew, one
+// statement). See [outbox.Store.RenewLease].
+func (b *Backend) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.Duration) (outbox.Lease, error) {
+	const op = "RenewLease"
+	if err := b.checkOpen(op); err != nil {
+		return outbox.Lease{}, err
+	}
+	if ttl <= 0 {
+		return outbox.Lease{}, fmt.Errorf("pgoutbox: %s: ttl must be positive (got %v): %w", op, ttl, outbox.ErrInvalidArgument)
+	}
+	if err := b.checkPartition(op, lease.Partition); err != nil {
+		return outbox.Lease{}, err
+	}
+	err := b.pool.QueryRow(ctx, b.qRenew, lease.Partition, lease.Owner, lease.Version, micros(ttl)).Scan(&lease.Expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return outbox.Lease{}, leaseLost(op, lease)
+	}
+	if err != nil {
+		return outbox.Lease{}, b.interpretError(op, err)
+	}
+	return lease, nil
+}
+
+// ReleaseLease frees the partition when lease still holds it
+// (compare-and-free, one statement). The lease row stays, marked free, so
+// versions keep growing. See [outbox.Store.ReleaseLease].
+func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
+	const op = "ReleaseLease"
+	if err := b.checkOpen(op); err != nil {
+		return err
+	}
+	if err := b.checkPartition(op, lease.Partition); err != nil {
+		return err
+	}
+	_, err := b.pool.Exec(ctx, b.qReleaseLease, lease.Partition, lease.Owner, lease.Version)
+	return b.interpretError(op, err)
+}
+
+// FindPendingBatch returns up to limit due, eligible entries of
+// lease.Partition in (next attempt, append) order, in one statement that
+// also checks the lease. It writes nothing: the partition lease is the
+// claim, so entries it returns are invisible to every other lease until
+// this one ends, and come back at once, unchanged and in order, to the
+// next holder. The same lease may be handed an unfinished entry again.
+// See [outbox.Store.FindPendingBatch].
+func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
+	const op = "FindPendingBatch"
+	if err := b.checkOpen(op); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("pgoutbox: %s: limit is %d, must be positive: %w", op, limit, outbox.ErrInvalidArgument)
+	}
+	if err := b.checkPartition(op, lease.Partition); err != nil {
+		return nil, err
+	}
+	rows, err := b.pool.Query(ctx, b.qFind, lease.Partition, lease.Owner, lease.Version, limit)
+	if err != nil {
+		return nil, b.interpretError(op, err)
+	}
+	defer rows.Close()
+	held := false
+	var out []outbox.Entry
+	for rows.Next() {
+		held = true
+		var (
+			id       pgtype.Text
+			e        outbox.Entry
+			key      []byte
+			headers  []byte
+			notBef   pgtype.Timestamptz
+			attempts pgtype.Int4
+			lastErr  pgtype.Text
+			created  pgtype.Timestamptz
+			topic    pgtype.Text
+		)
+		if err := rows.Scan(&id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created); err != nil {
+			return nil, b.interpretError(op, err)
+		}
+		if !id.Valid { // the lease holds, nothing is due
+			continue
+		}
+		e.ID, e.Topic, e.Key, e.Partition = id.String, topic.String, string(key), lease.Partition
+		e.Attempts, e.LastError = int(attempts.Int32), lastErr.String
+		e.CreatedAt = created.Time
+		if notBef.Valid {
+			e.NotBefore = notBef.Time
+		}
+		if e.Headers, err = DecodeHeaders(headers); err != nil {
+			return nil, fmt.Errorf("pgoutbox: %s: entry %q: %w", op, e.ID, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, b.interpretError(op, err)
+	}
+	if !held {
+		return nil, leaseLost(op, lease)
+	}
+	return out, nil
+}
+
+// MarkSent deletes (or, with Options.Archive, archives) the entries in one
+// statement fenced by the lease: the lease row is locked FOR SHARE by the
+// same statement, so a takeover cannot slip in between the check and the
+// delete. See [outbox.Store.MarkSent].
+func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string) error {
+	const op = "MarkSent"
+	if err := b.checkOpen(op); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := b.checkPartition(op, lease.Partition); err != nil {
+		return err
+	}
+	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, ids)
+}
+
+// MarkFailed records the failures in one statement (an UPDATE joined to
+// the unnested failures) fenced like [Backend.MarkSent]. Errors longer than
+// 4096 bytes are truncated; invalid UTF-8 and NUL bytes in them are
+// replaced. See [outbox.Store.MarkFailed].
+func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
+	const op = "MarkFailed"
+	if err := b.checkOpen(op); err != nil {
+		return err
+	}
+	if len(failures) == 0 {
+		return nil
+	}
+	if err := b.checkPartition(op, lease.Partition); err != nil {
+		return err
+	}
+	n := len(failures)
+	ids, errs := make([]string, n), make([]string, n)
+	retry, park := make([]time.Time, n), make([]bool, n)
+	for i, f := range failures {
+		ids[i], errs[i], retry[i], park[i] = f.ID, cleanError(f.Error), f.RetryAt, f.Park
+	}
+	return b.fenced(ctx, op, lease, b.qMarkFailed, lease.Partition, lease.Owner, lease.Version, ids, errs, retry, park)
+}
+
+// cleanError makes s storable as text and bounds its size.
+func cleanError(s string) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+	if len(s) > maxErrorLen {
+		s = strings.ToValidUTF8(s[:maxErrorLen], "")
+	}
+	return s
+}
+
+// fenced runs a statement that reports (lease matched, rows changed).
+func (b *Backend) fenced(ctx context.Context, op string, lease outbox.Lease, q string, args ...any) error {
+	var held bool
+	var n int64
+	if err := b.pool.QueryRow(ctx, q, args...).Scan(&held, &n); err != nil {
+		return b.interpretError(op, err)
+	}
+	if !held {
+		return leaseLost(op, lease)
+	}
+	return nil
+}
+
+// Release returns unattempted entries to pending. Claims are the lease
+// itself and FindPendingBatch changed nothing, so the entries already are
+// pending, unchanged and in order: Release only checks, in one statement,
+// that the lease still holds, and returns an error wrapping
+// [outbox.ErrLeaseLost] when it does not. See [outbox.Store.Release].
+func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string) error {
+	const op = "Release"
+	if err := b.checkOpen(op); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := b.checkPartition(op, lease.Partition); err != nil {
+		return err
+	}
+	var held bool
+	if err := b.pool.QueryRow(ctx, b.qRelease, lease.Partition, lease.Owner, lease.Version).Scan(&held); err != nil {
+		return b.interpretError(op, err)
+	}
+	if !held {
+		return leaseLost(op, lease)
+	}
+	return nil
+}
