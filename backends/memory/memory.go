@@ -96,18 +96,26 @@ func New(opts Options) *Backend {
 // errClosed is returned by every method after Close.
 var errClosed = fmt.Errorf("memory: backend is closed; create a new one with memory.New: %w", outbox.ErrClosed)
 
-// lock checks ctx, locks b and checks that b is open. On error b is left
+// lock locks b and checks that b is open, then that ctx is not done. On error b is left
 // unlocked; on success the caller must unlock b.mu.
 func (b *Backend) lock(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return errClosed
 	}
+	if err := ctx.Err(); err != nil {
+		b.mu.Unlock()
+		return err
+	}
 	return nil
+}
+
+// clock returns the time now without its monotonic reading, so that every
+// stored time compares by wall clock alike (user-supplied NotBefore and
+// RetryAt have none).
+func (b *Backend) clock() time.Time {
+	return b.now().Round(0)
 }
 
 // Partitions reports the number of partitions, fixed at New. It is safe
@@ -151,15 +159,16 @@ func (p *partition) live(now time.Time) bool {
 	return p.owner != "" && now.Before(p.expires)
 }
 
-// fence returns the partition of lease if lease is its live lease, else an
-// error wrapping [outbox.ErrLeaseLost] (or [outbox.ErrInvalidArgument] for
-// a partition out of range). b.mu must be held.
-func (b *Backend) fence(lease outbox.Lease) (*partition, error) {
+// fence returns the partition of lease if lease is its live lease at now,
+// else an error wrapping [outbox.ErrLeaseLost] (or
+// [outbox.ErrInvalidArgument] for a partition out of range). b.mu must be
+// held.
+func (b *Backend) fence(lease outbox.Lease, now time.Time) (*partition, error) {
 	p, err := b.partition(lease.Partition)
 	if err != nil {
 		return nil, err
 	}
-	if p.owner == "" || p.owner != lease.Owner || p.version != lease.Version || !p.live(b.now()) {
+	if p.owner == "" || p.owner != lease.Owner || p.version != lease.Version || !p.live(now) {
 		return nil, fmt.Errorf("memory: lease on partition %d is no longer held by %q at version %d (it expired, was taken over or was released); acquire the partition again: %w",
 			lease.Partition, lease.Owner, lease.Version, outbox.ErrLeaseLost)
 	}
@@ -188,7 +197,7 @@ func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string,
 	if ttl <= 0 {
 		return outbox.Lease{}, fmt.Errorf("memory: AcquireLease ttl is %v; it must be positive: %w", ttl, outbox.ErrInvalidArgument)
 	}
-	now := b.now()
+	now := b.clock()
 	if p.live(now) {
 		if p.owner != owner {
 			return outbox.Lease{}, fmt.Errorf("memory: partition %d is leased by %q until %v; retry after it expires or is released: %w",
@@ -216,11 +225,12 @@ func (b *Backend) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.D
 	if ttl <= 0 {
 		return outbox.Lease{}, fmt.Errorf("memory: RenewLease ttl is %v; it must be positive: %w", ttl, outbox.ErrInvalidArgument)
 	}
-	p, err := b.fence(lease)
+	now := b.clock()
+	p, err := b.fence(lease, now)
 	if err != nil {
 		return outbox.Lease{}, err
 	}
-	p.expires = b.now().Add(ttl)
+	p.expires = now.Add(ttl)
 	lease.Expires = p.expires
 	return lease, nil
 }
@@ -239,7 +249,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	if err != nil {
 		return err
 	}
-	if lease.Owner == "" || p.owner != lease.Owner || p.version != lease.Version || !p.live(b.now()) {
+	if lease.Owner == "" || p.owner != lease.Owner || p.version != lease.Version || !p.live(b.clock()) {
 		return nil
 	}
 	p.owner = ""
@@ -273,11 +283,11 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	if limit <= 0 {
 		return nil, fmt.Errorf("memory: FindPendingBatch limit is %d; it must be positive: %w", limit, outbox.ErrInvalidArgument)
 	}
-	p, err := b.fence(lease)
+	now := b.clock()
+	p, err := b.fence(lease, now)
 	if err != nil {
 		return nil, err
 	}
-	now := b.now()
 	var out []outbox.Entry
 	for len(out) < limit && len(p.ready) > 0 && !p.ready[0].due.After(now) {
 		it := p.ready.pop()
@@ -375,7 +385,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if len(ids) == 0 {
 		return nil
 	}
-	p, err := b.fence(lease)
+	p, err := b.fence(lease, b.clock())
 	if err != nil {
 		return err
 	}
@@ -417,7 +427,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 	if len(failures) == 0 {
 		return nil
 	}
-	p, err := b.fence(lease)
+	p, err := b.fence(lease, b.clock())
 	if err != nil {
 		return err
 	}
@@ -460,7 +470,7 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 	if len(ids) == 0 {
 		return nil
 	}
-	p, err := b.fence(lease)
+	p, err := b.fence(lease, b.clock())
 	if err != nil {
 		return err
 	}
@@ -502,7 +512,7 @@ func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 		return outbox.Stats{}, err
 	}
 	defer b.mu.Unlock()
-	now := b.now()
+	now := b.clock()
 	s := outbox.Stats{
 		Pending: int64(len(b.entries) - len(b.parked)),
 		Parked:  int64(len(b.parked)),
@@ -575,7 +585,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 		return 0, err
 	}
 	defer b.mu.Unlock()
-	now := b.now()
+	now := b.clock()
 	n := 0
 	for _, id := range ids {
 		it := b.parked[id]

@@ -42,14 +42,14 @@ func (b *Backend) Begin() *Tx {
 // error wrapping [outbox.ErrInvalidArgument]; a finished tx one wrapping
 // [ErrTxDone]; after Close the error wraps [outbox.ErrClosed].
 func (b *Backend) AppendInTx(ctx context.Context, tx *Tx, entries ...outbox.Entry) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
 	if closed {
 		return errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	if len(entries) == 0 {
 		return nil
@@ -113,7 +113,7 @@ func (tx *Tx) Commit() error {
 	if b.closed {
 		return errClosed
 	}
-	now := b.now()
+	now := b.clock()
 	added := false
 	for _, e := range entries {
 		if _, ok := b.entries[e.ID]; ok {
