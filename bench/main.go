@@ -1,0 +1,168 @@
+// Command bench is the benchmark harness of the outbox: it measures the
+// Postgres and Redis backends (workloads W1-W5 of docs/benchmarks.md) side
+// by side with River, Watermill SQL, asynq and the raw limits of the same
+// servers, in one run, with the same payloads, and writes the tables.
+//
+// Usage:
+//
+//	cd bench && go run .          # full run: writes ../docs/benchmarks.md and results.json
+//	cd bench && go run . -quick   # small N, one run each: checks the harness and the counts
+//
+// The servers come from OUTBOX_POSTGRES_URL and OUTBOX_REDIS_URL (defaults:
+// postgres://postgres@127.0.0.1:5432/postgres and redis://127.0.0.1:6379).
+// Postgres workloads use their own schemas (bench_*), dropped afterwards;
+// Redis workloads use logical database -redis-db (default 15) and only
+// their own key prefixes, deleted afterwards (never FLUSHDB).
+//
+// Every workload counts what was really delivered; a lost entry, an
+// unexpected duplicate or a per-key order violation fails the run (exit
+// status 1).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// Config holds the run's settings.
+type Config struct {
+	Quick     bool
+	N         int           // entries per throughput workload
+	Runs      int           // repetitions per figure (median reported)
+	BigBack   int           // W4 large backlog
+	SmallBack int           // W4 small backlog
+	LatencyN  int           // W3 entries per run (upper bound)
+	LatencyD  time.Duration // W3 longest duration per run
+	PGURL     string
+	RedisURL  string
+	RedisDB   int
+	Only      *regexp.Regexp
+	Skip      *regexp.Regexp
+	DocPath   string
+	JSONPath  string
+	CPUProf   string
+}
+
+func main() {
+	var (
+		cfg   Config
+		only  = flag.String("only", "", "run only the systems/workloads whose name matches this regexp (e.g. 'river|raw')")
+		skip  = flag.String("skip", "", "skip the systems/workloads whose name matches this regexp")
+		out   = flag.String("out", "", "directory for benchmarks.md and results.json (default: ../docs and . in a full run, a temporary directory with -quick)")
+		n     = flag.Int("n", 0, "entries per throughput workload (default 100000, 2000 with -quick)")
+		runs  = flag.Int("runs", 0, "runs per figure (default 3, 1 with -quick)")
+		redDB = flag.Int("redis-db", 15, "Redis logical database for every Redis workload (only the harness's own keys are touched)")
+	)
+	flag.BoolVar(&cfg.Quick, "quick", false, "small N, one run each: check that the harness works and the counts are right (under two minutes)")
+	flag.StringVar(&cfg.CPUProf, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+
+	cfg.PGURL = envOr("OUTBOX_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+	cfg.RedisURL = envOr("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0")
+	cfg.RedisDB = *redDB
+	if cfg.Quick {
+		cfg.N, cfg.Runs = 2000, 1
+		cfg.BigBack, cfg.SmallBack = 20000, 2000
+		cfg.LatencyN, cfg.LatencyD = 600, 2*time.Second
+	} else {
+		cfg.N, cfg.Runs = 100000, 3
+		cfg.BigBack, cfg.SmallBack = 1000000, 10000
+		cfg.LatencyN, cfg.LatencyD = 100000, 10*time.Second
+	}
+	if *n > 0 {
+		cfg.N = *n
+	}
+	if *runs > 0 {
+		cfg.Runs = *runs
+	}
+	if *only != "" {
+		cfg.Only = regexp.MustCompile(*only)
+	}
+	if *skip != "" {
+		cfg.Skip = regexp.MustCompile(*skip)
+	}
+	switch {
+	case *out != "":
+		cfg.DocPath = filepath.Join(*out, "benchmarks.md")
+		cfg.JSONPath = filepath.Join(*out, "results.json")
+	case cfg.Quick:
+		dir := filepath.Join(os.TempDir(), "outbox-bench-quick")
+		cfg.DocPath = filepath.Join(dir, "benchmarks.md")
+		cfg.JSONPath = filepath.Join(dir, "results.json")
+	default:
+		cfg.DocPath = filepath.Join("..", "docs", "benchmarks.md")
+		cfg.JSONPath = "results.json"
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, cfg))
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(ctx context.Context, cfg Config) int {
+	start := time.Now()
+	s, err := newSuite(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	defer s.close()
+	if cfg.CPUProf != "" {
+		stopProf, err := startCPUProfile(cfg.CPUProf)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer stopProf()
+	}
+	s.logf("machine: %s, %d cores; Go %s; PostgreSQL %s; Redis %s", s.info.CPU, s.info.Cores, s.info.Go, s.info.Postgres, s.info.Redis)
+	s.logf("N=%d runs=%d quick=%v", cfg.N, cfg.Runs, cfg.Quick)
+
+	for _, w := range s.workloads() {
+		if ctx.Err() != nil {
+			break
+		}
+		if !s.selected(w.name) {
+			continue
+		}
+		t0 := time.Now()
+		s.logf("== %s", w.name)
+		if err := w.fn(ctx); err != nil {
+			s.fail("%s: %v", w.name, err)
+		}
+		s.logf("   %s took %s", w.name, time.Since(t0).Round(100*time.Millisecond))
+	}
+	s.info.Elapsed = time.Since(start).Round(time.Second).String()
+
+	if err := s.writeReports(); err != nil {
+		s.fail("writing reports: %v", err)
+	}
+	fmt.Println(s.markdownTables())
+	s.logf("total %s; reports: %s, %s", time.Since(start).Round(time.Second), cfg.DocPath, cfg.JSONPath)
+	if len(s.failures) > 0 {
+		fmt.Fprintf(os.Stderr, "bench: FAILED, %d problem(s):\n", len(s.failures))
+		for _, f := range s.failures {
+			fmt.Fprintln(os.Stderr, "  -", f)
+		}
+		return 1
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "bench: interrupted")
+		return 1
+	}
+	fmt.Println("bench: all counts right")
+	return 0
+}

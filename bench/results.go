@@ -1,0 +1,246 @@
+package main
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Result is one figure: the runs of one workload on one system.
+type Result struct {
+	Key      string    `json:"key"`
+	Workload string    `json:"workload"`
+	System   string    `json:"system"`
+	Unit     string    `json:"unit"`
+	Higher   bool      `json:"higher_is_better"`
+	Runs     []float64 `json:"runs"`
+	Median   float64   `json:"median"`
+	Min      float64   `json:"min"`
+	Max      float64   `json:"max"`
+	Counts   []Counts  `json:"counts,omitempty"`
+	Note     string    `json:"note,omitempty"`
+}
+
+// series collects the runs of one figure.
+type series struct {
+	vals   []float64
+	counts []Counts
+}
+
+func (sr *series) add(v float64, c *Counts) {
+	sr.vals = append(sr.vals, v)
+	if c != nil {
+		sr.counts = append(sr.counts, *c)
+	}
+}
+
+// record stores a figure; it does nothing when sr has no runs (the
+// workload failed before its first run ended).
+func (s *Suite) record(key, workload, system, unit string, higher bool, sr *series, note string) *Result {
+	if sr == nil || len(sr.vals) == 0 {
+		return nil
+	}
+	v := slices.Clone(sr.vals)
+	slices.Sort(v)
+	r := &Result{Key: key, Workload: workload, System: system, Unit: unit, Higher: higher,
+		Runs: sr.vals, Median: v[len(v)/2], Min: v[0], Max: v[len(v)-1], Counts: sr.counts, Note: note}
+	if len(v)%2 == 0 {
+		r.Median = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	s.mu.Lock()
+	s.results = slices.DeleteFunc(s.results, func(o *Result) bool { return o.Key == key })
+	s.results = append(s.results, r)
+	s.mu.Unlock()
+	s.logf("   %-34s %-34s %s", workload, system, fmtFigure(r))
+	return r
+}
+
+func (s *Suite) result(key string) *Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.results {
+		if r.Key == key {
+			return r
+		}
+	}
+	return nil
+}
+
+func fmtNum(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1000:
+		return fmt.Sprintf("%.1fk", v/1000)
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func fmtFigure(r *Result) string {
+	if len(r.Runs) == 1 {
+		return fmt.Sprintf("%s %s", fmtNum(r.Median), r.Unit)
+	}
+	return fmt.Sprintf("%s %s (%s–%s)", fmtNum(r.Median), r.Unit, fmtNum(r.Min), fmtNum(r.Max))
+}
+
+// comparison is one row of the targets table: ours / other (or ours
+// against an absolute bound when other is empty).
+type comparison struct {
+	group  string
+	ours   string
+	other  string
+	target float64 // ratio target (ours/other ≥ target); 0 = no target
+	abs    float64 // absolute upper bound for ours (latency); 0 = none
+}
+
+var comparisons = []comparison{
+	{group: "Postgres append, 1 entry/tx, 8 callers", ours: "ours.pg.append1", other: "raw.pg.insert1tx", target: 0.8},
+	{group: "Postgres append, 1 entry/tx, 8 callers", ours: "ours.pg.append1", other: "raw.pg.insert1auto"},
+	{group: "Postgres append, 1 entry/tx, 8 callers", ours: "ours.pg.append1", other: "river.inserttx", target: 2},
+	{group: "Postgres append, 1 entry/tx, 8 callers", ours: "ours.pg.append1", other: "wm.append.default"},
+	{group: "Postgres append, 1 entry/tx, 8 callers", ours: "ours.pg.append1", other: "wm.append.queue"},
+	{group: "Postgres append, 100 entries/tx, 8 callers", ours: "ours.pg.append100", other: "raw.pg.insert100"},
+	{group: "Postgres append, 100 entries/tx, 8 callers", ours: "ours.pg.append100", other: "river.insertmanyfast"},
+	{group: "Postgres drain, 100k backlog, no-op sink", ours: "ours.pg.drain.noop", other: "river.drain.best", target: 2.5},
+	{group: "Postgres drain, 100k backlog, no-op sink", ours: "ours.pg.drain.noop", other: "wm.sub.default", target: 10},
+	{group: "Postgres drain, 100k backlog, no-op sink", ours: "ours.pg.drain.noop", other: "wm.sub.queue"},
+	{group: "Postgres drain, 100k backlog, no-op sink", ours: "ours.pg.drain.noop", other: "wm.forwarder"},
+	{group: "Postgres drain, 100k backlog, no-op sink", ours: "ours.pg.drain.noop", other: "raw.pg.claimdelete"},
+	{group: "Postgres drain, 100k backlog, to kfake", ours: "ours.pg.drain.kfake", other: "ours.pg.drain.noop"},
+	{group: "Redis append, 1 entry/tx, 8 callers", ours: "ours.redis.append1", other: "raw.redis.append1", target: 0.7},
+	{group: "Redis append, 1 entry/tx, 8 callers", ours: "ours.redis.append1", other: "asynq.enqueue"},
+	{group: "Redis append, 100 entries/tx, 8 callers", ours: "ours.redis.append100", other: "raw.redis.append100"},
+	{group: "Redis drain, 100k backlog, no-op sink", ours: "ours.redis.drain.noop", other: "asynq.drain", target: 3},
+	{group: "Redis drain, 100k backlog, no-op sink", ours: "ours.redis.drain.noop", other: "raw.redis.claimdelete"},
+	{group: "Redis drain, 100k backlog, to kfake", ours: "ours.redis.drain.kfake", other: "ours.redis.drain.noop"},
+	{group: "Postgres commit-to-sink p99, half load, wake-ups", ours: "ours.pg.lat.wake.p99", abs: 25},
+	{group: "Redis commit-to-sink p99, half load, wake-ups", ours: "ours.redis.lat.wake.p99", abs: 25},
+	{group: "Postgres drain, big backlog vs small", ours: "ours.pg.backlog.big.rate", other: "ours.pg.backlog.small.rate", target: 0.9},
+	{group: "Redis drain, big backlog vs small", ours: "ours.redis.backlog.big.rate", other: "ours.redis.backlog.small.rate", target: 0.9},
+	{group: "Postgres, 4 relays vs 1 on 4 partitions", ours: "ours.pg.relays.4", other: "ours.pg.relays.1", target: 0.9},
+	{group: "Redis, 4 relays vs 1 on 4 partitions", ours: "ours.redis.relays.4", other: "ours.redis.relays.1", target: 0.9},
+}
+
+//go:embed analysis.md
+var analysisMD string
+
+func (s *Suite) markdownTables() string {
+	var b strings.Builder
+	b.WriteString("## Targets (ratios measured in this run)\n\n")
+	b.WriteString("| comparison | ours | against | ratio | target | met |\n|---|---|---|---|---|---|\n")
+	for _, c := range comparisons {
+		o := s.result(c.ours)
+		if o == nil {
+			fmt.Fprintf(&b, "| %s | not measured | | | %s | — |\n", c.group, targetText(c))
+			continue
+		}
+		if c.abs > 0 {
+			met := "yes"
+			if o.Median > c.abs {
+				met = "**no**"
+			}
+			fmt.Fprintf(&b, "| %s | %s | — | — | %s | %s |\n", c.group, fmtFigure(o), targetText(c), met)
+			continue
+		}
+		x := s.result(c.other)
+		if x == nil {
+			fmt.Fprintf(&b, "| %s | %s | %s: not measured | | %s | — |\n", c.group, fmtFigure(o), c.other, targetText(c))
+			continue
+		}
+		ratio := o.Median / x.Median
+		met := "—"
+		if c.target > 0 {
+			met = "yes"
+			if ratio < c.target {
+				met = "**no**"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %.2f× | %s | %s |\n", c.group, fmtFigure(o), x.System, fmtFigure(x), ratio, targetText(c), met)
+	}
+	b.WriteString("\n## Every figure (median of the runs, min–max)\n\n")
+	b.WriteString("| workload | system | median | min | max | unit | delivered / duplicates / order violations |\n|---|---|---|---|---|---|---|\n")
+	s.mu.Lock()
+	rs := slices.Clone(s.results)
+	s.mu.Unlock()
+	for _, r := range rs {
+		cnt := ""
+		if len(r.Counts) > 0 {
+			var d, dup, ov []string
+			for _, c := range r.Counts {
+				d = append(d, fmt.Sprint(c.Delivered))
+				dup = append(dup, fmt.Sprint(c.Duplicates))
+				ov = append(ov, fmt.Sprint(c.OrderViolations))
+			}
+			cnt = strings.Join(d, ",") + " / " + strings.Join(dup, ",") + " / " + strings.Join(ov, ",")
+		}
+		sys := r.System
+		if r.Note != "" {
+			sys += " (" + r.Note + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.Workload, sys, fmtNum(r.Median), fmtNum(r.Min), fmtNum(r.Max), r.Unit, cnt)
+	}
+	return b.String()
+}
+
+func targetText(c comparison) string {
+	switch {
+	case c.abs > 0:
+		return fmt.Sprintf("≤ %g ms", c.abs)
+	case c.target > 0:
+		return fmt.Sprintf("≥ %g×", c.target)
+	}
+	return ""
+}
+
+func (s *Suite) writeReports() error {
+	for _, p := range []string{s.cfg.DocPath, s.cfg.JSONPath} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	j, err := json.MarshalIndent(map[string]any{"machine": s.info, "results": s.results, "failures": s.failures}, "", "  ")
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(s.cfg.JSONPath, append(j, '\n'), 0o644); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("# Benchmarks\n\n")
+	b.WriteString("<!-- Generated by `cd bench && go run .`; edit bench/analysis.md, not this file. -->\n\n")
+	b.WriteString("Reproduce: `cd bench && go run .` (about 20–30 minutes; `-only REGEXP` / `-skip REGEXP` pick systems,\n")
+	b.WriteString("`-n`, `-runs` change the size). `go run . -quick` runs every workload at small N in well under\n")
+	b.WriteString("two minutes and only checks that the harness works and that every count is right; it writes its\n")
+	b.WriteString("report to a temporary directory (or `-out DIR`), never to this file, so CI leaves the tree clean.\n\n")
+	mode := "full run"
+	if s.info.Quick {
+		mode = "QUICK run (small N; the figures are not meaningful)"
+	}
+	fmt.Fprintf(&b, "## Machine (%s)\n\n", mode)
+	fmt.Fprintf(&b, "| | |\n|---|---|\n| date | %s |\n| CPU | %s, %d cores |\n| memory | %.1f GiB |\n| Go | %s |\n| PostgreSQL | %s |\n| Redis | %s |\n",
+		s.info.Date, s.info.CPU, s.info.Cores, s.info.MemoryGB, s.info.Go, s.info.Postgres, s.info.Redis)
+	peers := make([]string, 0, len(s.info.Peers))
+	for k := range s.info.Peers {
+		peers = append(peers, k)
+	}
+	slices.Sort(peers)
+	for _, k := range peers {
+		fmt.Fprintf(&b, "| %s | %s |\n", k, s.info.Peers[k])
+	}
+	fmt.Fprintf(&b, "| entries per workload | %d |\n| runs per figure | %d (median, min–max) |\n| payload | %d bytes, keys from %d aggregates |\n| run time | %s |\n\n",
+		s.info.N, s.info.Runs, PayloadSize, Aggregates, s.info.Elapsed)
+	b.WriteString(s.markdownTables())
+	b.WriteString("\n")
+	b.WriteString(analysisMD)
+	return os.WriteFile(s.cfg.DocPath, []byte(b.String()), 0o644)
+}
