@@ -1,0 +1,186 @@
+package redisoutbox
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// encodingV1 is the first byte of every stored entry in format version 1.
+//
+// Layout (all integers big-endian). The first 25 bytes plus the error are
+// written by the Lua scripts; the rest is written once by Go at append time
+// and never changed:
+//
+//	off  size  field
+//	0    1     version (1)
+//	1    8     append sequence, per partition (also the first 8 bytes of
+//	           the entry's sorted-set member, so equal scores order by it)
+//	9    8     created-at, Unix microseconds, server clock
+//	17   4     attempts
+//	21   4     n = length of the last error
+//	25   n     last error
+//	     4     length of key, then key
+//	     4     length of topic, then topic
+//	     8     not-before, Unix nanoseconds (0 = none)
+//	     4     number of headers, then each: 4-byte name length, name,
+//	           4-byte value length, value (sorted by name)
+//	     rest  payload
+//
+// lib.lua's validate() checks exactly the structure decodeEntry checks, so
+// any value the claim script hands out decodes in Go.
+const encodingV1 = 1
+
+// fixedHeaderLen is the size of the script-managed header before the error.
+const fixedHeaderLen = 25
+
+// errCorrupt marks a stored entry that does not decode.
+var errCorrupt = errors.New("redisoutbox: corrupt stored entry")
+
+// encodeEntry encodes e for the append script: version 1 with the
+// script-managed header zeroed (the script fills in sequence and
+// created-at).
+func encodeEntry(e *outbox.Entry) []byte {
+	n := fixedHeaderLen + 4 + len(e.Key) + 4 + len(e.Topic) + 8 + 4 + len(e.Payload)
+	names := make([]string, 0, len(e.Headers))
+	for k, v := range e.Headers {
+		names = append(names, k)
+		n += 8 + len(k) + len(v)
+	}
+	sort.Strings(names)
+	b := make([]byte, fixedHeaderLen, n)
+	b[0] = encodingV1
+	b = appendString(b, e.Key)
+	b = appendString(b, e.Topic)
+	var nb int64
+	if !e.NotBefore.IsZero() {
+		nb = e.NotBefore.UnixNano()
+		if nb == 0 {
+			nb = 1 // the epoch itself; 0 means "none"
+		}
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(nb))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(names)))
+	for _, k := range names {
+		b = appendString(b, k)
+		b = appendString(b, e.Headers[k])
+	}
+	return append(b, e.Payload...)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// decoder reads length-prefixed fields from a stored entry.
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s at byte %d of %d", errCorrupt, what, d.off, len(d.b))
+	}
+}
+
+func (d *decoder) uint32(what string) uint32 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b)-d.off < 4 {
+		d.fail("truncated " + what)
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b[d.off:])
+	d.off += 4
+	return v
+}
+
+func (d *decoder) uint64(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b)-d.off < 8 {
+		d.fail("truncated " + what)
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b[d.off:])
+	d.off += 8
+	return v
+}
+
+func (d *decoder) bytes(n uint32, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if uint64(len(d.b)-d.off) < uint64(n) {
+		d.fail(what + " longer than the value")
+		return nil
+	}
+	v := d.b[d.off : d.off+int(n)]
+	d.off += int(n)
+	return v
+}
+
+func (d *decoder) string(what string) string {
+	return string(d.bytes(d.uint32(what+" length"), what))
+}
+
+// decodeEntry decodes a stored entry. It never panics; a malformed value
+// gives an error wrapping errCorrupt. The returned entry does not share
+// memory with b.
+func decodeEntry(id string, partition int, b []byte) (outbox.Entry, error) {
+	e := outbox.Entry{ID: id, Partition: partition}
+	if len(b) == 0 || b[0] != encodingV1 {
+		if len(b) == 0 {
+			return e, fmt.Errorf("%w: empty value", errCorrupt)
+		}
+		return e, fmt.Errorf("%w: unknown format version %d (this build reads version %d; upgrade the relay)", errCorrupt, b[0], encodingV1)
+	}
+	d := decoder{b: b, off: 1}
+	d.uint64("sequence")
+	created := int64(d.uint64("created-at"))
+	attempts := d.uint32("attempts")
+	e.LastError = d.string("last error")
+	e.Key = d.string("key")
+	e.Topic = d.string("topic")
+	nb := int64(d.uint64("not-before"))
+	nh := d.uint32("header count")
+	if d.err == nil && nh > 0 {
+		// Every header takes at least 8 bytes: bound the allocation by
+		// what the value can hold.
+		if uint64(nh)*8 > uint64(len(b)-d.off) {
+			d.fail("header count larger than the value")
+		} else {
+			e.Headers = make(map[string]string, nh)
+			for i := uint32(0); i < nh && d.err == nil; i++ {
+				k := d.string("header name")
+				v := d.string("header value")
+				if d.err == nil {
+					e.Headers[k] = v
+				}
+			}
+		}
+	}
+	if d.err != nil {
+		return outbox.Entry{ID: id, Partition: partition}, d.err
+	}
+	if rest := b[d.off:]; len(rest) > 0 {
+		e.Payload = append([]byte(nil), rest...)
+	}
+	e.Attempts = int(attempts)
+	if created != 0 {
+		e.CreatedAt = time.UnixMicro(created)
+	}
+	if nb != 0 {
+		e.NotBefore = time.Unix(0, nb)
+	}
+	return e, nil
+}

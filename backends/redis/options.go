@@ -1,0 +1,95 @@
+package redisoutbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "{outbox}"
+
+// Options configures a [Backend]. The zero value is usable: every zero field
+// takes its documented default.
+type Options struct {
+	// Prefix is the key prefix of this outbox. It must contain exactly one
+	// well-formed, non-empty hash tag "{...}" (and no other brace). Each
+	// partition p gets its own tag, the tag with ":p" appended, so
+	// partitions spread over Cluster slots while every key of one partition
+	// shares one slot: prefix "{outbox}" gives partition 3 the keys
+	// "{outbox:3}:entries", "{outbox:3}:pending" and so on. Default
+	// [DefaultPrefix].
+	Prefix string
+
+	// Partitions is the number of partitions. Every appender and relay of
+	// one outbox must use the same count. Default 1; at most 16384.
+	Partitions int
+
+	// Logger receives the startup warnings (an evicting maxmemory-policy)
+	// and the rare repairs (a corrupt entry parked outside the claim
+	// script). Default slog.Default().
+	Logger *slog.Logger
+
+	// MaxErrorLen truncates Failure.Error before it is stored as
+	// LastError, in bytes (cut at a UTF-8 boundary). Default 4096; values
+	// below 1024 are raised to 1024.
+	MaxErrorLen int
+
+	// NoNotify turns off the pub/sub wake-up published by every append.
+	// Default false: each append that adds entries publishes one message
+	// on the outbox's channel in the same EXEC.
+	NoNotify bool
+}
+
+// maxPartitions bounds Options.Partitions: more partitions than Cluster
+// slots buy nothing.
+const maxPartitions = 16384
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if err := validatePrefix(o.Prefix); err != nil {
+		return o, err
+	}
+	switch {
+	case o.Partitions == 0:
+		o.Partitions = 1
+	case o.Partitions < 0 || o.Partitions > maxPartitions:
+		return o, fmt.Errorf("redisoutbox: Options.Partitions is %d; use 0 (one partition) or 1..%d", o.Partitions, maxPartitions)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	switch {
+	case o.MaxErrorLen == 0:
+		o.MaxErrorLen = 4096
+	case o.MaxErrorLen < 1024:
+		o.MaxErrorLen = 1024
+	}
+	return o, nil
+}
+
+// validatePrefix checks that p holds exactly one well-formed, non-empty
+// hash tag and no other brace.
+func validatePrefix(p string) error {
+	const fix = `; write the prefix with exactly one non-empty hash tag, for example "{outbox}" or "app:{orders}"`
+	open, close := strings.Count(p, "{"), strings.Count(p, "}")
+	switch {
+	case open == 0 && close == 0:
+		return fmt.Errorf("redisoutbox: Options.Prefix %q has no hash tag, so the keys of a partition would spread over Redis Cluster slots and the scripts would fail with CROSSSLOT%s", p, fix)
+	case open != 1 || close != 1:
+		return fmt.Errorf("redisoutbox: Options.Prefix %q must contain exactly one '{' and one '}' (it has %d and %d): Redis Cluster hashes only the first tag, and a second one is a mistake waiting to happen%s", p, open, close, fix)
+	}
+	i, j := strings.IndexByte(p, '{'), strings.IndexByte(p, '}')
+	switch {
+	case j < i:
+		return fmt.Errorf("redisoutbox: Options.Prefix %q has '}' before '{'%s", p, fix)
+	case j == i+1:
+		return fmt.Errorf("redisoutbox: Options.Prefix %q has an empty hash tag \"{}\", which Redis Cluster ignores (it would hash the whole key)%s", p, fix)
+	}
+	return nil
+}
+
+var errNilClient = errors.New("redisoutbox: New: client is nil; pass a *redis.Client, *redis.ClusterClient or any redis.UniversalClient")

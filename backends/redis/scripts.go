@@ -1,0 +1,56 @@
+package redisoutbox
+
+import (
+	"embed"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+// script is one embedded operation, prefixed with lib.lua.
+type script struct {
+	name string
+	src  string
+	*redis.Script
+}
+
+func mustScript(name string) script {
+	lib, err := scriptFS.ReadFile("scripts/lib.lua")
+	if err != nil {
+		panic(err)
+	}
+	body, err := scriptFS.ReadFile("scripts/" + name + ".lua")
+	if err != nil {
+		panic(err)
+	}
+	src := string(lib) + "\n" + string(body)
+	return script{name: name, src: src, Script: redis.NewScript(src)}
+}
+
+// The scripts, one per operation; see each file's header for KEYS, ARGV
+// and return codes.
+var (
+	scriptAppend        = mustScript("append")
+	scriptAcquire       = mustScript("acquire")
+	scriptRenew         = mustScript("renew")
+	scriptRelease       = mustScript("release")
+	scriptClaim         = mustScript("claim")
+	scriptMarkSent      = mustScript("mark_sent")
+	scriptMarkFailed    = mustScript("mark_failed")
+	scriptReleaseClaims = mustScript("release_claims")
+	scriptCancel        = mustScript("cancel")
+	scriptRequeue       = mustScript("requeue")
+	scriptStats         = mustScript("stats")
+	scriptParked        = mustScript("parked")
+
+	allScripts = []script{scriptAppend, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
+		scriptMarkSent, scriptMarkFailed, scriptReleaseClaims, scriptCancel, scriptRequeue,
+		scriptStats, scriptParked}
+)
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}

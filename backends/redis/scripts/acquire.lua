@@ -1,0 +1,22 @@
+-- acquire.lua: AcquireLease (SET NX PX with an owner token).
+--
+-- KEYS[1] lease   KEYS[2] lease version counter (never expires)
+-- KEYS[3] pending zset   KEYS[4] inflight zset
+-- ARGV[1] owner   ARGV[2] ttl in ms
+-- Returns {version, expires_ms} when granted or extended, -2 when another
+-- owner holds an unexpired lease. A new grant INCRs the version counter, so
+-- versions never go backwards, and returns every entry claimed under an
+-- earlier lease to pending with its original score.
+local ttl = tonumber(ARGV[2])
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local c = string.find(cur, ':', 1, true)
+  local ver, owner = string.sub(cur, 1, c - 1), string.sub(cur, c + 1)
+  if owner ~= ARGV[1] then return -2 end
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {tonumber(ver), now_ms() + ttl}
+end
+local ver = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ver .. ':' .. ARGV[1], 'PX', ttl)
+restore(KEYS[4], KEYS[3])
+return {ver, now_ms() + ttl}
