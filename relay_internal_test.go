@@ -1,0 +1,98 @@
+package outbox
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestPlanRounds(t *testing.T) {
+	t.Parallel()
+	batch := func(keys ...string) []Entry {
+		out := make([]Entry, len(keys))
+		for i, k := range keys {
+			out[i] = Entry{ID: fmt.Sprint(i), Key: k}
+		}
+		return out
+	}
+	show := func(rounds [][]Entry) []string {
+		var out []string
+		for _, r := range rounds {
+			s := ""
+			for _, e := range r {
+				s += e.Key + e.ID + " "
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		batch     []Entry
+		unordered bool
+		max       int
+		want      []string
+	}{
+		{"empty", nil, false, 10, nil},
+		{"one key is sequential", batch("a", "a", "a"), false, 10, []string{"a0 ", "a1 ", "a2 "}},
+		{"keys interleave", batch("a", "b", "a", "c", "b", "a"), false, 10, []string{"a0 b1 c3 ", "a2 b4 ", "a5 "}},
+		{"keyless go first, together", batch("", "a", "", "a"), false, 10, []string{"0 a1 2 ", "a3 "}},
+		{"rounds split at max in flight", batch("a", "b", "c", "d", "e"), false, 2, []string{"a0 b1 ", "c2 d3 ", "e4 "}},
+		{"unordered is one round", batch("a", "a", "a"), true, 10, []string{"a0 a1 a2 "}},
+		{"unordered splits too", batch("a", "a", "a"), true, 2, []string{"a0 a1 ", "a2 "}},
+	} {
+		if got := show(planRounds(tc.batch, tc.unordered, tc.max)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: rounds = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	b := breaker{threshold: 2, cooldown: time.Minute}
+	if ok, probe := b.allow(now); !ok || probe {
+		t.Fatal("a fresh breaker must be closed")
+	}
+	b.record(false, now)
+	if ok, _ := b.allow(now); !ok {
+		t.Fatal("one failure below the threshold must not open it")
+	}
+	b.record(false, now)
+	if ok, _ := b.allow(now.Add(59 * time.Second)); ok {
+		t.Fatal("two failures must open it for the cooldown")
+	}
+	if w := b.wait(now.Add(30 * time.Second)); w != 30*time.Second {
+		t.Fatalf("wait = %v, want 30s", w)
+	}
+	ok, probe := b.allow(now.Add(time.Minute))
+	if !ok || !probe {
+		t.Fatal("after the cooldown one probe must pass")
+	}
+	if ok, _ := b.allow(now.Add(time.Minute)); ok {
+		t.Fatal("only one probe at a time")
+	}
+	b.record(false, now.Add(time.Minute))
+	if ok, _ := b.allow(now.Add(time.Minute + time.Second)); ok {
+		t.Fatal("a failed probe must reopen it")
+	}
+	// A probe that never reports back is replaced after a cooldown.
+	if ok, _ := b.allow(now.Add(2 * time.Minute)); !ok {
+		t.Fatal("probe after the second cooldown")
+	}
+	if ok, _ := b.allow(now.Add(3*time.Minute + time.Second)); !ok {
+		t.Fatal("an abandoned probe must be replaced")
+	}
+	b.record(true, now.Add(3*time.Minute))
+	if ok, probe := b.allow(now.Add(3 * time.Minute)); !ok || probe {
+		t.Fatal("a successful probe must close it")
+	}
+	off := breaker{threshold: -1}
+	for range 10 {
+		off.record(false, now)
+	}
+	if ok, _ := off.allow(now); !ok {
+		t.Fatal("a disabled breaker never opens")
+	}
+}
