@@ -98,3 +98,6 @@ func newNames(schema, table string) names {
 	q := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
 	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), migrations: q("_migrations")}
 }
+
+// Options returns the backend's options with the defaults filled in.
+func (b *Backend) Options() Options { return b.opts }
