@@ -67,10 +67,9 @@ func (b *Backend) Notifications(ctx context.Context) (<-chan struct{}, error) {
 // "not found" cheaply). It returns an error wrapping [outbox.ErrNotFound]
 // when no partition has the entry.
 //
-// Cancelling a failing entry frees the later entries of its key; any of
-// them that FindPendingBatch had re-scored behind it (only when more than
-// 64 held-back entries crowded the front of one scan) become due at the
-// cancelled entry's retry time.
+// Cancelling a failing entry frees the later entries of its key at once
+// (cancel.lua moves up to 1000 of those FindPendingBatch had set aside
+// behind it back to due; any rest become due at its retry time).
 func (b *Backend) Cancel(ctx context.Context, id string) error {
 	if err := b.check(ctx); err != nil {
 		return err

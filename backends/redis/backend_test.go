@@ -1,0 +1,339 @@
+package redisoutbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outbox"
+)
+
+func TestPrefixValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		prefix, want string
+	}{
+		{"outbox", "no hash tag"},
+		{"{a}{b}", "exactly one"},
+		{"{a}:{b}", "exactly one"},
+		{"{}", "empty hash tag"},
+		{"x:{}", "empty hash tag"},
+		{"{outbox", "exactly one"},
+		{"outbox}", "exactly one"},
+		{"}a{", "before"},
+		{"{{a}}", "exactly one"},
+	} {
+		t.Run(tc.prefix, func(t *testing.T) {
+			_, err := New(context.Background(), redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Options{Prefix: tc.prefix})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.True(t, strings.HasPrefix(err.Error(), "redisoutbox: "), err.Error())
+			assert.Contains(t, err.Error(), `for example "{outbox}"`, "the error says how to fix it")
+		})
+	}
+	for _, ok := range []string{"{outbox}", "app:{orders}", "a:{b}:c"} {
+		assert.NoError(t, validatePrefix(ok), ok)
+	}
+	k := partitionKeys("app:{orders}:x", 3)
+	assert.Equal(t, "app:{orders:3}:x:pending", k.pending)
+	assert.Equal(t, "{orders:3}", k.tag)
+}
+
+func TestBackend(t *testing.T) {
+	t.Parallel()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			c := tg.client(t)
+			t.Run("AppendClaimSend", func(t *testing.T) { t.Parallel(); testAppendClaimSend(t, c) })
+			t.Run("SameMillisecondKeepsAppendOrder", func(t *testing.T) { t.Parallel(); testSameMillisecondOrder(t, c) })
+			t.Run("StaleHolderIsFenced", func(t *testing.T) { t.Parallel(); testStaleHolder(t, c) })
+			t.Run("CorruptEntryIsParked", func(t *testing.T) { t.Parallel(); testCorrupt(t, c) })
+			t.Run("HoldBackDoesNotStarveOtherKeys", func(t *testing.T) { t.Parallel(); testHoldBackCrowd(t, c) })
+			t.Run("InspectAcrossPartitions", func(t *testing.T) { t.Parallel(); testInspect(t, c) })
+			t.Run("Notifications", func(t *testing.T) { t.Parallel(); testNotifications(t, c) })
+			t.Run("RollbackLeavesNothing", func(t *testing.T) { t.Parallel(); testRollback(t, c) })
+		})
+	}
+}
+
+func ids(es []outbox.Entry) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func testAppendClaimSend(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	nb := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	in := outbox.Entry{ID: "e1", Topic: "t", Key: "k", Payload: []byte("p\x00q"), Headers: map[string]string{"h": "v", "a": ""}, NotBefore: nb}
+	require.NoError(t, b.Append(ctx, in, in)) // the duplicate ID is a no-op
+	require.NoError(t, b.Append(ctx, outbox.Entry{ID: "e2", Topic: "t"}))
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	got, err := b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"e1", "e2"}, ids(got))
+	e := got[0]
+	assert.Equal(t, "t", e.Topic)
+	assert.Equal(t, "k", e.Key)
+	assert.Equal(t, []byte("p\x00q"), e.Payload)
+	assert.Equal(t, map[string]string{"h": "v", "a": ""}, e.Headers)
+	assert.True(t, e.NotBefore.Equal(nb), "%v != %v", e.NotBefore, nb)
+	assert.WithinDuration(t, time.Now(), e.CreatedAt, time.Minute)
+	again, err := b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	assert.Empty(t, again, "claimed entries are not handed out again while the lease lives")
+	require.NoError(t, b.MarkSent(ctx, l, []string{"e1", "e2", "unknown"}))
+	require.NoError(t, b.MarkSent(ctx, l, []string{"e1"}), "MarkSent is idempotent")
+	st, err := b.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.Stats{}, st)
+}
+
+func testSameMillisecondOrder(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	const n = 257
+	var want []string
+	pipe := c.TxPipeline()
+	for i := range n {
+		id := fmt.Sprintf("z%03d", n-i) // IDs sort opposite to append order
+		want = append(want, id)
+		require.NoError(t, b.AppendInTx(ctx, pipe, outbox.Entry{ID: id, Topic: "t", Key: "same"}))
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	var got []string
+	for len(got) < n {
+		batch, err := b.FindPendingBatch(ctx, l, 7)
+		require.NoError(t, err)
+		require.NotEmpty(t, batch)
+		got = append(got, ids(batch)...)
+		require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+	}
+	assert.Equal(t, want, got)
+}
+
+func testStaleHolder(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	for i := range 4 {
+		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "s" + strconv.Itoa(i), Topic: "t", Key: "k"}))
+	}
+	old, err := b.AcquireLease(ctx, 0, "old", time.Minute)
+	require.NoError(t, err)
+	_, err = b.AcquireLease(ctx, 0, "new", time.Minute)
+	require.ErrorIs(t, err, outbox.ErrLeaseHeld)
+	batch, err := b.FindPendingBatch(ctx, old, 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"s0", "s1"}, ids(batch))
+	require.NoError(t, b.MarkSent(ctx, old, []string{"s0"}))
+
+	// The lease expires mid-batch (deleting the key is what expiry does)
+	// and another relay takes over.
+	require.NoError(t, c.Del(ctx, b.parts[0].lease).Err())
+	cur, err := b.AcquireLease(ctx, 0, "new", time.Minute)
+	require.NoError(t, err)
+	require.Greater(t, cur.Version, old.Version)
+
+	for name, call := range map[string]func() error{
+		"MarkSent":   func() error { return b.MarkSent(ctx, old, []string{"s1"}) },
+		"MarkFailed": func() error { return b.MarkFailed(ctx, old, []outbox.Failure{{ID: "s1", Park: true}}) },
+		"Release":    func() error { return b.Release(ctx, old, []string{"s1"}) },
+		"Claim":      func() error { _, err := b.FindPendingBatch(ctx, old, 5); return err },
+		"Renew":      func() error { _, err := b.RenewLease(ctx, old, time.Minute); return err },
+	} {
+		assert.ErrorIs(t, call(), outbox.ErrLeaseLost, name)
+	}
+	require.NoError(t, b.ReleaseLease(ctx, old), "releasing a lost lease is a no-op")
+	// The new holder gets the stale holder's unfinished claim back, first.
+	batch, err = b.FindPendingBatch(ctx, cur, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"s1", "s2", "s3"}, ids(batch))
+	assert.Equal(t, 0, batch[0].Attempts)
+
+	// Released claims come back in order to the next holder.
+	require.NoError(t, b.ReleaseLease(ctx, cur))
+	next, err := b.AcquireLease(ctx, 0, "third", time.Minute)
+	require.NoError(t, err)
+	require.Greater(t, next.Version, cur.Version)
+	batch, err = b.FindPendingBatch(ctx, next, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"s1", "s2", "s3"}, ids(batch))
+}
+
+func testCorrupt(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	require.NoError(t, b.Append(ctx,
+		outbox.Entry{ID: "bad1", Topic: "t", Key: "k"},
+		outbox.Entry{ID: "bad2", Topic: "t"},
+		outbox.Entry{ID: "good", Topic: "t", Key: "k2"}))
+	// bad1: truncated after a valid header; bad2: an unknown version.
+	v, err := c.HGet(ctx, b.parts[0].entries, "bad1").Result()
+	require.NoError(t, err)
+	require.NoError(t, c.HSet(ctx, b.parts[0].entries, "bad1", v[:30]).Err())
+	v2, err := c.HGet(ctx, b.parts[0].entries, "bad2").Result()
+	require.NoError(t, err)
+	require.NoError(t, c.HSet(ctx, b.parts[0].entries, "bad2", "\x07"+v2[1:]).Err())
+
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	batch, err := b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"good"}, ids(batch), "corrupt entries never stall the relay")
+	parked, err := b.Parked(ctx, "", 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"bad1", "bad2"}, ids(parked))
+	assert.Contains(t, parked[0].LastError, "corrupt stored entry")
+	assert.Contains(t, parked[1].LastError, "unknown format version 7")
+	assert.Equal(t, v[:30], string(parked[0].Payload), "the raw value is kept for inspection")
+	st, err := b.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), st.Parked)
+}
+
+func testHoldBackCrowd(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	pipe := c.TxPipeline()
+	require.NoError(t, b.AppendInTx(ctx, pipe, outbox.Entry{ID: "a000", Topic: "t", Key: "a"}))
+	for i := 1; i <= 300; i++ {
+		require.NoError(t, b.AppendInTx(ctx, pipe, outbox.Entry{ID: fmt.Sprintf("a%03d", i), Topic: "t", Key: "a"}))
+	}
+	require.NoError(t, b.AppendInTx(ctx, pipe, outbox.Entry{ID: "b", Topic: "t", Key: "b"}, outbox.Entry{ID: "u", Topic: "t"}))
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	batch, err := b.FindPendingBatch(ctx, l, 1)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a000"}, ids(batch))
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a000", Error: "boom", RetryAt: time.Now().Add(time.Hour)}}))
+
+	// 300 held-back entries of key a sit ahead of b and u; a small batch
+	// still reaches them (the scan re-scores the crowd behind a000).
+	var got []string
+	for range 5 {
+		batch, err = b.FindPendingBatch(ctx, l, 2)
+		require.NoError(t, err)
+		got = append(got, ids(batch)...)
+		if len(got) == 2 {
+			break
+		}
+	}
+	assert.Equal(t, []string{"b", "u"}, got)
+	require.NoError(t, b.MarkSent(ctx, l, got))
+
+	// Once a000 is gone (cancelled here, long before its retry time), its
+	// key flows again at once, in append order.
+	require.NoError(t, b.Cancel(ctx, "a000"))
+	var rest []string
+	for len(rest) < 300 {
+		batch, err = b.FindPendingBatch(ctx, l, 100)
+		require.NoError(t, err)
+		require.NotEmpty(t, batch, "after %d", len(rest))
+		rest = append(rest, ids(batch)...)
+		require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+	}
+	for i, id := range rest {
+		require.Equal(t, fmt.Sprintf("a%03d", i+1), id)
+	}
+}
+
+func testInspect(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{Partitions: 4})
+	var all []string
+	for i := range 12 {
+		id := fmt.Sprintf("i%02d", i)
+		all = append(all, id)
+		require.NoError(t, b.Append(ctx, outbox.Entry{ID: id, Topic: "t", Key: "key" + strconv.Itoa(i)}))
+	}
+	require.NoError(t, b.Append(ctx, outbox.Entry{ID: "later", Topic: "t", NotBefore: time.Now().Add(time.Hour)}))
+	st, err := b.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(13), st.Pending)
+	assert.Equal(t, int64(12), st.Due)
+	assert.False(t, st.OldestDue.IsZero())
+	// Park everything that is due, in every partition.
+	for p := range 4 {
+		l, err := b.AcquireLease(ctx, p, "me", time.Minute)
+		require.NoError(t, err)
+		batch, err := b.FindPendingBatch(ctx, l, 100)
+		require.NoError(t, err)
+		var fs []outbox.Failure
+		for _, e := range batch {
+			require.Equal(t, p, e.Partition)
+			fs = append(fs, outbox.Failure{ID: e.ID, Park: true, Error: "poison"})
+		}
+		require.NoError(t, b.MarkFailed(ctx, l, fs))
+	}
+	var paged []string
+	after := ""
+	for {
+		page, err := b.Parked(ctx, after, 5)
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		require.LessOrEqual(t, len(page), 5)
+		paged = append(paged, ids(page)...)
+		after = page[len(page)-1].ID
+	}
+	assert.Equal(t, all, paged)
+	n, err := b.Requeue(ctx, "i00", "i01", "nope")
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	require.NoError(t, b.Cancel(ctx, "i02"))
+	require.NoError(t, b.Cancel(ctx, "later"))
+	require.ErrorIs(t, b.Cancel(ctx, "later"), outbox.ErrNotFound)
+	st, err = b.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.Stats{Pending: 2, Due: 2, Parked: 9, OldestDue: st.OldestDue}, st)
+}
+
+func testNotifications(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	nctx, cancel := context.WithCancel(ctx)
+	ch, err := b.Notifications(nctx)
+	require.NoError(t, err)
+	require.NoError(t, b.Append(ctx, outbox.Entry{Topic: "t"}))
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal("no notification after a committed append")
+	}
+	cancel()
+	for range ch {
+	}
+}
+
+func testRollback(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	pipe := c.TxPipeline()
+	require.NoError(t, b.AppendInTx(ctx, pipe, outbox.Entry{ID: "r", Topic: "t"}))
+	pipe.Discard()
+	st, err := b.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), st.Pending)
+	require.NoError(t, b.Close())
+	assert.ErrorIs(t, b.AppendInTx(ctx, pipe, outbox.Entry{Topic: "t"}), outbox.ErrClosed)
+	_, err = b.AcquireLease(ctx, 0, "me", time.Minute)
+	assert.ErrorIs(t, err, outbox.ErrClosed)
+}
