@@ -57,6 +57,13 @@ type Backend struct {
 // missing table is reported by the first call, with an error that says to
 // run Migrate. The pool stays the caller's: Close never closes it.
 func New(pool *pgxpool.Pool, opts Options) (*Backend, error) {
+	return newBackend(pool, opts, "")
+}
+
+// newBackend is New with the row-locking clause of the claim query, which
+// the benchmarks vary (see docs/postgres.md: the chosen design locks no
+// rows).
+func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, error) {
 	if pool == nil {
 		return nil, errors.New("pgoutbox: New: pool is nil; pass a *pgxpool.Pool from pgxpool.New")
 	}
@@ -78,7 +85,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Backend, error) {
     ON CONFLICT (id) DO NOTHING
 )`
 	}
-	r := strings.NewReplacer("{archive_filter}", archiveFilter, "{archive_insert}", archiveInsert, "{lock_rows}", "")
+	r := strings.NewReplacer("{archive_filter}", archiveFilter, "{archive_insert}", archiveInsert, "{lock_rows}", lockRows)
 	load := func(name string) string {
 		s, err := queryFS.ReadFile("queries/" + name + ".sql")
 		if err != nil {

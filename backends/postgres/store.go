@@ -1,9 +1,11 @@
 package pgoutbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,6 +105,11 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	defer rows.Close()
 	held := false
 	var out []outbox.Entry
+	type position struct {
+		next time.Time
+		seq  int64
+	}
+	var order []position
 	for rows.Next() {
 		held = true
 		var (
@@ -115,8 +122,12 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 			lastErr  pgtype.Text
 			created  pgtype.Timestamptz
 			topic    pgtype.Text
+			pos      struct {
+				seq  pgtype.Int8
+				next pgtype.Timestamptz
+			}
 		)
-		if err := rows.Scan(&id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created); err != nil {
+		if err := rows.Scan(&pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created); err != nil {
 			return nil, b.interpretError(op, err)
 		}
 		if !id.Valid { // the lease holds, nothing is due
@@ -132,6 +143,7 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 			return nil, fmt.Errorf("pgoutbox: %s: entry %q: %w", op, e.ID, err)
 		}
 		out = append(out, e)
+		order = append(order, position{pos.next.Time, pos.seq.Int64})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, b.interpretError(op, err)
@@ -139,7 +151,21 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	if !held {
 		return nil, leaseLost(op, lease)
 	}
-	return out, nil
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := order[a].next.Compare(order[b].next); c != 0 {
+			return c
+		}
+		return cmp.Compare(order[a].seq, order[b].seq)
+	})
+	sorted := make([]outbox.Entry, len(out))
+	for i, j := range idx {
+		sorted[i] = out[j]
+	}
+	return sorted, nil
 }
 
 // MarkSent deletes (or, with Options.Archive, archives) the entries in one

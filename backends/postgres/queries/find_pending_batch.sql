@@ -3,7 +3,7 @@
 -- nothing is due. The lease row is the claim: nothing is written per row.
 -- The due index (partition, next_at, seq) WHERE state = 'pending' yields
 -- rows in order; the hold-back index answers the NOT EXISTS.
-SELECT c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
+SELECT c.seq, c.next_at, c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
        c.attempts, c.last_error, c.created_at
 FROM {lease} AS l
 LEFT JOIN LATERAL (
@@ -22,4 +22,3 @@ LEFT JOIN LATERAL (
     {lock_rows}
 ) AS c ON true
 WHERE l.partition = $1 AND l.owner = $2 AND l.version = $3 AND l.expires_at > now()
-ORDER BY c.next_at, c.seq
