@@ -1,6 +1,7 @@
-// Command outbox runs the outbox demo.
+// Command outbox runs the outbox demo and administers outboxes.
 //
 //	go run ./cmd/outbox demo [flags]
+//	outbox status|parked|requeue|cancel -postgres URL|-redis URL [flags] [IDs]
 //
 // The demo needs nothing but Go: it appends entries in transactions to the
 // in-memory backend, runs two relays that publish to an in-process Kafka
@@ -25,6 +26,8 @@ func main() {
 	switch cmd {
 	case "demo":
 		err = runDemo(args, os.Stdout)
+	case "status", "parked", "requeue", "cancel":
+		err = runAdmin(cmd, args, os.Stdout)
 	case "help", "-h", "--help":
 		usage()
 		return
@@ -43,7 +46,18 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage: outbox <command> [flags]
 
 commands:
-  demo    append, relay to an in-process Kafka with injected failures, verify
-          (run "outbox demo -h" for its flags)
+  demo     append, relay to an in-process Kafka with injected failures, verify
+           (run "outbox demo -h" for its flags)
+  status   counts of an outbox: pending, due, parked, and the relay's lag
+  parked   list parked (dead-letter) entries, a page at a time
+  requeue  move parked entries back to pending: IDs, or -all
+  cancel   delete pending or parked entries by ID
+
+The admin commands name the outbox with -postgres URL, -redis URL or
+-redis-cluster ADDRS, plus -partitions N (and -schema/-table or -prefix when
+not the defaults); they work on any backend through the SPI's Inspector and
+Canceler interfaces. Example:
+
+  outbox parked -postgres postgres://app@db/app -partitions 8
 `)
 }
