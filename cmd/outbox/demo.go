@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/outbox"
-	"github.com/outboxrelay/outbox/backends/memory"
 	"github.com/outboxrelay/outbox/backoff"
 	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
 )
@@ -34,6 +33,9 @@ type demoConfig struct {
 	seed       uint64
 	timeout    time.Duration
 	progress   time.Duration
+	backend    string
+	postgres   string
+	redisURL   string
 }
 
 func runDemo(args []string, out io.Writer) error {
@@ -49,6 +51,9 @@ func runDemo(args []string, out io.Writer) error {
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed for keys and injected failures")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up (and fail) after this long")
 	fs.DurationVar(&c.progress, "progress", 500*time.Millisecond, "interval of the progress line")
+	fs.StringVar(&c.backend, "backend", "memory", "outbox backend: memory, postgres or redis (these two in a fresh schema / key prefix, removed afterwards)")
+	fs.StringVar(&c.postgres, "postgres", envOr("OUTBOX_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL for -backend postgres")
+	fs.StringVar(&c.redisURL, "redis", envOr("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL for -backend redis")
 	fs.SetOutput(out)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -84,13 +89,17 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	}
 	defer kafka.Close()
 
-	backend := memory.New(memory.Options{Partitions: c.partitions})
-	defer backend.Close()
+	db, err := openDemoBackend(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer db.close()
+	backend := db.store
 
 	w := newWorld(c)
-	fmt.Fprintf(out, "outbox demo: in-memory backend with %d partitions, in-process Kafka (kfake), 2 relays; "+
+	fmt.Fprintf(out, "outbox demo: %s backend with %d partitions, in-process Kafka (kfake), 2 relays; "+
 		"%d entries over %d keys, %.0f%% of attempts fail, %d poison entries\n",
-		c.partitions, c.entries, c.keys, c.failRate*100, c.poison)
+		db.name, c.partitions, c.entries, c.keys, c.failRate*100, c.poison)
 
 	// Consume the topic back and check what arrived.
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(demoTopic),
@@ -127,7 +136,7 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	// Append in transactions from four goroutines.
 	var appending sync.WaitGroup
 	for g := range 4 {
-		appending.Go(func() { w.appendLoop(ctx, backend, g) })
+		appending.Go(func() { w.appendLoop(ctx, db.appendTx, g) })
 	}
 
 	// Halfway, relay A stops and relay C takes its partitions over.
@@ -176,7 +185,7 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	}
 	stopConsuming()
 	consumed.Wait()
-	return w.report(ctx, out, backend, relays, handover, time.Since(start))
+	return w.report(ctx, out, db.inspector, relays, handover, time.Since(start))
 }
 
 // world holds what the demo appended and what arrived.
@@ -222,7 +231,7 @@ func newWorld(c demoConfig) *world {
 // Sequence numbers are assigned and the transaction committed under one
 // lock, so per key, sequence order is commit order, the order the outbox
 // must keep.
-func (w *world) appendLoop(ctx context.Context, b *memory.Backend, g int) {
+func (w *world) appendLoop(ctx context.Context, appendTx func(context.Context, []outbox.Entry, bool) error, g int) {
 	for ctx.Err() == nil {
 		w.mu.Lock()
 		remaining := w.c.entries - len(w.committed)
@@ -232,7 +241,6 @@ func (w *world) appendLoop(ctx context.Context, b *memory.Backend, g int) {
 		}
 		n := min(1+w.rng.IntN(8), remaining)
 		rollback := w.rng.Float64() < w.c.rollback
-		tx := b.Begin()
 		entries := make([]outbox.Entry, n)
 		infos := make([]entryInfo, n)
 		for i := range entries {
@@ -249,12 +257,7 @@ func (w *world) appendLoop(ctx context.Context, b *memory.Backend, g int) {
 				Headers: map[string]string{"content-type": "application/json"},
 			}
 		}
-		err := b.AppendInTx(ctx, tx, entries...)
-		if err == nil && !rollback {
-			err = tx.Commit()
-		} else {
-			_ = tx.Rollback()
-		}
+		err := appendTx(ctx, entries, rollback)
 		if err == nil {
 			w.txs++
 			for i, e := range entries {
@@ -326,7 +329,7 @@ func (w *world) progress() string {
 		w.appendedN.Load(), w.c.entries, w.firstDelivered.Load(), w.attempts.Load(), w.injected.Load())
 }
 
-func (w *world) report(ctx context.Context, out io.Writer, b *memory.Backend, relays map[string]*outbox.Relay, handover string, took time.Duration) error {
+func (w *world) report(ctx context.Context, out io.Writer, b outbox.Inspector, relays map[string]*outbox.Relay, handover string, took time.Duration) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var published, retried, parked int64
