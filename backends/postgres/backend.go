@@ -45,6 +45,7 @@ type Backend struct {
 	qCancel, qStats, qParked, qRequeue       string
 	qPurge                                   string
 
+	claims   claims
 	closed   atomic.Bool
 	stop     context.CancelFunc // stops the listener
 	stopCtx  context.Context

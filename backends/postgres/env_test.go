@@ -3,6 +3,7 @@ package pgoutbox_test
 import (
 	"context"
 	"crypto/rand"
+	"flag"
 	"encoding/hex"
 	"os"
 	"sync"
@@ -25,6 +26,16 @@ var pools struct {
 }
 
 func TestMain(m *testing.M) {
+	// The conformance cases spend their time waiting on real lease TTLs
+	// and schedules, not on the CPU; with the default -parallel
+	// (GOMAXPROCS) the package would take minutes. Raise it unless the
+	// caller chose a value.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "16")
+	}
 	code := m.Run()
 	pools.Lock()
 	for _, p := range pools.byMode {

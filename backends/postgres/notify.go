@@ -14,8 +14,9 @@ import (
 // Options.Channel). The first call starts one listener: a dedicated
 // connection outside the pool (Options.ListenConfig) that runs LISTEN and
 // reconnects with capped exponential backoff when it breaks; after every
-// (re)connect it sends a value too, since notifications may have been
-// missed meanwhile. Each channel has a buffer of one and a slow receiver
+// reconnect it sends a value too, since notifications may have been missed
+// meanwhile. The first call waits for the first LISTEN attempt (bounded
+// by ctx), so a commit after it returns is not missed. Each channel has a buffer of one and a slow receiver
 // misses values rather than blocking. The channel is closed when ctx is
 // done or the backend is closed. See [outbox.Notifier].
 func (b *Backend) Notifications(ctx context.Context) (<-chan struct{}, error) {
@@ -32,21 +33,30 @@ func (b *Backend) Notifications(ctx context.Context) (<-chan struct{}, error) {
 	}
 	l := b.listener
 	b.listenMu.Unlock()
-	return l.subscribe(ctx), nil
+	ch := l.subscribe(ctx)
+	// Wait for the first LISTEN attempt, so a commit right after this call
+	// returns is not missed.
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+	}
+	return ch, nil
 }
 
 type listener struct {
-	cfg  *pgx.ConnConfig
-	opts Options
-	ctx  context.Context
-	done chan struct{}
+	cfg   *pgx.ConnConfig
+	opts  Options
+	ctx   context.Context
+	done  chan struct{}
+	ready chan struct{} // closed after the first LISTEN attempt
+	once  sync.Once
 
 	mu   sync.Mutex
 	subs map[chan struct{}]struct{}
 }
 
 func newListener(ctx context.Context, cfg *pgx.ConnConfig, opts Options) *listener {
-	l := &listener{cfg: cfg, opts: opts, ctx: ctx, done: make(chan struct{}), subs: map[chan struct{}]struct{}{}}
+	l := &listener{cfg: cfg, opts: opts, ctx: ctx, done: make(chan struct{}), ready: make(chan struct{}), subs: map[chan struct{}]struct{}{}}
 	go l.run()
 	return l
 }
@@ -101,8 +111,10 @@ func (l *listener) run() {
 	}()
 	const minDelay, maxDelay = 50 * time.Millisecond, 5 * time.Second
 	delay := minDelay
-	for l.ctx.Err() == nil {
-		err := l.listenOnce(func() { delay = minDelay })
+	defer l.once.Do(func() { close(l.ready) })
+	for attempt := 0; l.ctx.Err() == nil; attempt++ {
+		err := l.listenOnce(attempt > 0, func() { delay = minDelay })
+		l.once.Do(func() { close(l.ready) })
 		if l.ctx.Err() != nil {
 			return
 		}
@@ -119,7 +131,7 @@ func (l *listener) run() {
 
 // listenOnce connects, listens and forwards notifications until the
 // connection fails or the backend closes.
-func (l *listener) listenOnce(connected func()) error {
+func (l *listener) listenOnce(reconnect bool, connected func()) error {
 	conn, err := pgx.ConnectConfig(l.ctx, l.cfg)
 	if err != nil {
 		return fmt.Errorf("connecting: %w", err)
@@ -133,7 +145,10 @@ func (l *listener) listenOnce(connected func()) error {
 		return fmt.Errorf("LISTEN: %w", err)
 	}
 	connected()
-	l.broadcast() // anything appended while we were away
+	l.once.Do(func() { close(l.ready) })
+	if reconnect {
+		l.broadcast() // anything appended while we were away
+	}
 	for {
 		if _, err := conn.WaitForNotification(l.ctx); err != nil {
 			return err

@@ -1,4 +1,5 @@
--- FindPendingBatch: $1 partition, $2 owner, $3 version, $4 limit.
+-- FindPendingBatch: $1 partition, $2 owner, $3 version, $4 limit, $5 the
+-- IDs this lease already holds unfinished (kept by the Backend in memory).
 -- No row at all: the lease is lost. One row of NULLs: the lease holds and
 -- nothing is due. The lease row is the claim: nothing is written per row.
 -- The due index (partition, next_at, seq) WHERE state = 'pending' yields
@@ -13,6 +14,7 @@ LEFT JOIN LATERAL (
     WHERE o.partition = l.partition
       AND o.state = 'pending'
       AND o.next_at <= now()
+      AND o.id <> ALL($5::text[])
       AND (o.key = ''::bytea OR NOT EXISTS (
             SELECT 1 FROM {outbox} AS h
             WHERE h.partition = o.partition AND h.key = o.key AND h.seq < o.seq

@@ -1,6 +1,8 @@
 -- MarkFailed: $1 partition, $2 owner, $3 version, then parallel arrays
 -- $4 ids, $5 errors, $6 retry times, $7 park flags. One fenced statement
 -- (see mark_sent.sql). Parked and sent (deleted) rows are never touched.
+-- The retry time is stored as given: one in the past puts the entry
+-- before entries appended after that time.
 WITH l AS MATERIALIZED (
     SELECT 1 FROM {lease}
     WHERE partition = $1 AND owner = $2 AND version = $3 AND expires_at > now()

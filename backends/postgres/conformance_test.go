@@ -1,0 +1,45 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox"
+	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
+	"github.com/outboxrelay/outbox/conformance"
+)
+
+type harness struct {
+	b    *pgoutbox.Backend
+	pool interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}
+}
+
+func (h harness) Backend() outbox.Backend[pgx.Tx]               { return h.b }
+func (h harness) Begin(ctx context.Context) (pgx.Tx, error)     { return h.pool.Begin(ctx) }
+func (h harness) Commit(ctx context.Context, tx pgx.Tx) error   { return tx.Commit(ctx) }
+func (h harness) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
+
+func runConformance(t *testing.T, mode pgx.QueryExecMode) {
+	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {
+		b, p := newBackend(t, mode, pgoutbox.Options{Partitions: cfg.Partitions})
+		return harness{b: b, pool: p}
+	})
+}
+
+// TestConformance runs the suite over pgx's default extended protocol.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	runConformance(t, pgx.QueryExecModeCacheStatement)
+}
+
+// TestConformanceSimpleProtocol runs the suite over the simple protocol,
+// as PgBouncer in transaction pooling mode needs (no prepared statements
+// survive a transaction there).
+func TestConformanceSimpleProtocol(t *testing.T) {
+	t.Parallel()
+	runConformance(t, pgx.QueryExecModeSimpleProtocol)
+}
