@@ -1,0 +1,148 @@
+package redisoutbox
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outbox"
+)
+
+func TestClusterPartitionsSpreadWithoutCrossSlot(t *testing.T) {
+	t.Parallel()
+	c := clusterClient(t)
+	cc := c.(*redis.ClusterClient)
+	ctx := testCtx(t)
+	const parts = 48 // enough that every master gets some, whatever the random prefix
+	b := newBackend(t, c, Options{Partitions: parts})
+
+	// Every partition's keys share one slot; the partitions use many slots
+	// on every master.
+	slots := map[int64]bool{}
+	nodes := map[string]bool{}
+	for _, k := range b.parts {
+		slot, err := c.ClusterKeySlot(ctx, k.pending).Result()
+		require.NoError(t, err)
+		for _, key := range []string{k.entries, k.inflight, k.parked, k.holds, k.lease, k.leasever, k.seq} {
+			s, err := c.ClusterKeySlot(ctx, key).Result()
+			require.NoError(t, err)
+			require.Equal(t, slot, s, key)
+		}
+		slots[slot] = true
+		n, err := cc.MasterForKey(ctx, k.pending)
+		require.NoError(t, err)
+		nodes[n.Options().Addr] = true
+	}
+	assert.Greater(t, len(slots), parts/2, "partitions spread over slots")
+	assert.Len(t, nodes, 3, "partitions land on every master")
+
+	// Many keys over all partitions: standalone Append and per-partition
+	// transactions work, every partition drains, nothing raises CROSSSLOT.
+	var all []outbox.Entry
+	for i := range 200 {
+		all = append(all, outbox.Entry{ID: fmt.Sprintf("c%03d", i), Topic: "t", Key: "key" + strconv.Itoa(i%40)})
+	}
+	require.NoError(t, b.Append(ctx, all[:100]...))
+	for _, e := range all[100:] {
+		_, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.Set(ctx, b.HashTag(e.Key)+":business:"+e.ID, "state", time.Minute)
+			return b.AppendInTx(ctx, pipe, e)
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Del(ctx, b.HashTag(e.Key)+":business:"+e.ID) })
+	}
+	seen := 0
+	for p := range parts {
+		l, err := b.AcquireLease(ctx, p, "me", time.Minute)
+		require.NoError(t, err)
+		batch, err := b.FindPendingBatch(ctx, l, 500)
+		require.NoError(t, err)
+		seen += len(batch)
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: batch[0].ID, RetryAt: time.Now()}}))
+		require.NoError(t, b.Release(ctx, l, ids(batch[1:])))
+		require.NoError(t, b.ReleaseLease(ctx, l))
+	}
+	assert.Equal(t, 200, seen)
+	st, err := b.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(200), st.Pending)
+	require.NoError(t, b.Cancel(ctx, "c007"))
+	_, err = b.Parked(ctx, "", 10)
+	require.NoError(t, err)
+
+	// A transaction that would span partitions is refused before anything
+	// is queued, with a message that says what to do.
+	pipe := c.TxPipeline()
+	err = b.AppendInTx(ctx, pipe, all[0], all[1])
+	require.ErrorIs(t, err, outbox.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "HashTag")
+	pipe.Discard()
+}
+
+func TestSurvivesScriptFlush(t *testing.T) {
+	t.Parallel()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			c := tg.client(t)
+			ctx := testCtx(t)
+			b := newBackend(t, c, Options{})
+			require.NoError(t, c.ScriptFlush(ctx).Err())
+			// Inside the caller's MULTI: the business write and the entry
+			// commit together even though the server forgot the scripts.
+			_, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				pipe.Set(ctx, b.parts[0].tag+":business", "v", time.Minute)
+				return b.AppendInTx(ctx, pipe, outbox.Entry{ID: "in-tx", Topic: "t"})
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Del(ctx, b.parts[0].tag+":business") })
+			require.NoError(t, c.ScriptFlush(ctx).Err())
+			require.NoError(t, b.Append(ctx, outbox.Entry{ID: "standalone", Topic: "t"}))
+			require.NoError(t, c.ScriptFlush(ctx).Err())
+			l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, c.ScriptFlush(ctx).Err())
+			batch, err := b.FindPendingBatch(ctx, l, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []string{"in-tx", "standalone"}, ids(batch))
+			require.NoError(t, c.ScriptFlush(ctx).Err())
+			st, err := b.Stats(ctx) // pipelined path
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), st.Pending)
+		})
+	}
+}
+
+func TestWarnsWhenEvictionCanLoseEntries(t *testing.T) {
+	t.Parallel()
+	srv := startPrivateRedis(t, "--maxmemory-policy", "allkeys-lru")
+	var logs bytes.Buffer
+	b, err := New(testCtx(t), srv, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	defer b.Close()
+	assert.Contains(t, logs.String(), "level=ERROR")
+	assert.Contains(t, logs.String(), "allkeys-lru")
+	assert.Contains(t, logs.String(), "noeviction")
+
+	require.NoError(t, srv.ConfigSet(testCtx(t), "maxmemory-policy", "volatile-ttl").Err())
+	logs.Reset()
+	b2, err := New(testCtx(t), srv, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	defer b2.Close()
+	assert.Contains(t, logs.String(), "level=WARN")
+	assert.Contains(t, logs.String(), "lease")
+
+	require.NoError(t, srv.ConfigSet(testCtx(t), "maxmemory-policy", "noeviction").Err())
+	logs.Reset()
+	b3, err := New(testCtx(t), srv, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	defer b3.Close()
+	assert.Empty(t, logs.String())
+}
