@@ -3,8 +3,8 @@ package pgoutbox_test
 import (
 	"context"
 	"crypto/rand"
-	"flag"
 	"encoding/hex"
+	"flag"
 	"os"
 	"sync"
 	"testing"
@@ -61,7 +61,7 @@ func pool(t testing.TB, mode pgx.QueryExecMode) *pgxpool.Pool {
 	if err != nil {
 		t.Fatalf("OUTBOX_POSTGRES_URL: %v", err)
 	}
-	cfg.MaxConns = 12
+	cfg.MaxConns = 20
 	cfg.ConnConfig.DefaultQueryExecMode = mode
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
