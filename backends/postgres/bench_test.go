@@ -1,0 +1,230 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/outbox"
+	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
+)
+
+// Benchmarks behind docs/postgres.md. They measure throughput against the
+// local PostgreSQL; run them alone (the machine is shared):
+//
+//	go test -run '^$' -bench . -benchtime 3x ./backends/postgres/
+
+const appendCallers = 8
+
+func benchPayload() []byte {
+	p := make([]byte, 256)
+	for i := range p {
+		p[i] = byte(i)
+	}
+	return p
+}
+
+// BenchmarkAppend appends with 8 concurrent callers, each transaction
+// holding 1 or 100 entries: AppendInTx (one multi-row INSERT from arrays)
+// against a raw COPY into the same table (no ON CONFLICT, no NOTIFY: the
+// upper bound COPY could reach). b.N is the number of transactions.
+func BenchmarkAppend(b *testing.B) {
+	for _, per := range []int{1, 100} {
+		for _, how := range []string{"AppendInTx", "COPY"} {
+			b.Run(fmt.Sprintf("%s/%d-per-tx", how, per), func(b *testing.B) {
+				be, p := newBackend(b, extended, pgoutbox.Options{})
+				table := pgx.Identifier{be.Options().Schema, "outbox"}
+				payload := benchPayload()
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				for w := range appendCallers {
+					wg.Go(func() {
+						ctx := context.Background()
+						for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
+							es := make([]outbox.Entry, per)
+							rows := make([][]any, per)
+							for i := range es {
+								id := fmt.Sprintf("w%d-%d-%d", w, n, i)
+								key := fmt.Sprint("agg-", (int(n)*per+i)%1000)
+								es[i] = outbox.Entry{ID: id, Topic: "bench", Key: key, Payload: payload}
+								now := time.Now()
+								rows[i] = []any{id, int32(0), "bench", []byte(key), payload, now, now}
+							}
+							err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+								if how == "COPY" {
+									_, err := tx.CopyFrom(ctx, table, []string{"id", "partition", "topic", "key", "payload", "created_at", "next_at"}, pgx.CopyFromRows(rows))
+									return err
+								}
+								return be.AppendInTx(ctx, tx, es...)
+							})
+							if err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "entries/s")
+			})
+		}
+	}
+}
+
+// BenchmarkDrain100k drains a backlog of 100,000 entries with one relay
+// loop (AcquireLease, FindPendingBatch(500), MarkSent, into a no-op sink)
+// for three claim designs:
+//
+//   - partition-lease: the chosen design (the lease row is the claim, the
+//     batch is read without writing, the finish is one fenced DELETE);
+//   - partition-lease+rowlock: the same with FOR UPDATE SKIP LOCKED in the
+//     claim query;
+//   - inflight-update: the seeds' design, an UPDATE marking each claimed row
+//     in-flight (owner, version + 1, expiry) under SKIP LOCKED, then a DELETE
+//     fenced per row by owner and version.
+func BenchmarkDrain100k(b *testing.B) {
+	const backlog, batch = 100_000, 500
+	for _, design := range []string{"partition-lease", "partition-lease+rowlock", "inflight-update"} {
+		b.Run(design, func(b *testing.B) {
+			be, p := newBackend(b, extended, pgoutbox.Options{})
+			schema := be.Options().Schema
+			ctx := context.Background()
+			table := pgx.Identifier{schema, "outbox"}.Sanitize()
+			drain := func() (int, error) { return drainLease(ctx, be, batch) }
+			switch design {
+			case "partition-lease+rowlock":
+				locking, err := pgoutbox.NewRowLocking(p, be.Options())
+				if err != nil {
+					b.Fatal(err)
+				}
+				drain = func() (int, error) { return drainLease(ctx, locking, batch) }
+			case "inflight-update":
+				table = pgx.Identifier{schema, "inflight"}.Sanitize()
+				if err := createInflight(ctx, p, table); err != nil {
+					b.Fatal(err)
+				}
+				drain = func() (int, error) { return drainInflight(ctx, be, p, table, batch) }
+			}
+			var total time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				if err := load(ctx, p, table, backlog); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				n, err := drain()
+				total += time.Since(start)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n != backlog {
+					b.Fatalf("drained %d entries, want %d", n, backlog)
+				}
+				b.StopTimer()
+				if _, err := p.Exec(ctx, "VACUUM "+table); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(backlog)*float64(b.N)/total.Seconds(), "rows/s")
+		})
+	}
+}
+
+func drainLease(ctx context.Context, be *pgoutbox.Backend, batch int) (int, error) {
+	n := 0
+	for {
+		l, err := be.AcquireLease(ctx, 0, "bench", time.Minute)
+		if err != nil {
+			return n, err
+		}
+		es, err := be.FindPendingBatch(ctx, l, batch)
+		if err != nil {
+			return n, err
+		}
+		if len(es) == 0 {
+			return n, nil
+		}
+		ids := make([]string, len(es))
+		for i, e := range es {
+			ids[i] = e.ID
+		}
+		if err := be.MarkSent(ctx, l, ids); err != nil {
+			return n, err
+		}
+		n += len(es)
+	}
+}
+
+func createInflight(ctx context.Context, p *pgxpool.Pool, table string) error {
+	_, err := p.Exec(ctx, `CREATE TABLE `+table+` (
+		seq bigint GENERATED ALWAYS AS IDENTITY, id text PRIMARY KEY, partition integer NOT NULL,
+		topic text NOT NULL, key bytea NOT NULL DEFAULT '', payload bytea, headers bytea,
+		not_before timestamptz, created_at timestamptz NOT NULL, next_at timestamptz NOT NULL,
+		attempts integer NOT NULL DEFAULT 0, state text NOT NULL DEFAULT 'pending',
+		last_error text NOT NULL DEFAULT '', lease_owner text, lease_version bigint NOT NULL DEFAULT 0,
+		lease_expires timestamptz);
+	CREATE INDEX ON `+table+` (partition, next_at, seq) WHERE state = 'pending';
+	CREATE INDEX ON `+table+` (partition, lease_expires) WHERE state = 'inflight';
+	CREATE INDEX ON `+table+` (partition, key, seq) WHERE attempts > 0 AND state <> 'parked'`)
+	return err
+}
+
+func drainInflight(ctx context.Context, be *pgoutbox.Backend, p *pgxpool.Pool, table string, batch int) (int, error) {
+	claim := `WITH c AS (
+		SELECT o.id FROM ` + table + ` AS o
+		WHERE o.partition = $1 AND o.state = 'pending' AND o.next_at <= now()
+		  AND (o.key = ''::bytea OR NOT EXISTS (SELECT 1 FROM ` + table + ` AS h
+		       WHERE h.partition = o.partition AND h.key = o.key AND h.seq < o.seq
+		         AND h.attempts > 0 AND h.state <> 'parked'))
+		ORDER BY o.next_at, o.seq LIMIT $3
+		FOR UPDATE SKIP LOCKED)
+	UPDATE ` + table + ` AS o
+	SET state = 'inflight', lease_owner = $2, lease_version = o.lease_version + 1,
+	    lease_expires = now() + interval '30 seconds'
+	FROM c WHERE o.id = c.id
+	RETURNING o.id, o.lease_version, o.topic, o.key, o.payload, o.headers, o.attempts, o.created_at`
+	sent := `DELETE FROM ` + table + ` AS o USING unnest($1::text[], $2::bigint[]) AS f(id, v)
+		WHERE o.id = f.id AND o.lease_owner = $3 AND o.lease_version = f.v AND o.state = 'inflight'`
+	n := 0
+	for {
+		l, err := be.AcquireLease(ctx, 0, "bench", time.Minute)
+		if err != nil {
+			return n, err
+		}
+		rows, err := p.Query(ctx, claim, l.Partition, l.Owner, batch)
+		if err != nil {
+			return n, err
+		}
+		var ids []string
+		var versions []int64
+		for rows.Next() {
+			var e outbox.Entry
+			var v int64
+			var key []byte
+			if err := rows.Scan(&e.ID, &v, &e.Topic, &key, &e.Payload, new([]byte), &e.Attempts, &e.CreatedAt); err != nil {
+				rows.Close()
+				return n, err
+			}
+			ids, versions = append(ids, e.ID), append(versions, v)
+		}
+		if err := rows.Err(); err != nil {
+			return n, err
+		}
+		if len(ids) == 0 {
+			return n, nil
+		}
+		if _, err := p.Exec(ctx, sent, ids, versions, l.Owner); err != nil {
+			return n, err
+		}
+		n += len(ids)
+	}
+}
