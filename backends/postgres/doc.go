@@ -1,7 +1,7 @@
 // Package pgoutbox is the PostgreSQL backend of the outbox, built on pgx v5.
 //
 // Append entries inside your own transaction with [Backend.AppendInTx]
-// (or [AppendInSQLTx] for database/sql); a relay built with outbox.NewRelay
+// (or [Backend.AppendInSQLTx] with a database/sql *sql.Tx); a relay built with outbox.NewRelay
 // publishes them.
 //
 //	pool, _ := pgxpool.New(ctx, url)
