@@ -274,10 +274,16 @@ func (b *Backend) group(entries []outbox.Entry) [][]outbox.Entry {
 // which would commit the business write without its entries.
 //
 // Errors of the script itself (none are expected) surface from the
-// caller's Exec. On Redis Cluster a transaction must stay in one slot: all
-// entries of one AppendInTx must share a partition (always true with one
-// partition), and the business keys must carry [Backend.HashTag]; entries
-// of several partitions give an error here, before anything is queued.
+// caller's Exec.
+//
+// Redis Cluster: a MULTI can only touch one slot. The entries of one
+// partition share a slot (its hash tag, [Backend.HashTag]), so a
+// transaction whose entries all fall into one partition, and whose business
+// keys carry that partition's tag, commits atomically. A TxPipeline that
+// spans slots is refused by go-redis at Exec with CROSSSLOT before anything
+// is sent, so nothing is written. With a plain (non-transactional)
+// client.Pipeline() as tx, entries of several partitions are written by one
+// script per partition, each atomic on its own.
 //
 // Entries are validated with [outbox.PrepareEntries] first (errors wrap
 // [outbox.ErrInvalidEntry]). No entries: nothing is queued. The entries are
@@ -297,10 +303,6 @@ func (b *Backend) AppendInTx(ctx context.Context, tx redis.Pipeliner, entries ..
 		return err
 	}
 	groups := b.group(prepared)
-	if b.cluster && len(groups) > 1 {
-		return fmt.Errorf("redisoutbox: AppendInTx: the entries fall into %d partitions, but a Redis Cluster transaction can only touch one slot; append entries whose keys share a partition (see Backend.HashTag) per transaction, or use one partition: %w",
-			len(groups), outbox.ErrInvalidArgument)
-	}
 	for _, g := range groups {
 		ks, args := b.appendArgs(&b.parts[g[0].Partition], g)
 		tx.Eval(ctx, scriptAppend.src, ks, args...)

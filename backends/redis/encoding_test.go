@@ -17,7 +17,7 @@ func TestEncodingRoundTrip(t *testing.T) {
 	for name, e := range map[string]outbox.Entry{
 		"Minimal": {ID: "a", Topic: "t"},
 		"Full": {ID: "b", Topic: "topic", Key: "key\x00with nul", Payload: []byte{0, 1, 2, 255},
-			Headers: map[string]string{"x": "1", "": "empty name survives decoding", "traceparent": "00-abc"},
+			Headers:   map[string]string{"x": "1", "": "empty name survives decoding", "traceparent": "00-abc"},
 			NotBefore: time.Unix(1700000000, 123456789)},
 		"Epoch": {ID: "c", Topic: "t", NotBefore: time.Unix(0, 0)},
 	} {

@@ -1,0 +1,111 @@
+package redisoutbox
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// BenchmarkAppendInTx measures appends of one entry per transaction (a SET
+// of a business key plus AppendInTx, one MULTI/EXEC round trip) from 8
+// concurrent callers. Run: go test -run '^$' -bench AppendInTx ./backends/redis/
+func BenchmarkAppendInTx(b *testing.B) {
+	for _, mode := range []string{"EVAL", "EVALSHA"} {
+		b.Run(mode, func(b *testing.B) {
+			c := standaloneClient(&testing.T{})
+			be := benchBackend(b, c, 1)
+			ctx := context.Background()
+			b.SetParallelism((8 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			var n atomic.Int64
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					_, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+						pipe.Set(ctx, be.parts[0].tag+":bench", i, time.Minute)
+						if mode == "EVAL" {
+							return be.AppendInTx(ctx, pipe, outbox.Entry{Topic: "t", Key: "k", Payload: make([]byte, 100)})
+						}
+						// What AppendInTx would cost with EVALSHA (unsafe
+						// inside MULTI after a SCRIPT FLUSH; measured only).
+						es, _ := outbox.PrepareEntries(ctx, []outbox.Entry{{Topic: "t", Key: "k", Payload: make([]byte, 100)}}, 1)
+						ks, args := be.appendArgs(&be.parts[0], es)
+						pipe.EvalSha(ctx, scriptAppend.Hash(), ks, args...)
+						return nil
+					})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
+		})
+	}
+}
+
+// BenchmarkDrain measures a plain relay loop into a no-op sink: one lease,
+// then FindPendingBatch(500) and MarkSent until 100,000 entries are gone
+// (two round trips per batch). Run with -benchtime 1x.
+func BenchmarkDrain(b *testing.B) {
+	const total, batch = 100_000, 500
+	c := standaloneClient(&testing.T{})
+	ctx := context.Background()
+	var drained int
+	var elapsed time.Duration
+	for range b.N {
+		b.StopTimer()
+		be := benchBackend(b, c, 1)
+		chunk := make([]outbox.Entry, 1000)
+		for i := 0; i < total; i += len(chunk) {
+			for j := range chunk {
+				chunk[j] = outbox.Entry{Topic: "t", Key: fmt.Sprintf("k%d", (i+j)%1000), Payload: make([]byte, 100)}
+			}
+			if err := be.Append(ctx, chunk...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		start := time.Now()
+		l, err := be.AcquireLease(ctx, 0, "bench", time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			es, err := be.FindPendingBatch(ctx, l, batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(es) == 0 {
+				break
+			}
+			if err := be.MarkSent(ctx, l, ids(es)); err != nil {
+				b.Fatal(err)
+			}
+			drained += len(es)
+		}
+		elapsed += time.Since(start)
+	}
+	b.ReportMetric(float64(drained)/elapsed.Seconds(), "entries/s")
+}
+
+func benchBackend(b *testing.B, c redis.UniversalClient, parts int) *Backend {
+	be, err := New(context.Background(), c, Options{Prefix: uniquePrefix(), Partitions: parts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx := context.Background()
+		for _, k := range be.parts {
+			c.Del(ctx, k.entries, k.pending, k.inflight, k.parked, k.holds, k.lease, k.leasever, k.seq, k.tag+":bench")
+		}
+	})
+	return be
+}

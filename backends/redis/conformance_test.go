@@ -1,0 +1,58 @@
+package redisoutbox
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/conformance"
+)
+
+// harness runs the conformance suite on one backend with its own prefix.
+type harness struct {
+	b *Backend
+	c redis.UniversalClient
+	// plain makes Begin return a non-transactional pipeline: on Redis
+	// Cluster a MULTI cannot span the slots of several partitions, so
+	// there each partition's entries are atomic on their own.
+	plain bool
+}
+
+func (h *harness) Backend() outbox.Backend[redis.Pipeliner] { return h.b }
+
+func (h *harness) Begin(context.Context) (redis.Pipeliner, error) {
+	if h.plain {
+		return h.c.Pipeline(), nil
+	}
+	return h.c.TxPipeline(), nil
+}
+
+func (h *harness) Commit(ctx context.Context, tx redis.Pipeliner) error {
+	_, err := tx.Exec(ctx)
+	return err
+}
+
+func (h *harness) Rollback(_ context.Context, tx redis.Pipeliner) error {
+	tx.Discard()
+	return nil
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			c := tg.client(t)
+			conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[redis.Pipeliner] {
+				_, cluster := c.(*redis.ClusterClient)
+				return &harness{
+					b:     newBackend(t, c, Options{Partitions: cfg.Partitions}),
+					c:     c,
+					plain: cluster && cfg.Partitions > 1,
+				}
+			})
+		})
+	}
+}
