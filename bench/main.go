@@ -60,6 +60,7 @@ func main() {
 		redDB = flag.Int("redis-db", 15, "Redis logical database for every Redis workload (only the harness's own keys are touched)")
 	)
 	flag.BoolVar(&cfg.Quick, "quick", false, "small N, one run each: check that the harness works and the counts are right (under two minutes)")
+	flag.BoolVar(&verbose, "v", false, "log what our relays and backends log (debug level)")
 	flag.StringVar(&cfg.CPUProf, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 

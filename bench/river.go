@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,8 +55,19 @@ func (s *Suite) resetRiver(ctx context.Context) error {
 	return err
 }
 
+// verbose turns the logs of our relays and backends on (flag -v).
+var verbose bool
+
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelError + 10}))
+}
+
+// oursLogger is the logger of our relays and backends: silent unless -v.
+func oursLogger() *slog.Logger {
+	if verbose {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return quietLogger()
 }
 
 type discard struct{}

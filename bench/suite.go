@@ -355,19 +355,49 @@ func (t *tracker) markOrdered(key string, b []byte) {
 	t.mark(seq)
 }
 
-// wait blocks until every message was delivered, ctx ends or timeout
-// passes.
+// stallTimeout fails a wait when no new message arrived for this long.
+const stallTimeout = 10 * time.Second
+
+// wait blocks until every message was delivered, ctx ends, timeout passes
+// or no new message arrived for stallTimeout.
 func (t *tracker) wait(ctx context.Context, timeout time.Duration) error {
 	tm := time.NewTimer(timeout)
 	defer tm.Stop()
-	select {
-	case <-t.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return fmt.Errorf("timed out after %s with %d of %d messages delivered", timeout, t.unique.Load(), t.n)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, lastAt := t.unique.Load(), time.Now()
+	for {
+		select {
+		case <-t.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tm.C:
+			return fmt.Errorf("timed out after %s with %d of %d messages delivered", timeout, t.unique.Load(), t.n)
+		case now := <-tick.C:
+			if u := t.unique.Load(); u != last {
+				last, lastAt = u, now
+			} else if now.Sub(lastAt) >= stallTimeout {
+				return fmt.Errorf("stalled: no new message for %s, %d of %d delivered", stallTimeout, u, t.n)
+			}
+		}
 	}
+}
+
+// span is the time from the first first-delivery to the last one.
+func (t *tracker) span() time.Duration {
+	var lo, hi int64
+	for i := range t.recvAt {
+		v := t.recvAt[i].Load()
+		if v == 0 {
+			continue
+		}
+		if lo == 0 || v < lo {
+			lo = v
+		}
+		hi = max(hi, v)
+	}
+	return time.Duration(hi - lo)
 }
 
 // Counts summarises a tracker.
