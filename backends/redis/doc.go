@@ -1,0 +1,61 @@
+// Package redisoutbox is the Redis backend of the outbox: entries are
+// appended inside the caller's MULTI/EXEC (a go-redis TxPipeline) and
+// relayed by Lua scripts fenced by per-partition leases. It works with any
+// redis.UniversalClient: a single node, Sentinel (failover client) or
+// Redis Cluster. The name reads well next to go-redis's redis package.
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	ob, err := redisoutbox.New(ctx, client, redisoutbox.Options{Prefix: "{orders}"})
+//	...
+//	_, err = client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+//		pipe.HSet(ctx, "order:42", "state", "paid")
+//		return ob.AppendInTx(ctx, pipe, outbox.Entry{Topic: "orders", Key: "42", Payload: body})
+//	})
+//
+// # Keys
+//
+// Options.Prefix holds exactly one hash tag, "{outbox}" by default. Each
+// partition p gets the tag with ":p" appended, so partitions spread over
+// Cluster slots while all keys of one partition share a slot and every
+// script is single-slot. For prefix "{outbox}", partition 0 uses:
+//
+//	{outbox:0}:entries   hash    entry ID -> encoded entry (see below)
+//	{outbox:0}:pending   zset    seq8+ID -> next attempt time (ms)
+//	{outbox:0}:inflight  zset    claimed entries, score kept from pending
+//	{outbox:0}:parked    zset    parked IDs, score 0 (pages by ID)
+//	{outbox:0}:holds     hash    entry key -> members of its failing entries
+//	{outbox:0}:lease     string  "version:owner", PX = lease TTL
+//	{outbox:0}:leasever  counter last lease version (never expires)
+//	{outbox:0}:seq       counter last append sequence
+//
+// Every key a script touches is passed in KEYS. Wake-ups are published on
+// the channel "outbox:notify:" + Prefix.
+//
+// # Ordering
+//
+// A pending member is the entry's 8-byte big-endian append sequence
+// followed by its ID, and its score is the next attempt time in ms. Redis
+// orders equal scores by member bytes, so ZRANGEBYSCORE returns entries by
+// (due time, append order) exactly, however many share a millisecond. An
+// entry with a key is skipped while an earlier-appended entry of its key has
+// failed and is neither sent nor parked (the holds hash); see docs/redis.md.
+//
+// # Leases
+//
+// AcquireLease is SET NX PX with the owner token, the version comes from
+// INCR of a persistent counter; renew and release compare "version:owner"
+// first. Every claim and finish script checks the same token, so a stale
+// holder changes nothing and gets [outbox.ErrLeaseLost]. A new lease
+// version returns every entry still claimed by an earlier one to pending.
+// Times come from the server's TIME.
+//
+// # Tuning
+//
+// One partition (the default) is one slot on one master; use more
+// partitions (and relays) to spread load over a Cluster. On Cluster a
+// transaction can hold entries of one partition only; see
+// [Backend.AppendInTx] and [Backend.HashTag]. Run Redis with
+// maxmemory-policy noeviction and, for durability, appendonly yes with
+// appendfsync always or everysec; docs/redis.md has the trade-offs and
+// measured numbers.
+package redisoutbox
