@@ -223,6 +223,16 @@ func token(l outbox.Lease) string {
 	return strconv.FormatInt(l.Version, 10) + ":" + l.Owner
 }
 
+// ceilMillis is t in Unix ms, rounded up (an entry is never due before
+// its time) and clamped at 0.
+func ceilMillis(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return max(0, ms)
+}
+
 func ttlMillis(ttl time.Duration) int64 {
 	return max(1, int64((ttl+time.Millisecond-1)/time.Millisecond))
 }
@@ -235,7 +245,7 @@ func (b *Backend) appendArgs(k *keys, entries []outbox.Entry) ([]string, []any) 
 		e := &entries[i]
 		due := ""
 		if !e.NotBefore.IsZero() {
-			due = strconv.FormatInt(max(0, e.NotBefore.UnixMilli()), 10)
+			due = strconv.FormatInt(ceilMillis(e.NotBefore), 10)
 		}
 		args = append(args, e.ID, due, encodeEntry(e))
 	}

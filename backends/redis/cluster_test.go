@@ -158,3 +158,32 @@ func TestWarnsWhenEvictionCanLoseEntries(t *testing.T) {
 	defer b3.Close()
 	assert.Empty(t, logs.String())
 }
+
+// TestCrashWithAppendfsyncAlways kills a private Redis (appendonly yes,
+// appendfsync always) with SIGKILL mid-work: every acknowledged append,
+// claim and outcome survives, the scripts are reloaded transparently, and
+// the lease version keeps growing.
+func TestCrashWithAppendfsyncAlways(t *testing.T) {
+	t.Parallel()
+	c, restart := startRestartableRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	for i := range 5 {
+		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "d" + strconv.Itoa(i), Topic: "t", Key: "k"}))
+	}
+	l, err := b.AcquireLease(ctx, 0, "before", 100*time.Millisecond)
+	require.NoError(t, err)
+	batch, err := b.FindPendingBatch(ctx, l, 2)
+	require.NoError(t, err)
+	require.NoError(t, b.MarkSent(ctx, l, ids(batch[:1])))
+
+	restart()
+
+	time.Sleep(150 * time.Millisecond) // let the old lease expire
+	l2, err := b.AcquireLease(ctx, 0, "after", time.Minute)
+	require.NoError(t, err)
+	assert.Greater(t, l2.Version, l.Version)
+	batch, err = b.FindPendingBatch(ctx, l2, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"d1", "d2", "d3", "d4"}, ids(batch), "the unfinished claim comes back first, the sent entry does not")
+}

@@ -219,7 +219,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		if f.Park {
 			park = "1"
 		} else if !f.RetryAt.IsZero() {
-			retry = max(0, f.RetryAt.UnixMilli())
+			retry = ceilMillis(f.RetryAt)
 		}
 		args = append(args, f.ID, park, strconv.FormatInt(retry, 10), truncate(f.Error, b.opts.MaxErrorLen))
 	}
