@@ -167,7 +167,10 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 // Requeue moves parked entries back to pending, due now, with Attempts
 // reset to 0 and LastError kept: requeue.lua runs on every partition with
 // all the IDs (one pipeline), since only the IDs are known. IDs that are
-// not parked are ignored. It returns how many entries were requeued.
+// not parked are ignored. It returns how many entries were requeued. A
+// requeued entry gets a new append sequence, so it orders after the entries
+// already due when it was requeued (requeued entries keep their order among
+// themselves).
 func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	if err := b.check(ctx); err != nil {
 		return 0, err
@@ -180,7 +183,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 		args[i] = id
 	}
 	cmds, err := b.runEach(ctx, "Requeue", scriptRequeue, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked}, args
+		return []string{k.entries, k.pending, k.parked, k.seq}, args
 	})
 	if err != nil {
 		return 0, err
