@@ -1,0 +1,153 @@
+package kafkasink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxrelay/outbox/backoff"
+)
+
+// permanent lists the Kafka errors no retry can fix: the relay parks the
+// entry. UNKNOWN_TOPIC_OR_PARTITION is retriable to Kafka, but kgo only
+// hands it back after UnknownTopicRetries metadata refreshes found no such
+// topic (with automatic topic creation off, or refused by the broker).
+var permanent = map[int16]bool{
+	kerr.MessageTooLarge.Code:                    true,
+	kerr.RecordListTooLarge.Code:                 true,
+	kerr.InvalidTopicException.Code:              true,
+	kerr.TopicAuthorizationFailed.Code:           true,
+	kerr.ClusterAuthorizationFailed.Code:         true,
+	kerr.TransactionalIDAuthorizationFailed.Code: true,
+	kerr.UnknownTopicOrPartition.Code:            true,
+	kerr.UnknownTopicID.Code:                     true,
+	kerr.InvalidRecord.Code:                      true,
+	kerr.InvalidRequiredAcks.Code:                true,
+	kerr.InvalidTimestamp.Code:                   true,
+	kerr.PolicyViolation.Code:                    true,
+	kerr.UnsupportedForMessageFormat.Code:        true,
+	kerr.UnsupportedCompressionType.Code:         true,
+}
+
+// semiTransient lists the Kafka errors that mean a timeout or a broker
+// that cannot be used right now: retried with longer delays.
+var semiTransient = map[int16]bool{
+	kerr.RequestTimedOut.Code:          true,
+	kerr.SaslAuthenticationFailed.Code: true, // every request fails until credentials are fixed
+	kerr.BrokerNotAvailable.Code:       true,
+	kerr.ThrottlingQuotaExceeded.Code:  true,
+}
+
+// Classify returns the class of a produce error, the default of
+// [Options.Classify]:
+//
+//   - permanent: MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
+//     INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED,
+//     CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+//     UNKNOWN_TOPIC_OR_PARTITION and UNKNOWN_TOPIC_ID (after kgo's
+//     UnknownTopicRetries), INVALID_RECORD, INVALID_REQUIRED_ACKS,
+//     INVALID_TIMESTAMP, POLICY_VIOLATION,
+//     UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_COMPRESSION_TYPE;
+//   - semi-transient: context.DeadlineExceeded, kgo.ErrRecordTimeout,
+//     REQUEST_TIMED_OUT, BROKER_NOT_AVAILABLE, THROTTLING_QUOTA_EXCEEDED,
+//     SASL_AUTHENTICATION_FAILED, network errors (refused or timed-out
+//     connections, EOF), kgo.ErrFirstReadEOF and kgo.ErrClientClosed;
+//   - transient: every other error, including every other Kafka error,
+//     retriable or not (the relay's attempt limit parks an entry that
+//     keeps failing) and context.Canceled.
+//
+// An error already marked with a class (backoff.Mark) keeps it.
+func Classify(err error) backoff.Class {
+	if err == nil {
+		return backoff.ClassTransient
+	}
+	var c backoff.Classifier
+	if errors.As(err, &c) {
+		return c.FailureClass()
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrRecordTimeout) {
+		return backoff.ClassSemiTransient
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		switch {
+		case permanent[ke.Code]:
+			return backoff.ClassPermanent
+		case semiTransient[ke.Code]:
+			return backoff.ClassSemiTransient
+		}
+		return backoff.ClassTransient
+	}
+	var eof *kgo.ErrFirstReadEOF
+	var ne net.Error
+	var op *net.OpError
+	switch {
+	case errors.As(err, &eof), errors.As(err, &ne), errors.As(err, &op),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, kgo.ErrClientClosed):
+		return backoff.ClassSemiTransient
+	}
+	return backoff.ClassTransient
+}
+
+// hint returns advice appended to a classified error's text.
+func hint(err error, class backoff.Class, conn *connWatch) string {
+	var ke *kerr.Error
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return " (the record alone is over the broker's or topic's max.message.bytes or the client's ProducerBatchMaxBytes; shrink the payload or raise the limits)"
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		return " (the topic does not exist and was not created automatically; create it, then requeue the parked entry)"
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return " (grant the relay's principal WRITE on the topic, and IDEMPOTENT_WRITE on the cluster before Kafka 3.0, then requeue)"
+	case errors.Is(err, kgo.ErrRecordTimeout):
+		return conn.last()
+	case class == backoff.ClassSemiTransient && !errors.As(err, &ke):
+		return conn.last()
+	}
+	return ""
+}
+
+// connWatch is a kgo hook that remembers the last failed broker
+// connection, to explain timeouts.
+type connWatch struct {
+	mu   sync.Mutex
+	err  error
+	addr string
+	at   time.Time
+}
+
+// OnBrokerConnect implements kgo.HookBrokerConnect.
+func (w *connWatch) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.err, w.addr, w.at = err, net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port)), time.Now()
+	} else if w.addr == net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port)) {
+		w.err = nil
+	}
+}
+
+// last describes the last failed connection of the last minute, or "".
+func (w *connWatch) last() string {
+	if w == nil {
+		return ""
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil || time.Since(w.at) > time.Minute {
+		return ""
+	}
+	return fmt.Sprintf("; last connection error %s ago: %v", time.Since(w.at).Round(time.Millisecond), w.err)
+}
+
+var _ kgo.HookBrokerConnect = (*connWatch)(nil)

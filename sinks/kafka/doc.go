@@ -1,0 +1,60 @@
+// Package kafkasink is the Kafka [outbox.Sink], built on franz-go's kgo.
+//
+// [New] wraps a *kgo.Client the caller configured; [Dial] builds one from
+// seed brokers with defaults suited to an outbox relay. [Sink.Publish]
+// produces every entry of a call concurrently and reports one classified
+// error per entry, which the relay turns into a retry or a park.
+//
+// # Records
+//
+// Each entry becomes one record: the topic is the entry's Topic (or what
+// [Options.Topic] maps it to), the record key is the entry's Key (a nil key
+// when Key is empty), the value is the Payload. Headers carry the entry ID
+// (header "outbox-id", see [Options.IDHeader]), the entry's own headers
+// (which include "traceparent" and "tracestate" when the entry was
+// appended inside a traced span) and, if configured, the attempt number.
+// Consumers read the ID back with [EntryID] and deduplicate with a
+// [Deduper].
+//
+// # Ordering
+//
+// kgo's default partitioner hashes a non-nil record key with murmur2 and
+// takes it modulo the partition count, exactly like the Java client, so
+// all records of one key go to one Kafka partition (as long as the topic's
+// partition count does not change). The idempotent producer keeps the
+// records of a partition in order across its internal retries. The relay
+// never hands the sink two entries of one key in one call, and holds back
+// the later entries of a key until the earlier one is sent or parked, so
+// at most one record of a key is in flight at a time: a failure never lets
+// a later record of the same key overtake an earlier one. Records with an
+// empty key have a nil Kafka key and are spread over partitions by kgo's
+// sticky (uniform bytes) partitioning, with no order among them.
+//
+// # Errors
+//
+// Every error Publish returns is marked with a [backoff.Class] by
+// [Classify]: retriable Kafka errors are transient, timeouts and
+// unreachable brokers semi-transient, and errors no retry can fix (record
+// too large, invalid or unknown topic, authorization denied, invalid
+// record) permanent, so the relay parks the entry. A record the broker
+// rejects as too large is retried once on its own before it is declared
+// permanent, so one oversize record never parks the records that shared
+// its Kafka batch.
+//
+// # Delivery
+//
+// At least once. A record is acknowledged only after every in-sync
+// replica has it (acks=all, required by the idempotent producer). A record
+// may be written twice when an acknowledgement is lost and the relay
+// retries the entry, or when a relay loses its lease mid-batch: consumers
+// deduplicate by entry ID.
+//
+// # Transactions
+//
+// With [Options.TransactionalIDPrefix] set (only with [Dial]), each
+// Publish call is one Kafka transaction of a producer whose transactional
+// ID is derived from the outbox partition, so a relay that takes over a
+// partition fences the previous holder at the broker: a stale relay's
+// records are aborted and read_committed consumers never see them. See
+// docs/kafka.md for what this does and does not guarantee.
+package kafkasink

@@ -1,0 +1,102 @@
+package kafkasink_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// newCluster starts an in-process kfake cluster with the given topics
+// (partitions each) and closes it when the test ends.
+func newCluster(t testing.TB, partitions int32, topics []string, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	all := append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)
+	if len(topics) > 0 {
+		all = append(all, kfake.SeedTopics(partitions, topics...))
+	}
+	c, err := kfake.NewCluster(all...)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// newClient returns a producer client of c, closed when the test ends.
+func newClient(t testing.TB, c *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// consume reads n records from topics, from the start, failing the test
+// if they do not arrive within 20s.
+func consume(t testing.TB, c *kfake.Cluster, n int, topics []string, opts ...kgo.Opt) []*kgo.Record {
+	t.Helper()
+	cl := newClient(t, c, append([]kgo.Opt{
+		kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}, opts...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records before the deadline", len(out), n)
+		}
+		require.NoError(t, fs.Err0())
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+// consumeAll reads every record of topics that exists after quiet 500ms
+// of no new records.
+func consumeQuiet(t testing.TB, c *kfake.Cluster, topics []string, opts ...kgo.Opt) []*kgo.Record {
+	t.Helper()
+	cl := newClient(t, c, append([]kgo.Opt{
+		kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}, opts...)...)
+	var out []*kgo.Record
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		recs := fs.Records()
+		if len(recs) == 0 {
+			return out
+		}
+		out = append(out, recs...)
+	}
+}
+
+func entry(id, topic, key, payload string) outbox.Entry {
+	return outbox.Entry{ID: id, Topic: topic, Key: key, Payload: []byte(payload)}
+}
+
+func entries(n int, topic string, keyFn func(i int) string) []outbox.Entry {
+	out := make([]outbox.Entry, n)
+	for i := range out {
+		out[i] = entry(fmt.Sprintf("id-%04d", i), topic, keyFn(i), fmt.Sprintf("payload-%d", i))
+	}
+	return out
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// fastRetry makes kgo retry after 10ms instead of its growing default.
+var fastRetry = kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond })
