@@ -60,6 +60,6 @@ func (s *Suite) asynq(ctx context.Context) error {
 		return err
 	}
 	s.record("asynq.enqueue", fmt.Sprintf("Redis append, 1 entry/tx, %d callers", Callers), "asynq Enqueue", "entries/s", true, &enq, "")
-	s.record("asynq.drain", "Redis drain, 100k backlog, no-op sink", "asynq no-op handler", "entries/s", true, &drain, "Concurrency 100")
+	s.record("asynq.drain", s.drainTitle("Redis", "no-op sink"), "asynq no-op handler", "entries/s", true, &drain, "Concurrency 100")
 	return nil
 }

@@ -33,7 +33,8 @@ import (
 // Config holds the run's settings.
 type Config struct {
 	Quick     bool
-	N         int           // entries per throughput workload
+	N         int           // entries per backlog and batched-append workload
+	N1        int           // transactions of the 1-entry-per-transaction appends
 	Runs      int           // repetitions per figure (median reported)
 	BigBack   int           // W4 large backlog
 	SmallBack int           // W4 small backlog
@@ -55,7 +56,8 @@ func main() {
 		only  = flag.String("only", "", "run only the systems/workloads whose name matches this regexp (e.g. 'river|raw')")
 		skip  = flag.String("skip", "", "skip the systems/workloads whose name matches this regexp")
 		out   = flag.String("out", "", "directory for benchmarks.md and results.json (default: ../docs and . in a full run, a temporary directory with -quick)")
-		n     = flag.Int("n", 0, "entries per throughput workload (default 100000, 2000 with -quick)")
+		n     = flag.Int("n", 0, "entries per backlog and per batched-append workload (default 100000, 2000 with -quick)")
+		n1    = flag.Int("n1", 0, "transactions of the 1-entry-per-transaction append workloads (default 20000, 1000 with -quick)")
 		runs  = flag.Int("runs", 0, "runs per figure (default 3, 1 with -quick)")
 		redDB = flag.Int("redis-db", 15, "Redis logical database for every Redis workload (only the harness's own keys are touched)")
 	)
@@ -68,16 +70,20 @@ func main() {
 	cfg.RedisURL = envOr("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0")
 	cfg.RedisDB = *redDB
 	if cfg.Quick {
-		cfg.N, cfg.Runs = 2000, 1
+		cfg.N, cfg.N1, cfg.Runs = 2000, 1000, 1
 		cfg.BigBack, cfg.SmallBack = 20000, 2000
 		cfg.LatencyN, cfg.LatencyD = 600, 2*time.Second
 	} else {
-		cfg.N, cfg.Runs = 100000, 3
+		cfg.N, cfg.N1, cfg.Runs = 100000, 20000, 3
 		cfg.BigBack, cfg.SmallBack = 1000000, 10000
 		cfg.LatencyN, cfg.LatencyD = 100000, 10*time.Second
 	}
 	if *n > 0 {
 		cfg.N = *n
+		cfg.N1 = min(cfg.N1, *n)
+	}
+	if *n1 > 0 {
+		cfg.N1 = *n1
 	}
 	if *runs > 0 {
 		cfg.Runs = *runs
@@ -130,7 +136,7 @@ func run(ctx context.Context, cfg Config) int {
 		defer stopProf()
 	}
 	s.logf("machine: %s, %d cores; Go %s; PostgreSQL %s; Redis %s", s.info.CPU, s.info.Cores, s.info.Go, s.info.Postgres, s.info.Redis)
-	s.logf("N=%d runs=%d quick=%v", cfg.N, cfg.Runs, cfg.Quick)
+	s.logf("N=%d N1=%d runs=%d quick=%v", cfg.N, cfg.N1, cfg.Runs, cfg.Quick)
 
 	for _, w := range s.workloads() {
 		if ctx.Err() != nil {

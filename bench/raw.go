@@ -62,7 +62,7 @@ func (s *Suite) resetRawPG(ctx context.Context) error {
 // the INSERT of the same row per transaction (1 and 100 per tx, 8 callers)
 // and a one-statement claim-and-delete loop over the same backlog.
 func (s *Suite) rawPostgres(ctx context.Context) error {
-	n := s.cfg.N
+	n, n1 := s.cfg.N, s.cfg.N1
 	msgs := newMessages(n, 1)
 	var ins1tx, ins1auto, ins100, drain series
 	for run := range s.cfg.Runs {
@@ -71,7 +71,7 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 		if err := s.resetRawPG(ctx); err != nil {
 			return err
 		}
-		el, err := parallel(ctx, Callers, n, 1, func(ctx context.Context, lo, hi int) error {
+		el, err := parallel(ctx, Callers, n1, 1, func(ctx context.Context, lo, hi int) error {
 			tx, err := s.pool.Begin(ctx)
 			if err != nil {
 				return err
@@ -85,26 +85,26 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("raw insert 1/tx: %w", err)
 		}
-		if err := s.checkRawRows(ctx, n); err != nil {
+		if err := s.checkRawRows(ctx, n1); err != nil {
 			return fmt.Errorf("raw insert 1/tx: %w", err)
 		}
-		ins1tx.add(rate(n, el), nil)
+		ins1tx.add(rate(n1, el), nil)
 
 		// 1 per autocommit statement: one round trip.
 		if err := s.resetRawPG(ctx); err != nil {
 			return err
 		}
-		el, err = parallel(ctx, Callers, n, 1, func(ctx context.Context, lo, hi int) error {
+		el, err = parallel(ctx, Callers, n1, 1, func(ctx context.Context, lo, hi int) error {
 			_, err := s.pool.Exec(ctx, rawInsert, outbox.NewID(), msgs.keys[lo], msgs.payload[lo])
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("raw insert autocommit: %w", err)
 		}
-		if err := s.checkRawRows(ctx, n); err != nil {
+		if err := s.checkRawRows(ctx, n1); err != nil {
 			return fmt.Errorf("raw insert autocommit: %w", err)
 		}
-		ins1auto.add(rate(n, el), nil)
+		ins1auto.add(rate(n1, el), nil)
 
 		// 100 per tx: one multi-row INSERT from arrays.
 		if err := s.resetRawPG(ctx); err != nil {
@@ -167,7 +167,7 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 	s.record("raw.pg.insert1tx", w1, "raw pgx BEGIN+INSERT+COMMIT", "entries/s", true, &ins1tx, "")
 	s.record("raw.pg.insert1auto", w1, "raw pgx autocommit INSERT", "entries/s", true, &ins1auto, "")
 	s.record("raw.pg.insert100", fmt.Sprintf("Postgres append, 100 entries/tx, %d callers", Callers), "raw pgx multi-row INSERT", "entries/s", true, &ins100, "")
-	s.record("raw.pg.claimdelete", "Postgres drain, 100k backlog, no-op sink", "raw SQL claim-and-delete loop", "entries/s", true, &drain, "500/stmt, 1 client")
+	s.record("raw.pg.claimdelete", s.drainTitle("Postgres", "no-op sink"), "raw SQL claim-and-delete loop", "entries/s", true, &drain, "500/stmt, 1 client")
 	return nil
 }
 
@@ -216,7 +216,7 @@ var (
 // script called by 8 callers (one call per round trip, and 100 calls
 // pipelined per round trip), and a claim-and-delete script loop.
 func (s *Suite) rawRedis(ctx context.Context) error {
-	n := s.cfg.N
+	n, n1 := s.cfg.N, s.cfg.N1
 	msgs := newMessages(n, 2)
 	if err := rawAppendScript.Load(ctx, s.rdb).Err(); err != nil {
 		return err
@@ -229,16 +229,16 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 		if err := deleteKeys(ctx, s.rdb, "{rawbench}*"); err != nil {
 			return err
 		}
-		el, err := parallel(ctx, Callers, n, 1, func(ctx context.Context, lo, hi int) error {
+		el, err := parallel(ctx, Callers, n1, 1, func(ctx context.Context, lo, hi int) error {
 			return s.rdb.EvalSha(ctx, rawAppendScript.Hash(), rawKeys, outbox.NewID(), msgs.payload[lo]).Err()
 		})
 		if err != nil {
 			return fmt.Errorf("raw EVALSHA append: %w", err)
 		}
-		if err := s.checkRawRedis(ctx, n); err != nil {
+		if err := s.checkRawRedis(ctx, n1); err != nil {
 			return fmt.Errorf("raw EVALSHA append: %w", err)
 		}
-		app1.add(rate(n, el), nil)
+		app1.add(rate(n1, el), nil)
 
 		if err := deleteKeys(ctx, s.rdb, "{rawbench}*"); err != nil {
 			return err
@@ -286,7 +286,7 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 	}
 	s.record("raw.redis.append1", fmt.Sprintf("Redis append, 1 entry/tx, %d callers", Callers), "raw EVALSHA append, 1 per round trip", "entries/s", true, &app1, "")
 	s.record("raw.redis.append100", fmt.Sprintf("Redis append, 100 entries/tx, %d callers", Callers), "raw EVALSHA append, 100 pipelined", "entries/s", true, &app100, "")
-	s.record("raw.redis.claimdelete", "Redis drain, 100k backlog, no-op sink", "raw claim-and-delete script loop", "entries/s", true, &drain, "500/call, 1 client")
+	s.record("raw.redis.claimdelete", s.drainTitle("Redis", "no-op sink"), "raw claim-and-delete script loop", "entries/s", true, &drain, "500/call, 1 client")
 	return nil
 }
 

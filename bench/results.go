@@ -137,6 +137,7 @@ func (s *Suite) markdownTables() string {
 	b.WriteString("## Targets (ratios measured in this run)\n\n")
 	b.WriteString("| comparison | ours | against | ratio | target | met |\n|---|---|---|---|---|---|\n")
 	for _, c := range comparisons {
+		c.group = strings.Replace(c.group, "100k backlog", human(s.cfg.N)+" backlog", 1)
 		o := s.result(c.ours)
 		if o == nil {
 			fmt.Fprintf(&b, "| %s | not measured | | | %s | — |\n", c.group, targetText(c))
@@ -190,6 +191,11 @@ func (s *Suite) markdownTables() string {
 	return b.String()
 }
 
+// drainTitle names a drain workload: "Postgres drain, 100k backlog, no-op sink".
+func (s *Suite) drainTitle(backend, sink string) string {
+	return fmt.Sprintf("%s drain, %s backlog, %s", backend, human(s.cfg.N), sink)
+}
+
 func targetText(c comparison) string {
 	switch {
 	case c.abs > 0:
@@ -237,8 +243,8 @@ func (s *Suite) writeReports() error {
 	for _, k := range peers {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, s.info.Peers[k])
 	}
-	fmt.Fprintf(&b, "| entries per workload | %d |\n| runs per figure | %d (median, min–max) |\n| payload | %d bytes, keys from %d aggregates |\n| run time | %s |\n\n",
-		s.info.N, s.info.Runs, PayloadSize, Aggregates, s.info.Elapsed)
+	fmt.Fprintf(&b, "| backlog / batched appends | %d entries |\n| 1-entry-per-tx appends | %d transactions |\n| runs per figure | %d (median, min–max) |\n| payload | %d bytes, keys from %d aggregates |\n| run time | %s |\n\n",
+		s.info.N, s.info.N1, s.info.Runs, PayloadSize, Aggregates, s.info.Elapsed)
 	b.WriteString(s.markdownTables())
 	b.WriteString("\n")
 	b.WriteString(analysisMD)

@@ -46,6 +46,7 @@ type MachineInfo struct {
 	Peers    map[string]string `json:"peers"`
 	Quick    bool              `json:"quick"`
 	N        int               `json:"n"`
+	N1       int               `json:"n1"`
 	Runs     int               `json:"runs"`
 	Elapsed  string            `json:"elapsed"`
 }
@@ -176,6 +177,7 @@ func machineInfo(ctx context.Context, s *Suite) MachineInfo {
 		Peers: map[string]string{},
 		Quick: s.cfg.Quick,
 		N:     s.cfg.N,
+		N1:    s.cfg.N1,
 		Runs:  s.cfg.Runs,
 	}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {

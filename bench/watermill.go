@@ -80,28 +80,19 @@ func (s *Suite) watermill(ctx context.Context) error {
 			if err := sub.SubscribeInitialize(topic); err != nil {
 				return fmt.Errorf("watermill %s: initialize: %w", f.name, err)
 			}
-			el, err := parallel(ctx, Callers, n, 1, func(ctx context.Context, lo, hi int) error {
-				return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-					pub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: f.schema}, nil)
-					if err != nil {
-						return err
-					}
-					m := message.NewMessage(watermill.NewUUID(), msgs.payload[lo])
-					m.Metadata.Set("key", msgs.keys[lo])
-					return pub.Publish(topic, m)
-				})
-			})
+			// 1 message per transaction, N1 transactions (timed).
+			el, err := s.wmPublish(ctx, f, topic, msgs, s.cfg.N1, 1)
 			if err != nil {
-				return fmt.Errorf("watermill %s publish: %w", f.name, err)
-			}
-			var rows int
-			if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+wmTable(topic)).Scan(&rows); err != nil {
 				return err
 			}
-			if rows != n {
-				return fmt.Errorf("watermill %s publish: count wrong: %d rows after %d publishes", f.name, rows, n)
+			appends[f.name].add(rate(s.cfg.N1, el), nil)
+			// The backlog: N messages, 100 per transaction (not timed).
+			if _, err := s.pool.Exec(ctx, "TRUNCATE "+wmTable(topic)); err != nil {
+				return err
 			}
-			appends[f.name].add(rate(n, el), nil)
+			if _, err := s.wmPublish(ctx, f, topic, msgs, n, 100); err != nil {
+				return err
+			}
 
 			tr := newTracker(n)
 			subCtx, cancel := context.WithCancel(ctx)
@@ -137,11 +128,42 @@ func (s *Suite) watermill(ctx context.Context) error {
 	w1 := fmt.Sprintf("Postgres append, 1 entry/tx, %d callers", Callers)
 	for _, f := range wmFlavors() {
 		s.record("wm.append."+f.name, w1, "Watermill SQL publisher in tx, "+f.name+" schema", "entries/s", true, appends[f.name], "")
-		s.record("wm.sub."+f.name, "Postgres drain, 100k backlog, no-op sink", "Watermill SQL subscriber, "+f.name+" schema", "entries/s", true, drains[f.name], "poll 10ms")
+		s.record("wm.sub."+f.name, s.drainTitle("Postgres", "no-op sink"), "Watermill SQL subscriber, "+f.name+" schema", "entries/s", true, drains[f.name], "poll 10ms")
 	}
-	s.record("wm.forwarder", "Postgres drain, 100k backlog, no-op sink", "Watermill forwarder (default schema)", "entries/s", true, &fwd, "to a no-op publisher")
+	s.record("wm.forwarder", s.drainTitle("Postgres", "no-op sink"), "Watermill forwarder (default schema)", "entries/s", true, &fwd, "to a no-op publisher")
 	_, err := s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schemaWatermill+" CASCADE")
 	return err
+}
+
+// wmPublish publishes messages 0..n-1 with the transactional publisher,
+// per messages per transaction, 8 callers, and checks the row count.
+func (s *Suite) wmPublish(ctx context.Context, f wmFlavor, topic string, msgs *messages, n, per int) (time.Duration, error) {
+	el, err := parallel(ctx, Callers, n, per, func(ctx context.Context, lo, hi int) error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			pub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: f.schema}, nil)
+			if err != nil {
+				return err
+			}
+			ms := make([]*message.Message, 0, hi-lo)
+			for i := lo; i < hi; i++ {
+				m := message.NewMessage(watermill.NewUUID(), msgs.payload[i])
+				m.Metadata.Set("key", msgs.keys[i])
+				ms = append(ms, m)
+			}
+			return pub.Publish(topic, ms...)
+		})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("watermill %s publish: %w", f.name, err)
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+wmTable(topic)).Scan(&rows); err != nil {
+		return 0, err
+	}
+	if rows != n {
+		return 0, fmt.Errorf("watermill %s publish: count wrong: %d rows after %d publishes", f.name, rows, n)
+	}
+	return el, nil
 }
 
 // countingPublisher is the forwarder's destination: it counts.
