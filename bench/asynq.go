@@ -15,8 +15,8 @@ func (s *Suite) asynq(ctx context.Context) error {
 	n := s.cfg.N
 	msgs := newMessages(n, 5)
 	client := asynq.NewClientFromRedisClient(s.rdb)
-	var enq, drain series
-	for run := range s.cfg.Runs {
+	enq, drain := s.sr("asynq.enq"), s.sr("asynq.drain")
+	for run := range s.thisRun() {
 		if err := deleteKeys(ctx, s.rdb, "asynq:*"); err != nil {
 			return err
 		}
@@ -59,7 +59,7 @@ func (s *Suite) asynq(ctx context.Context) error {
 	if err := deleteKeys(ctx, s.rdb, "asynq:*"); err != nil {
 		return err
 	}
-	s.record("asynq.enqueue", fmt.Sprintf("Redis append, 1 entry/tx, %d callers", Callers), "asynq Enqueue", "entries/s", true, &enq, "")
-	s.record("asynq.drain", s.drainTitle("Redis", "no-op sink"), "asynq no-op handler", "entries/s", true, &drain, "Concurrency 100")
+	s.record("asynq.enqueue", fmt.Sprintf("Redis append, 1 entry/tx, %d callers", Callers), "asynq Enqueue", "entries/s", true, enq, "")
+	s.record("asynq.drain", s.drainTitle("Redis", "no-op sink"), "asynq no-op handler", "entries/s", true, drain, "Concurrency 100")
 	return nil
 }

@@ -138,19 +138,26 @@ func run(ctx context.Context, cfg Config) int {
 	s.logf("machine: %s, %d cores; Go %s; PostgreSQL %s; Redis %s", s.info.CPU, s.info.Cores, s.info.Go, s.info.Postgres, s.info.Redis)
 	s.logf("N=%d N1=%d runs=%d quick=%v", cfg.N, cfg.N1, cfg.Runs, cfg.Quick)
 
-	for _, w := range s.workloads() {
-		if ctx.Err() != nil {
-			break
+	// Rounds: every workload runs once per round, so the runs of all
+	// systems interleave and the machine's drift hits them alike.
+	failed := map[string]bool{}
+	for run := range cfg.Runs {
+		s.run = run
+		for _, w := range s.workloads() {
+			if ctx.Err() != nil || failed[w.name] || !s.selected(w.name) {
+				continue
+			}
+			t0 := time.Now()
+			s.logf("== round %d/%d: %s", run+1, cfg.Runs, w.name)
+			if err := w.fn(ctx); err != nil {
+				s.fail("%s: %v", w.name, err)
+				failed[w.name] = true
+			}
+			s.logf("   %s took %s", w.name, time.Since(t0).Round(100*time.Millisecond))
 		}
-		if !s.selected(w.name) {
-			continue
+		if err := s.writeReports(); err != nil {
+			s.fail("writing reports: %v", err)
 		}
-		t0 := time.Now()
-		s.logf("== %s", w.name)
-		if err := w.fn(ctx); err != nil {
-			s.fail("%s: %v", w.name, err)
-		}
-		s.logf("   %s took %s", w.name, time.Since(t0).Round(100*time.Millisecond))
 	}
 	s.info.Elapsed = time.Since(start).Round(time.Second).String()
 

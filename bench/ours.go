@@ -285,10 +285,10 @@ func (s *Suite) ours(ctx context.Context, t target) error {
 func (s *Suite) w1w2(ctx context.Context, t target) error {
 	n := s.cfg.N
 	msgs := newMessages(n, 6)
-	var app1, app100, noop, kafka series
+	app1, app100, noop, kafka := s.sr(t.key+".app1"), s.sr(t.key+".app100"), s.sr(t.key+".noop"), s.sr(t.key+".kafka")
 	title := map[string]string{"pg": "Postgres", "redis": "Redis"}[t.key]
 	n1 := s.cfg.N1
-	for run := range s.cfg.Runs {
+	for run := range s.thisRun() {
 		// W1, 1 entry per transaction: N1 transactions.
 		in, err := t.open(ctx, 1)
 		if err != nil {
@@ -354,14 +354,14 @@ func (s *Suite) w1w2(ctx context.Context, t target) error {
 		}
 		kafka.add(rate(n, el), &c)
 	}
-	s.record("ours."+t.key+".append1", fmt.Sprintf("%s append, 1 entry/tx, %d callers", title, Callers), "outbox/"+t.name+" AppendInTx", "entries/s", true, &app1, "")
-	s.record("ours."+t.key+".append100", fmt.Sprintf("%s append, 100 entries/tx, %d callers", title, Callers), "outbox/"+t.name+" AppendInTx", "entries/s", true, &app100, "")
-	if r := s.record("ours."+t.key+".drain.noop", s.drainTitle(title, "no-op sink"), "outbox/"+t.name+" relay", "entries/s", true, &noop, "1 relay, BatchSize 500"); r != nil {
+	s.record("ours."+t.key+".append1", fmt.Sprintf("%s append, 1 entry/tx, %d callers", title, Callers), "outbox/"+t.name+" AppendInTx", "entries/s", true, app1, "")
+	s.record("ours."+t.key+".append100", fmt.Sprintf("%s append, 100 entries/tx, %d callers", title, Callers), "outbox/"+t.name+" AppendInTx", "entries/s", true, app100, "")
+	if r := s.record("ours."+t.key+".drain.noop", s.drainTitle(title, "no-op sink"), "outbox/"+t.name+" relay", "entries/s", true, noop, "1 relay, BatchSize 500"); r != nil {
 		s.mu.Lock()
 		s.drainRate[t.key] = r.Median
 		s.mu.Unlock()
 	}
-	s.record("ours."+t.key+".drain.kfake", s.drainTitle(title, "to kfake"), "outbox/"+t.name+" relay → kafkasink → kfake", "entries/s", true, &kafka, "1 relay, BatchSize 500")
+	s.record("ours."+t.key+".drain.kfake", s.drainTitle(title, "to kfake"), "outbox/"+t.name+" relay → kafkasink → kfake", "entries/s", true, kafka, "1 relay, BatchSize 500")
 	return nil
 }
 
@@ -428,8 +428,8 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 	n := min(s.cfg.LatencyN, int(arr*s.cfg.LatencyD.Seconds()))
 	title := map[string]string{"pg": "Postgres", "redis": "Redis"}[t.key]
 	for _, mode := range []string{"wake", "poll"} {
-		var p50, p99, pmax, got series
-		for run := range s.cfg.Runs {
+		p50, p99, pmax, got := s.sr(t.key+".lat.p50."+mode), s.sr(t.key+".lat.p99."+mode), s.sr(t.key+".lat.max."+mode), s.sr(t.key+".lat.rate."+mode)
+		for run := range s.thisRun() {
 			in, err := t.open(ctx, 1)
 			if err != nil {
 				return err
@@ -453,10 +453,10 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 		label := map[string]string{"wake": "wake-ups", "poll": "polling only (PollInterval 1s)"}[mode]
 		w := fmt.Sprintf("%s commit-to-sink, %.0f/s (half of W2), %s", title, arr, label)
 		sys := "outbox/" + t.name
-		s.record("ours."+t.key+".lat."+mode+".p50", w, sys+" p50", "ms", false, &p50, fmt.Sprintf("%d entries/run", n))
-		s.record("ours."+t.key+".lat."+mode+".p99", w, sys+" p99", "ms", false, &p99, "")
-		s.record("ours."+t.key+".lat."+mode+".max", w, sys+" max", "ms", false, &pmax, "")
-		s.record("ours."+t.key+".lat."+mode+".rate", w, sys+" arrivals achieved", "entries/s", true, &got, "32 callers, open loop")
+		s.record("ours."+t.key+".lat."+mode+".p50", w, sys+" p50", "ms", false, p50, fmt.Sprintf("%d entries/run", n))
+		s.record("ours."+t.key+".lat."+mode+".p99", w, sys+" p99", "ms", false, p99, "")
+		s.record("ours."+t.key+".lat."+mode+".max", w, sys+" max", "ms", false, pmax, "")
+		s.record("ours."+t.key+".lat."+mode+".rate", w, sys+" arrivals achieved", "entries/s", true, got, "32 callers, open loop")
 	}
 	return nil
 }
@@ -538,25 +538,37 @@ func (s *Suite) latencyRun(ctx context.Context, in *instance, store outbox.Store
 func (s *Suite) w4(ctx context.Context, t target) error {
 	title := map[string]string{"pg": "Postgres", "redis": "Redis"}[t.key]
 	drainN := s.cfg.SmallBack
-	var bigRate, bigP50, bigP99, smallRate, smallP50, smallP99 series
+	bigRate, bigP50, bigP99 := s.sr(t.key+".big.rate"), s.sr(t.key+".big.p50"), s.sr(t.key+".big.p99")
+	smallRate, smallP50, smallP99 := s.sr(t.key+".small.rate"), s.sr(t.key+".small.p50"), s.sr(t.key+".small.p99")
 
-	big, err := t.open(ctx, 1)
-	if err != nil {
-		return err
+	// The big backlog is filled once and kept across rounds; each round
+	// drains drainN entries off its front.
+	type bigBacklog struct {
+		in *instance
+		tr *tracker
 	}
-	defer big.close()
-	msgs := newMessages(s.cfg.BigBack, 8)
-	el, err := big.fill(ctx, msgs, 1000)
-	if err != nil {
-		return fmt.Errorf("filling %d: %w", s.cfg.BigBack, err)
+	bb, _ := s.keep["w4."+t.key].(*bigBacklog)
+	if bb == nil {
+		big, err := t.open(ctx, 1)
+		if err != nil {
+			return err
+		}
+		s.cleanups = append(s.cleanups, big.close)
+		msgs := newMessages(s.cfg.BigBack, 8)
+		el, err := big.fill(ctx, msgs, 1000)
+		if err != nil {
+			return fmt.Errorf("filling %d: %w", s.cfg.BigBack, err)
+		}
+		s.logf("   W4: appended %d entries to %s in %s", s.cfg.BigBack, t.name, el.Round(time.Millisecond))
+		if err := big.expectPending(ctx, s.cfg.BigBack); err != nil {
+			return err
+		}
+		bb = &bigBacklog{in: big, tr: newTracker(s.cfg.BigBack)}
+		s.keep["w4."+t.key] = bb
 	}
-	s.logf("   W4: appended %d entries to %s in %s", s.cfg.BigBack, t.name, el.Round(time.Millisecond))
-	if err := big.expectPending(ctx, s.cfg.BigBack); err != nil {
-		return err
-	}
-	tr := newTracker(s.cfg.BigBack)
-	for run := range s.cfg.Runs {
-		el, lat, err := storeDrain(ctx, big.store, drainN, tr)
+	tr := bb.tr
+	for run := range s.thisRun() {
+		el, lat, err := storeDrain(ctx, bb.in.store, drainN, tr)
 		if err != nil {
 			return fmt.Errorf("big backlog run %d: %w", run+1, err)
 		}
@@ -566,15 +578,16 @@ func (s *Suite) w4(ctx context.Context, t target) error {
 		bigP50.add(percentile(ms, 50), nil)
 		bigP99.add(percentile(ms, 99), nil)
 	}
-	if c := tr.counts_(); c.Delivered != drainN*s.cfg.Runs || c.Duplicates > 0 || c.Foreign > 0 || c.OrderViolations > 0 {
-		s.fail("outbox/%s W4 big backlog: count wrong: %+v, want %d delivered", t.name, c, drainN*s.cfg.Runs)
+	drained := drainN * (s.run + 1)
+	if c := tr.counts_(); c.Delivered != drained || c.Duplicates > 0 || c.Foreign > 0 || c.OrderViolations > 0 {
+		s.fail("outbox/%s W4 big backlog: count wrong: %+v, want %d delivered", t.name, c, drained)
 	}
-	if err := big.expectPending(ctx, s.cfg.BigBack-drainN*s.cfg.Runs); err != nil {
+	if err := bb.in.expectPending(ctx, s.cfg.BigBack-drained); err != nil {
 		s.fail("outbox/%s W4 big backlog: %v", t.name, err)
 	}
 
 	small := newMessages(drainN, 9)
-	for run := range s.cfg.Runs {
+	for run := range s.thisRun() {
 		in, err := t.open(ctx, 1)
 		if err != nil {
 			return err
@@ -604,12 +617,12 @@ func (s *Suite) w4(ctx context.Context, t target) error {
 	bigW := fmt.Sprintf("%s backlog %s pending, drain %s", title, human(s.cfg.BigBack), human(drainN))
 	smallW := fmt.Sprintf("%s backlog %s pending, drain all", title, human(drainN))
 	sys := "outbox/" + t.name + " store loop"
-	s.record("ours."+t.key+".backlog.big.rate", bigW, sys, "entries/s", true, &bigRate, "FindPendingBatch(500)+MarkSent")
-	s.record("ours."+t.key+".backlog.big.p50", bigW, sys+" claim p50", "ms", false, &bigP50, "")
-	s.record("ours."+t.key+".backlog.big.p99", bigW, sys+" claim p99", "ms", false, &bigP99, "")
-	s.record("ours."+t.key+".backlog.small.rate", smallW, sys, "entries/s", true, &smallRate, "FindPendingBatch(500)+MarkSent")
-	s.record("ours."+t.key+".backlog.small.p50", smallW, sys+" claim p50", "ms", false, &smallP50, "")
-	s.record("ours."+t.key+".backlog.small.p99", smallW, sys+" claim p99", "ms", false, &smallP99, "")
+	s.record("ours."+t.key+".backlog.big.rate", bigW, sys, "entries/s", true, bigRate, "FindPendingBatch(500)+MarkSent")
+	s.record("ours."+t.key+".backlog.big.p50", bigW, sys+" claim p50", "ms", false, bigP50, "")
+	s.record("ours."+t.key+".backlog.big.p99", bigW, sys+" claim p99", "ms", false, bigP99, "")
+	s.record("ours."+t.key+".backlog.small.rate", smallW, sys, "entries/s", true, smallRate, "FindPendingBatch(500)+MarkSent")
+	s.record("ours."+t.key+".backlog.small.p50", smallW, sys+" claim p50", "ms", false, smallP50, "")
+	s.record("ours."+t.key+".backlog.small.p99", smallW, sys+" claim p99", "ms", false, smallP99, "")
 	return nil
 }
 
@@ -664,8 +677,8 @@ func (s *Suite) w5(ctx context.Context, t target) error {
 	msgs := newMessages(n, 10)
 	title := map[string]string{"pg": "Postgres", "redis": "Redis"}[t.key]
 	for _, relays := range []int{1, 4} {
-		var sr, steady series
-		for run := range s.cfg.Runs {
+		sr, steady := s.sr(fmt.Sprintf("%s.relays.%d", t.key, relays)), s.sr(fmt.Sprintf("%s.relays.%d.steady", t.key, relays))
+		for run := range s.thisRun() {
 			in, err := t.open(ctx, 4)
 			if err != nil {
 				return err
@@ -699,8 +712,8 @@ func (s *Suite) w5(ctx context.Context, t target) error {
 			steady.add(rate(n, tr.span()), nil)
 		}
 		w := fmt.Sprintf("%s, %d relay(s) on 4 partitions", title, relays)
-		s.record(fmt.Sprintf("ours.%s.relays.%d", t.key, relays), w, "outbox/"+t.name+" relays", "entries/s", true, &sr, "from Start, lease acquisition included")
-		s.record(fmt.Sprintf("ours.%s.relays.%d.steady", t.key, relays), w, "outbox/"+t.name+" relays", "entries/s", true, &steady, "first to last delivery")
+		s.record(fmt.Sprintf("ours.%s.relays.%d", t.key, relays), w, "outbox/"+t.name+" relays", "entries/s", true, sr, "from Start, lease acquisition included")
+		s.record(fmt.Sprintf("ours.%s.relays.%d.steady", t.key, relays), w, "outbox/"+t.name+" relays", "entries/s", true, steady, "first to last delivery")
 	}
 	return nil
 }

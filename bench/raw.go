@@ -54,8 +54,7 @@ DELETE FROM bench_raw.entries e USING c WHERE e.seq = c.seq
 RETURNING e.id, e.key, e.payload`
 
 func (s *Suite) resetRawPG(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS bench_raw CASCADE; CREATE SCHEMA bench_raw;"+rawTableDDL)
-	return err
+	return s.recreateSchema(ctx, schemaRaw, rawTableDDL)
 }
 
 // rawPostgres measures what the Postgres server does with no outbox logic:
@@ -64,8 +63,8 @@ func (s *Suite) resetRawPG(ctx context.Context) error {
 func (s *Suite) rawPostgres(ctx context.Context) error {
 	n, n1 := s.cfg.N, s.cfg.N1
 	msgs := newMessages(n, 1)
-	var ins1tx, ins1auto, ins100, drain series
-	for run := range s.cfg.Runs {
+	ins1tx, ins1auto, ins100, drain := s.sr("raw.pg.1tx"), s.sr("raw.pg.1auto"), s.sr("raw.pg.100"), s.sr("raw.pg.drain")
+	for run := range s.thisRun() {
 		// 1 per tx: BEGIN; INSERT; COMMIT (what an append in the caller's
 		// transaction costs at least).
 		if err := s.resetRawPG(ctx); err != nil {
@@ -164,10 +163,10 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 		drain.add(rate(n, el), &c)
 	}
 	w1 := fmt.Sprintf("Postgres append, 1 entry/tx, %d callers", Callers)
-	s.record("raw.pg.insert1tx", w1, "raw pgx BEGIN+INSERT+COMMIT", "entries/s", true, &ins1tx, "")
-	s.record("raw.pg.insert1auto", w1, "raw pgx autocommit INSERT", "entries/s", true, &ins1auto, "")
-	s.record("raw.pg.insert100", fmt.Sprintf("Postgres append, 100 entries/tx, %d callers", Callers), "raw pgx multi-row INSERT", "entries/s", true, &ins100, "")
-	s.record("raw.pg.claimdelete", s.drainTitle("Postgres", "no-op sink"), "raw SQL claim-and-delete loop", "entries/s", true, &drain, "500/stmt, 1 client")
+	s.record("raw.pg.insert1tx", w1, "raw pgx BEGIN+INSERT+COMMIT", "entries/s", true, ins1tx, "")
+	s.record("raw.pg.insert1auto", w1, "raw pgx autocommit INSERT", "entries/s", true, ins1auto, "")
+	s.record("raw.pg.insert100", fmt.Sprintf("Postgres append, 100 entries/tx, %d callers", Callers), "raw pgx multi-row INSERT", "entries/s", true, ins100, "")
+	s.record("raw.pg.claimdelete", s.drainTitle("Postgres", "no-op sink"), "raw SQL claim-and-delete loop", "entries/s", true, drain, "500/stmt, 1 client")
 	return nil
 }
 
@@ -224,8 +223,8 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 	if err := rawClaimScript.Load(ctx, s.rdb).Err(); err != nil {
 		return err
 	}
-	var app1, app100, drain series
-	for run := range s.cfg.Runs {
+	app1, app100, drain := s.sr("raw.r.1"), s.sr("raw.r.100"), s.sr("raw.r.drain")
+	for run := range s.thisRun() {
 		if err := deleteKeys(ctx, s.rdb, "{rawbench}*"); err != nil {
 			return err
 		}
@@ -284,9 +283,9 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 	if err := deleteKeys(ctx, s.rdb, "{rawbench}*"); err != nil {
 		return err
 	}
-	s.record("raw.redis.append1", fmt.Sprintf("Redis append, 1 entry/tx, %d callers", Callers), "raw EVALSHA append, 1 per round trip", "entries/s", true, &app1, "")
-	s.record("raw.redis.append100", fmt.Sprintf("Redis append, 100 entries/tx, %d callers", Callers), "raw EVALSHA append, 100 pipelined", "entries/s", true, &app100, "")
-	s.record("raw.redis.claimdelete", s.drainTitle("Redis", "no-op sink"), "raw claim-and-delete script loop", "entries/s", true, &drain, "500/call, 1 client")
+	s.record("raw.redis.append1", fmt.Sprintf("Redis append, 1 entry/tx, %d callers", Callers), "raw EVALSHA append, 1 per round trip", "entries/s", true, app1, "")
+	s.record("raw.redis.append100", fmt.Sprintf("Redis append, 100 entries/tx, %d callers", Callers), "raw EVALSHA append, 100 pipelined", "entries/s", true, app100, "")
+	s.record("raw.redis.claimdelete", s.drainTitle("Redis", "no-op sink"), "raw claim-and-delete script loop", "entries/s", true, drain, "500/call, 1 client")
 	return nil
 }
 

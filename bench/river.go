@@ -44,7 +44,7 @@ func (f riverFetch) String() string {
 }
 
 func (s *Suite) resetRiver(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schemaRiver+" CASCADE; CREATE SCHEMA "+schemaRiver); err != nil {
+	if err := s.recreateSchema(ctx, schemaRiver, ""); err != nil {
 		return err
 	}
 	m, err := rivermigrate.New(riverpgxv5.New(s.pool), &rivermigrate.Config{Schema: schemaRiver, Logger: quietLogger()})
@@ -93,9 +93,12 @@ func (s *Suite) river(ctx context.Context) error {
 		return err
 	}
 	n1 := s.cfg.N1
-	var ins1, ins100 series
-	drains := make([]series, len(fetches))
-	for run := range s.cfg.Runs {
+	ins1, ins100 := s.sr("river.ins1"), s.sr("river.ins100")
+	drains := make([]*series, len(fetches))
+	for i := range drains {
+		drains[i] = s.sr(fmt.Sprintf("river.drain.%d", i))
+	}
+	for run := range s.thisRun() {
 		if err := s.resetRiver(ctx); err != nil {
 			return fmt.Errorf("river migrate: %w", err)
 		}
@@ -138,23 +141,23 @@ func (s *Suite) river(ctx context.Context) error {
 			if fi == 0 {
 				ins100.add(rate(n, el), nil)
 			}
-			if err := s.riverDrain(ctx, run, n, f, &drains[fi]); err != nil {
+			if err := s.riverDrain(ctx, run, n, f, drains[fi]); err != nil {
 				return err
 			}
 		}
 	}
 	w1 := fmt.Sprintf("Postgres append, 1 entry/tx, %d callers", Callers)
-	s.record("river.inserttx", w1, "River InsertTx", "entries/s", true, &ins1, "")
-	s.record("river.insertmanyfast", fmt.Sprintf("Postgres append, 100 entries/tx, %d callers", Callers), "River InsertManyFastTx", "entries/s", true, &ins100, "")
+	s.record("river.inserttx", w1, "River InsertTx", "entries/s", true, ins1, "")
+	s.record("river.insertmanyfast", fmt.Sprintf("Postgres append, 100 entries/tx, %d callers", Callers), "River InsertManyFastTx", "entries/s", true, ins100, "")
 	best := -1
 	for i, f := range fetches {
-		r := s.record(fmt.Sprintf("river.drain.%d", i), s.drainTitle("Postgres", "no-op sink"), "River no-op worker", "entries/s", true, &drains[i], "MaxWorkers 1000, "+f.String())
+		r := s.record(fmt.Sprintf("river.drain.%d", i), s.drainTitle("Postgres", "no-op sink"), "River no-op worker", "entries/s", true, drains[i], "MaxWorkers 1000, "+f.String())
 		if r != nil && (best < 0 || r.Median > s.result(fmt.Sprintf("river.drain.%d", best)).Median) {
 			best = i
 		}
 	}
 	if best >= 0 {
-		s.record("river.drain.best", s.drainTitle("Postgres", "no-op sink"), "River no-op worker, best setting", "entries/s", true, &drains[best], "MaxWorkers 1000, "+fetches[best].String())
+		s.record("river.drain.best", s.drainTitle("Postgres", "no-op sink"), "River no-op worker, best setting", "entries/s", true, drains[best], "MaxWorkers 1000, "+fetches[best].String())
 	}
 	_, err = s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schemaRiver+" CASCADE")
 	return err

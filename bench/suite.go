@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -32,6 +33,31 @@ type Suite struct {
 	// drainRate remembers W2's no-op drain rate per backend, for W3's
 	// half-load arrival rate.
 	drainRate map[string]float64
+	// run is the round being run: every workload runs once per round, so
+	// the runs of all systems interleave and the machine's drift hits them
+	// alike.
+	run int
+	acc map[string]*series
+	// keep holds what lives across rounds (W4's big backlog), closed at
+	// the end.
+	keep     map[string]any
+	cleanups []func()
+}
+
+// thisRun yields the current round's index once: workloads loop over it
+// as they would over all runs.
+func (s *Suite) thisRun() iter.Seq[int] {
+	return func(yield func(int) bool) { yield(s.run) }
+}
+
+// sr returns the series named name, kept across rounds.
+func (s *Suite) sr(name string) *series {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acc[name] == nil {
+		s.acc[name] = &series{}
+	}
+	return s.acc[name]
 }
 
 // MachineInfo describes where the figures were measured.
@@ -82,12 +108,15 @@ func newSuite(ctx context.Context, cfg Config) (*Suite, error) {
 		pool.Close()
 		return nil, fmt.Errorf("redis at %s is not reachable (%w); start it or set OUTBOX_REDIS_URL", cfg.RedisURL, err)
 	}
-	s := &Suite{cfg: cfg, pool: pool, rdb: rdb, drainRate: map[string]float64{}}
+	s := &Suite{cfg: cfg, pool: pool, rdb: rdb, drainRate: map[string]float64{}, acc: map[string]*series{}, keep: map[string]any{}}
 	s.info = machineInfo(ctx, s)
 	return s, nil
 }
 
 func (s *Suite) close() {
+	for _, f := range s.cleanups {
+		f()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, schema := range allSchemas {
@@ -144,6 +173,17 @@ func (s *Suite) fail(format string, args ...any) {
 	s.mu.Lock()
 	s.failures = append(s.failures, msg)
 	s.mu.Unlock()
+}
+
+// recreateSchema drops and recreates a schema of the harness and runs ddl
+// in it. The pool's connections are then replaced: their cached prepared
+// statements may refer to the dropped tables.
+func (s *Suite) recreateSchema(ctx context.Context, schema, ddl string) error {
+	if _, err := s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema+";"+ddl); err != nil {
+		return err
+	}
+	s.pool.Reset()
+	return nil
 }
 
 // deleteKeys removes the keys matching pattern with SCAN and UNLINK, so

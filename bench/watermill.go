@@ -40,8 +40,7 @@ func wmFlavors() []wmFlavor {
 }
 
 func (s *Suite) resetWatermill(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schemaWatermill+" CASCADE; CREATE SCHEMA "+schemaWatermill)
-	return err
+	return s.recreateSchema(ctx, schemaWatermill, "")
 }
 
 func (s *Suite) wmSubscriber(f wmFlavor) (*wsql.Subscriber, error) {
@@ -63,11 +62,11 @@ func (s *Suite) watermill(ctx context.Context) error {
 	msgs := newMessages(n, 4)
 	appends := map[string]*series{}
 	drains := map[string]*series{}
-	var fwd series
-	for run := range s.cfg.Runs {
+	fwd := s.sr("wm.fwd")
+	for run := range s.thisRun() {
 		for _, f := range wmFlavors() {
 			if appends[f.name] == nil {
-				appends[f.name], drains[f.name] = &series{}, &series{}
+				appends[f.name], drains[f.name] = s.sr("wm.app."+f.name), s.sr("wm.sub."+f.name)
 			}
 			topic := "t_" + f.name
 			if err := s.resetWatermill(ctx); err != nil {
@@ -121,16 +120,17 @@ func (s *Suite) watermill(ctx context.Context) error {
 			drains[f.name].add(rate(n, el), &c)
 		}
 
-		if err := s.wmForwarder(ctx, run, msgs, &fwd); err != nil {
+		if err := s.wmForwarder(ctx, run, msgs, fwd); err != nil {
 			return err
 		}
 	}
 	w1 := fmt.Sprintf("Postgres append, 1 entry/tx, %d callers", Callers)
 	for _, f := range wmFlavors() {
+		appends[f.name], drains[f.name] = s.sr("wm.app."+f.name), s.sr("wm.sub."+f.name)
 		s.record("wm.append."+f.name, w1, "Watermill SQL publisher in tx, "+f.name+" schema", "entries/s", true, appends[f.name], "")
 		s.record("wm.sub."+f.name, s.drainTitle("Postgres", "no-op sink"), "Watermill SQL subscriber, "+f.name+" schema", "entries/s", true, drains[f.name], "poll 10ms")
 	}
-	s.record("wm.forwarder", s.drainTitle("Postgres", "no-op sink"), "Watermill forwarder (default schema)", "entries/s", true, &fwd, "to a no-op publisher")
+	s.record("wm.forwarder", s.drainTitle("Postgres", "no-op sink"), "Watermill forwarder (default schema)", "entries/s", true, fwd, "to a no-op publisher")
 	_, err := s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schemaWatermill+" CASCADE")
 	return err
 }
