@@ -59,6 +59,7 @@ func main() {
 		n     = flag.Int("n", 0, "entries per backlog and per batched-append workload (default 100000, 2000 with -quick)")
 		n1    = flag.Int("n1", 0, "transactions of the 1-entry-per-transaction append workloads (default 20000, 1000 with -quick)")
 		runs  = flag.Int("runs", 0, "runs per figure (default 3, 1 with -quick)")
+		big   = flag.Int("big", 0, "W4's big backlog (default 1000000, 20000 with -quick)")
 		redDB = flag.Int("redis-db", 15, "Redis logical database for every Redis workload (only the harness's own keys are touched)")
 	)
 	flag.BoolVar(&cfg.Quick, "quick", false, "small N, one run each: check that the harness works and the counts are right (under two minutes)")
@@ -84,6 +85,9 @@ func main() {
 	}
 	if *n1 > 0 {
 		cfg.N1 = *n1
+	}
+	if *big > 0 {
+		cfg.BigBack = *big
 	}
 	if *runs > 0 {
 		cfg.Runs = *runs
