@@ -145,6 +145,8 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	defer tick.Stop()
 	appendDone := make(chan struct{})
 	go func() { appending.Wait(); close(appendDone) }()
+	check := time.NewTicker(20 * time.Millisecond)
+	defer check.Stop()
 	appended := false
 	for {
 		select {
@@ -155,6 +157,7 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 			appended, appendDone = true, nil
 		case <-tick.C:
 			fmt.Fprintf(out, "  %s\n", w.progress())
+		case <-check.C:
 		}
 		if handover == "" && w.firstDelivered.Load() > int64(c.entries/2) {
 			a := relays["relay-A"]
