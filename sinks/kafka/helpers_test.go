@@ -59,8 +59,8 @@ func consume(t testing.TB, c *kfake.Cluster, n int, topics []string, opts ...kgo
 	return out
 }
 
-// consumeAll reads every record of topics that exists after quiet 500ms
-// of no new records.
+// consumeQuiet reads the records of topics from the start until none
+// arrives for 500ms.
 func consumeQuiet(t testing.TB, c *kfake.Cluster, topics []string, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	cl := newClient(t, c, append([]kgo.Opt{
@@ -98,5 +98,10 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-// fastRetry makes kgo retry after 10ms instead of its growing default.
-var fastRetry = kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond })
+// fastRetry makes kgo retry after 10ms instead of its growing default,
+// and refresh metadata (which retriable produce errors wait for) every
+// 50ms instead of at most every 5s.
+var fastRetry = []kgo.Opt{
+	kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }),
+	kgo.MetadataMinAge(50 * time.Millisecond),
+}

@@ -99,7 +99,8 @@ type Sink struct {
 	opts   Options
 	conn   *connWatch // last connection error; nil for a caller's client
 
-	txn *txnClients // transactional mode only
+	txn  *txnClients // transactional mode only
+	solo soloProducer
 }
 
 var _ outbox.Sink = (*Sink)(nil)
@@ -204,10 +205,11 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 // per partition.
 func (s *Sink) Client() *kgo.Client { return s.client }
 
-// Close closes the clients [Dial] built; it does nothing for a client
-// given to [New]. Publish must not be called after Close. Close is
+// Close closes the clients [Dial] built (a client given to [New] stays
+// open), and the client the sink built to retry oversize records alone. Publish must not be called after Close. Close is
 // idempotent.
 func (s *Sink) Close() error {
+	s.solo.close()
 	if !s.owned {
 		return nil
 	}
@@ -324,16 +326,45 @@ func (s *Sink) produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.R
 // isolateTooLarge produces again, one at a time, the records that failed
 // as too large: a broker rejects a whole Kafka batch when it is over its
 // limit, so the records that shared the batch with an oversize one failed
-// with it. A record that fails alone is too large by itself. (A record kgo
-// itself found over ProducerBatchMaxBytes fails again at once, cheaply.)
+// with it. They go through a separate client (built once from client's
+// options) that produces one record at a time, so each is alone in its
+// batch for certain: the main client may be batching the records of other
+// Publish calls with it. A record that fails alone is too large by itself.
 func (s *Sink) isolateTooLarge(ctx context.Context, client *kgo.Client, recs []*kgo.Record, errs []error) {
 	for i, err := range errs {
 		if recs[i] == nil || !tooLarge(err) || ctx.Err() != nil {
 			continue
 		}
 		r := recs[i]
-		again := &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
-		errs[i] = client.ProduceSync(ctx, again).FirstErr()
+		errs[i] = s.solo.produce(ctx, client, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers})
+	}
+}
+
+// soloProducer produces one record at a time through a client of its own.
+type soloProducer struct {
+	mu     sync.Mutex
+	client *kgo.Client
+	err    error
+}
+
+func (p *soloProducer) produce(ctx context.Context, like *kgo.Client, rec *kgo.Record) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.client == nil && p.err == nil {
+		p.client, p.err = kgo.NewClient(like.Opts()...)
+	}
+	if p.err != nil {
+		return fmt.Errorf("kafkasink: build the client that retries oversize records alone: %w", p.err)
+	}
+	return p.client.ProduceSync(ctx, rec).FirstErr()
+}
+
+func (p *soloProducer) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.client != nil {
+		p.client.Close()
+		p.client = nil
 	}
 }
 

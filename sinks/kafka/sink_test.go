@@ -204,7 +204,7 @@ func TestInjectedProduceErrorsAreClassified(t *testing.T) {
 			if tc.err == kerr.RequestTimedOut {
 				timeout = time.Second
 			}
-			sink, err := kafkasink.New(newClient(t, c, kgo.RecordRetries(1), fastRetry), kafkasink.Options{PublishTimeout: timeout})
+			sink, err := kafkasink.New(newClient(t, c, append(fastRetry, kgo.RecordRetries(1))...), kafkasink.Options{PublishTimeout: timeout})
 			require.NoError(t, err)
 
 			msgs := []outbox.Entry{
@@ -234,7 +234,7 @@ func TestTransientFaultIsRetriedByTheProducer(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 1, []string{"t"})
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "t", Err: kerr.NotEnoughReplicas, Count: 3})
-	sink, err := kafkasink.New(newClient(t, c, kgo.RecordRetries(10), fastRetry), kafkasink.Options{})
+	sink, err := kafkasink.New(newClient(t, c, append(fastRetry, kgo.RecordRetries(10))...), kafkasink.Options{})
 	require.NoError(t, err)
 	msgs := entries(20, "t", func(i int) string { return "k" + strconv.Itoa(i) })
 	for _, err := range sink.Publish(context.Background(), msgs) {
