@@ -28,15 +28,23 @@ type Backend[Tx any] interface {
 	// Entries are prepared with [PrepareEntries]: an empty ID gets a
 	// time-ordered UUIDv7, the partition is derived from the key, and
 	// invalid entries are rejected with an error wrapping [ErrInvalidEntry]
-	// before anything is written. Appending an ID that already exists (in
-	// any state) is a no-op for that entry, not an error and not a
-	// duplicate. Within one partition, entries are ordered by append
-	// order: the entries of one call in slice order, calls in commit order.
+	// before anything is written. Appending an ID that already exists and
+	// is not yet sent (pending, claimed or parked) is a no-op for that
+	// entry, not an error and not a duplicate; when one call or one
+	// transaction repeats an ID, the first occurrence wins. Sent entries
+	// are removed (or archived, outside the outbox's reach), so appending
+	// the ID of a sent entry appends it again: idempotency covers retries
+	// of an append, not replays after delivery. Within one partition,
+	// entries are ordered by append order: the entries of one call in
+	// slice order, calls in the order the backend applies them (commit
+	// order, or insert order for backends that number rows at insert).
 	//
 	// AppendInTx with no entries does nothing and returns nil. It does not
 	// retain or modify the entries slice or the payload and header values
-	// after it returns. It must not commit or roll back tx. After Close it
-	// returns [ErrClosed].
+	// after it returns. It must not commit or roll back tx. With a
+	// cancelled ctx it either returns the context's error and queues
+	// nothing, or (for backends that only queue commands into tx) returns
+	// nil and leaves the outcome to tx. After Close it returns [ErrClosed].
 	AppendInTx(ctx context.Context, tx Tx, entries ...Entry) error
 }
 
@@ -46,8 +54,11 @@ type Backend[Tx any] interface {
 // it: when the lease is no longer held by lease.Owner at lease.Version, the
 // method changes nothing and returns an error wrapping [ErrLeaseLost].
 //
+// A lease that has expired is no longer held, whether or not another owner
+// has taken it over: fenced calls with it return [ErrLeaseLost].
+//
 // All methods are safe for concurrent use. After Close every method returns
-// an error wrapping [ErrClosed]. Context errors are returned as they are
+// an error wrapping [ErrClosed], even for empty inputs. Context errors are returned as they are
 // (checkable with errors.Is against context.Canceled and
 // context.DeadlineExceeded); a cancelled context never leaves a write
 // half-applied.
@@ -73,7 +84,8 @@ type Store interface {
 	// it succeeds only while lease.Owner still holds lease.Partition at
 	// lease.Version and the lease has not expired. Otherwise it changes
 	// nothing and returns an error wrapping [ErrLeaseLost]. The returned
-	// Lease carries the new expiry.
+	// Lease carries the new expiry. A non-positive ttl is rejected with
+	// [ErrInvalidArgument] and leaves the lease as it was.
 	RenewLease(ctx context.Context, lease Lease, ttl time.Duration) (Lease, error)
 
 	// ReleaseLease gives up a lease (compare-and-delete): it frees the
@@ -212,7 +224,9 @@ type Inspector interface {
 
 	// Requeue moves parked entries back to pending, due now, with Attempts
 	// reset to 0 and LastError kept. IDs that are not parked are ignored;
-	// it reports how many entries were requeued.
+	// it reports how many entries were requeued. A requeued entry is
+	// ordered as if appended now: it comes after the entries of its key
+	// that are already due.
 	Requeue(ctx context.Context, ids ...string) (int, error)
 }
 
@@ -221,7 +235,8 @@ type Stats struct {
 	// Pending counts entries not yet sent and not parked, including
 	// scheduled, retrying and claimed ones.
 	Pending int64
-	// Due counts pending entries whose next attempt time has come.
+	// Due counts pending entries whose next attempt time has come. Whether
+	// entries claimed right now count as due is up to the backend.
 	Due int64
 	// Parked counts parked entries.
 	Parked int64
