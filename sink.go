@@ -12,8 +12,11 @@ type Sink interface {
 	// same order: nil means the broker acknowledged the message. It may
 	// publish the messages concurrently. The relay never passes two
 	// messages with the same non-empty Key in one call, so a sink need not
-	// order messages among themselves; it must not return before every
-	// message is acknowledged or has failed. Errors are classified with
+	// order messages among themselves. It should not return before every
+	// message is acknowledged or has failed; a sink that must give up on a
+	// message whose fate it cannot know (sent to a broker that never
+	// answered) reports it failed, and it may still be written: a
+	// duplicate, which consumers drop by entry ID. Errors are classified with
 	// [github.com/outboxrelay/outbox/backoff.ClassOf]: mark an error with
 	// backoff.Permanent to have the entry parked at once.
 	//
