@@ -54,8 +54,9 @@
 //
 // # Outcomes
 //
-// MarkSent deletes entries (no archive): IDs unknown, already sent or of
-// another partition are ignored. MarkFailed applies to entries of the
+// MarkSent deletes entries (no archive), whatever their state (claimed,
+// pending or parked): IDs unknown, already sent or of another partition
+// are ignored. MarkFailed applies to entries of the
 // lease's partition that are not parked (a parked entry is terminal until
 // requeued); others are ignored. LastError is stored in full. Cancel
 // removes pending (including claimed and held-back) and parked entries.

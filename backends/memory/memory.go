@@ -111,9 +111,10 @@ func (b *Backend) lock(ctx context.Context) error {
 	return nil
 }
 
-// clock returns the time now without its monotonic reading, so that every
-// stored time compares by wall clock alike (user-supplied NotBefore and
-// RetryAt have none).
+// clock returns the time now without its monotonic reading. Every time the
+// heap compares (now, NotBefore, RetryAt) is stripped of it, so all
+// comparisons use the wall clock alike and the heap order stays consistent
+// even if some of those times carry a monotonic reading and others do not.
 func (b *Backend) clock() time.Time {
 	return b.now().Round(0)
 }
@@ -449,7 +450,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		if it.e.Key != "" {
 			addTo(p.failing, it)
 		}
-		it.due = f.RetryAt
+		it.due = f.RetryAt.Round(0)
 		it.state = stateReady
 		p.ready.push(it)
 	}

@@ -1141,7 +1141,7 @@ func TestNotifications(t *testing.T) {
 		}
 		assert.True(t, received(ch1))
 		assert.False(t, received(ch1), "coalesced into the buffer of one")
-		<-ch2
+		assert.True(t, received(ch2))
 	})
 
 	t.Run("NoSignalWithoutNewEntries", func(t *testing.T) {
@@ -1166,7 +1166,17 @@ func TestNotifications(t *testing.T) {
 		ch, err := b.Notifications(ctx)
 		require.NoError(t, err)
 		cancel()
-		for range ch { // ends when the channel is closed
+		watchdog := time.After(10 * time.Second)
+	drain:
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					break drain
+				}
+			case <-watchdog:
+				t.Fatal("the channel was not closed after its context was cancelled")
+			}
 		}
 		appendAll(t, b, e("a", "")) // no send on the closed channel
 	})
@@ -1177,8 +1187,12 @@ func TestNotifications(t *testing.T) {
 		ch, err := b.Notifications(t.Context())
 		require.NoError(t, err)
 		require.NoError(t, b.Close())
-		_, ok := <-ch
-		assert.False(t, ok)
+		select {
+		case _, ok := <-ch:
+			assert.False(t, ok, "Close closes the channel")
+		default:
+			t.Fatal("Close returned and the channel is still open")
+		}
 	})
 }
 

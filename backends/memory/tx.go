@@ -122,8 +122,8 @@ func (tx *Tx) Commit() error {
 		b.seq++
 		e.CreatedAt = now
 		due := now
-		if e.NotBefore.After(now) {
-			due = e.NotBefore
+		if nb := e.NotBefore.Round(0); nb.After(now) {
+			due = nb
 		}
 		it := &item{e: e, seq: b.seq, due: due, state: stateReady}
 		b.entries[e.ID] = it
