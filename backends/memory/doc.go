@@ -32,7 +32,8 @@
 // Each partition keeps its pending entries in a min-heap ordered by next
 // attempt time, ties broken by append sequence. An entry's first next
 // attempt time is the later of its NotBefore and its CreatedAt; a failure
-// moves it to the RetryAt the relay chose, keeping its append sequence.
+// moves it to the RetryAt the relay chose, keeping its append sequence;
+// Requeue makes it due now with a new append sequence, as if appended now.
 // [Backend.FindPendingBatch] pops due entries in that order and claims the
 // first limit eligible ones. An entry with a key is held back while an
 // entry of the same key appended earlier is failing (Attempts > 0, not

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -578,30 +579,35 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 }
 
 // Requeue moves the parked entries with the given IDs back to pending, due
-// now (in their original append order among entries due at the same
-// time), with Attempts reset to 0 and LastError kept. IDs that are not
-// parked are ignored. It reports how many entries it requeued.
+// now, with Attempts reset to 0 and LastError kept. A requeued entry is
+// ordered as if appended now: it gets a new append sequence number, so it
+// comes after the entries already due (entries requeued by one call keep
+// their original order among themselves). IDs that are not parked are
+// ignored. It reports how many entries it requeued.
 func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	if err := b.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer b.mu.Unlock()
-	now := b.clock()
-	n := 0
+	var items []*item
 	for _, id := range ids {
-		it := b.parked[id]
-		if it == nil {
-			continue
+		if it := b.parked[id]; it != nil {
+			delete(b.parked, id)
+			b.dirty = true
+			items = append(items, it)
 		}
-		delete(b.parked, id)
-		b.dirty = true
+	}
+	slices.SortFunc(items, func(x, y *item) int { return cmp.Compare(x.seq, y.seq) })
+	now := b.clock()
+	for _, it := range items {
+		b.seq++
+		it.seq = b.seq
 		it.e.Attempts = 0
 		it.due = now
 		it.state = stateReady
 		b.parts[it.e.Partition].ready.push(it)
-		n++
 	}
-	return n, nil
+	return len(items), nil
 }
 
 // subscriber is one Notifications channel.

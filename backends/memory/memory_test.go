@@ -1108,6 +1108,23 @@ func TestParkedAndRequeue(t *testing.T) {
 	assert.Equal(t, 0, n)
 }
 
+func TestRequeueOrdersAsIfAppendedNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := newBackend(t, 1) // the clock stands still: every entry is due at one instant
+	appendAll(t, b, e("a1", "a"), e("a2", "a"), e("a3", "a"), e("a4", "a"))
+	l := acquire(t, b, 0, "o")
+	require.Len(t, fetch(t, b, l, 2), 2)
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a1", Park: true}, {ID: "a2", Park: true}}))
+	n, err := b.Requeue(ctx, "a2", "a1")
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	appendAll(t, b, e("a5", "a"))
+	// a3 and a4 were already due; a1 and a2 keep their order among
+	// themselves; a5 was appended after the requeue.
+	assert.Equal(t, []string{"a3", "a4", "a1", "a2", "a5"}, idsOf(fetch(t, b, l, 10)))
+}
+
 func TestNotifications(t *testing.T) {
 	t.Parallel()
 
