@@ -1426,3 +1426,64 @@ func BenchmarkFindPendingBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFindPendingBatchBehindFailingKey measures fetches when half of
+// 100k entries sit behind a failing entry of one key: after the first
+// fetch sets them aside, they cost nothing per fetch.
+func BenchmarkFindPendingBatchBehindFailingKey(b *testing.B) {
+	ctx := context.Background()
+	be := memory.New(memory.Options{})
+	defer be.Close()
+	const n = 100_000
+	entries := make([]outbox.Entry, n)
+	for i := range entries {
+		key := "hot"
+		if i%2 == 1 {
+			key = fmt.Sprint(i % 100)
+		}
+		entries[i] = outbox.Entry{Topic: "t", Key: key}
+	}
+	if err := be.Append(ctx, entries...); err != nil {
+		b.Fatal(err)
+	}
+	l, err := be.AcquireLease(ctx, 0, "bench", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	first, err := be.FindPendingBatch(ctx, l, 1)
+	if err != nil || len(first) != 1 || first[0].Key != "hot" {
+		b.Fatalf("first fetch: %v, %v", first, err)
+	}
+	err = be.MarkFailed(ctx, l, []outbox.Failure{{ID: first[0].ID, RetryAt: time.Now().Add(time.Hour)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		batch, err := be.FindPendingBatch(ctx, l, 100)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(batch) != 100 || batch[0].Key == "hot" {
+			b.Fatalf("got %d entries, first key %q", len(batch), batch[0].Key)
+		}
+		if err := be.Release(ctx, l, idsOf(batch)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	ctx := context.Background()
+	be := memory.New(memory.Options{Partitions: 4})
+	defer be.Close()
+	payload := make([]byte, 256)
+	for b.Loop() {
+		tx := be.Begin()
+		if err := be.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: "k", Payload: payload}); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
