@@ -62,10 +62,11 @@ type partition struct {
 	ready   readyHeap                     // pending, not claimed, not set aside
 	held    map[string]map[*item]struct{} // set aside behind a failing entry, by key
 	failing map[string]map[*item]struct{} // Attempts > 0, not parked, by key
-	claimed map[*item]struct{}            // claimed by the current lease
+	claimed map[*item]struct{}            // claimed by the latest lease granted
 }
 
-// New returns an empty in-memory backend configured by opts.
+// New returns an empty in-memory backend configured by opts. It panics if
+// opts.Partitions is negative.
 func New(opts Options) *Backend {
 	if opts.Partitions < 0 {
 		panic(fmt.Sprintf("memory: Options.Partitions is %d; use 0 (one partition) or a positive count", opts.Partitions))
@@ -308,7 +309,7 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	return out, nil
 }
 
-// heldBack reports whether an entry of it's key appended earlier is
+// heldBack reports whether an entry of its key appended earlier is
 // failing.
 func (p *partition) heldBack(it *item) bool {
 	if it.e.Key == "" {
@@ -508,7 +509,8 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 
 // Stats reports the counts at one moment. Pending counts every unsent,
 // unparked entry (scheduled, due, retrying, held back and claimed); Due
-// and OldestDue cover those among them whose next attempt time has come.
+// and OldestDue cover those among them whose next attempt time has come,
+// claimed and held-back entries included.
 func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 	if err := b.lock(ctx); err != nil {
 		return outbox.Stats{}, err
