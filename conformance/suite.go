@@ -70,6 +70,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, claimCases[Tx]()...)
 	cases = append(cases, outcomeCases[Tx]()...)
 	cases = append(cases, holdBackCases[Tx]()...)
+	cases = append(cases, holdBackScaleCases[Tx]()...)
 	cases = append(cases, leaseCases[Tx]()...)
 	cases = append(cases, fencingCases[Tx]()...)
 	cases = append(cases, argumentCases[Tx]()...)
