@@ -45,7 +45,6 @@ type Backend struct {
 	qCancel, qStats, qParked, qRequeue       string
 	qPurge                                   string
 
-	claims   claims
 	closed   atomic.Bool
 	stop     context.CancelFunc // stops the listener
 	stopCtx  context.Context
@@ -74,19 +73,25 @@ func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, er
 	}
 	b := &Backend{pool: pool, opts: opts, names: newNames(opts.Schema, opts.Table)}
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
-	archiveFilter, archiveInsert := "", ""
+	archiveInsert := ""
 	if opts.Archive {
-		archiveFilter = "WHERE NOT EXISTS (SELECT 1 FROM {archive} AS a WHERE a.id = e.id)"
+		// An ID sent twice (appended again after its first delivery, as
+		// the SPI allows) keeps the row of its latest delivery.
 		archiveInsert = `, a AS (
-    INSERT INTO {archive} (seq, id, partition, topic, key, payload, headers, not_before,
-                           created_at, attempts, last_error, sent_at)
+    INSERT INTO {archive} AS a (seq, id, partition, topic, key, payload, headers, not_before,
+                                created_at, attempts, last_error, sent_at)
     SELECT seq, id, partition, topic, key, payload, headers, not_before,
            created_at, attempts, last_error, now()
     FROM d
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT (id) DO UPDATE
+    SET seq = EXCLUDED.seq, partition = EXCLUDED.partition, topic = EXCLUDED.topic,
+        key = EXCLUDED.key, payload = EXCLUDED.payload, headers = EXCLUDED.headers,
+        not_before = EXCLUDED.not_before, created_at = EXCLUDED.created_at,
+        attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
+        sent_at = EXCLUDED.sent_at
 )`
 	}
-	r := strings.NewReplacer("{archive_filter}", archiveFilter, "{archive_insert}", archiveInsert, "{lock_rows}", lockRows)
+	r := strings.NewReplacer("{archive_insert}", archiveInsert, "{lock_rows}", lockRows)
 	load := func(name string) string {
 		s, err := queryFS.ReadFile("queries/" + name + ".sql")
 		if err != nil {
@@ -219,7 +224,7 @@ func (b *Backend) interpretError(op string, err error) error {
 		case "42P01", "3F000": // undefined_table, invalid_schema_name
 			return fmt.Errorf("pgoutbox: %s: the outbox tables %s do not exist: run pgoutbox.Migrate(ctx, pool, opts) with the same Schema and Table, or apply pgoutbox.Migrations with your migration tool: %w",
 				op, b.names.outbox, err)
-		case "42703": // undefined_column
+		case "42703", "428C9": // undefined_column; generated_always (seq before migration 3)
 			return fmt.Errorf("pgoutbox: %s: the outbox table %s has an older layout: run pgoutbox.Migrate to bring it up to date: %w", op, b.names.outbox, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -427,10 +428,26 @@ func TestArchiveAndPurge(t *testing.T) {
 	if n, a := count("outbox"), count("outbox_archive"); n != 0 || a != 7 {
 		t.Fatalf("after MarkSent: %d in the outbox, %d archived; want 0 and 7", n, a)
 	}
-	// An archived ID is still known: appending it again is a no-op.
+	// An archived entry is sent, so appending its ID again appends it
+	// again (the SPI: idempotency covers unsent entries); sending it again
+	// keeps one archive row per ID, of the latest delivery.
 	appendN(t, b, p, "a", 1, func(int) string { return "" })
-	if n := count("outbox"); n != 0 {
-		t.Fatalf("re-appending an archived ID inserted %d rows, want 0", n)
+	if n := count("outbox"); n != 1 {
+		t.Fatalf("re-appending an archived ID inserted %d rows, want 1", n)
+	}
+	var sentBefore time.Time
+	if err := p.QueryRow(ctx, "SELECT sent_at FROM "+pgx.Identifier{b.Options().Schema, "outbox_archive"}.Sanitize()+" WHERE id = $1", ids[0]).Scan(&sentBefore); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkSent(ctx, l, ids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	var sentAfter time.Time
+	if err := p.QueryRow(ctx, "SELECT sent_at FROM "+pgx.Identifier{b.Options().Schema, "outbox_archive"}.Sanitize()+" WHERE id = $1", ids[0]).Scan(&sentAfter); err != nil {
+		t.Fatal(err)
+	}
+	if n, a := count("outbox"), count("outbox_archive"); n != 0 || a != 7 || !sentAfter.After(sentBefore) {
+		t.Fatalf("after sending a re-appended ID: %d in the outbox, %d archived, sent_at %v then %v; want 0, 7 and the later delivery's time", n, a, sentBefore, sentAfter)
 	}
 	if n, err := b.PurgeArchive(ctx, time.Now().Add(-time.Hour), 2); err != nil || n != 0 {
 		t.Fatalf("PurgeArchive of nothing old: %d, %v", n, err)
@@ -501,5 +518,44 @@ func TestHeadersRoundTrip(t *testing.T) {
 	}
 	if _, err := pgoutbox.DecodeHeaders([]byte{5, 'a'}); err == nil {
 		t.Fatal("DecodeHeaders accepted a truncated value")
+	}
+}
+
+// TestRequeueOrdersAsIfAppendedNow requeues two entries of a key in one
+// call: they come after the entries of the key that were pending, in their
+// original order among themselves, and before an entry appended later.
+func TestRequeueOrdersAsIfAppendedNow(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{extended, pgx.QueryExecModeSimpleProtocol} {
+		b, p := newBackend(t, mode, pgoutbox.Options{})
+		ctx := t.Context()
+		appendN(t, b, p, "a", 4, func(int) string { return "k" })
+		l, err := b.AcquireLease(ctx, 0, "o", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := b.FindPendingBatch(ctx, l, 2)
+		if err != nil || len(batch) != 2 {
+			t.Fatalf("FindPendingBatch: %d entries, %v", len(batch), err)
+		}
+		if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a000000", Park: true}, {ID: "a000001", Park: true}}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.Requeue(ctx, "a000001", "a000000"); err != nil || n != 2 {
+			t.Fatalf("Requeue: %d, %v; want 2, nil", n, err)
+		}
+		appendN(t, b, p, "b", 1, func(int) string { return "k" })
+		batch, err = b.FindPendingBatch(ctx, l, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range batch {
+			got = append(got, e.ID)
+		}
+		want := []string{"a000002", "a000003", "a000000", "a000001", "b000000"}
+		if !slices.Equal(got, want) {
+			t.Fatalf("mode %v: fetch after requeueing a000001, a000000 = %v, want %v", mode, got, want)
+		}
 	}
 }

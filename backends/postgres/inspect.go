@@ -91,7 +91,11 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 }
 
 // Requeue moves parked entries back to pending, due now, attempts reset
-// and last error kept, in one statement. See [outbox.Inspector].
+// and last error kept, in one statement. A requeued entry is ordered as if
+// appended now: it gets a new seq (entries requeued together keep their
+// order among themselves), so it comes after the entries of its key
+// appended before, and an earlier entry of its key that is failing holds
+// it back. It needs migration 3. See [outbox.Inspector].
 func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	const op = "Requeue"
 	if err := b.checkOpen(op); err != nil {
@@ -100,7 +104,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := b.pool.Exec(ctx, b.qRequeue, ids)
+	tag, err := b.pool.Exec(ctx, b.qRequeue, ids, b.names.outbox)
 	if err != nil {
 		return 0, b.interpretError(op, err)
 	}

@@ -39,7 +39,9 @@ type Options struct {
 	Partitions int
 	// Archive keeps sent entries in "<table>_archive" (with their sent
 	// time) instead of deleting them; [Backend.PurgeArchive] deletes old
-	// ones. Default false: MarkSent deletes.
+	// ones. Archived entries are sent, so appending an archived ID again
+	// appends a new entry; when that one is sent, its archive row replaces
+	// the earlier one. Default false: MarkSent deletes.
 	Archive bool
 	// Channel is the LISTEN/NOTIFY channel appends notify and
 	// [Backend.Notifications] listens on. Default "<schema>.<table>".

@@ -47,7 +47,7 @@ func TestClaimQueryUsesPartialIndexes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := p.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+b.FindQuery(), l.Partition, l.Owner, l.Version, 500, []string{})
+	rows, err := p.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+b.FindQuery(), l.Partition, l.Owner, l.Version, 500)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,6 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	if err := b.checkPartition(op, lease.Partition); err != nil {
 		return err
 	}
-	b.claims.drop(lease.Partition, lease.Owner, lease.Version)
 	_, err := b.pool.Exec(ctx, b.qReleaseLease, lease.Partition, lease.Owner, lease.Version)
 	return b.interpretError(op, err)
 }
@@ -86,9 +85,9 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 // also checks the lease. It writes nothing: the partition lease is the
 // claim, so entries it returns are invisible to every other lease until
 // this one ends, and come back at once, unchanged and in order, to the
-// next holder. The Backend remembers in memory which entries it handed to
-// the lease and has not seen finished, and does not hand them to the same
-// lease again; another Backend instance with the same lease would. See
+// next holder. Nothing marks an entry as handed out, so the same lease is
+// handed its unfinished entries again by its next fetch (the SPI allows it:
+// the relay finishes every batch before fetching the next). See
 // [outbox.Store.FindPendingBatch].
 func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
 	const op = "FindPendingBatch"
@@ -101,8 +100,7 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	if err := b.checkPartition(op, lease.Partition); err != nil {
 		return nil, err
 	}
-	held := b.claims.held(lease.Partition, lease.Owner, lease.Version)
-	rows, err := b.pool.Query(ctx, b.qFind, lease.Partition, lease.Owner, lease.Version, limit, held)
+	rows, err := b.pool.Query(ctx, b.qFind, lease.Partition, lease.Owner, lease.Version, limit)
 	if err != nil {
 		return nil, b.interpretError(op, err)
 	}
@@ -153,14 +151,8 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 		return nil, b.interpretError(op, err)
 	}
 	if !leaseOK {
-		b.claims.drop(lease.Partition, lease.Owner, lease.Version)
 		return nil, leaseLost(op, lease)
 	}
-	ids := make([]string, len(out))
-	for i, e := range out {
-		ids[i] = e.ID
-	}
-	b.claims.add(lease.Partition, lease.Owner, lease.Version, ids)
 	idx := make([]int, len(out))
 	for i := range idx {
 		idx[i] = i
@@ -193,7 +185,6 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err := b.checkPartition(op, lease.Partition); err != nil {
 		return err
 	}
-	b.claims.done(lease.Partition, lease.Owner, lease.Version, ids)
 	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, ids)
 }
 
@@ -218,7 +209,6 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 	for i, f := range failures {
 		ids[i], errs[i], retry[i], park[i] = f.ID, cleanError(f.Error), f.RetryAt, f.Park
 	}
-	b.claims.done(lease.Partition, lease.Owner, lease.Version, ids)
 	return b.fenced(ctx, op, lease, b.qMarkFailed, lease.Partition, lease.Owner, lease.Version, ids, errs, retry, park)
 }
 
@@ -239,7 +229,6 @@ func (b *Backend) fenced(ctx context.Context, op string, lease outbox.Lease, q s
 		return b.interpretError(op, err)
 	}
 	if !held {
-		b.claims.drop(lease.Partition, lease.Owner, lease.Version)
 		return leaseLost(op, lease)
 	}
 	return nil
@@ -247,9 +236,8 @@ func (b *Backend) fenced(ctx context.Context, op string, lease outbox.Lease, q s
 
 // Release returns unattempted entries to pending. Claims are the lease
 // itself and FindPendingBatch changed nothing, so the entries already are
-// pending, unchanged and in order: Release forgets the in-memory claim (so
-// the next FindPendingBatch of the lease returns them again) and checks, in
-// one statement, that the lease still holds, returning an error wrapping
+// pending, unchanged and in order: Release only checks, in one statement,
+// that the lease still holds, returning an error wrapping
 // [outbox.ErrLeaseLost] when it does not. See [outbox.Store.Release].
 func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string) error {
 	const op = "Release"
@@ -262,13 +250,11 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 	if err := b.checkPartition(op, lease.Partition); err != nil {
 		return err
 	}
-	b.claims.done(lease.Partition, lease.Owner, lease.Version, ids)
 	var held bool
 	if err := b.pool.QueryRow(ctx, b.qRelease, lease.Partition, lease.Owner, lease.Version).Scan(&held); err != nil {
 		return b.interpretError(op, err)
 	}
 	if !held {
-		b.claims.drop(lease.Partition, lease.Owner, lease.Version)
 		return leaseLost(op, lease)
 	}
 	return nil

@@ -13,7 +13,6 @@ WITH ins AS (
          unnest($1::text[], $2::integer[], $3::text[], $4::bytea[], $5::bytea[],
                 $6::bytea[], $7::timestamptz[])
              WITH ORDINALITY AS e(id, partition, topic, key, payload, headers, not_before, ord)
-    {archive_filter}
     ORDER BY e.ord
     ON CONFLICT (id) DO NOTHING
     RETURNING 1

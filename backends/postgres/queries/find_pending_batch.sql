@@ -1,7 +1,8 @@
--- FindPendingBatch: $1 partition, $2 owner, $3 version, $4 limit, $5 the
--- IDs this lease already holds unfinished (kept by the Backend in memory).
+-- FindPendingBatch: $1 partition, $2 owner, $3 version, $4 limit.
 -- No row at all: the lease is lost. One row of NULLs: the lease holds and
--- nothing is due. The lease row is the claim: nothing is written per row.
+-- nothing is due. The lease row is the claim: nothing is written per row,
+-- so the lease's own unfinished entries are returned again (the relay
+-- finishes a batch before it fetches the next).
 -- The due index (partition, next_at, seq) WHERE state = 'pending' yields
 -- rows in order; the hold-back index answers the NOT EXISTS.
 SELECT c.seq, c.next_at, c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
@@ -14,7 +15,6 @@ LEFT JOIN LATERAL (
     WHERE o.partition = l.partition
       AND o.state = 'pending'
       AND o.next_at <= now()
-      AND o.id <> ALL($5::text[])
       AND (o.key = ''::bytea OR NOT EXISTS (
             SELECT 1 FROM {outbox} AS h
             WHERE h.partition = o.partition AND h.key = o.key AND h.seq < o.seq

@@ -1,5 +1,24 @@
--- Requeue: parked entries back to pending, due now, attempts reset,
--- last_error kept. $1 ids.
-UPDATE {outbox}
-SET state = 'pending', attempts = 0, next_at = clock_timestamp()
-WHERE id = ANY($1::text[]) AND state = 'parked'
+-- Requeue: parked entries back to pending as if appended now: due now (one
+-- clock reading for all of them), attempts reset, last_error kept, and a
+-- new seq from the column's identity sequence, handed out in the entries'
+-- old seq order (r and n are ranked separately, so the order does not
+-- depend on the order nextval runs in). Needs migration 003.
+-- $1 ids, $2 the outbox table's qualified name (for pg_get_serial_sequence).
+WITH t AS (
+    SELECT clock_timestamp() AS now
+), r AS (
+    SELECT id, seq AS old
+    FROM {outbox}
+    WHERE id = ANY($1::text[]) AND state = 'parked'
+    FOR UPDATE
+), n AS (
+    SELECT nextval(pg_get_serial_sequence($2, 'seq')) AS seq FROM r
+), ranked_r AS (
+    SELECT id, row_number() OVER (ORDER BY old) AS rn FROM r
+), ranked_n AS (
+    SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM n
+)
+UPDATE {outbox} AS o
+SET state = 'pending', attempts = 0, next_at = t.now, seq = ranked_n.seq
+FROM t, ranked_r JOIN ranked_n USING (rn)
+WHERE o.id = ranked_r.id
