@@ -21,6 +21,8 @@ func appendCases[Tx any]() []testCase[Tx] {
 		{group: "Append", name: "IdempotentAcrossTxs", run: appendIdempotentAcrossTxs[Tx]},
 		{group: "Append", name: "IdempotentWhileClaimed", run: appendIdempotentWhileClaimed[Tx]},
 		{group: "Append", name: "IdempotentAfterParked", run: appendIdempotentAfterParked[Tx]},
+		{group: "Append", name: "RepeatedIDInOneCallFirstWins", run: appendRepeatedIDInOneCall[Tx]},
+		{group: "Append", name: "SentIDAppendsAgain", run: appendSentIDAgain[Tx]},
 		{group: "Append", name: "GeneratedIDsAreUniqueUUIDv7", run: appendGeneratedIDs[Tx]},
 		{group: "Append", name: "InvalidEntryRejectsWholeCall", run: appendInvalidEntry[Tx]},
 		{group: "Append", name: "NoEntriesIsNoop", run: appendNoEntries[Tx]},
@@ -212,6 +214,42 @@ func appendIdempotentAfterParked[Tx any](t *testing.T, s *env[Tx]) {
 			t.Fatalf("parked e1 has Attempts %d, LastError %q after its ID was appended again; want 1, \"poison\" (unchanged)", parked[0].Attempts, parked[0].LastError)
 		}
 	}
+}
+
+func appendRepeatedIDInOneCall[Tx any](t *testing.T, s *env[Tx]) {
+	first := entry("e1", "k")
+	first.Payload = []byte("first")
+	first.Headers = map[string]string{"occurrence": "first"}
+	second := outbox.Entry{ID: "e1", Topic: "other-topic", Key: "other-key", Payload: []byte("second"), Headers: map[string]string{"occurrence": "second"}}
+	s.appendCommit(t, first, entry("e2", "k"), second, entry("e3", "k"))
+	got := s.peek(t, 0)
+	expectIDs(t, "entries after one AppendInTx call that repeats e1 (the first occurrence wins, in its place)", got, "e1", "e2", "e3")
+	if d := sameEntry(first, got[0]); d != "" {
+		t.Fatalf("e1 appended twice in one call came back as %s; want the first occurrence: %s", describeEntry(got[0]), d)
+	}
+}
+
+func appendSentIDAgain[Tx any](t *testing.T, s *env[Tx]) {
+	s.appendCommit(t, entry("e1", "k"), entry("e2", "k"))
+	l := s.acquire(t, 0, s.owner("relay"), longTTL)
+	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1", "e2")
+	s.markSent(t, l, "e1")
+	s.release(t, l, "e2")
+	again := entry("e1", "k")
+	again.Payload = []byte("appended again after it was sent")
+	s.appendCommit(t, again)
+	got := s.fetch(t, l, 10)
+	expectIDs(t, "fetch after appending the ID of the sent e1 again (it is a new entry, appended after e2)", got, "e2", "e1")
+	if d := sameEntry(again, got[1]); d != "" || got[1].Attempts != 0 {
+		t.Fatalf("e1 appended again after it was sent came back with Attempts %d: %s; want the new append, unattempted", got[1].Attempts, d)
+	}
+	s.markSent(t, l, "e2", "e1")
+	s.appendCommit(t, entry("e1", "k"))
+	expectIDs(t, "fetch after appending e1 a third time, after its second delivery", s.fetch(t, l, 10), "e1")
+}
+
+func describeEntry(e outbox.Entry) string {
+	return fmt.Sprintf("{ID %q, Topic %q, Key %q, Payload %q, Headers %v}", e.ID, e.Topic, e.Key, e.Payload, e.Headers)
 }
 
 func appendGeneratedIDs[Tx any](t *testing.T, s *env[Tx]) {

@@ -146,46 +146,92 @@ func fetchBatchLimit[Tx any](t *testing.T, s *env[Tx]) {
 }
 
 func fetchNotBefore[Tx any](t *testing.T, s *env[Tx]) {
+	far := entry("far", "k-far")
+	far.NotBefore = time.Now().Add(time.Hour)
 	sched := entry("scheduled", "k-scheduled")
 	sched.NotBefore = time.Now().Add(scheduleAhead)
-	s.appendCommit(t, sched, entry("now", "k-now"))
+	s.appendCommit(t, far, sched, entry("now", "k-now"))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
-	expectIDs(t, fmt.Sprintf("FindPendingBatch right after appending an entry scheduled %v ahead", scheduleAhead), s.fetch(t, l, 10), "now")
-	s.markSent(t, l, "now")
-	b := s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the scheduled entry to become due")
-	if now := time.Now(); now.Before(sched.NotBefore.Add(-clockSkew)) {
-		t.Fatalf("entry scheduled for %v was fetched at %v, %v early", sched.NotBefore.Format(time.StampMilli), now.Format(time.StampMilli), sched.NotBefore.Sub(now))
+	b := s.fetch(t, l, 10)
+	returned := time.Now()
+	expectSubsequence(t, fmt.Sprintf("FindPendingBatch right after appending entries scheduled an hour and %v ahead", scheduleAhead), b, []string{"now"}, "now", "scheduled")
+	if len(b) == 1 {
+		s.markSent(t, l, "now")
+		b = s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the scheduled entry to become due")
+		returned = time.Now()
+		expectIDs(t, "FindPendingBatch once the scheduled entry is due (the one an hour ahead is not)", b, "scheduled")
+	} else {
+		s.markSent(t, l, "now")
+		b = b[1:]
 	}
-	expectIDs(t, "FindPendingBatch once the scheduled entry is due", b, "scheduled")
+	if surelyBefore(returned, sched.NotBefore) {
+		t.Fatalf("entry scheduled for %v was fetched by a call that returned at %v, %v early", sched.NotBefore.Format(time.StampMilli), returned.Format(time.StampMilli), sched.NotBefore.Sub(returned))
+	}
 	if !b[0].NotBefore.IsZero() && b[0].NotBefore.Sub(sched.NotBefore).Abs() > time.Millisecond {
 		t.Fatalf("scheduled entry came back with NotBefore %v, want %v or zero", b[0].NotBefore, sched.NotBefore)
 	}
+	s.markSent(t, l, "scheduled")
+	expectIDs(t, "FindPendingBatch with only the entry scheduled an hour ahead left", s.fetch(t, l, 10))
 }
 
 func fetchScheduledNoHoldBack[Tx any](t *testing.T, s *env[Tx]) {
 	// A scheduled entry takes its place in its key's order at the time it
 	// is scheduled for; being never attempted, it holds back nothing.
-	first := entry("k-1-scheduled", "k")
-	first.NotBefore = time.Now().Add(scheduleAhead)
-	s.appendCommit(t, first)
+	far := entry("k-1-far", "k")
+	far.NotBefore = time.Now().Add(time.Hour)
+	s.appendCommit(t, far)
 	s.appendCommit(t, entry("k-2", "k"))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
-	expectIDs(t, "FindPendingBatch while the earlier entry of key k is scheduled in the future (a never-attempted entry must not hold back its key)", s.fetch(t, l, 10), "k-2")
+	expectIDs(t, "FindPendingBatch while the earlier entry of key k is scheduled an hour ahead (a never-attempted entry must not hold back its key)", s.fetch(t, l, 10), "k-2")
 	s.markSent(t, l, "k-2")
-	b := s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the scheduled entry to become due")
-	expectIDs(t, "FindPendingBatch once the scheduled entry is due", b, "k-1-scheduled")
+
+	// The same with a schedule that comes due during the case: j-1 is
+	// scheduled, j-2 appended after it.
+	soon := entry("j-1-scheduled", "j")
+	soon.NotBefore = time.Now().Add(scheduleAhead)
+	s.appendCommit(t, soon)
+	s.appendCommit(t, entry("j-2", "j"))
+	appended := time.Now()
+	b := s.fetch(t, l, 10)
+	returned := time.Now()
+	switch {
+	case surelyBefore(returned, soon.NotBefore):
+		expectIDs(t, "FindPendingBatch while the earlier entry of key j is scheduled in the future", b, "j-2")
+	case surelyBefore(appended, soon.NotBefore):
+		// j-1 may have come due during the fetch, after j-2.
+		expectSubsequence(t, "FindPendingBatch around the time j-1 is scheduled for", b, []string{"j-2"}, "j-2", "j-1-scheduled")
+	default:
+		// The machine was too slow: both may be due, in either order.
+		expectSubsequence(t, "FindPendingBatch after the time j-1 is scheduled for", b, []string{"j-2"}, "j-1-scheduled", "j-2", "j-1-scheduled")
+	}
+	s.markSent(t, l, ids(b)...)
+	if !slices.Contains(ids(b), "j-1-scheduled") {
+		b = s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the scheduled entry to become due")
+		expectIDs(t, "FindPendingBatch once the scheduled entry is due (j-2 was sent before it, and k-1-far is not due)", b, "j-1-scheduled")
+		s.markSent(t, l, "j-1-scheduled")
+	}
+	expectIDs(t, "FindPendingBatch with only the entry scheduled an hour ahead left", s.fetch(t, l, 10))
 }
 
 func fetchOrderedByNotBefore[Tx any](t *testing.T, s *env[Tx]) {
-	now := time.Now()
-	late := entry("late", "")
-	late.NotBefore = now.Add(scheduleAhead)
-	early := entry("early", "")
-	early.NotBefore = now.Add(scheduleAhead / 2)
-	s.appendCommit(t, late, early, entry("now", ""))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
-	b := s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) == 3 }, "both scheduled entries to become due")
-	expectIDs(t, "FindPendingBatch once everything is due (order is by due time, not append order)", b, "now", "early", "late")
+	s.withMargin(t, "ordering by NotBefore", func(p string, ahead time.Duration) bool {
+		now := time.Now()
+		late := entry(p+"late", "")
+		late.NotBefore = now.Add(2 * ahead)
+		early := entry(p+"early", "")
+		early.NotBefore = now.Add(ahead)
+		s.appendCommit(t, late, early, entry(p+"now", ""))
+		// The order is known only if the append got its due time before
+		// early's NotBefore.
+		conclusive := surelyBefore(time.Now(), early.NotBefore)
+		b := s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) == 3 }, "both scheduled entries to become due")
+		s.markSent(t, l, ids(b)...)
+		if conclusive {
+			expectIDs(t, "FindPendingBatch once everything is due (order is by due time, not append order)", b, p+"now", p+"early", p+"late")
+		}
+		return conclusive
+	})
 }
 
 func fetchOrderedByRetryAt[Tx any](t *testing.T, s *env[Tx]) {
@@ -194,13 +240,12 @@ func fetchOrderedByRetryAt[Tx any](t *testing.T, s *env[Tx]) {
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "a", "b", "c")
 	now := time.Now()
 	s.markFailed(t, l,
-		outbox.Failure{ID: "a", Error: "later", RetryAt: now.Add(scheduleAhead)},
-		outbox.Failure{ID: "b", Error: "sooner", RetryAt: now.Add(scheduleAhead / 2)},
+		outbox.Failure{ID: "a", Error: "an hour ago", RetryAt: now.Add(-time.Hour)},
+		outbox.Failure{ID: "b", Error: "two hours ago", RetryAt: now.Add(-2 * time.Hour)},
+		outbox.Failure{ID: "c", Error: "in an hour", RetryAt: now.Add(time.Hour)},
 	)
-	s.markSent(t, l, "c")
 	s.appendCommit(t, entry("d", ""))
-	b := s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) == 3 }, "both retried entries to become due")
-	expectIDs(t, "FindPendingBatch once the retries are due (order is by next attempt time: d was appended before both retry times)", b, "d", "b", "a")
+	expectIDs(t, "FindPendingBatch after a and b failed with retry times in the past (b's earlier) and c with one an hour ahead (order is by next attempt time: b, a, then d appended after both retry times)", s.fetch(t, l, 10), "b", "a", "d")
 }
 
 func fetchOtherPartitions[Tx any](t *testing.T, s *env[Tx]) {
@@ -233,8 +278,8 @@ func claimsExclusive[Tx any](t *testing.T, s *env[Tx]) {
 
 func claimsBackAfterExpiry[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("e1", "k"), entry("f1", ""), entry("e2", "k"), entry("e3", "k"), entry("f2", ""))
-	a := s.acquire(t, 0, s.owner("relay-a"), shortTTL)
-	expectIDs(t, "fetch by lease A", s.fetch(t, a, 3), "e1", "f1", "e2")
+	a, batch, _ := s.shortLeaseFetch(t, 0, s.owner("relay-a"), 3)
+	expectIDs(t, "fetch by lease A", batch, "e1", "f1", "e2")
 	// A dies without finishing its batch.
 	b := s.acquireAfterExpiry(t, 0, s.owner("relay-b"), longTTL)
 	if b.Version <= a.Version {
@@ -312,24 +357,31 @@ func outcomeMarkSent[Tx any](t *testing.T, s *env[Tx]) {
 }
 
 func outcomeMarkFailedRetry[Tx any](t *testing.T, s *env[Tx]) {
-	s.appendCommit(t, entry("e1", "k"))
+	s.appendCommit(t, entry("e1", "k1"), entry("e2", "k2"))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
-	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1")
+	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1", "e2")
 	retryAt := time.Now().Add(scheduleAhead)
-	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "boom 1", RetryAt: retryAt})
-	expectIDs(t, "fetch right after MarkFailed with RetryAt in the future", s.fetch(t, l, 10))
-	b := s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the failed entry to be due again")
-	if now := time.Now(); now.Before(retryAt.Add(-clockSkew)) {
-		t.Fatalf("entry failed with RetryAt %v was fetched again at %v, %v early", retryAt.Format(time.StampMilli), now.Format(time.StampMilli), retryAt.Sub(now))
+	s.markFailed(t, l,
+		outbox.Failure{ID: "e1", Error: "far", RetryAt: time.Now().Add(time.Hour)},
+		outbox.Failure{ID: "e2", Error: "boom 1", RetryAt: retryAt},
+	)
+	b := s.fetch(t, l, 10)
+	expectSubsequence(t, "fetch right after MarkFailed with RetryAt an hour and "+scheduleAhead.String()+" ahead", b, nil, "e2")
+	if len(b) == 0 {
+		b = s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the failed entry to be due again")
 	}
-	expectIDs(t, "fetch once RetryAt passed", b, "e1")
+	if returned := time.Now(); surelyBefore(returned, retryAt) {
+		t.Fatalf("entry failed with RetryAt %v was fetched again by a call that returned at %v, %v early", retryAt.Format(time.StampMilli), returned.Format(time.StampMilli), retryAt.Sub(returned))
+	}
+	expectIDs(t, "fetch once RetryAt passed (e1 retries in an hour)", b, "e2")
 	if b[0].Attempts != 1 || b[0].LastError != "boom 1" {
-		t.Fatalf("after one MarkFailed, e1 has Attempts %d, LastError %q; want 1, \"boom 1\"", b[0].Attempts, b[0].LastError)
+		t.Fatalf("after one MarkFailed, e2 has Attempts %d, LastError %q; want 1, \"boom 1\"", b[0].Attempts, b[0].LastError)
 	}
-	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "boom 2", RetryAt: time.Now()})
+	s.markFailed(t, l, outbox.Failure{ID: "e2", Error: "boom 2", RetryAt: time.Now()})
 	b = s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the failed entry to be due again")
+	expectIDs(t, "fetch after the second failure (retry now)", b, "e2")
 	if b[0].Attempts != 2 || b[0].LastError != "boom 2" {
-		t.Fatalf("after two MarkFailed, e1 has Attempts %d, LastError %q; want 2, \"boom 2\"", b[0].Attempts, b[0].LastError)
+		t.Fatalf("after two MarkFailed, e2 has Attempts %d, LastError %q; want 2, \"boom 2\"", b[0].Attempts, b[0].LastError)
 	}
 }
 
@@ -412,11 +464,11 @@ func holdBackOnlyItsKey[Tx any](t *testing.T, s *env[Tx]) {
 }
 
 func holdBackEndsWhenSent[Tx any](t *testing.T, s *env[Tx]) {
-	l := holdBackSetup(t, s, scheduleAhead)
-	expectIDs(t, "fetch while k1 is failing", s.fetch(t, l, 10), "j1", "u1", "u2")
+	l := holdBackSetup(t, s, -time.Hour)
+	expectIDs(t, "fetch while k1 is failing, its retry due an hour ago (k1 comes first and still holds back k2, k3)", s.fetch(t, l, 10), "k1", "j1", "u1", "u2")
 	s.markSent(t, l, "j1", "u1", "u2")
-	b := s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "k1 to be due again")
-	expectIDs(t, "fetch once k1's retry is due (k1 is still failing: k2, k3 stay held back)", b, "k1")
+	s.release(t, l, "k1")
+	expectIDs(t, "fetch after k1 was released, still failing (k2, k3 stay held back)", s.fetch(t, l, 10), "k1")
 	s.markSent(t, l, "k1")
 	expectIDs(t, "fetch after k1 was sent (its key is free again, in order)", s.fetch(t, l, 10), "k2", "k3")
 }

@@ -32,6 +32,10 @@ func fencingCases[Tx any]() []testCase[Tx] {
 		{group: "Fencing", name: "StaleReleaseLease", run: fencingStaleReleaseLease[Tx]},
 		{group: "Fencing", name: "ReleasedLeaseIsFenced", run: fencingReleased[Tx]},
 		{group: "Fencing", name: "ForgedLeaseIsFenced", run: fencingForged[Tx]},
+		{group: "Fencing", name: "ExpiredFindPendingBatch", run: fencingExpiredFind[Tx]},
+		{group: "Fencing", name: "ExpiredMarkSent", run: fencingExpiredMarkSent[Tx]},
+		{group: "Fencing", name: "ExpiredMarkFailed", run: fencingExpiredMarkFailed[Tx]},
+		{group: "Fencing", name: "ExpiredRelease", run: fencingExpiredRelease[Tx]},
 	}
 }
 
@@ -64,26 +68,30 @@ func leaseReacquire[Tx any](t *testing.T, s *env[Tx]) {
 }
 
 func leaseRenewExtends[Tx any](t *testing.T, s *env[Tx]) {
-	a := s.acquire(t, 0, "owner-a", shortTTL)
-	deadline := time.Now().Add(3 * shortTTL)
-	l := a
-	for time.Now().Before(deadline) {
-		s.sleep(t, shortTTL/4)
-		r, err := s.b.RenewLease(s.ctx, l, shortTTL)
-		if err != nil {
-			t.Fatalf("RenewLease(%s) within its TTL: %v", fmtLease(l), err)
-		}
-		if r.Partition != l.Partition || r.Owner != l.Owner || r.Version != l.Version {
-			t.Fatalf("RenewLease(%s) returned %s: renewal must keep partition, owner and version", fmtLease(l), fmtLease(r))
-		}
-		if !r.Expires.After(a.Expires) {
-			t.Fatalf("RenewLease(%s, %v) %v after acquiring returned Expires %v, not after the original %v: a renewal extends the lease by ttl from now", fmtLease(l), shortTTL, time.Since(deadline.Add(-3*shortTTL)), r.Expires, a.Expires)
-		}
-		l = r
+	var r outbox.Lease
+	a, expiredBy := s.shortLease(t, 0, "owner-a", func(l outbox.Lease) error {
+		var err error
+		r, err = s.b.RenewLease(s.ctx, l, longTTL)
+		return err
+	})
+	if r.Partition != a.Partition || r.Owner != a.Owner || r.Version != a.Version {
+		t.Fatalf("RenewLease(%s) returned %s: renewal must keep partition, owner and version", fmtLease(a), fmtLease(r))
 	}
-	// Three TTLs after acquiring, the renewed lease still holds.
-	_, err := s.b.AcquireLease(s.ctx, 0, "owner-b", longTTL)
-	expectErr(t, fmt.Sprintf("AcquireLease by another owner %v after acquiring (TTL %v) while renewing every %v", 3*shortTTL, shortTTL, shortTTL/4), err, outbox.ErrLeaseHeld)
+	if !r.Expires.After(a.Expires) {
+		t.Fatalf("RenewLease(%s, %v) returned Expires %v, not after the original %v: a renewal extends the lease by ttl from now", fmtLease(a), longTTL, r.Expires, a.Expires)
+	}
+	r2, err := s.b.RenewLease(s.ctx, r, longTTL)
+	if err != nil {
+		t.Fatalf("RenewLease(%s) of the renewed lease: %v", fmtLease(r), err)
+	}
+	if r2.Version != a.Version || r2.Expires.Before(r.Expires) {
+		t.Fatalf("second RenewLease returned %s expiring %v, after the first renewal's %v: want the same version and an expiry no earlier", fmtLease(r2), r2.Expires, r.Expires)
+	}
+	// Past the expiry the lease was acquired with, the renewed lease still
+	// holds, and the original lease value still works.
+	s.sleepUntil(t, expiredBy.Add(clockSkew))
+	_, err = s.b.AcquireLease(s.ctx, 0, "owner-b", longTTL)
+	expectErr(t, "AcquireLease by another owner after the renewed lease's original expiry", err, outbox.ErrLeaseHeld)
 	s.appendCommit(t, entry("e1", ""))
 	expectIDs(t, "fetch with the original lease value after renewals", s.fetch(t, a, 10), "e1")
 }
@@ -176,8 +184,8 @@ func leasePartitionsIndependent[Tx any](t *testing.T, s *env[Tx]) {
 func staleSetup[Tx any](t *testing.T, s *env[Tx]) (stale, current outbox.Lease) {
 	t.Helper()
 	s.appendCommit(t, append(keyed("e", "k", 4), entry("f1", ""))...)
-	a := s.acquire(t, 0, "owner-a", shortTTL)
-	expectIDs(t, "fetch by A", s.fetch(t, a, 10), "e1", "e2", "e3", "e4", "f1")
+	a, batch, _ := s.shortLeaseFetch(t, 0, "owner-a", 10)
+	expectIDs(t, "fetch by A", batch, "e1", "e2", "e3", "e4", "f1")
 	b := s.acquireAfterExpiry(t, 0, "owner-b", longTTL)
 	if b.Version <= a.Version {
 		t.Fatalf("takeover %s does not have a higher version than the expired %s", fmtLease(b), fmtLease(a))
@@ -212,7 +220,21 @@ func fencingStaleFind[Tx any](t *testing.T, s *env[Tx]) {
 	if len(got) > 0 {
 		t.Fatalf("FindPendingBatch with stale %s returned entries %v", fmtLease(a), ids(got))
 	}
-	expectIDs(t, "fetch by B after the stale fetch (the new entries are B's)", s.fetch(t, b, 10), "e5", "f2")
+	// A backend may or may not hand B its own unfinished claims (e2, e3,
+	// e4, f1) again, but the new entries must be B's: the stale fetch
+	// claimed nothing.
+	got = s.fetch(t, b, 10)
+	expectSubsequence(t, "fetch by B after the stale fetch (it must hold the new e5 and f2, besides at most B's own unfinished claims, in order)", got,
+		[]string{"e5", "f2"}, "e2", "e3", "e4", "f1", "e5", "f2")
+	// The stale fetch changed nothing: B's claims and the new entries are
+	// all pending, in order, untouched.
+	rest := finishAndPeek(t, s, b, "e2", "e3", "e4", "f1", "e5", "f2")
+	expectIDs(t, "pending entries after the stale fetch, once B released everything", rest, "e2", "e3", "e4", "f1", "e5", "f2")
+	for _, e := range rest {
+		if e.Attempts != 0 || e.LastError != "" {
+			t.Fatalf("entry %s has Attempts %d, LastError %q after a stale FindPendingBatch; want 0, \"\"", e.ID, e.Attempts, e.LastError)
+		}
+	}
 }
 
 func fencingStaleMarkSent[Tx any](t *testing.T, s *env[Tx]) {
@@ -314,4 +336,77 @@ func fencingForged[Tx any](t *testing.T, s *env[Tx]) {
 	s.markSent(t, a, "e1", "e2")
 	s.releaseLease(t, a)
 	expectIDs(t, "pending entries after A sent both", s.peek(t, 0))
+}
+
+// expiredSetup appends e1..e3 of key k and f1, lets lease A (owner-a)
+// claim them all and waits until A has expired, nobody taking the
+// partition over. It returns A.
+func expiredSetup[Tx any](t *testing.T, s *env[Tx]) outbox.Lease {
+	t.Helper()
+	s.appendCommit(t, append(keyed("e", "k", 3), entry("f1", ""))...)
+	a, batch, expiredBy := s.shortLeaseFetch(t, 0, "owner-a", 10)
+	expectIDs(t, "fetch by A", batch, "e1", "e2", "e3", "f1")
+	s.sleepUntil(t, expiredBy.Add(clockSkew))
+	return a
+}
+
+// expectExpiredFenced fails the case unless err wraps ErrLeaseLost.
+func expectExpiredFenced(t *testing.T, call string, a outbox.Lease, err error) {
+	t.Helper()
+	if !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Fatalf("%s with %s after it expired, nobody having taken the partition over: got %v, want an error wrapping ErrLeaseLost (an expired lease is no longer held)", call, fmtLease(a), err)
+	}
+}
+
+// expectUntouched fails the case unless partition 0 holds exactly want,
+// pending, in that order, never attempted, and nothing is parked.
+func expectUntouched[Tx any](t *testing.T, s *env[Tx], what string, want ...string) {
+	t.Helper()
+	got := s.peek(t, 0)
+	expectIDs(t, what, got, want...)
+	for _, e := range got {
+		if e.Attempts != 0 || e.LastError != "" {
+			t.Fatalf("%s: entry %s has Attempts %d, LastError %q; want 0, \"\"", what, e.ID, e.Attempts, e.LastError)
+		}
+	}
+	if in, ok := s.b.(outbox.Inspector); ok {
+		parked, err := in.Parked(s.ctx, "", 10)
+		if err != nil {
+			t.Fatalf("Parked: %v", err)
+		}
+		expectIDs(t, what+": Parked", parked)
+	}
+}
+
+func fencingExpiredFind[Tx any](t *testing.T, s *env[Tx]) {
+	a := expiredSetup(t, s)
+	s.appendCommit(t, entry("e4", "k"), entry("f2", ""))
+	got, err := s.b.FindPendingBatch(s.ctx, a, 10)
+	expectExpiredFenced(t, "FindPendingBatch", a, err)
+	if len(got) > 0 {
+		t.Fatalf("FindPendingBatch with expired %s returned entries %v", fmtLease(a), ids(got))
+	}
+	expectUntouched(t, s, "pending entries after a FindPendingBatch with an expired lease (it must claim nothing)", "e1", "e2", "e3", "f1", "e4", "f2")
+}
+
+func fencingExpiredMarkSent[Tx any](t *testing.T, s *env[Tx]) {
+	a := expiredSetup(t, s)
+	expectExpiredFenced(t, "MarkSent([e1, f1])", a, s.b.MarkSent(s.ctx, a, []string{"e1", "f1"}))
+	expectUntouched(t, s, "pending entries after a MarkSent with an expired lease (it must change nothing)", "e1", "e2", "e3", "f1")
+}
+
+func fencingExpiredMarkFailed[Tx any](t *testing.T, s *env[Tx]) {
+	a := expiredSetup(t, s)
+	expectExpiredFenced(t, "MarkFailed(e1 retry now, e2 park, f1 retry in an hour)", a, s.b.MarkFailed(s.ctx, a, []outbox.Failure{
+		{ID: "e1", Error: "expired", RetryAt: time.Now()},
+		{ID: "e2", Error: "expired", Park: true},
+		{ID: "f1", Error: "expired", RetryAt: time.Now().Add(time.Hour)},
+	}))
+	expectUntouched(t, s, "pending entries after a MarkFailed with an expired lease (it must change nothing)", "e1", "e2", "e3", "f1")
+}
+
+func fencingExpiredRelease[Tx any](t *testing.T, s *env[Tx]) {
+	a := expiredSetup(t, s)
+	expectExpiredFenced(t, "Release([e1, f1])", a, s.b.Release(s.ctx, a, []string{"e1", "f1"}))
+	expectUntouched(t, s, "pending entries after a Release with an expired lease", "e1", "e2", "e3", "f1")
 }

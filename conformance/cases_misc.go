@@ -25,6 +25,7 @@ func lifecycleCases[Tx any]() []testCase[Tx] {
 	return []testCase[Tx]{
 		{group: "Lifecycle", name: "EveryMethodFailsAfterClose", run: lifecycleClosed[Tx]},
 		{group: "Lifecycle", name: "CancelledContextChangesNothing", run: lifecycleCancelled[Tx]},
+		{group: "Lifecycle", name: "EmptyInputsFailAfterClose", run: lifecycleClosedEmpty[Tx]},
 	}
 }
 
@@ -81,6 +82,14 @@ func argsRenewTTL[Tx any](t *testing.T, s *env[Tx]) {
 	}
 	_, err := s.b.AcquireLease(s.ctx, 0, "owner-b", longTTL)
 	expectErr(t, "AcquireLease by another owner after refused renewals (they must not have shortened the lease)", err, outbox.ErrLeaseHeld)
+	// The lease is still valid: fenced calls and a proper renewal work.
+	s.appendCommit(t, entry("e1", ""))
+	expectIDs(t, fmt.Sprintf("fetch with %s after refused renewals", fmtLease(l)), s.fetch(t, l, 10), "e1")
+	s.markSent(t, l, "e1")
+	r, err := s.b.RenewLease(s.ctx, l, longTTL)
+	if err != nil || r.Version != l.Version {
+		t.Fatalf("RenewLease(%s, %v) after refused renewals: got %s, %v; want the same lease renewed", fmtLease(l), longTTL, fmtLease(r), err)
+	}
 }
 
 func argsEmptyInputs[Tx any](t *testing.T, s *env[Tx]) {
@@ -175,6 +184,31 @@ func lifecycleClosed[Tx any](t *testing.T, s *env[Tx]) {
 		check("Parked", err)
 		_, err = in.Requeue(s.ctx, "e1")
 		check("Requeue", err)
+	}
+}
+
+func lifecycleClosedEmpty[Tx any](t *testing.T, s *env[Tx]) {
+	l := s.acquire(t, 0, s.owner("relay"), longTTL)
+	tx := s.begin(t)
+	defer func() { _ = s.h.Rollback(s.ctx, tx) }()
+	if err := s.b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	check := func(method string, err error) {
+		t.Helper()
+		if !errors.Is(err, outbox.ErrClosed) {
+			t.Errorf("%s after Close: got %v, want an error wrapping ErrClosed (a closed backend refuses every call, even with nothing to do)", method, err)
+		}
+	}
+	check("AppendInTx with no entries", s.b.AppendInTx(s.ctx, tx))
+	check("AppendInTx with an empty slice", s.b.AppendInTx(s.ctx, tx, []outbox.Entry{}...))
+	check("MarkSent with nil ids", s.b.MarkSent(s.ctx, l, nil))
+	check("MarkSent with empty ids", s.b.MarkSent(s.ctx, l, []string{}))
+	check("MarkFailed with nil failures", s.b.MarkFailed(s.ctx, l, nil))
+	check("Release with nil ids", s.b.Release(s.ctx, l, nil))
+	if in, ok := s.b.(outbox.Inspector); ok {
+		_, err := in.Requeue(s.ctx)
+		check("Requeue with no IDs", err)
 	}
 }
 

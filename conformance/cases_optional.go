@@ -34,6 +34,7 @@ func inspectorCases[Tx any]() []testCase[Tx] {
 		{group: "Inspector", name: "StatsCounts", run: inspectStats[Tx]},
 		{group: "Inspector", name: "ParkedListsByIDInPages", run: inspectParked[Tx]},
 		{group: "Inspector", name: "RequeueResetsAttemptsDueNow", run: inspectRequeue[Tx]},
+		{group: "Inspector", name: "RequeuedEntryOrderedAsIfAppendedNow", run: inspectRequeueOrder[Tx]},
 	}
 }
 
@@ -134,7 +135,8 @@ func notifyNoneForRollback[Tx any](t *testing.T, s *env[Tx]) {
 		t.Fatalf("Notifications: %v", err)
 	}
 	s.awaitNotification(t, ch, "live")
-	drainFor(ch, 200*time.Millisecond)
+	// Notifications of the appends above may still be on their way.
+	drainQuiet(t, ch, 500*time.Millisecond)
 	tx := s.begin(t)
 	if err := s.b.AppendInTx(s.ctx, tx, entry("rolled-back", "k")); err != nil {
 		t.Fatalf("AppendInTx: %v", err)
@@ -386,4 +388,26 @@ func inspectRequeue[Tx any](t *testing.T, s *env[Tx]) {
 			t.Errorf("requeued %s has Attempts %d, LastError %q; want 0 and the kept %q", e.ID, e.Attempts, e.LastError, "poison "+e.ID)
 		}
 	}
+}
+
+func inspectRequeueOrder[Tx any](t *testing.T, s *env[Tx]) {
+	in := s.inspector(t)
+	s.appendCommit(t, entry("e1", "k"), entry("e2", "k"), entry("e3", "k"), entry("u1", ""))
+	l := s.acquire(t, 0, s.owner("relay"), longTTL)
+	expectIDs(t, "first fetch", s.fetch(t, l, 1), "e1")
+	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "poison", Park: true})
+	expectIDs(t, "fetch after parking e1", s.fetch(t, l, 10), "e2", "e3", "u1")
+	s.release(t, l, "e2", "e3", "u1")
+	if n, err := in.Requeue(s.ctx, "e1"); err != nil || n != 1 {
+		t.Fatalf("Requeue(e1) with e1 parked: got %d, %v; want 1, nil", n, err)
+	}
+	s.appendCommit(t, entry("e4", "k"))
+	expectIDs(t, "fetch after requeueing e1 while e2, e3 of its key were pending (as if appended now: after them, before e4 appended later)", s.fetch(t, l, 10), "e2", "e3", "u1", "e1", "e4")
+	// e2 now precedes e1 in key k's order, so e2 failing holds e1 back
+	// like any later entry of its key.
+	s.markFailed(t, l, outbox.Failure{ID: "e2", Error: "boom", RetryAt: time.Now().Add(-time.Hour)})
+	s.release(t, l, "e3", "u1", "e1", "e4")
+	expectIDs(t, "fetch while e2 is failing (retry due an hour ago): it holds back e3, the requeued e1 and e4", s.fetch(t, l, 10), "e2", "u1")
+	s.markSent(t, l, "e2", "u1")
+	expectIDs(t, "fetch after e2 was sent", s.fetch(t, l, 10), "e3", "e1", "e4")
 }
