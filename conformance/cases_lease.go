@@ -224,7 +224,7 @@ func fencingStaleFind[Tx any](t *testing.T, s *env[Tx]) {
 	// e4, f1) again, but the new entries must be B's: the stale fetch
 	// claimed nothing.
 	got = s.fetch(t, b, 10)
-	expectSubsequence(t, "fetch by B after the stale fetch (it must hold the new e5 and f2, besides at most B's own unfinished claims, in order)", got,
+	expectSubsequence(t, "fetch by B after the stale fetch (it must hold the new e5 and f2, besides at most B's own unfinished claims, in order: e5 is eligible, as no entry of key k was attempted, and a lease's own unfinished claims hold nothing back)", got,
 		[]string{"e5", "f2"}, "e2", "e3", "e4", "f1", "e5", "f2")
 	// The stale fetch changed nothing: B's claims and the new entries are
 	// all pending, in order, untouched.

@@ -23,7 +23,8 @@ const (
 	// longTTL is the lease TTL of cases that must not see it expire.
 	longTTL = 30 * time.Second
 	// scheduleAhead is how far ahead NotBefore and RetryAt are set when a
-	// case checks that an entry is not due yet.
+	// case must see an entry become due by the clock ("not due yet" alone
+	// uses an hour); see timing.go.
 	scheduleAhead = 400 * time.Millisecond
 	// waitLimit bounds every poll for something that must happen.
 	waitLimit = 10 * time.Second
