@@ -60,6 +60,7 @@ func main() {
 		n1    = flag.Int("n1", 0, "transactions of the 1-entry-per-transaction append workloads (default 20000, 1000 with -quick)")
 		runs  = flag.Int("runs", 0, "runs per figure (default 3, 1 with -quick)")
 		big   = flag.Int("big", 0, "W4's big backlog (default 1000000, 20000 with -quick)")
+		rend  = flag.String("render", "", "rewrite the markdown report from this results.json (after editing analysis.md) and exit; measures nothing")
 		redDB = flag.Int("redis-db", 15, "Redis logical database for every Redis workload (only the harness's own keys are touched)")
 	)
 	flag.BoolVar(&cfg.Quick, "quick", false, "small N, one run each: check that the harness works and the counts are right (under two minutes)")
@@ -102,13 +103,26 @@ func main() {
 	case *out != "":
 		cfg.DocPath = filepath.Join(*out, "benchmarks.md")
 		cfg.JSONPath = filepath.Join(*out, "results.json")
-	case cfg.Quick:
-		dir := filepath.Join(os.TempDir(), "outbox-bench-quick")
+	case cfg.Quick || cfg.Only != nil || cfg.Skip != nil || *n > 0 || *n1 > 0 || *runs > 0 || *big > 0:
+		// Only a full, default run may replace the published report.
+		dir := filepath.Join(os.TempDir(), "outbox-bench-partial")
+		if cfg.Quick {
+			dir = filepath.Join(os.TempDir(), "outbox-bench-quick")
+		}
 		cfg.DocPath = filepath.Join(dir, "benchmarks.md")
 		cfg.JSONPath = filepath.Join(dir, "results.json")
 	default:
 		cfg.DocPath = filepath.Join("..", "docs", "benchmarks.md")
 		cfg.JSONPath = "results.json"
+	}
+
+	if *rend != "" {
+		if err := render(cfg, *rend); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Println("bench: wrote", cfg.DocPath)
+		return
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

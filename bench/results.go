@@ -135,12 +135,14 @@ var analysisMD string
 func (s *Suite) markdownTables() string {
 	var b strings.Builder
 	b.WriteString("## Targets (ratios measured in this run)\n\n")
-	b.WriteString("| comparison | ours | against | ratio | target | met |\n|---|---|---|---|---|---|\n")
+	b.WriteString("The ratio is the median of the per-round ratios (each round measures both sides, so a\n")
+	b.WriteString("round's ratio shares that round's machine load); the per-round ratios follow it.\n\n")
+	b.WriteString("| comparison | ours | against | ratio | per round | target | met |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range comparisons {
 		c.group = strings.Replace(c.group, "100k backlog", human(s.cfg.N)+" backlog", 1)
 		o := s.result(c.ours)
 		if o == nil {
-			fmt.Fprintf(&b, "| %s | not measured | | | %s | — |\n", c.group, targetText(c))
+			fmt.Fprintf(&b, "| %s | not measured | | | | %s | — |\n", c.group, targetText(c))
 			continue
 		}
 		if c.abs > 0 {
@@ -148,15 +150,15 @@ func (s *Suite) markdownTables() string {
 			if o.Median > c.abs {
 				met = "**no**"
 			}
-			fmt.Fprintf(&b, "| %s | %s | — | — | %s | %s |\n", c.group, fmtFigure(o), targetText(c), met)
+			fmt.Fprintf(&b, "| %s | %s | — | — | %s | %s | %s |\n", c.group, fmtFigure(o), joinNums(o.Runs, " ms"), targetText(c), met)
 			continue
 		}
 		x := s.result(c.other)
 		if x == nil {
-			fmt.Fprintf(&b, "| %s | %s | %s: not measured | | %s | — |\n", c.group, fmtFigure(o), c.other, targetText(c))
+			fmt.Fprintf(&b, "| %s | %s | %s: not measured | | | %s | — |\n", c.group, fmtFigure(o), c.other, targetText(c))
 			continue
 		}
-		ratio := o.Median / x.Median
+		ratio, per := ratios(o, x)
 		met := "—"
 		if c.target > 0 {
 			met = "yes"
@@ -164,7 +166,7 @@ func (s *Suite) markdownTables() string {
 				met = "**no**"
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s %s | %.2f× | %s | %s |\n", c.group, fmtFigure(o), x.System, fmtFigure(x), ratio, targetText(c), met)
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %.2f× | %s | %s | %s |\n", c.group, fmtFigure(o), x.System, fmtFigure(x), ratio, per, targetText(c), met)
 	}
 	b.WriteString("\n## Every figure (median of the runs, min–max)\n\n")
 	b.WriteString("| workload | system | median | min | max | unit | delivered / duplicates / order violations |\n|---|---|---|---|---|---|---|\n")
@@ -191,6 +193,34 @@ func (s *Suite) markdownTables() string {
 	return b.String()
 }
 
+// ratios returns ours/other: the median of the per-round ratios when both
+// have one run per round, else the ratio of the medians; and the per-round
+// ratios as text.
+func ratios(o, x *Result) (float64, string) {
+	if len(o.Runs) != len(x.Runs) || len(o.Runs) < 2 {
+		return o.Median / x.Median, ""
+	}
+	rs := make([]float64, len(o.Runs))
+	for i := range rs {
+		rs[i] = o.Runs[i] / x.Runs[i]
+	}
+	text := joinNums(rs, "×")
+	slices.Sort(rs)
+	m := rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		m = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	return m, text
+}
+
+func joinNums(vs []float64, unit string) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf("%.2f%s", v, unit)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // drainTitle names a drain workload: "Postgres drain, 100k backlog, no-op sink".
 func (s *Suite) drainTitle(backend, sink string) string {
 	return fmt.Sprintf("%s drain, %s backlog, %s", backend, human(s.cfg.N), sink)
@@ -212,13 +242,47 @@ func (s *Suite) writeReports() error {
 			return err
 		}
 	}
+	if err := s.writeJSON(); err != nil {
+		return err
+	}
+	return s.writeDoc()
+}
+
+// report is the content of results.json.
+type report struct {
+	Machine  MachineInfo `json:"machine"`
+	Results  []*Result   `json:"results"`
+	Failures []string    `json:"failures"`
+}
+
+// render rewrites the markdown report from a saved results.json (flag
+// -render), e.g. after editing analysis.md, without measuring again.
+func render(cfg Config, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	cfg.N = r.Machine.N
+	s := &Suite{cfg: cfg, info: r.Machine, results: r.Results, failures: r.Failures}
+	return s.writeDoc()
+}
+
+func (s *Suite) writeJSON() error {
 	s.mu.Lock()
-	j, err := json.MarshalIndent(map[string]any{"machine": s.info, "results": s.results, "failures": s.failures}, "", "  ")
+	j, err := json.MarshalIndent(report{Machine: s.info, Results: s.results, Failures: s.failures}, "", "  ")
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(s.cfg.JSONPath, append(j, '\n'), 0o644); err != nil {
+	return os.WriteFile(s.cfg.JSONPath, append(j, '\n'), 0o644)
+}
+
+func (s *Suite) writeDoc() error {
+	if err := os.MkdirAll(filepath.Dir(s.cfg.DocPath), 0o755); err != nil {
 		return err
 	}
 	var b strings.Builder

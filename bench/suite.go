@@ -426,6 +426,22 @@ func (t *tracker) wait(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
+// waitN is wait for the first k messages' worth of deliveries: it returns
+// once k distinct messages arrived.
+func (t *tracker) waitN(ctx context.Context, k int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for t.unique.Load() < int64(k) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s with %d of %d messages delivered", timeout, t.unique.Load(), k)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
+}
+
 // span is the time from the first first-delivery to the last one.
 func (t *tracker) span() time.Duration {
 	var lo, hi int64
