@@ -87,6 +87,8 @@ func main() {
 	if *n1 > 0 {
 		cfg.N1 = *n1
 	}
+	// The single-entry appends use the first N1 of the N prepared messages.
+	cfg.N1 = min(cfg.N1, cfg.N)
 	if *big > 0 {
 		cfg.BigBack = *big
 	}
