@@ -5,8 +5,46 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// SpanPublish is the name of the span the relay starts for each publish
+// round (tracer "github.com/outboxrelay/outbox").
+const SpanPublish = "outbox.relay.publish"
+
+// startPublishSpan starts the span of one publish round, linked to the
+// appending span of every entry that carries a trace context.
+func startPublishSpan(ctx context.Context, tracer trace.Tracer, partition int, round []Entry) (context.Context, trace.Span) {
+	var links []trace.Link
+	for _, e := range round {
+		if e.Headers[HeaderTraceparent] == "" {
+			continue
+		}
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(e.Headers)))
+		if sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("outbox.entry.id", e.ID)}})
+		}
+	}
+	return tracer.Start(ctx, SpanPublish,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithLinks(links...),
+		trace.WithAttributes(
+			attribute.Int("outbox.partition", partition),
+			attribute.Int("messaging.batch.message_count", len(round)),
+		))
+}
+
+// endPublishSpan records a round's failures on its span and ends it.
+func endPublishSpan(span trace.Span, failed, parked int) {
+	if failed > 0 {
+		span.SetAttributes(attribute.Int("outbox.failed", failed), attribute.Int("outbox.parked", parked))
+		span.SetStatus(codes.Error, "some messages failed")
+	}
+	span.End()
+}
 
 // Metric names the relay reports through OpenTelemetry. The meter is named
 // "github.com/outboxrelay/outbox".

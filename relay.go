@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Relay moves entries from a [Store] to a [Sink]: at least once, in
@@ -45,6 +47,7 @@ type Relay struct {
 	opts    RelayOptions
 	log     *slog.Logger
 	metrics *relayMetrics
+	tracer  trace.Tracer
 	breaker breaker
 
 	wakeMu sync.Mutex
@@ -116,6 +119,7 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	if o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
 		r.slots = make(chan struct{}, o.MaxPartitions)
 	}
+	r.tracer = o.TracerProvider.Tracer("github.com/outboxrelay/outbox")
 	r.metrics, err = newRelayMetrics(o.MeterProvider, r)
 	if err != nil {
 		return nil, err
@@ -509,6 +513,7 @@ func (w *worker) mayPublish(ctx context.Context) (bool, float64) {
 func (w *worker) publish(ctx context.Context, round []Entry, scale float64, failedKeys map[string]bool) bool {
 	r := w.r
 	pctx, cancel := context.WithDeadline(ctx, w.validUntil)
+	pctx, span := startPublishSpan(pctx, r.tracer, w.partition, round)
 	start := time.Now()
 	errs := r.sink.Publish(pctx, round)
 	cancel()
@@ -548,6 +553,8 @@ func (w *worker) publish(ctx context.Context, round []Entry, scale float64, fail
 		r.log.Debug("outbox relay: publish failed", "partition", w.partition, "id", e.ID,
 			"attempts", attempts, "park", park, "retry_in", delay, "err", err)
 	}
+	endPublishSpan(span, len(failures), len(failures)-retryable)
+
 	// A round in which every message failed with a retryable error says the
 	// sink is down; anything else (even a permanent refusal) says it works.
 	r.breaker.record(retryable < len(round), now)

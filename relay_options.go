@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxrelay/outbox/backoff"
 )
@@ -88,6 +89,12 @@ type RelayOptions struct {
 	// global otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 
+	// TracerProvider provides the tracer of the relay's spans: one span
+	// per publish round, linked to the trace of every entry's appending
+	// span (its "traceparent" header). Default the global
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+
 	// Now is the relay's clock, for tests. Default time.Now.
 	Now func() time.Time
 }
@@ -131,6 +138,9 @@ func (o RelayOptions) withDefaults() (RelayOptions, error) {
 	}
 	if o.MeterProvider == nil {
 		o.MeterProvider = otel.GetMeterProvider()
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
 	}
 	if o.Now == nil {
 		o.Now = time.Now
