@@ -45,7 +45,7 @@ type keys struct {
 	pending  string // zset: member seq8+ID, score = next attempt time in ms
 	inflight string // zset: claimed entries, score kept from pending
 	parked   string // zset: parked entry IDs, score 0 (pages by ID)
-	holds    string // hash: entry key -> members of its failing entries
+	keyorder string // zset, scores 0: key-length|key|position|seq|ID per keyed entry
 	lease    string // string "version:owner" with a PX expiry
 	leasever string // counter: last lease version granted
 	seq      string // counter: last append sequence
@@ -61,7 +61,7 @@ func partitionKeys(prefix string, p int) keys {
 		pending:  base + ":pending",
 		inflight: base + ":inflight",
 		parked:   base + ":parked",
-		holds:    base + ":holds",
+		keyorder: base + ":keyorder",
 		lease:    base + ":lease",
 		leasever: base + ":leasever",
 		seq:      base + ":seq",
@@ -249,7 +249,7 @@ func (b *Backend) appendArgs(k *keys, entries []outbox.Entry) ([]string, []any) 
 		}
 		args = append(args, e.ID, due, encodeEntry(e))
 	}
-	return []string{k.entries, k.pending, k.seq}, args
+	return []string{k.entries, k.pending, k.seq, k.keyorder}, args
 }
 
 // group splits prepared entries by partition, keeping slice order.

@@ -104,7 +104,7 @@ func benchBackend(b *testing.B, c redis.UniversalClient, parts int) *Backend {
 	b.Cleanup(func() {
 		ctx := context.Background()
 		for _, k := range be.parts {
-			c.Del(ctx, k.entries, k.pending, k.inflight, k.parked, k.holds, k.lease, k.leasever, k.seq, k.tag+":bench")
+			c.Del(ctx, k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.tag+":bench")
 		}
 	})
 	return be

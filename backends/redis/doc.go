@@ -23,7 +23,7 @@
 //	{outbox:0}:pending   zset    seq8+ID -> next attempt time (ms)
 //	{outbox:0}:inflight  zset    claimed entries, score kept from pending
 //	{outbox:0}:parked    zset    parked IDs, score 0 (pages by ID)
-//	{outbox:0}:holds     hash    entry key -> members of its failing entries
+//	{outbox:0}:keyorder  zset    per keyed entry: key-len|key|position|seq8|ID, score 0
 //	{outbox:0}:lease     string  "version:owner", PX = lease TTL
 //	{outbox:0}:leasever  counter last lease version (never expires)
 //	{outbox:0}:seq       counter last append sequence
@@ -36,9 +36,16 @@
 // A pending member is the entry's 8-byte big-endian append sequence
 // followed by its ID, and its score is the next attempt time in ms. Redis
 // orders equal scores by member bytes, so ZRANGEBYSCORE returns entries by
-// (due time, append order) exactly, however many share a millisecond. An
-// entry with a key is skipped while an earlier-appended entry of its key has
-// failed and is neither sent nor parked (the holds hash); see docs/redis.md.
+// (due time, append order) exactly, however many share a millisecond.
+//
+// Per-key order does not depend on scores: the keyorder set lists every
+// pending or claimed entry with a key by (key, position, sequence), where
+// the position is the entry's first due time. The claim script hands out
+// an entry with a key only when every entry before it in its key's order is
+// claimed and was never attempted, so a failing entry holds back the rest
+// of its key until it is sent or parked, and held-back entries can be moved
+// out of the way (re-scored) without any risk to the order; see
+// docs/redis.md.
 //
 // # Leases
 //

@@ -10,20 +10,23 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-// encodingV1 is the first byte of every stored entry in format version 1.
+// Stored entry formats: the first byte of every stored entry.
 //
-// Layout (all integers big-endian). The first 25 bytes plus the error are
-// written by the Lua scripts; the rest is written once by Go at append time
-// and never changed:
+// Format version 2 (written by this release). All integers big-endian. The
+// first 33 bytes plus the error are written by the Lua scripts; the rest is
+// written once by Go at append time and never changed:
 //
 //	off  size  field
-//	0    1     version (1)
+//	0    1     version (2)
 //	1    8     append sequence, per partition (also the first 8 bytes of
 //	           the entry's sorted-set member, so equal scores order by it)
 //	9    8     created-at, Unix microseconds, server clock
-//	17   4     attempts
-//	21   4     n = length of the last error
-//	25   n     last error
+//	17   8     position, Unix ms: the entry's place in its key's order (its
+//	           first due time: NotBefore, else the append time; the requeue
+//	           time after a requeue); see the key-order set in docs/redis.md
+//	25   4     attempts
+//	29   4     n = length of the last error
+//	33   n     last error
 //	     4     length of key, then key
 //	     4     length of topic, then topic
 //	     8     not-before, Unix nanoseconds (0 = none)
@@ -31,19 +34,32 @@ import (
 //	           4-byte value length, value (sorted by name)
 //	     rest  payload
 //
-// lib.lua's validate() checks exactly the structure decodeEntry checks, so
-// any value the claim script hands out decodes in Go.
-const encodingV1 = 1
+// Format version 1 (earlier builds) is the same without the position field
+// (attempts at offset 17, error length at 21, error at 25). This build
+// still decodes it, and the scripts convert a version 1 entry to version 2
+// (deriving the position from not-before or created-at) the first time they
+// touch it; see "Upgrading from format 1" in docs/redis.md.
+//
+// lib.lua's parse checks exactly the structure decodeEntry checks, so any
+// value the claim script hands out decodes in Go.
+const (
+	encodingV1 = 1
+	encodingV2 = 2
+)
 
-// fixedHeaderLen is the size of the script-managed header before the error.
-const fixedHeaderLen = 25
+// headerLenV1 and fixedHeaderLen are the sizes of the script-managed
+// header before the error in formats 1 and 2.
+const (
+	headerLenV1    = 25
+	fixedHeaderLen = 33
+)
 
 // errCorrupt marks a stored entry that does not decode.
 var errCorrupt = errors.New("redisoutbox: corrupt stored entry")
 
-// encodeEntry encodes e for the append script: version 1 with the
-// script-managed header zeroed (the script fills in sequence and
-// created-at).
+// encodeEntry encodes e for the append script: version 2 with the
+// script-managed header zeroed (the script fills in sequence, created-at
+// and position).
 func encodeEntry(e *outbox.Entry) []byte {
 	n := fixedHeaderLen + 4 + len(e.Key) + 4 + len(e.Topic) + 8 + 4 + len(e.Payload)
 	names := make([]string, 0, len(e.Headers))
@@ -53,7 +69,7 @@ func encodeEntry(e *outbox.Entry) []byte {
 	}
 	sort.Strings(names)
 	b := make([]byte, fixedHeaderLen, n)
-	b[0] = encodingV1
+	b[0] = encodingV2
 	b = appendString(b, e.Key)
 	b = appendString(b, e.Topic)
 	var nb int64
@@ -138,15 +154,18 @@ func (d *decoder) string(what string) string {
 // memory with b.
 func decodeEntry(id string, partition int, b []byte) (outbox.Entry, error) {
 	e := outbox.Entry{ID: id, Partition: partition}
-	if len(b) == 0 || b[0] != encodingV1 {
-		if len(b) == 0 {
-			return e, fmt.Errorf("%w: empty value", errCorrupt)
-		}
-		return e, fmt.Errorf("%w: unknown format version %d (this build reads version %d; upgrade the relay)", errCorrupt, b[0], encodingV1)
+	if len(b) == 0 {
+		return e, fmt.Errorf("%w: empty value", errCorrupt)
+	}
+	if b[0] != encodingV1 && b[0] != encodingV2 {
+		return e, fmt.Errorf("%w: unknown format version %d (this build reads versions %d and %d; upgrade the relay)", errCorrupt, b[0], encodingV1, encodingV2)
 	}
 	d := decoder{b: b, off: 1}
 	d.uint64("sequence")
 	created := int64(d.uint64("created-at"))
+	if b[0] == encodingV2 {
+		d.uint64("position")
+	}
 	attempts := d.uint32("attempts")
 	e.LastError = d.string("last error")
 	e.Key = d.string("key")

@@ -78,8 +78,12 @@ func FuzzDecode(f *testing.F) {
 		// Rebuild the script-managed header and compare the rest.
 		e.Attempts, e.LastError = 0, ""
 		again := encodeEntry(&e)
-		errLen := int(b[21])<<24 | int(b[22])<<16 | int(b[23])<<8 | int(b[24])
-		body := b[fixedHeaderLen+errLen:]
+		hl := fixedHeaderLen
+		if b[0] == encodingV1 {
+			hl = headerLenV1
+		}
+		errLen := int(b[hl-4])<<24 | int(b[hl-3])<<16 | int(b[hl-2])<<8 | int(b[hl-1])
+		body := b[hl+errLen:]
 		if len(e.Headers) <= 1 && !bytes.Equal(again[fixedHeaderLen:], body) {
 			// With several headers the stored order may differ from the
 			// sorted order encodeEntry writes, and duplicates collapse.

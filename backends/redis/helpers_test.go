@@ -79,7 +79,7 @@ func newBackend(t *testing.T, c redis.UniversalClient, opts Options) *Backend {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for _, k := range b.parts {
-			for _, key := range []string{k.entries, k.pending, k.inflight, k.parked, k.holds, k.lease, k.leasever, k.seq} {
+			for _, key := range []string{k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq} {
 				_ = c.Del(ctx, key).Err()
 			}
 		}

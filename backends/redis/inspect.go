@@ -75,7 +75,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	cmds, err := b.runEach(ctx, "Cancel", scriptCancel, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.inflight, k.parked, k.holds}, []any{id}
+		return []string{k.entries, k.pending, k.inflight, k.parked, k.keyorder}, []any{id}
 	})
 	if err != nil {
 		return err
@@ -183,7 +183,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 		args[i] = id
 	}
 	cmds, err := b.runEach(ctx, "Requeue", scriptRequeue, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked, k.seq}, args
+		return []string{k.entries, k.pending, k.parked, k.seq, k.keyorder}, args
 	})
 	if err != nil {
 		return 0, err

@@ -125,7 +125,7 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	}
 	budget := 2*limit + 256
 	res, err := scriptClaim.Run(ctx, b.client,
-		[]string{k.lease, k.pending, k.inflight, k.entries, k.holds, k.parked},
+		[]string{k.lease, k.pending, k.inflight, k.entries, k.keyorder, k.parked},
 		token(lease), limit, budget).Result()
 	if err != nil {
 		return nil, b.wrap(ctx, "FindPendingBatch", err)
@@ -193,7 +193,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 		args = append(args, id)
 	}
 	return b.fenced(ctx, "MarkSent", scriptMarkSent, lease,
-		[]string{k.lease, k.pending, k.inflight, k.entries, k.holds}, args)
+		[]string{k.lease, k.pending, k.inflight, k.entries, k.keyorder}, args)
 }
 
 // MarkFailed runs mark_failed.lua (one round trip, fenced by the lease).
@@ -224,7 +224,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		args = append(args, f.ID, park, strconv.FormatInt(retry, 10), truncate(f.Error, b.opts.MaxErrorLen))
 	}
 	return b.fenced(ctx, "MarkFailed", scriptMarkFailed, lease,
-		[]string{k.lease, k.pending, k.inflight, k.entries, k.holds, k.parked}, args)
+		[]string{k.lease, k.pending, k.inflight, k.entries, k.keyorder, k.parked}, args)
 }
 
 // truncate cuts s to at most n bytes at a UTF-8 boundary.

@@ -1,7 +1,7 @@
 -- mark_failed.lua: MarkFailed (fenced).
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] inflight zset
--- KEYS[4] entries hash   KEYS[5] holds hash   KEYS[6] parked zset
+-- KEYS[4] entries hash   KEYS[5] key-order zset   KEYS[6] parked zset
 -- ARGV[1] token "version:owner"
 -- ARGV[2..] quadruples: id, park ('1' or '0'), retry time in ms, error
 -- Returns -1 when the lease is lost (nothing changed), else the number of
@@ -10,24 +10,28 @@
 --
 -- Each entry's attempts grow by one and its last error is replaced. A
 -- parked entry leaves pending/inflight for the parked zset (score 0, so it
--- pages by ID with ZRANGEBYLEX) and stops holding back its key; a retried
--- one goes back to pending at the retry time and holds back its key.
+-- pages by ID with ZRANGEBYLEX) and leaves its key's order, so it stops
+-- holding back its key; a retried one goes back to pending at the retry
+-- time and keeps its place in its key's order, so (having attempts > 0) it
+-- holds back the entries after it.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 local n = 0
 for i = 2, #ARGV, 4 do
   local id, park, retry, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local v = redis.call('HGET', KEYS[4], id)
   if v then
+    local converted
+    v, converted = as_v2(v)
     local m = member(v, id)
     if redis.call('ZREM', KEYS[3], m) + redis.call('ZREM', KEYS[2], m) > 0 then
-      local key = entry_key(v)
+      local key = key_of(v)
       redis.call('HSET', KEYS[4], id, set_failure(v, attempts_of(v) + 1, err))
       if park == '1' then
         redis.call('ZADD', KEYS[6], 0, id)
-        if key ~= '' then holds_remove(KEYS[5], key, m) end
+        if key ~= '' then redis.call('ZREM', KEYS[5], order_member(key, v, m)) end
       else
         redis.call('ZADD', KEYS[2], tonumber(retry), m)
-        if key ~= '' then holds_add(KEYS[5], key, m) end
+        if converted and key ~= '' then redis.call('ZADD', KEYS[5], 0, order_member(key, v, m)) end
       end
       n = n + 1
     end
