@@ -2,6 +2,7 @@ package redisoutbox
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ func TestBackend(t *testing.T) {
 			t.Run("StaleHolderIsFenced", func(t *testing.T) { t.Parallel(); testStaleHolder(t, c) })
 			t.Run("CorruptEntryIsParked", func(t *testing.T) { t.Parallel(); testCorrupt(t, c) })
 			t.Run("HoldBackDoesNotStarveOtherKeys", func(t *testing.T) { t.Parallel(); testHoldBackCrowd(t, c) })
+			t.Run("Format1EntriesAreConverted", func(t *testing.T) { t.Parallel(); testFormat1(t, c) })
 			t.Run("InspectAcrossPartitions", func(t *testing.T) { t.Parallel(); testInspect(t, c) })
 			t.Run("Notifications", func(t *testing.T) { t.Parallel(); testNotifications(t, c) })
 			t.Run("RollbackLeavesNothing", func(t *testing.T) { t.Parallel(); testRollback(t, c) })
@@ -181,7 +183,8 @@ func testCorrupt(t *testing.T, c redis.UniversalClient) {
 	require.NoError(t, b.Append(ctx,
 		outbox.Entry{ID: "bad1", Topic: "t", Key: "k"},
 		outbox.Entry{ID: "bad2", Topic: "t"},
-		outbox.Entry{ID: "good", Topic: "t", Key: "k2"}))
+		outbox.Entry{ID: "good", Topic: "t", Key: "k2"},
+		outbox.Entry{ID: "next-k", Topic: "t", Key: "k"}))
 	// bad1: truncated after a valid header; bad2: an unknown version.
 	v, err := c.HGet(ctx, b.parts[0].entries, "bad1").Result()
 	require.NoError(t, err)
@@ -194,7 +197,8 @@ func testCorrupt(t *testing.T, c redis.UniversalClient) {
 	require.NoError(t, err)
 	batch, err := b.FindPendingBatch(ctx, l, 10)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"good"}, ids(batch), "corrupt entries never stall the relay")
+	assert.Equal(t, []string{"good", "next-k"}, ids(batch), "corrupt entries never stall the relay, nor hold back their key")
+	assertKeyOrder(t, c, b, "good", "next-k")
 	parked, err := b.Parked(ctx, "", 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"bad1", "bad2"}, ids(parked))
@@ -252,6 +256,103 @@ func testHoldBackCrowd(t *testing.T, c redis.UniversalClient) {
 	for i, id := range rest {
 		require.Equal(t, fmt.Sprintf("a%03d", i+1), id)
 	}
+	assertKeyOrder(t, c, b)
+}
+
+// assertKeyOrder checks partition 0's key-order set: it holds exactly one
+// member per pending or claimed keyed entry, and the given IDs.
+func assertKeyOrder(t *testing.T, c redis.UniversalClient, b *Backend, want ...string) {
+	t.Helper()
+	ctx := testCtx(t)
+	k := b.parts[0]
+	members, err := c.ZRange(ctx, k.keyorder, 0, -1).Result()
+	require.NoError(t, err)
+	var got []string
+	for _, m := range members {
+		kl := int(binary.BigEndian.Uint32([]byte(m[:4])))
+		pm := m[4+kl+8:] // the pending member: seq8 | ID
+		inPending := c.ZScore(ctx, k.pending, pm).Err() == nil
+		inFlight := c.ZScore(ctx, k.inflight, pm).Err() == nil
+		assert.True(t, inPending || inFlight, "key-order member of %q is neither pending nor claimed", pm[8:])
+		got = append(got, pm[8:])
+	}
+	assert.ElementsMatch(t, want, got, "key-order members")
+}
+
+// encodeV1 encodes e in format 1, as earlier builds stored it.
+func encodeV1(e *outbox.Entry, seq uint64, created time.Time) []byte {
+	v2 := encodeEntry(e)
+	b := []byte{encodingV1}
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(created.UnixMicro()))
+	b = binary.BigEndian.AppendUint32(b, 0) // attempts
+	b = binary.BigEndian.AppendUint32(b, 0) // error length
+	return append(b, v2[fixedHeaderLen:]...)
+}
+
+// testFormat1 stores entries the way earlier builds did (format 1, no
+// key-order member) and checks that the scripts convert them and keep
+// per-key order with entries appended in format 2.
+func testFormat1(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	k := b.parts[0]
+	created := time.Now().Add(-time.Minute)
+	old := []outbox.Entry{
+		{ID: "a1", Topic: "t", Key: "a", Payload: []byte("one"), Headers: map[string]string{"h": "1"}},
+		{ID: "a2", Topic: "t", Key: "a", Payload: []byte("two")},
+		{ID: "u1", Topic: "t"},
+		{ID: "p1", Topic: "t", Key: "a", Payload: []byte("parked")},
+	}
+	for i := range old {
+		seq := uint64(i + 1)
+		v := encodeV1(&old[i], seq, created)
+		require.NoError(t, c.HSet(ctx, k.entries, old[i].ID, v).Err())
+		var s8 [8]byte
+		binary.BigEndian.PutUint64(s8[:], seq)
+		if old[i].ID == "p1" {
+			require.NoError(t, c.ZAdd(ctx, k.parked, redis.Z{Score: 0, Member: "p1"}).Err())
+		} else {
+			require.NoError(t, c.ZAdd(ctx, k.pending, redis.Z{Score: float64(created.UnixMilli()), Member: string(s8[:]) + old[i].ID}).Err())
+		}
+	}
+	require.NoError(t, c.Set(ctx, k.seq, len(old), 0).Err())
+	require.NoError(t, b.Append(ctx, outbox.Entry{ID: "a3", Topic: "t", Key: "a"}))
+
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	batch, err := b.FindPendingBatch(ctx, l, 1)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1"}, ids(batch))
+	assert.Equal(t, []byte("one"), batch[0].Payload)
+	assert.Equal(t, map[string]string{"h": "1"}, batch[0].Headers)
+	assert.WithinDuration(t, created, batch[0].CreatedAt, time.Millisecond)
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a1", Error: "boom", RetryAt: time.Now().Add(time.Hour)}}))
+	batch, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"u1"}, ids(batch), "the converted, failing a1 holds back a2 (format 1) and a3 (format 2)")
+	require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+
+	// Cancelling a1 frees its key at once, in order.
+	require.NoError(t, b.Cancel(ctx, "a1"))
+	batch, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a2", "a3"}, ids(batch))
+	require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+
+	n, err := b.Requeue(ctx, "p1")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	raw, err := c.HGet(ctx, k.entries, "p1").Result()
+	require.NoError(t, err)
+	assert.Equal(t, byte(encodingV2), raw[0], "a requeued entry is written in format 2")
+	batch, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p1"}, ids(batch))
+	assert.Equal(t, []byte("parked"), batch[0].Payload)
+	assertKeyOrder(t, c, b, "p1")
+	require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+	assertKeyOrder(t, c, b)
 }
 
 func testInspect(t *testing.T, c redis.UniversalClient) {
