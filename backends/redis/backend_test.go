@@ -59,6 +59,7 @@ func TestBackend(t *testing.T) {
 			t.Run("CorruptEntryIsParked", func(t *testing.T) { t.Parallel(); testCorrupt(t, c) })
 			t.Run("HoldBackDoesNotStarveOtherKeys", func(t *testing.T) { t.Parallel(); testHoldBackCrowd(t, c) })
 			t.Run("Format1EntriesAreConverted", func(t *testing.T) { t.Parallel(); testFormat1(t, c) })
+			t.Run("UnfinishedClaimsHoldBackOnlyWhenAttempted", func(t *testing.T) { t.Parallel(); testUnfinishedClaims(t, c) })
 			t.Run("InspectAcrossPartitions", func(t *testing.T) { t.Parallel(); testInspect(t, c) })
 			t.Run("Notifications", func(t *testing.T) { t.Parallel(); testNotifications(t, c) })
 			t.Run("RollbackLeavesNothing", func(t *testing.T) { t.Parallel(); testRollback(t, c) })
@@ -437,4 +438,33 @@ func testRollback(t *testing.T, c redis.UniversalClient) {
 	assert.ErrorIs(t, b.AppendInTx(ctx, pipe, outbox.Entry{Topic: "t"}), outbox.ErrClosed)
 	_, err = b.AcquireLease(ctx, 0, "me", time.Minute)
 	assert.ErrorIs(t, err, outbox.ErrClosed)
+}
+
+// testUnfinishedClaims: a claimed, unfinished entry that was never
+// attempted does not hold back the later entries of its key (the SPI's
+// hold-back is by attempted entries only); a claimed entry that was
+// attempted does, within a batch and across calls.
+func testUnfinishedClaims(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	require.NoError(t, b.Append(ctx,
+		outbox.Entry{ID: "k1", Topic: "t", Key: "k"},
+		outbox.Entry{ID: "k2", Topic: "t", Key: "k"},
+		outbox.Entry{ID: "k3", Topic: "t", Key: "k"}))
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	fetch := func(limit int) []string {
+		batch, err := b.FindPendingBatch(ctx, l, limit)
+		require.NoError(t, err)
+		return ids(batch)
+	}
+	require.Equal(t, []string{"k1"}, fetch(1))
+	require.Equal(t, []string{"k2", "k3"}, fetch(10), "k1 is claimed but never attempted")
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "k1", Error: "boom", RetryAt: time.Now().Add(-time.Hour)}}))
+	require.NoError(t, b.Release(ctx, l, []string{"k2", "k3"}))
+	require.Equal(t, []string{"k1"}, fetch(10), "failing k1 is retried alone")
+	require.Empty(t, fetch(10), "k1 is claimed and attempted: k2, k3 stay held back")
+	require.NoError(t, b.MarkSent(ctx, l, []string{"k1"}))
+	require.Equal(t, []string{"k2", "k3"}, fetch(10))
+	assertKeyOrder(t, c, b, "k2", "k3")
 }

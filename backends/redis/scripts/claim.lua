@@ -37,8 +37,11 @@ local out, got, scanned, skipped = {}, 0, 0, 0
 -- open[key]: the key-order member up to which every entry of the key is
 -- claimed and was never attempted (entries claimed in this call, and
 -- unfinished claims of earlier calls walked over); stop[key]: an attempted
--- entry of the key is claimed, so the rest of the key is held back.
-local open, stop = {}, {}
+-- entry of the key is claimed, so the rest of the key is held back;
+-- nxt[key]: the member right after open[key], when the last lookup saw it
+-- (saves a lookup for the next entry of a key in the same batch; dropped
+-- whenever eligible or a conversion changes the key's order or open[key]).
+local open, stop, nxt = {}, {}, {}
 
 -- eligible reports whether the entry with key-order member km may be
 -- claimed now. It walks the key's order from open[key]: claimed,
@@ -46,15 +49,24 @@ local open, stop = {}, {}
 -- scan budget), stale members are removed. When km is held back it also
 -- returns the pending score of its blocker, the first entry before it that
 -- is still pending (nil when the blocker is claimed and attempted).
-local function eligible(key, km)
-  local pfx = key_prefix(key)
+local function eligible(key, pfx, km)
+  if stop[key] then return false end
+  if nxt[key] == km then
+    nxt[key] = nil
+    return true
+  end
+  nxt[key] = nil
   local hi = '[' .. pfx .. HIGH
   local repaired = false
   while not stop[key] do
     local lo = '[' .. pfx
     if open[key] then lo = '(' .. open[key] end
-    local b = redis.call('ZRANGEBYLEX', KEYS[5], lo, hi, 'LIMIT', 0, 1)[1]
-    if b == km then return true end
+    local r = redis.call('ZRANGEBYLEX', KEYS[5], lo, hi, 'LIMIT', 0, 2)
+    local b = r[1]
+    if b == km then
+      nxt[key] = r[2]
+      return true
+    end
     if not redis.call('ZSCORE', KEYS[5], km) then
       -- The entry is missing from its key's order (only possible after
       -- manual changes): put it back at its position; claim it only if
@@ -62,6 +74,8 @@ local function eligible(key, km)
       if repaired then return false end
       redis.call('ZADD', KEYS[5], 0, km)
       repaired = true
+    elseif not b then
+      return false -- km is behind open[key]: cannot happen, be safe
     else
       -- b is before km.
       local bm = string.sub(b, #pfx + 9)
@@ -111,14 +125,18 @@ while got < limit and scanned < budget do
       else
         local converted
         v, converted = as_v2(v)
-        local km
+        local km, pfx
         if key ~= '' then
-          km = order_member(key, v, m)
-          if converted then redis.call('ZADD', KEYS[5], 0, km) end
+          pfx = key_prefix(key)
+          km = pfx .. string.sub(v, 18, 25) .. m
+          if converted then
+            redis.call('ZADD', KEYS[5], 0, km)
+            nxt[key] = nil
+          end
         end
         if converted then redis.call('HSET', KEYS[4], id, v) end
         local ok, bs = true, nil
-        if km then ok, bs = eligible(key, km) end
+        if km then ok, bs = eligible(key, pfx, km) end
         if ok then
           redis.call('ZREM', KEYS[2], m)
           redis.call('ZADD', KEYS[3], score, m)

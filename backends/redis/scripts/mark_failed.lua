@@ -23,7 +23,7 @@ for i = 2, #ARGV, 4 do
     local converted
     v, converted = as_v2(v)
     local m = member(v, id)
-    if redis.call('ZREM', KEYS[3], m) + redis.call('ZREM', KEYS[2], m) > 0 then
+    if redis.call('ZREM', KEYS[3], m) == 1 or redis.call('ZREM', KEYS[2], m) == 1 then
       local key = key_of(v)
       redis.call('HSET', KEYS[4], id, set_failure(v, attempts_of(v) + 1, err))
       if park == '1' then

@@ -16,7 +16,7 @@ for i = 2, #ARGV do
   if v then
     v = as_v2(v)
     local m = member(v, id)
-    if redis.call('ZREM', KEYS[3], m) + redis.call('ZREM', KEYS[2], m) > 0 then
+    if redis.call('ZREM', KEYS[3], m) == 1 or redis.call('ZREM', KEYS[2], m) == 1 then
       redis.call('HDEL', KEYS[4], id)
       local key = key_of(v)
       if key ~= '' then redis.call('ZREM', KEYS[5], order_member(key, v, m)) end
