@@ -40,10 +40,17 @@ type Backend struct {
 	opts  Options
 	names names
 
-	qAppend, qAcquire, qRenew, qReleaseLease string
-	qFind, qMarkSent, qMarkFailed, qRelease  string
-	qCancel, qStats, qParked, qRequeue       string
-	qPurge                                   string
+	// qAppend and qAppendOne (one entry) are indexed by appendTail.
+	qAppend, qAppendOne                     [numTails]string
+	qAcquire, qRenew, qReleaseLease         string
+	qFind, qMarkSent, qMarkFailed, qRelease string
+	qCancel, qStats, qParked, qRequeue      string
+	qPurge, qNotifyCommitted                string
+
+	// lastNotify is when (unix ns) an append was last let notify in its
+	// transaction (Options.NotifyInterval).
+	lastNotify atomic.Int64
+	trail      *trailer
 
 	closed   atomic.Bool
 	stop     context.CancelFunc // stops the listener
@@ -99,7 +106,13 @@ func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, er
 		}
 		return b.render(r.Replace(string(s)))
 	}
-	b.qAppend = load("append_in_tx")
+	for tail, sql := range appendTails {
+		tr := strings.NewReplacer("{append_tail}", sql)
+		b.qAppend[tail] = tr.Replace(load("append_in_tx"))
+		b.qAppendOne[tail] = tr.Replace(load("append_one"))
+	}
+	b.qNotifyCommitted = load("notify_committed")
+	b.trail = newTrailer(b)
 	b.qAcquire = load("acquire_lease")
 	b.qRenew = load("renew_lease")
 	b.qReleaseLease = load("release_lease")
@@ -130,6 +143,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.stop()
+	b.trail.close()
 	b.listenMu.Lock()
 	l := b.listener
 	b.listenMu.Unlock()
@@ -147,10 +161,13 @@ func (b *Backend) checkOpen(op string) error {
 }
 
 // AppendInTx inserts entries as part of tx in one statement (one round
-// trip): a multi-row INSERT from arrays with ON CONFLICT (id) DO NOTHING,
-// which also sends one NOTIFY on Options.Channel when it inserted a row;
-// PostgreSQL delivers it on commit and folds the notifications of one
-// transaction into one. See [outbox.Backend.AppendInTx] for the contract.
+// trip): a multi-row INSERT from arrays (a single-row one for one entry)
+// with ON CONFLICT (id) DO NOTHING. When it inserted a row, the relays are
+// told after commit by a NOTIFY on Options.Channel: sent in tx itself by at
+// most one appending transaction per Options.NotifyInterval, and for the
+// others by a trailing NOTIFY the Backend sends from the pool once it sees
+// their transaction committed (never for a rolled-back one). See
+// Options.NoNotify and [outbox.Backend.AppendInTx] for the contract.
 //
 // Besides the rules of [outbox.PrepareEntries], a Topic with a NUL byte
 // (which PostgreSQL text cannot hold) is rejected with
@@ -166,20 +183,97 @@ func (b *Backend) AppendInTx(ctx context.Context, tx pgx.Tx, entries ...outbox.E
 	if tx == nil {
 		return fmt.Errorf("pgoutbox: AppendInTx: tx is nil; pass the pgx.Tx of your transaction: %w", outbox.ErrInvalidArgument)
 	}
-	args, err := b.appendArgs(ctx, entries)
+	rows, err := b.appendRows(ctx, entries)
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, b.qAppend, args...)
-	return b.interpretError("AppendInTx", err)
+	q, args := &b.qAppend, rows.arrays()
+	if len(rows.ids) == 1 {
+		q, args = &b.qAppendOne, rows.row(0)
+	}
+	tail := b.chooseTail(true)
+	if tail != tailTrail {
+		if tail == tailNotify {
+			args = append(args, b.opts.Channel)
+		}
+		_, err = tx.Exec(ctx, q[tail], args...)
+		return b.interpretError("AppendInTx", err)
+	}
+	var xid int64
+	switch err = tx.QueryRow(ctx, q[tail], args...).Scan(&xid); {
+	case errors.Is(err, pgx.ErrNoRows): // nothing inserted: nothing to tell
+		return nil
+	case err != nil:
+		return b.interpretError("AppendInTx", err)
+	}
+	b.trail.add(xid)
+	return nil
 }
 
-// appendArgs prepares and validates entries and returns the arguments of
-// the append statement (parallel arrays and the channel).
-func (b *Backend) appendArgs(ctx context.Context, entries []outbox.Entry) ([]any, error) {
+// appendTail is the last step of an append statement.
+type appendTail int
+
+const (
+	// tailQuiet: no notification (Options.NoNotify).
+	tailQuiet appendTail = iota
+	// tailNotify: pg_notify in the appending transaction ($8 the channel).
+	tailNotify
+	// tailTrail: return the transaction's ID for a trailing notification.
+	tailTrail
+	numTails
+)
+
+// appendTails are the SQL of each appendTail; each acts only when the
+// append inserted a row.
+var appendTails = [numTails]string{
+	tailQuiet:  "SELECT 1 FROM ins LIMIT 1",
+	tailNotify: "SELECT pg_notify($8, '') FROM (SELECT 1 FROM ins LIMIT 1) AS inserted",
+	tailTrail:  "SELECT pg_current_xact_id()::text::bigint FROM (SELECT 1 FROM ins LIMIT 1) AS inserted",
+}
+
+// chooseTail picks how an append notifies. canTrail reports whether the
+// caller can read the transaction ID back. At most one append per
+// Options.NotifyInterval notifies in its transaction; the others are
+// covered by the trailer.
+func (b *Backend) chooseTail(canTrail bool) appendTail {
+	switch {
+	case b.opts.NoNotify:
+		return tailQuiet
+	case !canTrail || b.opts.NotifyInterval < 0:
+		return tailNotify
+	}
+	now := time.Now().UnixNano()
+	last := b.lastNotify.Load()
+	if now-last >= int64(b.opts.NotifyInterval) && b.lastNotify.CompareAndSwap(last, now) {
+		return tailNotify
+	}
+	return tailTrail
+}
+
+// appendRows holds the columns of the rows an append inserts.
+type appendRows struct {
+	ids, topics             []string
+	parts                   []int32
+	keys, payloads, headers [][]byte
+	notBefore               []pgtype.Timestamptz
+}
+
+// arrays returns the parameters $1..$7 of append_in_tx.sql.
+func (r appendRows) arrays() []any {
+	return []any{r.ids, r.parts, r.topics, r.keys, r.payloads, r.headers, r.notBefore}
+}
+
+// row returns the parameters $1..$7 of append_one.sql for row i.
+func (r appendRows) row(i int) []any {
+	return []any{r.ids[i], r.parts[i], r.topics[i], r.keys[i], r.payloads[i], r.headers[i], r.notBefore[i]}
+}
+
+// appendRows prepares and validates entries and returns the columns of
+// their rows.
+func (b *Backend) appendRows(ctx context.Context, entries []outbox.Entry) (appendRows, error) {
 	prepared, err := outbox.PrepareEntries(ctx, entries, b.opts.Partitions)
 	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: AppendInTx: %w", err)
+		return appendRows{}, fmt.Errorf("pgoutbox: AppendInTx: %w", err)
 	}
 	n := len(prepared)
 	ids := make([]string, n)
@@ -191,7 +285,7 @@ func (b *Backend) appendArgs(ctx context.Context, entries []outbox.Entry) ([]any
 	notBefore := make([]pgtype.Timestamptz, n)
 	for i, e := range prepared {
 		if err := checkText(e); err != nil {
-			return nil, fmt.Errorf("pgoutbox: AppendInTx: %w: entry %d (id %q): %s", outbox.ErrInvalidEntry, i, e.ID, err)
+			return appendRows{}, fmt.Errorf("pgoutbox: AppendInTx: %w: entry %d (id %q): %s", outbox.ErrInvalidEntry, i, e.ID, err)
 		}
 		ids[i], parts[i], topics[i] = e.ID, int32(e.Partition), e.Topic
 		keys[i] = []byte(e.Key)
@@ -201,7 +295,7 @@ func (b *Backend) appendArgs(ctx context.Context, entries []outbox.Entry) ([]any
 			notBefore[i] = pgtype.Timestamptz{Time: e.NotBefore, Valid: true}
 		}
 	}
-	return []any{ids, parts, topics, keys, payloads, headers, notBefore, b.opts.Channel}, nil
+	return appendRows{ids: ids, parts: parts, topics: topics, keys: keys, payloads: payloads, headers: headers, notBefore: notBefore}, nil
 }
 
 // checkText rejects what PostgreSQL text cannot store.

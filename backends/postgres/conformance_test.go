@@ -3,6 +3,7 @@ package pgoutbox_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -23,9 +24,11 @@ func (h harness) Begin(ctx context.Context) (pgx.Tx, error)     { return h.pool.
 func (h harness) Commit(ctx context.Context, tx pgx.Tx) error   { return tx.Commit(ctx) }
 func (h harness) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
 
-func runConformance(t *testing.T, mode pgx.QueryExecMode) {
+func runConformance(t *testing.T, mode pgx.QueryExecMode, opts pgoutbox.Options) {
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {
-		b, p := newBackend(t, mode, pgoutbox.Options{Partitions: cfg.Partitions})
+		o := opts
+		o.Partitions = cfg.Partitions
+		b, p := newBackend(t, mode, o)
 		return harness{b: b, pool: p}
 	})
 }
@@ -33,7 +36,7 @@ func runConformance(t *testing.T, mode pgx.QueryExecMode) {
 // TestConformance runs the suite over pgx's default extended protocol.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	runConformance(t, pgx.QueryExecModeCacheStatement)
+	runConformance(t, pgx.QueryExecModeCacheStatement, pgoutbox.Options{})
 }
 
 // TestConformanceSimpleProtocol runs the suite over the simple protocol,
@@ -41,5 +44,14 @@ func TestConformance(t *testing.T) {
 // survive a transaction there).
 func TestConformanceSimpleProtocol(t *testing.T) {
 	t.Parallel()
-	runConformance(t, pgx.QueryExecModeSimpleProtocol)
+	runConformance(t, pgx.QueryExecModeSimpleProtocol, pgoutbox.Options{})
+}
+
+// TestConformanceTrailingNotifications runs the suite with a NotifyInterval
+// so long that only the first append of each Backend notifies in its
+// transaction: every later one is covered by a trailing notification,
+// which the Notifier cases check (after commit only, none for a rollback).
+func TestConformanceTrailingNotifications(t *testing.T) {
+	t.Parallel()
+	runConformance(t, pgx.QueryExecModeCacheStatement, pgoutbox.Options{NotifyInterval: time.Hour})
 }

@@ -38,6 +38,16 @@
 // concurrently without otherwise serializing (e.g. on the aggregate's row)
 // are ordered by insert, not by commit.
 //
+// # Notifications
+//
+// Relays wake on a NOTIFY on Options.Channel ([Backend.Notifications]).
+// A NOTIFY makes PostgreSQL commit notifying transactions one at a time,
+// so appends do not notify in every transaction: at most one appending
+// transaction per Options.NotifyInterval (2 ms) notifies in itself, and
+// for the others the Backend sends a trailing NOTIFY from a connection of
+// its own once it sees their transaction committed (pg_xact_status), never
+// for a rolled-back one. Options.NoNotify turns notifications off.
+//
 // # Tuning
 //
 // The table is created with aggressive autovacuum settings for its
@@ -46,5 +56,7 @@
 // docs/postgres.md). No session-level advisory locks or session state are
 // used except by the LISTEN connection, so the pool may sit behind
 // PgBouncer in transaction mode (set Options.ListenConfig to a direct
-// connection).
+// connection). Besides the pool, a Backend opens up to two connections of
+// its own: the LISTEN connection (on the first Notifications call) and the
+// trailing-notification connection (on the first append that needs it).
 package pgoutbox

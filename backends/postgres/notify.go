@@ -156,3 +156,190 @@ func (l *listener) listenOnce(reconnect bool, connected func()) error {
 		l.broadcast()
 	}
 }
+
+// Bounds of the trailer.
+const (
+	// maxTrailDelay caps the wait between two checks of transactions that
+	// stay open long after their append.
+	maxTrailDelay = 100 * time.Millisecond
+	// maxTrailAge is how long the trailer watches one transaction; one
+	// still open after that is left to the relays' polling.
+	maxTrailAge = 10 * time.Second
+	// maxTrailIDs bounds the transactions watched at once; beyond it the
+	// oldest are dropped (left to polling).
+	maxTrailIDs = 4096
+	// trailTimeout bounds one check.
+	trailTimeout = 5 * time.Second
+)
+
+// trailer sends the trailing notifications of the appends that skipped
+// their in-transaction NOTIFY (Options.NotifyInterval). It collects their
+// transaction IDs and, one NotifyInterval later and then again while any
+// is still open, runs notify_committed.sql on a connection of its own
+// (opened on first use like the listener's, from Options.ListenConfig or
+// the pool's config, so a busy pool does not delay it): one autocommit
+// statement that sends one NOTIFY when any of them committed. Waiting for
+// the commit keeps the notification from arriving before the entries are
+// visible (a relay woken too early finds nothing and sleeps until its
+// poll), and a rolled-back transaction never causes one. An autocommit
+// NOTIFY writes no WAL of its own that must be flushed, so it holds
+// PostgreSQL's notify lock only briefly.
+type trailer struct {
+	b    *Backend
+	kick chan struct{} // buffer of one: IDs were added
+	done chan struct{} // closed when run returns
+	conn *pgx.Conn     // the trailer's own connection; only run uses it
+
+	mu      sync.Mutex
+	pending []trailID
+	started bool
+	closed  bool
+}
+
+type trailID struct {
+	xid   int64
+	since time.Time
+}
+
+func newTrailer(b *Backend) *trailer {
+	return &trailer{b: b, kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// add watches the transaction xid; it starts the trailer's goroutine on
+// first use. It never blocks on I/O.
+func (t *trailer) add(xid int64) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	if len(t.pending) >= maxTrailIDs {
+		t.pending = append(t.pending[:0], t.pending[1:]...)
+	}
+	t.pending = append(t.pending, trailID{xid: xid, since: time.Now()})
+	if !t.started {
+		t.started = true
+		go t.run()
+	}
+	t.mu.Unlock()
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the goroutine and waits for it (the Backend's stopCtx is
+// already cancelled).
+func (t *trailer) close() {
+	t.mu.Lock()
+	t.closed = true
+	started := t.started
+	t.mu.Unlock()
+	if started {
+		<-t.done
+	}
+}
+
+func (t *trailer) run() {
+	defer close(t.done)
+	defer func() {
+		if t.conn != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = t.conn.Close(ctx)
+		}
+	}()
+	ctx := t.b.stopCtx
+	interval := min(t.b.opts.NotifyInterval, maxTrailDelay)
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		t.mu.Lock()
+		var youngest time.Duration = -1
+		if n := len(t.pending); n > 0 {
+			youngest = time.Since(t.pending[n-1].since)
+		}
+		t.mu.Unlock()
+		if youngest < 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.kick:
+				continue
+			}
+		}
+		// Give the youngest transaction about one interval to commit;
+		// back off for transactions that stay open.
+		delay := max(interval-youngest, min(youngest/2, maxTrailDelay), interval/4)
+		timer.Reset(delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		select {
+		case <-t.kick: // the IDs it announced are taken below
+		default:
+		}
+		t.mu.Lock()
+		batch := t.pending
+		t.pending = nil
+		t.mu.Unlock()
+		open, err := t.check(ctx, batch)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			t.b.opts.Logger.Warn("pgoutbox: trailing notification failed; relays find these entries by polling",
+				"channel", t.b.opts.Channel, "transactions", len(batch), "error", err)
+		}
+		t.mu.Lock()
+		t.pending = append(open, t.pending...)
+		t.mu.Unlock()
+	}
+}
+
+// check runs notify_committed.sql for batch and returns the entries of
+// batch still open and younger than maxTrailAge.
+func (t *trailer) check(ctx context.Context, batch []trailID) ([]trailID, error) {
+	xids := make([]int64, len(batch))
+	for i, id := range batch {
+		xids[i] = id.xid
+	}
+	ctx, cancel := context.WithTimeout(ctx, trailTimeout)
+	defer cancel()
+	if t.conn == nil {
+		cfg := t.b.opts.ListenConfig
+		if cfg == nil {
+			cfg = t.b.pool.Config().ConnConfig
+		}
+		conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		if err != nil {
+			return nil, fmt.Errorf("connecting: %w", err)
+		}
+		t.conn = conn
+	}
+	var open []int64
+	var notified bool
+	if err := t.conn.QueryRow(ctx, t.b.qNotifyCommitted, t.b.opts.Channel, xids).Scan(&open, &notified); err != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = t.conn.Close(closeCtx)
+		t.conn = nil // reconnect at the next check
+		return nil, err
+	}
+	if len(open) == 0 {
+		return nil, nil
+	}
+	isOpen := make(map[int64]bool, len(open))
+	for _, x := range open {
+		isOpen[x] = true
+	}
+	var keep []trailID
+	for _, id := range batch {
+		if isOpen[id.xid] && time.Since(id.since) < maxTrailAge {
+			keep = append(keep, id)
+		}
+	}
+	return keep, nil
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +21,8 @@ const (
 	maxTableLen = 48
 	// maxIdentLen is PostgreSQL's identifier limit (NAMEDATALEN - 1).
 	maxIdentLen = 63
+	// DefaultNotifyInterval is used when Options.NotifyInterval is 0.
+	DefaultNotifyInterval = 2 * time.Millisecond
 )
 
 // Options configure a [Backend] and [Migrate]. The zero value is valid:
@@ -55,6 +58,26 @@ type Options struct {
 	// Logger receives the listener's reconnect messages. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// NoNotify turns off the notifications appends send; relays then find
+	// new entries by polling (outbox.RelayOptions.PollInterval) or through
+	// [outbox.Relay.Notify] calls of your own. [Backend.Notifications]
+	// still works: it receives what other appenders on the channel send.
+	// Default false: appends notify, rate-limited by NotifyInterval.
+	NoNotify bool
+	// NotifyInterval is the shortest time between two appending
+	// transactions of this Backend that notify in the transaction itself.
+	// A NOTIFY makes PostgreSQL commit notifying transactions one at a
+	// time, holding a cluster-wide lock through each commit's WAL flush,
+	// so notifying in every transaction costs 30-40% of the append
+	// throughput under concurrency. An append that skips its
+	// in-transaction notification is covered by a trailing one: every
+	// NotifyInterval (at most 100ms), on a connection of its own, the
+	// Backend checks which of those transactions committed and sends one
+	// NOTIFY for them; a rolled-back one causes none (see
+	// docs/postgres.md, "Notifications"). Default 2ms
+	// (DefaultNotifyInterval). A negative value notifies in every
+	// appending transaction and never trails.
+	NotifyInterval time.Duration
 }
 
 // withDefaults validates o and fills in the defaults, in one place.
@@ -73,6 +96,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.NotifyInterval == 0 {
+		o.NotifyInterval = DefaultNotifyInterval
 	}
 	switch {
 	case o.Partitions < 0:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,17 +15,25 @@ import (
 )
 
 // SQLExecer is the part of a database/sql transaction AppendInSQLTx uses;
-// *sql.Tx implements it.
+// *sql.Tx implements it. When the value also has QueryRowContext (as
+// *sql.Tx does), appends are rate-limited in their notifications like
+// [Backend.AppendInTx]; otherwise each appending transaction notifies.
 type SQLExecer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// sqlQueryRower is the optional part of a SQLExecer that lets an append
+// read its transaction ID back for a trailing notification.
+type sqlQueryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // AppendInSQLTx is [Backend.AppendInTx] for callers that hold a
-// database/sql transaction (*sql.Tx) instead of a pgx.Tx: the same single
-// statement, the same contract. It passes every argument as a PostgreSQL
-// array literal in a string, so it works with any PostgreSQL driver
-// (pgx's stdlib, lib/pq). The tx must be on the database the Backend's
-// pool points at.
+// database/sql transaction (*sql.Tx) instead of a pgx.Tx: the same
+// multi-row statement (also for one entry), the same contract. It passes
+// every argument as a PostgreSQL array literal in a string, so it works
+// with any PostgreSQL driver (pgx's stdlib, lib/pq). The tx must be on the
+// database the Backend's pool points at.
 func (b *Backend) AppendInSQLTx(ctx context.Context, tx SQLExecer, entries ...outbox.Entry) error {
 	if err := b.checkOpen("AppendInSQLTx"); err != nil {
 		return err
@@ -35,22 +44,37 @@ func (b *Backend) AppendInSQLTx(ctx context.Context, tx SQLExecer, entries ...ou
 	if tx == nil {
 		return fmt.Errorf("pgoutbox: AppendInSQLTx: tx is nil; pass your *sql.Tx: %w", outbox.ErrInvalidArgument)
 	}
-	args, err := b.appendArgs(ctx, entries)
+	rows, err := b.appendRows(ctx, entries)
 	if err != nil {
 		return err
 	}
-	text := []any{
-		textArray(args[0].([]string)),
-		intArray(args[1].([]int32)),
-		textArray(args[2].([]string)),
-		byteaArray(args[3].([][]byte)),
-		byteaArray(args[4].([][]byte)),
-		byteaArray(args[5].([][]byte)),
-		timeArray(args[6].([]pgtype.Timestamptz)),
-		args[7],
+	args := []any{
+		textArray(rows.ids),
+		intArray(rows.parts),
+		textArray(rows.topics),
+		byteaArray(rows.keys),
+		byteaArray(rows.payloads),
+		byteaArray(rows.headers),
+		timeArray(rows.notBefore),
 	}
-	_, err = tx.ExecContext(ctx, b.qAppend, text...)
-	return b.interpretError("AppendInSQLTx", err)
+	qr, canTrail := tx.(sqlQueryRower)
+	tail := b.chooseTail(canTrail)
+	if tail != tailTrail {
+		if tail == tailNotify {
+			args = append(args, b.opts.Channel)
+		}
+		_, err = tx.ExecContext(ctx, b.qAppend[tail], args...)
+		return b.interpretError("AppendInSQLTx", err)
+	}
+	var xid int64
+	switch err = qr.QueryRowContext(ctx, b.qAppend[tail], args...).Scan(&xid); {
+	case errors.Is(err, sql.ErrNoRows): // nothing inserted: nothing to tell
+		return nil
+	case err != nil:
+		return b.interpretError("AppendInSQLTx", err)
+	}
+	b.trail.add(xid)
+	return nil
 }
 
 func arrayLiteral(n int, elem func(i int, sb *strings.Builder)) string {

@@ -1,9 +1,11 @@
 -- AppendInTx: the whole batch in one statement. $1..$7 are parallel arrays
--- (one element per entry, in slice order), $8 the notification channel.
--- One clock reading per call: the entries of a call share created_at and,
--- unless scheduled, next_at; seq (assigned in ORDER BY ord order) keeps
--- them in slice order. The NOTIFY is sent only when a row was inserted and
--- is delivered by PostgreSQL on commit, once per transaction and channel.
+-- (one element per entry, in slice order). One clock reading per call: the
+-- entries of a call share created_at and, unless scheduled, next_at; seq
+-- (assigned in ORDER BY ord order) keeps them in slice order.
+-- {append_tail} is the last step, chosen per call (see appendTails in
+-- backend.go): a pg_notify($8, '') delivered by PostgreSQL at commit, the
+-- transaction's ID for a trailing notification, or nothing; each only when
+-- a row was inserted.
 WITH ins AS (
     INSERT INTO {outbox} AS o
         (id, partition, topic, key, payload, headers, not_before, created_at, next_at)
@@ -17,4 +19,4 @@ WITH ins AS (
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
 )
-SELECT pg_notify($8, '') FROM (SELECT 1 FROM ins LIMIT 1) AS inserted
+{append_tail}
