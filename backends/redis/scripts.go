@@ -26,8 +26,24 @@ func mustScript(name string) script {
 	if err != nil {
 		panic(err)
 	}
-	src := string(lib) + "\n" + string(body)
+	src := "-- redisoutbox " + name + ".lua\n" + stripComments(string(lib)+"\n"+string(body))
 	return script{name: name, src: src, Script: redis.NewScript(src)}
+}
+
+// stripComments drops full-line comments and blank lines: AppendInTx sends
+// the whole body with every EVAL (see Backend.AppendInTx), and the server
+// hashes it each time. The scripts have no long strings, so a line that
+// starts with "--" is always a comment.
+func stripComments(src string) string {
+	var b strings.Builder
+	for line := range strings.Lines(src) {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
 // The scripts, one per operation; see each file's header for KEYS, ARGV
