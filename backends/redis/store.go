@@ -109,7 +109,10 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 // due entries of lease.Partition in (due time, append order), skipping
 // entries held back by a failing entry of their key, and moves them to the
 // partition's inflight set, where they stay until finished or until a new
-// lease version is granted. A corrupt stored entry is parked by the script
+// lease version is granted. Per-key order comes from the partition's
+// key-order set, never from scores: an entry with a key is claimed only
+// after every entry before it in its key's order was claimed and none of
+// those was attempted (docs/redis.md, "Ordering and hold-back"). A corrupt stored entry is parked by the script
 // with the reason as its LastError and is not returned. Errors wrap
 // [outbox.ErrLeaseLost] or [outbox.ErrInvalidArgument] (limit not positive).
 func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
