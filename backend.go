@@ -190,8 +190,10 @@ type Failure struct {
 
 // Notifier is an optional interface of a [Store] that can tell a relay when
 // entries were appended, so the relay wakes up at once instead of at its
-// next poll. Notifications are hints: they may be coalesced, delayed or
-// lost, and the relay keeps polling as the fallback.
+// next poll. Notifications are hints: they may be coalesced, delayed, lost
+// or spurious (a backend may signal without new entries, for example after
+// it reconnects), and the relay keeps polling as the fallback. A backend
+// never signals for a transaction that rolled back.
 type Notifier interface {
 	// Notifications returns a channel that receives a value soon after a
 	// transaction that appended entries commits. The channel is closed when

@@ -373,6 +373,18 @@ func (w *worker) acquire(ctx context.Context) bool {
 	}
 	asked := r.opts.Now()
 	l, err := r.store.AcquireLease(ctx, w.partition, r.opts.Owner, r.opts.LeaseTTL)
+	if err == nil {
+		// The store extends, at the same version, a lease this owner
+		// already holds: one this worker abandoned after a failed write,
+		// or one a previous run with the same Owner left behind. Entries
+		// still claimed under that version would stay claimed, so start
+		// over: a release returns them, and the acquire after it gets a
+		// new version. It costs two round trips per acquisition.
+		if err = r.store.ReleaseLease(ctx, l); err == nil {
+			asked = r.opts.Now()
+			l, err = r.store.AcquireLease(ctx, w.partition, r.opts.Owner, r.opts.LeaseTTL)
+		}
+	}
 	if err != nil {
 		if !errors.Is(err, ErrLeaseHeld) && ctx.Err() == nil {
 			r.log.Warn("outbox relay: acquiring a lease failed", "partition", w.partition, "err", err)

@@ -405,3 +405,59 @@ func TestNewRelayRejectsBadOptions(t *testing.T) {
 		t.Error("a nil store must be rejected")
 	}
 }
+
+// flakyStore fails chosen calls of a real backend, to exercise the relay's
+// handling of store errors.
+type flakyStore struct {
+	*memory.Backend
+	failMarkSent atomic.Int32 // fail this many MarkSent calls
+}
+
+func (s *flakyStore) MarkSent(ctx context.Context, l outbox.Lease, ids []string) error {
+	if len(ids) > 0 && s.failMarkSent.Add(-1) >= 0 {
+		return errors.New("connection reset by peer")
+	}
+	return s.Backend.MarkSent(ctx, l, ids)
+}
+
+// When outcomes cannot be recorded the relay gives the lease up; the same
+// relay acquiring it again must get the abandoned claims back, not a lease
+// under which they stay claimed forever.
+func TestRelayRecoversClaimsAfterAbandoningALease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &flakyStore{Backend: memory.New(memory.Options{})}
+		s.failMarkSent.Store(4) // more than the relay's retries of one write
+		for i := range 3 {
+			appendAll(t, s.Backend, outbox.Entry{ID: fmt.Sprint("e", i), Topic: "t", Key: fmt.Sprint("k", i)})
+		}
+		sink := &recorder{}
+		startRelay(t, s, sink, outbox.RelayOptions{PollInterval: 100 * time.Millisecond, AcquireInterval: 100 * time.Millisecond})
+		waitFor(t, time.Minute, "every entry marked sent", func() bool {
+			st, err := s.Stats(context.Background())
+			return err == nil && st.Pending == 0
+		})
+		if n := len(sink.snapshot()); n != 6 {
+			t.Fatalf("%d deliveries, want 6: each entry once before the failed MarkSent and once more after", n)
+		}
+	})
+}
+
+// A previous run with the same Owner may have left claims behind under a
+// lease that is still live; the new run must get them back.
+func TestRelayRestartWithTheSameOwnerGetsLeftoverClaims(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.Options{})
+		appendAll(t, b, outbox.Entry{ID: "e0", Topic: "t", Key: "k"})
+		l, err := b.AcquireLease(context.Background(), 0, "pod-1", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := b.FindPendingBatch(context.Background(), l, 10); err != nil || len(got) != 1 {
+			t.Fatalf("claim: %v, %v", got, err)
+		}
+		// The previous process died here, its lease live for another hour.
+		sink := &recorder{}
+		startRelay(t, b, sink, outbox.RelayOptions{Owner: "pod-1"})
+		waitFor(t, time.Minute, "the left-over claim delivered", func() bool { return len(sink.snapshot()) == 1 })
+	})
+}
