@@ -25,7 +25,10 @@ trap cleanup EXIT
 
 if [ -z "${OUTBOX_REDIS_CLUSTER_ADDRS:-}" ] && [ -x scripts/redis-cluster.sh ]; then
 	if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
-		if ./scripts/redis-cluster.sh start; then
+		if ./scripts/redis-cluster.sh status >/dev/null 2>&1; then
+			echo "test.sh: using the Redis Cluster already running on 127.0.0.1:7000-7002 (left running)"
+			export OUTBOX_REDIS_CLUSTER_ADDRS=127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+		elif ./scripts/redis-cluster.sh start; then
 			started_cluster=1
 			export OUTBOX_REDIS_CLUSTER_ADDRS=127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
 		else
