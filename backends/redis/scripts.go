@@ -10,7 +10,8 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// script is one embedded operation, prefixed with lib.lua.
+// script is one embedded operation, prefixed with lib.lua unless it is
+// standalone.
 type script struct {
 	name string
 	src  string
@@ -22,11 +23,21 @@ func mustScript(name string) script {
 	if err != nil {
 		panic(err)
 	}
+	return newScript(name, string(lib)+"\n")
+}
+
+// mustStandalone is mustScript for a script that defines everything it
+// uses itself (append.lua, sent in full by every AppendInTx).
+func mustStandalone(name string) script {
+	return newScript(name, "")
+}
+
+func newScript(name, lib string) script {
 	body, err := scriptFS.ReadFile("scripts/" + name + ".lua")
 	if err != nil {
 		panic(err)
 	}
-	src := "-- redisoutbox " + name + ".lua\n" + stripComments(string(lib)+"\n"+string(body))
+	src := "-- redisoutbox " + name + ".lua\n" + stripComments(lib+string(body))
 	return script{name: name, src: src, Script: redis.NewScript(src)}
 }
 
@@ -49,7 +60,7 @@ func stripComments(src string) string {
 // The scripts, one per operation; see each file's header for KEYS, ARGV
 // and return codes.
 var (
-	scriptAppend        = mustScript("append")
+	scriptAppend        = mustStandalone("append")
 	scriptAcquire       = mustScript("acquire")
 	scriptRenew         = mustScript("renew")
 	scriptRelease       = mustScript("release")

@@ -11,29 +11,34 @@
 -- An entry's position (its place in its key's order) is its first due
 -- time: the due time given, else now. An entry with a non-empty key joins
 -- the key order.
-local now = now_us()
+--
+-- This script is standalone (no lib.lua): AppendInTx sends its whole body
+-- with every EVAL and the server hashes it each time, so it holds only
+-- what an append needs. Layouts: see lib.lua.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowms = math.floor(now / 1000)
 local n = (#ARGV - 1) / 3
-local last = redis.call('INCRBY', KEYS[3], n)
-local seq = last - n
+local seq = redis.call('INCRBY', KEYS[3], n) - n
+local pack, unpack, sub = struct.pack, struct.unpack, string.sub
+local created = pack('>I8', now)
 local added = 0
 for i = 2, #ARGV, 3 do
   local id, due, blob = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   seq = seq + 1
-  if string.byte(blob, 1) ~= 2 or #blob < 37 or #blob < 37 + u32(blob, 30) then
+  local el = #blob >= 37 and unpack('>I4', blob, 30)
+  if string.byte(blob, 1) ~= 2 or not el or #blob < 37 + el then
     return redis.error_reply('redisoutbox: append got an entry in an unknown encoding')
   end
-  if redis.call('HEXISTS', KEYS[1], id) == 0 then
-    local s8 = struct.pack('>I8', seq)
-    local pos = nowms
-    if due ~= '' then pos = tonumber(due) end
-    local p8 = struct.pack('>I8', pos)
-    redis.call('HSET', KEYS[1], id, '\2' .. s8 .. struct.pack('>I8', now) .. p8 .. string.sub(blob, 26))
+  local pos = nowms
+  if due ~= '' then pos = tonumber(due) end
+  local s8, p8 = pack('>I8', seq), pack('>I8', pos)
+  if redis.call('HSETNX', KEYS[1], id, '\2' .. s8 .. created .. p8 .. sub(blob, 26)) == 1 then
     redis.call('ZADD', KEYS[2], pos, s8 .. id)
-    local at = 34 + u32(blob, 30)
-    local kl = u32(blob, at)
+    local at = 34 + el
+    local kl = unpack('>I4', blob, at)
     if kl > 0 then
-      redis.call('ZADD', KEYS[4], 0, string.sub(blob, at, at + 3 + kl) .. p8 .. s8 .. id)
+      redis.call('ZADD', KEYS[4], 0, sub(blob, at, at + 3 + kl) .. p8 .. s8 .. id)
     end
     added = added + 1
   end
