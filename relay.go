@@ -287,7 +287,9 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 	for ctx.Err() == nil {
 		if !w.holding {
 			if !w.acquire(hardCtx) {
-				if !w.idle(ctx, r.opts.AcquireInterval) {
+				// Not woken by notifications: a partition another relay
+				// holds would otherwise cost an AcquireLease per commit.
+				if !sleep(ctx, r.opts.AcquireInterval) {
 					return
 				}
 				continue
