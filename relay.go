@@ -467,19 +467,22 @@ func (w *worker) freeSlot() {
 	}
 }
 
-// process publishes a batch in rounds and records every outcome. Entries it
-// does not attempt are released.
+// process publishes a batch in rounds and records every outcome once, at
+// the end of the batch: one MarkSent, one MarkFailed and one Release at
+// most, however many rounds the batch took. Entries it does not attempt are
+// released. A crash or lease loss before the end republishes at most this
+// batch.
 func (w *worker) process(ctx context.Context, batch []Entry) {
 	r := w.r
 	rounds := planRounds(batch, r.opts.Unordered, r.opts.MaxInFlight)
 	failedKeys := map[string]bool{}
-	var skipped []string
+	var out outcomes
 	for i, round := range rounds {
 		// Drop entries whose key failed earlier in this batch.
 		live := round[:0:0]
 		for _, e := range round {
 			if e.Key != "" && failedKeys[e.Key] {
-				skipped = append(skipped, e.ID)
+				out.skipped = append(out.skipped, e.ID)
 				continue
 			}
 			live = append(live, e)
@@ -489,20 +492,24 @@ func (w *worker) process(ctx context.Context, batch []Entry) {
 		}
 		ok, scale := w.mayPublish(ctx)
 		if !ok {
-			if w.holding {
-				skipped = append(skipped, idsOf(live)...)
-				for _, rest := range rounds[i+1:] {
-					skipped = append(skipped, idsOf(rest)...)
-				}
-				w.release(ctx, skipped)
+			out.skipped = append(out.skipped, idsOf(live)...)
+			for _, rest := range rounds[i+1:] {
+				out.skipped = append(out.skipped, idsOf(rest)...)
 			}
-			return
+			break
 		}
-		if !w.publish(ctx, live, scale, failedKeys) {
-			return
-		}
+		w.publish(ctx, live, scale, failedKeys, &out)
 	}
-	w.release(ctx, skipped)
+	if w.holding {
+		w.record(ctx, &out)
+	}
+}
+
+// outcomes are a batch's results waiting to be recorded.
+type outcomes struct {
+	sent     []string
+	failures []Failure
+	skipped  []string
 }
 
 // mayPublish checks the lease and the breaker before a round. It reports
@@ -522,9 +529,8 @@ func (w *worker) mayPublish(ctx context.Context) (bool, float64) {
 	return true, 1
 }
 
-// publish sends one round and records its outcomes. It reports whether the
-// batch may go on.
-func (w *worker) publish(ctx context.Context, round []Entry, scale float64, failedKeys map[string]bool) bool {
+// publish sends one round and adds its outcomes to out.
+func (w *worker) publish(ctx context.Context, round []Entry, scale float64, failedKeys map[string]bool, out *outcomes) {
 	r := w.r
 	pctx, cancel := context.WithDeadline(ctx, w.validUntil)
 	pctx, span := startPublishSpan(pctx, r.tracer, w.partition, round)
@@ -541,21 +547,20 @@ func (w *worker) publish(ctx context.Context, round []Entry, scale float64, fail
 	}
 
 	now := r.opts.Now()
-	var sent []string
-	var failures []Failure
-	retryable := 0
+	failed, retryable := 0, 0
 	for i, e := range round {
 		err := errs[i]
 		if err == nil {
-			sent = append(sent, e.ID)
+			out.sent = append(out.sent, e.ID)
 			continue
 		}
+		failed++
 		attempts := e.Attempts + 1
 		park, delay := r.opts.Backoff.Decide(attempts, err, scale)
 		if !park {
 			retryable++
 		}
-		failures = append(failures, Failure{
+		out.failures = append(out.failures, Failure{
 			ID:      e.ID,
 			Error:   truncate(err.Error(), 4096),
 			RetryAt: now.Add(delay),
@@ -567,19 +572,26 @@ func (w *worker) publish(ctx context.Context, round []Entry, scale float64, fail
 		r.log.Debug("outbox relay: publish failed", "partition", w.partition, "id", e.ID,
 			"attempts", attempts, "park", park, "retry_in", delay, "err", err)
 	}
-	endPublishSpan(span, len(failures), len(failures)-retryable)
+	endPublishSpan(span, failed, failed-retryable)
 
 	// A round in which every message failed with a retryable error says the
 	// sink is down; anything else (even a permanent refusal) says it works.
 	r.breaker.record(retryable < len(round), now)
+}
 
+// record writes a batch's outcomes: sent, then failed, then the untried
+// entries released. A write that fails gives the lease up (see mark), and
+// what was not recorded comes back to the next holder.
+func (w *worker) record(ctx context.Context, out *outcomes) {
+	r := w.r
+	sent, failures := out.sent, out.failures
 	if !w.mark(ctx, "MarkSent", func(ctx context.Context) error { return r.store.MarkSent(ctx, w.lease, sent) }, len(sent) > 0) {
-		return false
+		return
 	}
 	r.published.Add(int64(len(sent)))
 	r.metrics.outcome(ctx, w.partition, "sent", len(sent))
 	if !w.mark(ctx, "MarkFailed", func(ctx context.Context) error { return r.store.MarkFailed(ctx, w.lease, failures) }, len(failures) > 0) {
-		return false
+		return
 	}
 	for _, f := range failures {
 		if f.Park {
@@ -591,7 +603,7 @@ func (w *worker) publish(ctx context.Context, round []Entry, scale float64, fail
 			r.metrics.outcome(ctx, w.partition, "retried", 1)
 		}
 	}
-	return true
+	w.release(ctx, out.skipped)
 }
 
 // mark runs a fenced outcome write, retrying transient store errors a few
