@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -698,9 +699,14 @@ func idsOf(entries []Entry) []string {
 	return ids
 }
 
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence,
+// so a truncated error is still valid text for every backend.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

@@ -96,3 +96,22 @@ func TestBreaker(t *testing.T) {
 		t.Fatal("a disabled breaker never opens")
 	}
 }
+
+func TestTruncateKeepsUTF8Whole(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdef", 3, "abc"},
+		{"aé", 2, "a"}, // é is 2 bytes: cutting inside it drops it
+		{"日本", 4, "日"}, // 3-byte runes
+		{"日本", 6, "日本"},
+	} {
+		if got := truncate(tc.s, tc.n); got != tc.want {
+			t.Errorf("truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		}
+	}
+}

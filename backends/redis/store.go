@@ -190,11 +190,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, 1+len(ids))
-	args = append(args, token(lease))
-	for _, id := range ids {
-		args = append(args, id)
-	}
+	args := idArgs(lease, ids)
 	return b.fenced(ctx, "MarkSent", scriptMarkSent, lease,
 		[]string{k.lease, k.pending, k.inflight, k.entries, k.keyorder}, args)
 }
@@ -230,6 +226,16 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		[]string{k.lease, k.pending, k.inflight, k.entries, k.keyorder, k.parked}, args)
 }
 
+// idArgs is ARGV for the scripts that take the lease token then entry IDs.
+func idArgs(lease outbox.Lease, ids []string) []any {
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, token(lease))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return args
+}
+
 // truncate cuts s to at most n bytes at a UTF-8 boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -255,11 +261,7 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, 1+len(ids))
-	args = append(args, token(lease))
-	for _, id := range ids {
-		args = append(args, id)
-	}
+	args := idArgs(lease, ids)
 	return b.fenced(ctx, "Release", scriptReleaseClaims, lease,
 		[]string{k.lease, k.pending, k.inflight, k.entries}, args)
 }
