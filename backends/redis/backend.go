@@ -43,7 +43,7 @@ type keys struct {
 	tag      string // "{outbox:3}"
 	entries  string // hash: entry ID -> encoded entry
 	pending  string // zset: member seq8+ID, score = next attempt time in ms
-	inflight string // zset: claimed entries, score kept from pending
+	inflight string // zset of builds before v0.2 (claimed entries); acquire.lua empties it
 	parked   string // zset: parked entry IDs, score 0 (pages by ID)
 	keyorder string // zset, scores 0: key-length|key|position|seq|ID per keyed entry
 	lease    string // string "version:owner" with a PX expiry

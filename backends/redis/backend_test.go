@@ -59,7 +59,8 @@ func TestBackend(t *testing.T) {
 			t.Run("CorruptEntryIsParked", func(t *testing.T) { t.Parallel(); testCorrupt(t, c) })
 			t.Run("HoldBackDoesNotStarveOtherKeys", func(t *testing.T) { t.Parallel(); testHoldBackCrowd(t, c) })
 			t.Run("Format1EntriesAreConverted", func(t *testing.T) { t.Parallel(); testFormat1(t, c) })
-			t.Run("UnfinishedClaimsHoldBackOnlyWhenAttempted", func(t *testing.T) { t.Parallel(); testUnfinishedClaims(t, c) })
+			t.Run("UnfinishedClaimsAreReadAgainInOrder", func(t *testing.T) { t.Parallel(); testUnfinishedClaims(t, c) })
+			t.Run("LegacyInflightComesBack", func(t *testing.T) { t.Parallel(); testLegacyInflight(t, c) })
 			t.Run("InspectAcrossPartitions", func(t *testing.T) { t.Parallel(); testInspect(t, c) })
 			t.Run("Notifications", func(t *testing.T) { t.Parallel(); testNotifications(t, c) })
 			t.Run("RollbackLeavesNothing", func(t *testing.T) { t.Parallel(); testRollback(t, c) })
@@ -96,7 +97,7 @@ func testAppendClaimSend(t *testing.T, c redis.UniversalClient) {
 	assert.WithinDuration(t, time.Now(), e.CreatedAt, time.Minute)
 	again, err := b.FindPendingBatch(ctx, l, 10)
 	require.NoError(t, err)
-	assert.Empty(t, again, "claimed entries are not handed out again while the lease lives")
+	assert.Equal(t, []string{"e1", "e2"}, ids(again), "the lease is the claim: unfinished entries are read again, in order")
 	require.NoError(t, b.MarkSent(ctx, l, []string{"e1", "e2", "unknown"}))
 	require.NoError(t, b.MarkSent(ctx, l, []string{"e1"}), "MarkSent is idempotent")
 	st, err := b.Stats(ctx)
@@ -261,7 +262,7 @@ func testHoldBackCrowd(t *testing.T, c redis.UniversalClient) {
 }
 
 // assertKeyOrder checks partition 0's key-order set: it holds exactly one
-// member per pending or claimed keyed entry, and the given IDs.
+// member per pending keyed entry, and the given IDs.
 func assertKeyOrder(t *testing.T, c redis.UniversalClient, b *Backend, want ...string) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -272,9 +273,7 @@ func assertKeyOrder(t *testing.T, c redis.UniversalClient, b *Backend, want ...s
 	for _, m := range members {
 		kl := int(binary.BigEndian.Uint32([]byte(m[:4])))
 		pm := m[4+kl+8:] // the pending member: seq8 | ID
-		inPending := c.ZScore(ctx, k.pending, pm).Err() == nil
-		inFlight := c.ZScore(ctx, k.inflight, pm).Err() == nil
-		assert.True(t, inPending || inFlight, "key-order member of %q is neither pending nor claimed", pm[8:])
+		assert.NoError(t, c.ZScore(ctx, k.pending, pm).Err(), "key-order member of %q is not pending", pm[8:])
 		got = append(got, pm[8:])
 	}
 	assert.ElementsMatch(t, want, got, "key-order members")
@@ -440,10 +439,10 @@ func testRollback(t *testing.T, c redis.UniversalClient) {
 	assert.ErrorIs(t, err, outbox.ErrClosed)
 }
 
-// testUnfinishedClaims: a claimed, unfinished entry that was never
-// attempted does not hold back the later entries of its key (the SPI's
-// hold-back is by attempted entries only); a claimed entry that was
-// attempted does, within a batch and across calls.
+// testUnfinishedClaims: the lease is the claim, so an unfinished entry
+// is read again by the next FindPendingBatch of the lease, first and in
+// order. One that was attempted (failed, retry due) is read alone: it holds
+// back the later entries of its key, within a batch and across calls.
 func testUnfinishedClaims(t *testing.T, c redis.UniversalClient) {
 	ctx := testCtx(t)
 	b := newBackend(t, c, Options{})
@@ -459,14 +458,52 @@ func testUnfinishedClaims(t *testing.T, c redis.UniversalClient) {
 		return ids(batch)
 	}
 	require.Equal(t, []string{"k1"}, fetch(1))
-	require.Equal(t, []string{"k2", "k3"}, fetch(10), "k1 is claimed but never attempted")
+	require.Equal(t, []string{"k1", "k2", "k3"}, fetch(10), "unfinished k1 is read again, first")
 	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "k1", Error: "boom", RetryAt: time.Now().Add(-time.Hour)}}))
 	require.NoError(t, b.Release(ctx, l, []string{"k2", "k3"}))
 	require.Equal(t, []string{"k1"}, fetch(10), "failing k1 is retried alone")
-	require.Empty(t, fetch(10), "k1 is claimed and attempted: k2, k3 stay held back")
+	require.Equal(t, []string{"k1"}, fetch(10), "k1 is unfinished and attempted: k2, k3 stay held back")
 	require.NoError(t, b.MarkSent(ctx, l, []string{"k1"}))
 	require.Equal(t, []string{"k2", "k3"}, fetch(10))
 	assertKeyOrder(t, c, b, "k2", "k3")
+}
+
+// testLegacyInflight: builds before v0.2 moved claimed entries to an
+// inflight zset. A new lease grant returns whatever such a build left
+// there to pending with its score, so the new holder reads it first, in
+// order, and nothing is lost in an upgrade.
+func testLegacyInflight(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	k := b.parts[0]
+	require.NoError(t, b.Append(ctx,
+		outbox.Entry{ID: "a1", Topic: "t", Key: "a"},
+		outbox.Entry{ID: "b1", Topic: "t", Key: "b"},
+		outbox.Entry{ID: "a2", Topic: "t", Key: "a"},
+		outbox.Entry{ID: "n1", Topic: "t"}))
+	// An old build's claim of a1, b1 under lease version 1: moved with
+	// their scores from pending to inflight.
+	claimed, err := c.ZRangeWithScores(ctx, k.pending, 0, 1).Result()
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	for _, z := range claimed {
+		require.NoError(t, c.ZRem(ctx, k.pending, z.Member).Err())
+		require.NoError(t, c.ZAdd(ctx, k.inflight, z).Err())
+	}
+	require.NoError(t, c.Set(ctx, k.leasever, 1, 0).Err())
+	l, err := b.AcquireLease(ctx, 0, "new", time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, l.Version)
+	got, err := b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "b1", "a2", "n1"}, ids(got))
+	n, err := c.Exists(ctx, k.inflight).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the inflight set is emptied")
+	require.NoError(t, b.MarkSent(ctx, l, ids(got)))
+	st, err := b.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.Stats{}, st)
 }
 
 // TestScriptsStripSafely pins what stripComments relies on: no script has

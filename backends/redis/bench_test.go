@@ -160,3 +160,61 @@ func benchBackend(b *testing.B, c redis.UniversalClient, parts int) *Backend {
 	})
 	return be
 }
+
+// BenchmarkBacklog drains 10,000 entries (FindPendingBatch(500) then
+// MarkSent, 1000 keys) from a backlog of 10,000 and of 1,000,000 entries
+// and reports the time per entry of each call, so the cost of a large
+// backlog shows where it is paid. Filling the big backlog takes about ten
+// seconds. Run: go test -run '^$' -bench Backlog -benchtime 1x ./backends/redis/
+func BenchmarkBacklog(b *testing.B) {
+	for _, size := range []int{10_000, 1_000_000} {
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			const drain, batch = 10_000, 500
+			c := standaloneClient(&testing.T{})
+			ctx := context.Background()
+			var claim, mark time.Duration
+			var drained int
+			for range b.N {
+				b.StopTimer()
+				be := benchBackend(b, c, 1)
+				chunk := make([]outbox.Entry, 1000)
+				for i := 0; i < size; i += len(chunk) {
+					for j := range chunk {
+						chunk[j] = outbox.Entry{Topic: "t", Key: fmt.Sprintf("k%d", (i+j)%1000), Payload: make([]byte, 256)}
+					}
+					if err := be.Append(ctx, chunk...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				l, err := be.AcquireLease(ctx, 0, "bench", time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for n := 0; n < drain; {
+					t0 := time.Now()
+					es, err := be.FindPendingBatch(ctx, l, batch)
+					if err != nil {
+						b.Fatal(err)
+					}
+					t1 := time.Now()
+					if err := be.MarkSent(ctx, l, ids(es)); err != nil {
+						b.Fatal(err)
+					}
+					claim += t1.Sub(t0)
+					mark += time.Since(t1)
+					n += len(es)
+					drained += len(es)
+				}
+				b.StopTimer()
+				for _, k := range be.parts {
+					c.Unlink(ctx, k.entries, k.pending, k.keyorder)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(drained)/(claim+mark).Seconds(), "entries/s")
+			b.ReportMetric(float64(claim.Nanoseconds())/float64(drained), "claim-ns/entry")
+			b.ReportMetric(float64(mark.Nanoseconds())/float64(drained), "mark-ns/entry")
+		})
+	}
+}

@@ -21,7 +21,6 @@
 //
 //	{outbox:0}:entries   hash    entry ID -> encoded entry (see below)
 //	{outbox:0}:pending   zset    seq8+ID -> next attempt time (ms)
-//	{outbox:0}:inflight  zset    claimed entries, score kept from pending
 //	{outbox:0}:parked    zset    parked IDs, score 0 (pages by ID)
 //	{outbox:0}:keyorder  zset    per keyed entry: key-len|key|position|seq8|ID, score 0
 //	{outbox:0}:lease     string  "version:owner", PX = lease TTL
@@ -39,10 +38,10 @@
 // (due time, append order) exactly, however many share a millisecond.
 //
 // Per-key order does not depend on scores: the keyorder set lists every
-// pending or claimed entry with a key by (key, position, sequence), where
-// the position is the entry's first due time. The claim script hands out
-// an entry with a key only when every entry before it in its key's order is
-// claimed and was never attempted, so a failing entry holds back the rest
+// pending entry with a key by (key, position, sequence), where the position
+// is the entry's first due time. The claim script hands out an entry with a
+// key only when every entry before it in its key's order is handed out in
+// the same call and was never attempted, so a failing entry holds back the rest
 // of its key until it is sent or parked, and held-back entries can be moved
 // out of the way (re-scored) without any risk to the order; see
 // docs/redis.md.
@@ -52,9 +51,10 @@
 // AcquireLease is SET NX PX with the owner token, the version comes from
 // INCR of a persistent counter; renew and release compare "version:owner"
 // first. Every claim and finish script checks the same token, so a stale
-// holder changes nothing and gets [outbox.ErrLeaseLost]. A new lease
-// version returns every entry still claimed by an earlier one to pending.
-// Times come from the server's TIME.
+// holder changes nothing and gets [outbox.ErrLeaseLost]. The lease is the
+// claim: FindPendingBatch writes nothing per entry, the entries it returns
+// stay pending until finished, and the next holder of the partition reads
+// the unfinished ones first. Times come from the server's TIME.
 //
 // # Tuning
 //

@@ -75,7 +75,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	cmds, err := b.runEach(ctx, "Cancel", scriptCancel, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.inflight, k.parked, k.keyorder}, []any{id}
+		return []string{k.entries, k.pending, k.parked, k.keyorder}, []any{id}
 	})
 	if err != nil {
 		return err
@@ -97,7 +97,7 @@ func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 		return outbox.Stats{}, err
 	}
 	cmds, err := b.runEach(ctx, "Stats", scriptStats, func(k *keys) ([]string, []any) {
-		return []string{k.pending, k.inflight, k.parked}, nil
+		return []string{k.pending, k.parked}, nil
 	})
 	if err != nil {
 		return outbox.Stats{}, err

@@ -14,9 +14,9 @@ import (
 
 // AcquireLease runs acquire.lua: SET NX PX with the owner token; the version
 // comes from INCR of a per-partition counter that never expires, so it never
-// goes backwards. A new grant returns every entry claimed under an earlier
-// lease to pending. An owner that already holds the lease gets it extended
-// at the same version. Errors wrap [outbox.ErrLeaseHeld] (another owner) or
+// goes backwards. The lease is the claim: a new holder reads the unfinished
+// entries of the previous one first, in order. An owner that already holds
+// the lease gets it extended at the same version. Errors wrap [outbox.ErrLeaseHeld] (another owner) or
 // [outbox.ErrInvalidArgument] (empty owner, ttl not positive, partition out
 // of range). One round trip.
 func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (outbox.Lease, error) {
@@ -88,8 +88,9 @@ func (b *Backend) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.D
 }
 
 // ReleaseLease runs release.lua: DEL guarded by the token (compare-and-
-// delete), returning the lease's claimed entries to pending. A lease no
-// longer held is a no-op. One round trip.
+// delete). The lease's unfinished entries never left pending, so the next
+// holder reads them first. A lease no longer held is a no-op. One round
+// trip.
 func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -101,15 +102,16 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	if lease.Owner == "" {
 		return nil
 	}
-	err = scriptRelease.Run(ctx, b.client, []string{k.lease, k.pending, k.inflight}, token(lease)).Err()
+	err = scriptRelease.Run(ctx, b.client, []string{k.lease}, token(lease)).Err()
 	return b.wrap(ctx, "ReleaseLease", err)
 }
 
-// FindPendingBatch runs claim.lua (one round trip): it claims up to limit
+// FindPendingBatch runs claim.lua (one round trip): it returns up to limit
 // due entries of lease.Partition in (due time, append order), skipping
-// entries held back by a failing entry of their key, and moves them to the
-// partition's inflight set, where they stay until finished or until a new
-// lease version is granted. Per-key order comes from the partition's
+// entries held back by a failing entry of their key. The lease is the
+// claim: the entries stay in pending, unchanged, until they are finished,
+// and a new holder (or this one, fetching again without finishing) reads
+// them again. Per-key order comes from the partition's
 // key-order set, never from scores: an entry with a key is claimed only
 // after every entry before it in its key's order was claimed and none of
 // those was attempted (docs/redis.md, "Ordering and hold-back"). A corrupt stored entry is parked by the script
@@ -128,7 +130,7 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	}
 	budget := 2*limit + 256
 	res, err := scriptClaim.Run(ctx, b.client,
-		[]string{k.lease, k.pending, k.inflight, k.entries, k.keyorder, k.parked},
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked},
 		token(lease), limit, budget).Result()
 	if err != nil {
 		return nil, b.wrap(ctx, "FindPendingBatch", err)
@@ -192,14 +194,14 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	}
 	args := idArgs(lease, ids)
 	return b.fenced(ctx, "MarkSent", scriptMarkSent, lease,
-		[]string{k.lease, k.pending, k.inflight, k.entries, k.keyorder}, args)
+		[]string{k.lease, k.pending, k.entries, k.keyorder}, args)
 }
 
 // MarkFailed runs mark_failed.lua (one round trip, fenced by the lease).
 // Errors longer than Options.MaxErrorLen are truncated. A retried entry is
 // re-scored to RetryAt (in ms) and holds back the later entries of its key;
-// a parked one moves to the parked set. Entries that are not pending or
-// claimed are ignored. Empty failures: nil, no round trip.
+// a parked one moves to the parked set. Entries that are not pending
+// (claimed or not) are ignored. Empty failures: nil, no round trip.
 func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -223,7 +225,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		args = append(args, f.ID, park, strconv.FormatInt(retry, 10), truncate(f.Error, b.opts.MaxErrorLen))
 	}
 	return b.fenced(ctx, "MarkFailed", scriptMarkFailed, lease,
-		[]string{k.lease, k.pending, k.inflight, k.entries, k.keyorder, k.parked}, args)
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked}, args)
 }
 
 // idArgs is ARGV for the scripts that take the lease token then entry IDs.
@@ -247,9 +249,11 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// Release runs release_claims.lua (one round trip, fenced by the lease):
-// claimed entries go back to pending with their original score, attempts
-// and error. IDs not claimed are ignored. Empty ids: nil, no round trip.
+// Release runs release_claims.lua (one round trip): it only checks that
+// the lease still holds. The lease is the claim, so entries returned by
+// FindPendingBatch never left pending and come back, unchanged and in
+// order, with the next read of the partition. Empty ids: nil, no round
+// trip.
 func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -261,9 +265,7 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 	if err != nil {
 		return err
 	}
-	args := idArgs(lease, ids)
-	return b.fenced(ctx, "Release", scriptReleaseClaims, lease,
-		[]string{k.lease, k.pending, k.inflight, k.entries}, args)
+	return b.fenced(ctx, "Release", scriptReleaseClaims, lease, []string{k.lease}, []any{token(lease)})
 }
 
 // runEach runs s once per partition in one pipeline (one round trip per

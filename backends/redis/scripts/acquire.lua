@@ -1,12 +1,15 @@
 -- acquire.lua: AcquireLease (SET NX PX with an owner token).
 --
 -- KEYS[1] lease   KEYS[2] lease version counter (never expires)
--- KEYS[3] pending zset   KEYS[4] inflight zset
+-- KEYS[3] pending zset   KEYS[4] inflight zset of builds before v0.2
 -- ARGV[1] owner   ARGV[2] ttl in ms
 -- Returns {version, expires_ms} when granted or extended, -2 when another
 -- owner holds an unexpired lease. A new grant INCRs the version counter, so
--- versions never go backwards, and returns every entry claimed under an
--- earlier lease to pending with its original score.
+-- versions never go backwards. The lease is the claim, so nothing else
+-- changes hands; the one exception is an upgrade: earlier builds moved
+-- claimed entries to an inflight zset, and a new grant returns any left
+-- there to pending with their original score (one ZRANGE of an empty key
+-- otherwise).
 local ttl = tonumber(ARGV[2])
 local cur = redis.call('GET', KEYS[1])
 if cur then

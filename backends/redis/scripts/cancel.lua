@@ -1,9 +1,9 @@
 -- cancel.lua: Cancel (not fenced: an operator call).
 --
--- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] inflight zset
--- KEYS[4] parked zset   KEYS[5] key-order zset
+-- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] parked zset
+-- KEYS[4] key-order zset
 -- ARGV[1] entry ID
--- Returns 1 when the entry was pending, claimed or parked and is now
+-- Returns 1 when the entry was pending (claimed or not) or parked and is now
 -- deleted, 0 when this partition has no such entry (not found).
 --
 -- The entry leaves its key's order. If it was pending at a future score
@@ -18,16 +18,16 @@ if not v then return 0 end
 v = as_v2(v)
 local m = member(v, id)
 local score = redis.call('ZSCORE', KEYS[2], m)
-local n = redis.call('ZREM', KEYS[2], m) + redis.call('ZREM', KEYS[3], m) + redis.call('ZREM', KEYS[4], id)
+local n = redis.call('ZREM', KEYS[2], m) + redis.call('ZREM', KEYS[3], id)
 redis.call('HDEL', KEYS[1], id)
 local key = key_of(v)
 if key ~= '' then
   local om = order_member(key, v, m)
-  redis.call('ZREM', KEYS[5], om)
+  redis.call('ZREM', KEYS[4], om)
   local now = now_ms()
   if score and tonumber(score) > now then
     local pfx = key_prefix(key)
-    local r = redis.call('ZRANGEBYLEX', KEYS[5], '(' .. om, '[' .. pfx .. HIGH, 'LIMIT', 0, 1000)
+    local r = redis.call('ZRANGEBYLEX', KEYS[4], '(' .. om, '[' .. pfx .. HIGH, 'LIMIT', 0, 1000)
     for _, f in ipairs(r) do
       local fm = string.sub(f, #pfx + 9)
       if redis.call('ZSCORE', KEYS[2], fm) == score then

@@ -1,15 +1,15 @@
 -- mark_failed.lua: MarkFailed (fenced).
 --
--- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] inflight zset
--- KEYS[4] entries hash   KEYS[5] key-order zset   KEYS[6] parked zset
+-- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
+-- KEYS[4] key-order zset   KEYS[5] parked zset
 -- ARGV[1] token "version:owner"
 -- ARGV[2..] quadruples: id, park ('1' or '0'), retry time in ms, error
 -- Returns -1 when the lease is lost (nothing changed), else the number of
--- entries updated. IDs that are not pending or claimed (unknown, sent or
--- parked) are ignored, so a sent entry never comes back.
+-- entries updated. IDs that are not pending (unknown, sent or parked) are
+-- ignored, so a sent entry never comes back.
 --
 -- Each entry's attempts grow by one and its last error is replaced. A
--- parked entry leaves pending/inflight for the parked zset (score 0, so it
+-- parked entry leaves pending for the parked zset (score 0, so it
 -- pages by ID with ZRANGEBYLEX) and leaves its key's order, so it stops
 -- holding back its key; a retried one goes back to pending at the retry
 -- time and keeps its place in its key's order, so (having attempts > 0) it
@@ -18,20 +18,21 @@ if not fenced(KEYS[1], ARGV[1]) then return -1 end
 local n = 0
 for i = 2, #ARGV, 4 do
   local id, park, retry, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local v = redis.call('HGET', KEYS[4], id)
+  local v = redis.call('HGET', KEYS[3], id)
   if v then
     local converted
     v, converted = as_v2(v)
     local m = member(v, id)
-    if redis.call('ZREM', KEYS[3], m) == 1 or redis.call('ZREM', KEYS[2], m) == 1 then
+    if redis.call('ZSCORE', KEYS[2], m) then
       local key = key_of(v)
-      redis.call('HSET', KEYS[4], id, set_failure(v, attempts_of(v) + 1, err))
+      redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, err))
       if park == '1' then
-        redis.call('ZADD', KEYS[6], 0, id)
-        if key ~= '' then redis.call('ZREM', KEYS[5], order_member(key, v, m)) end
+        redis.call('ZREM', KEYS[2], m)
+        redis.call('ZADD', KEYS[5], 0, id)
+        if key ~= '' then redis.call('ZREM', KEYS[4], order_member(key, v, m)) end
       else
         redis.call('ZADD', KEYS[2], tonumber(retry), m)
-        if converted and key ~= '' then redis.call('ZADD', KEYS[5], 0, order_member(key, v, m)) end
+        if converted and key ~= '' then redis.call('ZADD', KEYS[4], 0, order_member(key, v, m)) end
       end
       n = n + 1
     end

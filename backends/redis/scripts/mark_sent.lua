@@ -1,7 +1,7 @@
 -- mark_sent.lua: MarkSent (fenced).
 --
--- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] inflight zset
--- KEYS[4] entries hash   KEYS[5] key-order zset
+-- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
+-- KEYS[4] key-order zset
 -- ARGV[1] token "version:owner"   ARGV[2..] entry IDs
 -- Returns -1 when the lease is lost (nothing changed), else the number of
 -- entries removed. Unknown, already sent and parked IDs are ignored.
@@ -12,14 +12,14 @@ if not fenced(KEYS[1], ARGV[1]) then return -1 end
 local n = 0
 for i = 2, #ARGV do
   local id = ARGV[i]
-  local v = redis.call('HGET', KEYS[4], id)
+  local v = redis.call('HGET', KEYS[3], id)
   if v then
     v = as_v2(v)
     local m = member(v, id)
-    if redis.call('ZREM', KEYS[3], m) == 1 or redis.call('ZREM', KEYS[2], m) == 1 then
-      redis.call('HDEL', KEYS[4], id)
+    if redis.call('ZREM', KEYS[2], m) == 1 then
+      redis.call('HDEL', KEYS[3], id)
       local key = key_of(v)
-      if key ~= '' then redis.call('ZREM', KEYS[5], order_member(key, v, m)) end
+      if key ~= '' then redis.call('ZREM', KEYS[4], order_member(key, v, m)) end
       n = n + 1
     end
   end
