@@ -630,8 +630,7 @@ func (s *Suite) w4(ctx context.Context, t target) error {
 		smallP50.add(percentile(ms, 50), nil)
 		smallP99.add(percentile(ms, 99), nil)
 	}
-	bigW := fmt.Sprintf("%s backlog %s pending, drain %s", title, human(s.cfg.BigBack), human(drainN))
-	smallW := fmt.Sprintf("%s backlog %s pending, drain all", title, human(drainN))
+	bigW, smallW := s.backlogTitle(title, true), s.backlogTitle(title, false)
 	sys := "outbox/" + t.name + " store loop"
 	s.record("ours."+t.key+".backlog.big.rate", bigW, sys, "entries/s", true, bigRate, "FindPendingBatch(500)+MarkSent")
 	s.record("ours."+t.key+".backlog.big.p50", bigW, sys+" claim p50", "ms", false, bigP50, "")

@@ -84,7 +84,7 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("raw insert 1/tx: %w", err)
 		}
-		if err := s.checkRawRows(ctx, n1); err != nil {
+		if err := s.checkRawRows(ctx, schemaRaw+".entries", n1); err != nil {
 			return fmt.Errorf("raw insert 1/tx: %w", err)
 		}
 		ins1tx.add(rate(n1, el), nil)
@@ -100,7 +100,7 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("raw insert autocommit: %w", err)
 		}
-		if err := s.checkRawRows(ctx, n1); err != nil {
+		if err := s.checkRawRows(ctx, schemaRaw+".entries", n1); err != nil {
 			return fmt.Errorf("raw insert autocommit: %w", err)
 		}
 		ins1auto.add(rate(n1, el), nil)
@@ -122,7 +122,7 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("raw insert 100/tx: %w", err)
 		}
-		if err := s.checkRawRows(ctx, n); err != nil {
+		if err := s.checkRawRows(ctx, schemaRaw+".entries", n); err != nil {
 			return fmt.Errorf("raw insert 100/tx: %w", err)
 		}
 		ins100.add(rate(n, el), nil)
@@ -170,9 +170,10 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 	return nil
 }
 
-func (s *Suite) checkRawRows(ctx context.Context, want int) error {
+// checkRawRows checks that table (schema.table) holds want rows.
+func (s *Suite) checkRawRows(ctx context.Context, table string, want int) error {
 	var got int
-	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM bench_raw.entries").Scan(&got); err != nil {
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&got); err != nil {
 		return err
 	}
 	if got != want {
@@ -234,7 +235,7 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("raw EVALSHA append: %w", err)
 		}
-		if err := s.checkRawRedis(ctx, n1); err != nil {
+		if err := s.checkRawRedis(ctx, rawKeys, n1); err != nil {
 			return fmt.Errorf("raw EVALSHA append: %w", err)
 		}
 		app1.add(rate(n1, el), nil)
@@ -253,7 +254,7 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("raw pipelined EVALSHA append: %w", err)
 		}
-		if err := s.checkRawRedis(ctx, n); err != nil {
+		if err := s.checkRawRedis(ctx, rawKeys, n); err != nil {
 			return fmt.Errorf("raw pipelined EVALSHA append: %w", err)
 		}
 		app100.add(rate(n, el), nil)
@@ -289,12 +290,14 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 	return nil
 }
 
-func (s *Suite) checkRawRedis(ctx context.Context, want int) error {
-	h, err := s.rdb.HLen(ctx, rawKeys[0]).Result()
+// checkRawRedis checks that keys (the entries hash and the pending set)
+// hold want entries.
+func (s *Suite) checkRawRedis(ctx context.Context, keys []string, want int) error {
+	h, err := s.rdb.HLen(ctx, keys[0]).Result()
 	if err != nil {
 		return err
 	}
-	z, err := s.rdb.ZCard(ctx, rawKeys[1]).Result()
+	z, err := s.rdb.ZCard(ctx, keys[1]).Result()
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,9 @@ var comparisons = []comparison{
 	{group: "Postgres commit-to-sink p99, half load, wake-ups", ours: "ours.pg.lat.wake.p99", abs: 25},
 	{group: "Redis commit-to-sink p99, half load, wake-ups", ours: "ours.redis.lat.wake.p99", abs: 25},
 	{group: "Postgres drain, big backlog vs small", ours: "ours.pg.backlog.big.rate", other: "ours.pg.backlog.small.rate", target: 0.9},
+	{group: "Postgres raw claim-and-delete, big backlog vs small", ours: "raw.pg.backlog.big.rate", other: "raw.pg.backlog.small.rate"},
 	{group: "Redis drain, big backlog vs small", ours: "ours.redis.backlog.big.rate", other: "ours.redis.backlog.small.rate", target: 0.9},
+	{group: "Redis raw claim-and-delete, big backlog vs small", ours: "raw.redis.backlog.big.rate", other: "raw.redis.backlog.small.rate"},
 	{group: "Postgres, 4 relays vs 1 on 4 partitions", ours: "ours.pg.relays.4", other: "ours.pg.relays.1", target: 0.9},
 	{group: "Redis, 4 relays vs 1 on 4 partitions", ours: "ours.redis.relays.4", other: "ours.redis.relays.1", target: 0.9},
 }

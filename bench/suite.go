@@ -136,14 +136,19 @@ func (s *Suite) close() {
 // allSchemas and allRedisPatterns are everything the harness creates; they
 // are dropped at the end of the run.
 var (
-	allSchemas       = []string{schemaRaw, schemaRiver, schemaWatermill, schemaOurs}
-	allRedisPatterns = []string{"{rawbench}*", "asynq:*", "{obench*"}
+	allSchemas       = []string{schemaRaw, schemaRawBig, schemaRawSmall, schemaRiver, schemaWatermill, schemaOurs}
+	allRedisPatterns = []string{"{rawbench*", "asynq:*", "{obench*"}
 )
 
 func (s *Suite) workloads() []workload {
 	return []workload{
+		// The raw W4 loops are workloads of their own, named like our
+		// sub-workloads ("postgres W4 backlog"): -skip 'W4' leaves them
+		// out with ours, -only 'raw' or 'raw/postgres' keeps them.
 		{"raw/postgres", s.rawPostgres},
+		{"raw/postgres W4 backlog", s.rawPostgresBacklog},
 		{"raw/redis", s.rawRedis},
+		{"raw/redis W4 backlog", s.rawRedisBacklog},
 		{"river", s.river},
 		{"watermill", s.watermill},
 		{"asynq", s.asynq},

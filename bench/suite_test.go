@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -101,6 +102,44 @@ func TestPercentileAndHuman(t *testing.T) {
 	for n, want := range map[int]string{1000000: "1M", 10000: "10k", 2000: "2k", 1234: "1234"} {
 		if got := human(n); got != want {
 			t.Errorf("human(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestRawOnRetargetsEveryRawStatement(t *testing.T) {
+	t.Parallel()
+	for _, q := range []string{rawTableDDL, rawInsertMany, rawClaimDelete} {
+		got := rawOn(q, schemaRawBig+".entries")
+		if strings.Contains(got, schemaRaw+".entries") || !strings.Contains(got, schemaRawBig+".entries") {
+			t.Errorf("rawOn left the W1/W2 table in, or did not put the W4 one in:\n%s", got)
+		}
+	}
+}
+
+func TestRawBacklogSelectedLikeOurW4(t *testing.T) {
+	t.Parallel()
+	names := map[string]bool{}
+	for _, w := range (&Suite{}).workloads() {
+		names[w.name] = true
+	}
+	for _, n := range []string{"raw/postgres W4 backlog", "raw/redis W4 backlog"} {
+		if !names[n] {
+			t.Fatalf("no workload %q", n)
+		}
+		for _, c := range []struct {
+			only, skip string
+			want       bool
+		}{{"raw", "", true}, {"raw|outbox", "", true}, {"W4", "", true}, {"raw", "W4", false}, {"river", "", false}} {
+			s := &Suite{}
+			if c.only != "" {
+				s.cfg.Only = regexp.MustCompile(c.only)
+			}
+			if c.skip != "" {
+				s.cfg.Skip = regexp.MustCompile(c.skip)
+			}
+			if got := s.selected(n); got != c.want {
+				t.Errorf("-only %q -skip %q: selected(%q) = %v, want %v", c.only, c.skip, n, got, c.want)
+			}
 		}
 	}
 }
