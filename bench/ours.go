@@ -39,6 +39,9 @@ type instance struct {
 	append func(ctx context.Context, entries []outbox.Entry) error
 	// close closes the backend and deletes its tables or keys.
 	close func()
+	// analyze refreshes the planner statistics of a Postgres instance's
+	// tables after a fill (nil for Redis).
+	analyze func(ctx context.Context) error
 }
 
 var instanceSeq atomic.Int64
@@ -60,6 +63,9 @@ func (s *Suite) postgresTarget() target {
 			store: b,
 			append: func(ctx context.Context, entries []outbox.Entry) error {
 				return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return b.AppendInTx(ctx, tx, entries...) })
+			},
+			analyze: func(ctx context.Context) error {
+				return s.analyze(ctx, pgx.Identifier{schemaOurs, opts.Table}.Sanitize(), pgx.Identifier{schemaOurs, opts.Table + "_lease"}.Sanitize())
 			},
 			close: func() {
 				b.Close()
@@ -136,7 +142,16 @@ func (in *instance) fill(ctx context.Context, m *messages, per int) (time.Durati
 		})
 	}
 	wg.Wait()
-	return time.Since(start), errors.Join(append(errs, ctx.Err())...)
+	el := time.Since(start)
+	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
+		return el, err
+	}
+	if in.analyze != nil {
+		if err := in.analyze(ctx); err != nil {
+			return el, fmt.Errorf("ANALYZE after the fill: %w", err)
+		}
+	}
+	return el, nil
 }
 
 // head returns the first n messages.

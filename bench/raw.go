@@ -129,6 +129,9 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 
 		// Drain the backlog the 100/tx run left: one client, 500 rows per
 		// autocommit claim-and-delete.
+		if err := s.analyzeSchema(ctx, schemaRaw); err != nil {
+			return fmt.Errorf("raw claim-and-delete: ANALYZE: %w", err)
+		}
 		tr := newTracker(n)
 		start := time.Now()
 		for {
@@ -224,7 +227,7 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 	if err := rawClaimScript.Load(ctx, s.rdb).Err(); err != nil {
 		return err
 	}
-	app1, app100, drain := s.sr("raw.r.1"), s.sr("raw.r.100"), s.sr("raw.r.drain")
+	app1, app1tx, app100, drain := s.sr("raw.r.1"), s.sr("raw.r.1tx"), s.sr("raw.r.100"), s.sr("raw.r.drain")
 	for run := range s.thisRun() {
 		if err := deleteKeys(ctx, s.rdb, "{rawbench}*"); err != nil {
 			return err
@@ -239,6 +242,27 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 			return fmt.Errorf("raw EVALSHA append: %w", err)
 		}
 		app1.add(rate(n1, el), nil)
+
+		// The same script inside MULTI/EXEC: what an append inside the
+		// caller's transaction costs at least (ours is AppendInTx in a
+		// TxPipelined, also one MULTI/EXEC per entry).
+		if err := deleteKeys(ctx, s.rdb, "{rawbench}*"); err != nil {
+			return err
+		}
+		el, err = parallel(ctx, Callers, n1, 1, func(ctx context.Context, lo, hi int) error {
+			_, err := s.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				pipe.EvalSha(ctx, rawAppendScript.Hash(), rawKeys, outbox.NewID(), msgs.payload[lo])
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("raw MULTI+EVALSHA append: %w", err)
+		}
+		if err := s.checkRawRedis(ctx, rawKeys, n1); err != nil {
+			return fmt.Errorf("raw MULTI+EVALSHA append: %w", err)
+		}
+		app1tx.add(rate(n1, el), nil)
 
 		if err := deleteKeys(ctx, s.rdb, "{rawbench}*"); err != nil {
 			return err
@@ -285,6 +309,7 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 		return err
 	}
 	s.record("raw.redis.append1", fmt.Sprintf("Redis append, 1 entry/tx, %d callers", Callers), "raw EVALSHA append, 1 per round trip", "entries/s", true, app1, "")
+	s.record("raw.redis.append1tx", fmt.Sprintf("Redis append, 1 entry/tx, %d callers", Callers), "raw MULTI+EVALSHA+EXEC append", "entries/s", true, app1tx, "")
 	s.record("raw.redis.append100", fmt.Sprintf("Redis append, 100 entries/tx, %d callers", Callers), "raw EVALSHA append, 100 pipelined", "entries/s", true, app100, "")
 	s.record("raw.redis.claimdelete", s.drainTitle("Redis", "no-op sink"), "raw claim-and-delete script loop", "entries/s", true, drain, "500/call, 1 client")
 	return nil

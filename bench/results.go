@@ -116,6 +116,7 @@ var comparisons = []comparison{
 	{group: "Postgres drain, 100k backlog, no-op sink", ours: "ours.pg.drain.noop", other: "raw.pg.claimdelete"},
 	{group: "Postgres drain, 100k backlog, to kfake", ours: "ours.pg.drain.kfake", other: "ours.pg.drain.noop"},
 	{group: "Redis append, 1 entry/tx, 8 callers", ours: "ours.redis.append1", other: "raw.redis.append1", target: 0.7},
+	{group: "Redis append, 1 entry/tx, 8 callers", ours: "ours.redis.append1", other: "raw.redis.append1tx"},
 	{group: "Redis append, 1 entry/tx, 8 callers", ours: "ours.redis.append1", other: "asynq.enqueue"},
 	{group: "Redis append, 100 entries/tx, 8 callers", ours: "ours.redis.append100", other: "raw.redis.append100"},
 	{group: "Redis drain, 100k backlog, no-op sink", ours: "ours.redis.drain.noop", other: "asynq.drain", target: 3},

@@ -141,6 +141,9 @@ func (s *Suite) river(ctx context.Context) error {
 			if fi == 0 {
 				ins100.add(rate(n, el), nil)
 			}
+			if err := s.analyzeSchema(ctx, schemaRiver); err != nil {
+				return fmt.Errorf("river: ANALYZE: %w", err)
+			}
 			if err := s.riverDrain(ctx, run, n, f, drains[fi]); err != nil {
 				return err
 			}

@@ -92,6 +92,9 @@ func (s *Suite) watermill(ctx context.Context) error {
 			if _, err := s.wmPublish(ctx, f, topic, msgs, n, 100); err != nil {
 				return err
 			}
+			if err := s.analyzeSchema(ctx, schemaWatermill); err != nil {
+				return fmt.Errorf("watermill: ANALYZE: %w", err)
+			}
 
 			tr := newTracker(n)
 			subCtx, cancel := context.WithCancel(ctx)
@@ -211,6 +214,9 @@ func (s *Suite) wmForwarder(ctx context.Context, run int, msgs *messages, sr *se
 	})
 	if err != nil {
 		return fmt.Errorf("watermill forwarder fill: %w", err)
+	}
+	if err := s.analyzeSchema(ctx, schemaWatermill); err != nil {
+		return fmt.Errorf("watermill forwarder: ANALYZE: %w", err)
 	}
 	tr := newTracker(n)
 	fw, err := forwarder.NewForwarder(sub, countingPublisher{tr}, watermill.NopLogger{}, forwarder.Config{ForwarderTopic: fwdTopic})
