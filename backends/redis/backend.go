@@ -249,7 +249,7 @@ func (b *Backend) appendArgs(k *keys, entries []outbox.Entry) ([]string, []any) 
 		}
 		args = append(args, e.ID, due, encodeEntry(e))
 	}
-	return []string{k.entries, k.pending, k.seq, k.keyorder}, args
+	return []string{k.entries, k.pending, k.seq}, args
 }
 
 // group splits prepared entries by partition, keeping slice order.

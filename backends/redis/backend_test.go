@@ -61,6 +61,7 @@ func TestBackend(t *testing.T) {
 			t.Run("Format1EntriesAreConverted", func(t *testing.T) { t.Parallel(); testFormat1(t, c) })
 			t.Run("UnfinishedClaimsAreReadAgainInOrder", func(t *testing.T) { t.Parallel(); testUnfinishedClaims(t, c) })
 			t.Run("LegacyInflightComesBack", func(t *testing.T) { t.Parallel(); testLegacyInflight(t, c) })
+			t.Run("RetryBeforePositionKeepsKeyOrder", func(t *testing.T) { t.Parallel(); testRetryBeforePosition(t, c) })
 			t.Run("InspectAcrossPartitions", func(t *testing.T) { t.Parallel(); testInspect(t, c) })
 			t.Run("Notifications", func(t *testing.T) { t.Parallel(); testNotifications(t, c) })
 			t.Run("RollbackLeavesNothing", func(t *testing.T) { t.Parallel(); testRollback(t, c) })
@@ -200,7 +201,7 @@ func testCorrupt(t *testing.T, c redis.UniversalClient) {
 	batch, err := b.FindPendingBatch(ctx, l, 10)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"good", "next-k"}, ids(batch), "corrupt entries never stall the relay, nor hold back their key")
-	assertKeyOrder(t, c, b, "good", "next-k")
+	assertKeyOrder(t, c, b)
 	parked, err := b.Parked(ctx, "", 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"bad1", "bad2"}, ids(parked))
@@ -261,8 +262,9 @@ func testHoldBackCrowd(t *testing.T, c redis.UniversalClient) {
 	assertKeyOrder(t, c, b)
 }
 
-// assertKeyOrder checks partition 0's key-order set: it holds exactly one
-// member per pending keyed entry, and the given IDs.
+// assertKeyOrder checks partition 0's key-order set: it holds exactly the
+// given IDs (the marked entries: attempted, or re-scored by a claim), and
+// each of them is pending.
 func assertKeyOrder(t *testing.T, c redis.UniversalClient, b *Backend, want ...string) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -350,7 +352,7 @@ func testFormat1(t *testing.T, c redis.UniversalClient) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"p1"}, ids(batch))
 	assert.Equal(t, []byte("parked"), batch[0].Payload)
-	assertKeyOrder(t, c, b, "p1")
+	assertKeyOrder(t, c, b) // requeued: due at its position, not marked
 	require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
 	assertKeyOrder(t, c, b)
 }
@@ -465,7 +467,33 @@ func testUnfinishedClaims(t *testing.T, c redis.UniversalClient) {
 	require.Equal(t, []string{"k1"}, fetch(10), "k1 is unfinished and attempted: k2, k3 stay held back")
 	require.NoError(t, b.MarkSent(ctx, l, []string{"k1"}))
 	require.Equal(t, []string{"k2", "k3"}, fetch(10))
-	assertKeyOrder(t, c, b, "k2", "k3")
+	assertKeyOrder(t, c, b)
+}
+
+// testRetryBeforePosition: a keyed entry failed with a retry time earlier
+// than its own position is due at its position, so it never overtakes an
+// earlier, unfinished entry of its key that has no key-order member.
+func testRetryBeforePosition(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	require.NoError(t, b.Append(ctx,
+		outbox.Entry{ID: "e", Topic: "t", Key: "k"},
+		outbox.Entry{ID: "o", Topic: "t", Key: "other"},
+		outbox.Entry{ID: "m", Topic: "t", Key: "k"}))
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	batch, err := b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"e", "o", "m"}, ids(batch))
+	require.NoError(t, b.MarkSent(ctx, l, []string{"o"}))
+	require.NoError(t, b.Release(ctx, l, []string{"e"}))
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "m", Error: "boom", RetryAt: time.Now().Add(-time.Hour)}}))
+	assertKeyOrder(t, c, b, "m")
+	batch, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"e", "m"}, ids(batch), "e comes first in its key's order; m, attempted, may follow it")
+	require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+	assertKeyOrder(t, c, b)
 }
 
 // testLegacyInflight: builds before v0.2 moved claimed entries to an

@@ -183,7 +183,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 		args[i] = id
 	}
 	cmds, err := b.runEach(ctx, "Requeue", scriptRequeue, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked, k.seq, k.keyorder}, args
+		return []string{k.entries, k.pending, k.parked, k.seq}, args
 	})
 	if err != nil {
 		return 0, err

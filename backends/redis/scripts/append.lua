@@ -1,7 +1,6 @@
 -- append.lua: add entries to one partition, idempotent by ID.
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] sequence counter
--- KEYS[4] key-order zset
 -- ARGV[1] notification channel ('' = do not publish)
 -- ARGV[2..] triples: id, due time in ms ('' = now), encoded entry
 --           (format 2 with sequence, created-at and position zeroed)
@@ -9,8 +8,8 @@
 -- Needs nothing read beforehand, so it can be queued inside MULTI.
 --
 -- An entry's position (its place in its key's order) is its first due
--- time: the due time given, else now. An entry with a non-empty key joins
--- the key order.
+-- time: the due time given, else now; it is also its score, so the claim
+-- needs no key-order member for it (see claim.lua).
 --
 -- This script is standalone (no lib.lua): AppendInTx sends its whole body
 -- with every EVAL and the server hashes it each time, so it holds only
@@ -35,11 +34,6 @@ for i = 2, #ARGV, 3 do
   local s8, p8 = pack('>I8', seq), pack('>I8', pos)
   if redis.call('HSETNX', KEYS[1], id, '\2' .. s8 .. created .. p8 .. sub(blob, 26)) == 1 then
     redis.call('ZADD', KEYS[2], pos, s8 .. id)
-    local at = 34 + el
-    local kl = unpack('>I4', blob, at)
-    if kl > 0 then
-      redis.call('ZADD', KEYS[4], 0, sub(blob, at, at + 3 + kl) .. p8 .. s8 .. id)
-    end
     added = added + 1
   end
 end

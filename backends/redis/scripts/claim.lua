@@ -15,37 +15,51 @@
 -- ARGV[3] members in all (re-scored members count, and so do the members
 -- eligible walks over).
 --
--- Per-key order comes from the key-order set alone, never from scores: an
--- entry with a non-empty key is returned only when every entry before it
--- in its key's order was returned earlier in this call and was never
--- attempted. So a failing entry holds back the rest of its key, even
--- within one batch, and a pending entry that is not returned (held back
--- itself, or not due) holds back everything after it. A held-back entry
--- whose blocker (the first entry before it that is not returned) has a
--- later score is re-scored to that score: it cannot be returned before its
--- blocker, so this never delays it, and it leaves the front of the range,
--- so a crowd behind one failing entry cannot starve other keys. Other
--- held-back entries are skipped.
+-- Per-key order. A key's order is its pending entries by (position,
+-- sequence). An entry with a non-empty key is returned only when every
+-- entry before it in its key's order was returned earlier in this call
+-- and was never attempted. So a failing entry holds back the rest of its
+-- key, even within one batch, and a pending entry that is not returned
+-- (held back itself, or not due) holds back everything after it.
+--
+-- The key-order set holds only the entries whose score is not their
+-- position or that were attempted ("marked": failing entries waiting for a
+-- retry, held-back entries re-scored by this script); it may hold others
+-- too (earlier builds put every keyed entry there), which is harmless. An
+-- unmarked entry E before a candidate m in its key's order has score
+-- position(E) <= position(m) <= score(m), so this call scans E before m:
+-- what this call saw of unmarked entries is known here (the earliest
+-- held-back entry of each key, held[key]), and only marked ones need the
+-- set. When the set is empty (nothing failing, nothing held back), a
+-- keyed entry costs no lookup at all.
+--
+-- A held-back entry whose blocker (the first entry before it that is not
+-- returned) has a later score is re-scored to that score and marked: it
+-- cannot be returned before its blocker, so this never delays it, and it
+-- leaves the front of the range, so a crowd behind one failing entry
+-- cannot starve other keys. Other held-back entries are skipped.
 --
 -- Repairs, none expected in normal operation: a member without a value is
 -- removed; a malformed value is parked, rewritten as a valid entry whose
 -- payload is the raw value and whose last error says why; a key-order
 -- member whose entry is not pending is removed when it would block; a
--- keyed entry missing from the key order is added; a format 1 entry is
--- converted to format 2 and added to the key order.
+-- format 1 entry is converted to format 2 and marked.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local nowu = now_us()
 local now = math.floor(nowu / 1000)
 local out, got, scanned, skipped = {}, 0, 0, 0
--- open[key]: the key-order member of the last entry of the key returned
--- in this call (every entry of the key up to it was returned, none of
--- them attempted); stop[key]: an attempted entry of the key was returned,
--- so the rest of the key is held back; nxt[key]: the member right after
--- open[key], when the last lookup saw it (saves a lookup for the next
--- entry of a key in the same batch; dropped whenever eligible or a
--- conversion changes the key's order or open[key]).
-local open, stop, nxt = {}, {}, {}
+-- marked: whether the key-order set may hold members (checked once;
+-- members this call adds set it too).
+local marked = redis.call('EXISTS', KEYS[4]) == 1
+-- returned[key-order member]: returned in this call, never attempted.
+-- stop[key]: an attempted entry of the key was returned, so the rest of
+-- the key is held back. held[key]: the key-order member of the earliest
+-- entry of the key this call scanned and did not return; heldat[key]: the
+-- score it waits at (nil when it waits for an entry returned in this call).
+-- open[key]: the last member of the key's marked entries the walk in
+-- blocker found returned (the walk resumes after it).
+local returned, stop, held, heldat, open = {}, {}, {}, {}, {}
 
 -- precedes reports whether key-order member a comes before b, both of
 -- one key, whose position starts at offset at. (Lua's string comparison
@@ -56,41 +70,24 @@ local function precedes(a, b, at)
   return u64(a, at + 8) < u64(b, at + 8)
 end
 
--- eligible reports whether the entry with key-order member km may be
--- returned now: whether it is the first member of its key after open[key].
--- Stale members met on the way are removed. When km is held back it also
--- returns the pending score of its blocker (nil when the blocker is an
--- attempted entry returned in this call).
-local function eligible(key, pfx, km)
-  if stop[key] then return false end
-  if nxt[key] == km then
-    nxt[key] = nil
-    return true
-  end
-  nxt[key] = nil
-  local hi = '[' .. pfx .. HIGH
-  local repaired = false
+-- blocker returns false when no marked entry before km (in its key's
+-- order) is still to be returned, else true and that entry's pending
+-- score (nil when it is an attempted entry returned in this call). Stale
+-- members met on the way are removed.
+local function blocker(key, pfx, km)
+  local at = #pfx + 1
   while true do
     local lo = '[' .. pfx
     if open[key] then lo = '(' .. open[key] end
-    local r = redis.call('ZRANGEBYLEX', KEYS[4], lo, hi, 'LIMIT', 0, 2)
+    local r = redis.call('ZRANGEBYLEX', KEYS[4], lo, '[' .. pfx .. HIGH, 'LIMIT', 0, 1)
     local b = r[1]
-    if b == km then
-      nxt[key] = r[2]
-      return true
-    end
-    if not b or not precedes(b, km, #pfx + 1) then
-      -- km is missing from its key's order (only possible after manual
-      -- changes): put it back at its place; return it only if that makes
-      -- it the first open entry.
-      if repaired then return false end
-      redis.call('ZADD', KEYS[4], 0, km)
-      repaired = true
+    if not b or b == km or not precedes(b, km, at) then return false end
+    if returned[b] then
+      open[key] = b
     else
-      -- b is before km and was not returned in this call.
-      local s = redis.call('ZSCORE', KEYS[2], string.sub(b, #pfx + 9))
-      if s then return false, tonumber(s) end
-      if scanned >= budget then return false end
+      local s = redis.call('ZSCORE', KEYS[2], string.sub(b, at + 8))
+      if s then return true, tonumber(s) end
+      if scanned >= budget then return true end
       scanned = scanned + 1
       redis.call('ZREM', KEYS[4], b) -- stale: its entry is gone or parked
     end
@@ -130,25 +127,43 @@ while got < limit and scanned < budget do
           km = pfx .. string.sub(v, 18, 25) .. m
           if converted then
             redis.call('ZADD', KEYS[4], 0, km)
-            nxt[key] = nil
+            marked = true
           end
         end
         if converted then redis.call('HSET', KEYS[3], id, v) end
         local ok, bs = true, nil
-        if km then ok, bs = eligible(key, pfx, km) end
+        if km then
+          if stop[key] then
+            ok = false
+          elseif held[key] and precedes(held[key], km, #pfx + 1) then
+            ok, bs = false, heldat[key]
+          elseif marked then
+            local blocked
+            blocked, bs = blocker(key, pfx, km)
+            ok = not blocked
+          end
+        end
         if ok then
           skipped = skipped + 1 -- it stays in pending, in front of the next chunk
           if km then
-            open[key] = km
-            if attempts_of(v) > 0 then stop[key] = true end
+            if attempts_of(v) > 0 then stop[key] = true else returned[km] = true end
           end
           got = got + 1
           out[#out + 1] = id
           out[#out + 1] = v
-        elseif bs and bs > score then
-          redis.call('ZADD', KEYS[2], bs, m)
         else
-          skipped = skipped + 1
+          local at = nil
+          if bs and bs > score then
+            redis.call('ZADD', KEYS[2], bs, m)
+            redis.call('ZADD', KEYS[4], 0, km)
+            marked, at = true, bs
+          else
+            skipped = skipped + 1
+            if bs then at = score end
+          end
+          if not held[key] or precedes(km, held[key], #pfx + 1) then
+            held[key], heldat[key] = km, at
+          end
         end
       end
     end

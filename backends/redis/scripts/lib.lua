@@ -13,10 +13,11 @@
 --    0  not found (cancel)
 --
 -- Key order: a sorted set per partition, every score 0, one member per
--- pending or claimed entry with a non-empty key:
+-- "marked" pending entry with a non-empty key (attempted, or re-scored
+-- away from its position; see claim.lua):
 --   4-byte key length | key | 8-byte position | 8-byte sequence | ID
--- ZRANGEBYLEX over the prefix (length | key) lists a key's entries by
--- (position, sequence); the last 8 + #ID bytes are the entry's pending
+-- ZRANGEBYLEX over the prefix (length | key) lists a key's marked entries
+-- by (position, sequence); the last 8 + #ID bytes are the entry's pending
 -- member (sequence | ID). The set never holds parked or sent entries.
 
 local function now_us()

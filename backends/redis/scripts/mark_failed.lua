@@ -10,18 +10,19 @@
 --
 -- Each entry's attempts grow by one and its last error is replaced. A
 -- parked entry leaves pending for the parked zset (score 0, so it
--- pages by ID with ZRANGEBYLEX) and leaves its key's order, so it stops
+-- pages by ID with ZRANGEBYLEX) and leaves the key-order set, so it stops
 -- holding back its key; a retried one goes back to pending at the retry
--- time and keeps its place in its key's order, so (having attempts > 0) it
--- holds back the entries after it.
+-- time and, when it has a key, joins the key-order set (it is marked:
+-- attempted), so it holds back the entries after it. A keyed entry is
+-- never re-scored before its position (a retry time earlier than that
+-- becomes the position): the claim relies on it (claim.lua).
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 local n = 0
 for i = 2, #ARGV, 4 do
   local id, park, retry, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local v = redis.call('HGET', KEYS[3], id)
   if v then
-    local converted
-    v, converted = as_v2(v)
+    v = as_v2(v)
     local m = member(v, id)
     if redis.call('ZSCORE', KEYS[2], m) then
       local key = key_of(v)
@@ -31,8 +32,15 @@ for i = 2, #ARGV, 4 do
         redis.call('ZADD', KEYS[5], 0, id)
         if key ~= '' then redis.call('ZREM', KEYS[4], order_member(key, v, m)) end
       else
-        redis.call('ZADD', KEYS[2], tonumber(retry), m)
-        if converted and key ~= '' then redis.call('ZADD', KEYS[4], 0, order_member(key, v, m)) end
+        local at = tonumber(retry)
+        if key ~= '' then
+          -- A keyed entry is marked, and never due before its position, so
+          -- the claim scans the unmarked entries before it in its key's
+          -- order first (see claim.lua).
+          at = math.max(at, u64(v, 18))
+          redis.call('ZADD', KEYS[4], 0, order_member(key, v, m))
+        end
+        redis.call('ZADD', KEYS[2], at, m)
       end
       n = n + 1
     end

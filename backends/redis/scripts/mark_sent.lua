@@ -6,8 +6,8 @@
 -- Returns -1 when the lease is lost (nothing changed), else the number of
 -- entries removed. Unknown, already sent and parked IDs are ignored.
 --
--- A sent entry leaves its key's order, so it no longer holds back the
--- entries after it.
+-- A sent entry leaves the key-order set (if it was there), so it no
+-- longer holds back the entries after it.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 local n = 0
 for i = 2, #ARGV do

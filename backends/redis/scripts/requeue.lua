@@ -1,7 +1,7 @@
 -- requeue.lua: Requeue (not fenced: an operator call).
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] parked zset
--- KEYS[4] sequence counter   KEYS[5] key-order zset
+-- KEYS[4] sequence counter
 -- ARGV[1..] entry IDs
 -- Returns the number of parked entries moved back to pending, due now,
 -- with attempts reset to 0 (the last error is kept). IDs that are not
@@ -39,6 +39,5 @@ for _, f in ipairs(found) do
   redis.call('HSET', KEYS[1], id, v)
   local m = member(v, id)
   redis.call('ZADD', KEYS[2], now, m)
-  if key ~= '' then redis.call('ZADD', KEYS[5], 0, order_member(key, v, m)) end
 end
 return #found
