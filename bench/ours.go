@@ -484,7 +484,6 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 	return nil
 }
 
-//
 // perTx receives the mean number of entries per appending transaction.
 func (s *Suite) latencyRun(ctx context.Context, in *instance, store outbox.Store, n int, perSec float64, maxD time.Duration, perTx *float64) ([]time.Duration, Counts, float64, error) {
 	msgs := newMessages(n, 7)
