@@ -484,6 +484,9 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 	return nil
 }
 
+// latencyRun runs one W3 measurement: n entries arriving at perSec (for
+// at most maxD) with a relay draining into a counting sink. It returns the
+// commit-to-sink latencies, the counts and the arrival rate achieved;
 // perTx receives the mean number of entries per appending transaction.
 func (s *Suite) latencyRun(ctx context.Context, in *instance, store outbox.Store, n int, perSec float64, maxD time.Duration, perTx *float64) ([]time.Duration, Counts, float64, error) {
 	msgs := newMessages(n, 7)
