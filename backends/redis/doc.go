@@ -22,7 +22,7 @@
 //	{outbox:0}:entries   hash    entry ID -> encoded entry (see below)
 //	{outbox:0}:pending   zset    seq8+ID -> next attempt time (ms)
 //	{outbox:0}:parked    zset    parked IDs, score 0 (pages by ID)
-//	{outbox:0}:keyorder  zset    per keyed entry: key-len|key|position|seq8|ID, score 0
+//	{outbox:0}:keyorder  zset    per marked keyed entry: key-len|key|position|seq8|ID, score 0
 //	{outbox:0}:lease     string  "version:owner", PX = lease TTL
 //	{outbox:0}:leasever  counter last lease version (never expires)
 //	{outbox:0}:seq       counter last append sequence
@@ -37,14 +37,15 @@
 // orders equal scores by member bytes, so ZRANGEBYSCORE returns entries by
 // (due time, append order) exactly, however many share a millisecond.
 //
-// Per-key order does not depend on scores: the keyorder set lists every
-// pending entry with a key by (key, position, sequence), where the position
-// is the entry's first due time. The claim script hands out an entry with a
-// key only when every entry before it in its key's order is handed out in
-// the same call and was never attempted, so a failing entry holds back the rest
-// of its key until it is sent or parked, and held-back entries can be moved
-// out of the way (re-scored) without any risk to the order; see
-// docs/redis.md.
+// Per-key order does not depend on scores: a key's order is its pending
+// entries by (position, sequence), where the position is the entry's first
+// due time. The claim script hands out an entry with a key only when every
+// entry before it in its key's order is handed out in the same call and was
+// never attempted, so a failing entry holds back the rest of its key until
+// it is sent or parked. The keyorder set lists only the keyed entries that
+// were attempted or re-scored while held back (the others are found by the
+// claim's own scan, since their score is their position), so appends write
+// nothing for it and it stays small; see docs/redis.md.
 //
 // # Leases
 //
