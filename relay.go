@@ -61,6 +61,12 @@ type Relay struct {
 	done     chan struct{}      // closed when every worker has exited
 
 	slots chan struct{} // MaxPartitions semaphore, nil when unlimited
+	// slotFreed is closed (and replaced) whenever a slot is given back, so
+	// workers that found no free slot try again at once instead of
+	// sleeping AcquireInterval: relays sharing partitions settle in a few
+	// round trips.
+	slotMu    sync.Mutex
+	slotFreed chan struct{}
 
 	published, retried, parked, batches, leaseLosses, held atomic.Int64
 }
@@ -119,6 +125,7 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	r.breaker.cooldown = o.BreakerCooldown
 	if o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
 		r.slots = make(chan struct{}, o.MaxPartitions)
+		r.slotFreed = make(chan struct{})
 	}
 	r.tracer = o.TracerProvider.Tracer("github.com/outboxrelay/outbox")
 	r.metrics, err = newRelayMetrics(o.MeterProvider, r)
@@ -259,6 +266,21 @@ func (r *Relay) listen(ctx context.Context, n Notifier) {
 	}
 }
 
+// waitOrFreed waits d, until freed is closed (a nil freed never is) or
+// until ctx is done; it reports whether ctx is still live.
+func waitOrFreed(ctx context.Context, d time.Duration, freed <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-freed:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // sleep waits d or until ctx is done; it reports whether ctx is still live.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -287,10 +309,14 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 	defer w.drop(hardCtx, true)
 	for ctx.Err() == nil {
 		if !w.holding {
-			if !w.acquire(hardCtx) {
+			if ok, freed := w.acquire(hardCtx); !ok {
 				// Not woken by notifications: a partition another relay
 				// holds would otherwise cost an AcquireLease per commit.
-				if !sleep(ctx, r.opts.AcquireInterval) {
+				// A worker that found no free slot (MaxPartitions) is
+				// woken when one is given back; one that tried its
+				// partition waits the whole interval, so every worker
+				// asks the store at most once per AcquireInterval.
+				if !waitOrFreed(ctx, r.opts.AcquireInterval, freed) {
 					return
 				}
 				continue
@@ -364,14 +390,20 @@ func (w *worker) renewIn() time.Duration {
 }
 
 // acquire tries to lease the partition; it reports success.
-func (w *worker) acquire(ctx context.Context) bool {
+//
+// When it returns false without asking the store because every slot is
+// taken, freed is closed as soon as a slot is given back (nil otherwise).
+func (w *worker) acquire(ctx context.Context) (ok bool, freed <-chan struct{}) {
 	r := w.r
 	if r.slots != nil && !w.slot {
+		r.slotMu.Lock()
+		freed = r.slotFreed // taken before trying, so no release is missed
+		r.slotMu.Unlock()
 		select {
 		case r.slots <- struct{}{}:
 			w.slot = true
 		default:
-			return false
+			return false, freed
 		}
 	}
 	asked := r.opts.Now()
@@ -393,12 +425,12 @@ func (w *worker) acquire(ctx context.Context) bool {
 			r.log.Warn("outbox relay: acquiring a lease failed", "partition", w.partition, "err", err)
 		}
 		w.freeSlot()
-		return false
+		return false, nil
 	}
 	w.lease, w.holding, w.validUntil = l, true, asked.Add(r.opts.LeaseTTL)
 	r.held.Add(1)
 	r.log.Debug("outbox relay: lease acquired", "partition", w.partition, "version", l.Version)
-	return true
+	return true, nil
 }
 
 // keep renews the lease when less than RenewMargin is left; it reports
@@ -463,8 +495,13 @@ func (w *worker) drop(ctx context.Context, release bool) {
 
 func (w *worker) freeSlot() {
 	if w.slot {
-		<-w.r.slots
+		r := w.r
+		<-r.slots
 		w.slot = false
+		r.slotMu.Lock()
+		close(r.slotFreed)
+		r.slotFreed = make(chan struct{})
+		r.slotMu.Unlock()
 	}
 }
 

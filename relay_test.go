@@ -379,6 +379,31 @@ func TestRelaysShareWithMaxPartitions(t *testing.T) {
 	})
 }
 
+// TestRelayWithMaxPartitionsFindsAFreePartitionAtOnce: 15 of 16
+// partitions are leased by another owner. A relay with MaxPartitions 1 has
+// a worker per partition racing for its one slot; a worker that wins the
+// slot for a held partition gives it back, and the others must try their
+// partitions at once, not after AcquireInterval (an hour here).
+func TestRelayWithMaxPartitionsFindsAFreePartitionAtOnce(t *testing.T) {
+	for i := range 5 {
+		synctest.Test(t, func(t *testing.T) {
+			b := memory.New(memory.Options{Partitions: 16})
+			free := i % 16
+			for p := range 16 {
+				if p != free {
+					if _, err := b.AcquireLease(context.Background(), p, "other", 24*time.Hour); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			r := startRelay(t, b, &recorder{}, outbox.RelayOptions{Owner: "r", MaxPartitions: 1, AcquireInterval: time.Hour})
+			waitFor(t, time.Second, fmt.Sprintf("the relay holding the free partition %d", free), func() bool {
+				return r.Stats().PartitionsHeld == 1
+			})
+		})
+	}
+}
+
 func TestRelayUnorderedPublishesAKeyConcurrently(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New(memory.Options{})
