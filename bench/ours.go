@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -55,8 +56,19 @@ func (s *Suite) postgresTarget() target {
 		if err := pgoutbox.Migrate(ctx, s.pool, opts); err != nil {
 			return nil, err
 		}
-		b, err := pgoutbox.New(s.pool, opts)
+		// The relay side gets a pool of its own, as a relay process (or a
+		// service that gives its relay a dedicated pool) has: on the shared
+		// pool its statements would queue behind the appenders' open
+		// transactions, and W3 would measure pool waits.
+		rcfg := s.pool.Config().Copy()
+		rcfg.MaxConns = 8
+		relayPool, err := pgxpool.NewWithConfig(ctx, rcfg)
 		if err != nil {
+			return nil, err
+		}
+		b, err := pgoutbox.New(relayPool, opts)
+		if err != nil {
+			relayPool.Close()
 			return nil, err
 		}
 		return &instance{
@@ -69,6 +81,7 @@ func (s *Suite) postgresTarget() target {
 			},
 			close: func() {
 				b.Close()
+				relayPool.Close()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				for _, suffix := range []string{"", "_lease", "_archive", "_migrations"} {
