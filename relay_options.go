@@ -52,7 +52,10 @@ type RelayOptions struct {
 	Partitions []int
 
 	// MaxPartitions is the most partitions this relay holds at once, so
-	// several relays share the work. Default: no limit.
+	// several relays share the work. The relay runs a worker per
+	// partition; a worker that finds every slot taken tries again as soon
+	// as one is given back (a partition found held elsewhere, or a lease
+	// lost), not only after AcquireInterval. Default: no limit.
 	MaxPartitions int
 
 	// AcquireInterval is how often the relay tries to lease partitions it
