@@ -559,3 +559,51 @@ func TestRequeueOrdersAsIfAppendedNow(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkSentByLocation: MarkSent deletes the rows of the last batch by
+// the ctids FindPendingBatch read, and by ID whatever that misses: a row
+// that moved since (an UPDATE gives it a new ctid) is still deleted, and a
+// remembered ctid that now holds another entry's row deletes nothing of
+// that row.
+func TestMarkSentByLocation(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{extended, pgx.QueryExecModeSimpleProtocol} {
+		b, p := newBackend(t, mode, pgoutbox.Options{})
+		ctx := t.Context()
+		appendN(t, b, p, "e", 4, func(int) string { return "" })
+		l, err := b.AcquireLease(ctx, 0, "r", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if batch, err := b.FindPendingBatch(ctx, l, 10); err != nil || len(batch) != 4 {
+			t.Fatalf("FindPendingBatch: %d entries, %v", len(batch), err)
+		}
+		if _, err := p.Exec(ctx, "UPDATE "+b.Table()+" SET payload = payload || 'x' WHERE id = 'e000000'"); err != nil {
+			t.Fatal(err)
+		}
+		b.PointLocation(0, "e000001", "e000002")
+		if err := b.MarkSent(ctx, l, []string{"e000000", "e000001"}); err != nil {
+			t.Fatal(err)
+		}
+		left := func() []string {
+			rows, err := p.Query(ctx, "SELECT id FROM "+b.Table()+" ORDER BY id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}
+		if got := left(); !slices.Equal(got, []string{"e000002", "e000003"}) {
+			t.Fatalf("rows left after MarkSent(e000000 moved, e000001 pointing at e000002's row): %v, want [e000002 e000003]", got)
+		}
+		if err := b.MarkSent(ctx, l, []string{"e000002", "e000003", "e000000"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := left(); len(got) != 0 {
+			t.Fatalf("rows left: %v, want none", got)
+		}
+	}
+}
