@@ -44,13 +44,8 @@ type Backend struct {
 	qAppend, qAppendOne                     [numTails]string
 	qAcquire, qRenew, qReleaseLease         string
 	qFind, qMarkSent, qMarkFailed, qRelease string
-	qMarkSentTID                            string
 	qCancel, qStats, qParked, qRequeue      string
 	qPurge, qNotifyCommitted                string
-
-	// locs remembers, per partition, where FindPendingBatch found the rows
-	// of its last batch, so MarkSent can delete them by ctid.
-	locs []batchLocs
 
 	// lastNotify is when (unix ns) an append was last let notify in its
 	// transaction (Options.NotifyInterval).
@@ -83,7 +78,7 @@ func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, er
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{pool: pool, opts: opts, names: newNames(opts.Schema, opts.Table), locs: make([]batchLocs, opts.Partitions)}
+	b := &Backend{pool: pool, opts: opts, names: newNames(opts.Schema, opts.Table)}
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
 	archiveInsert := ""
 	if opts.Archive {
@@ -123,7 +118,6 @@ func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, er
 	b.qReleaseLease = load("release_lease")
 	b.qFind = load("find_pending_batch")
 	b.qMarkSent = load("mark_sent")
-	b.qMarkSentTID = load("mark_sent_tid")
 	b.qMarkFailed = load("mark_failed")
 	b.qRelease = load("release")
 	b.qCancel = load("cancel")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,7 +112,6 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 		seq  int64
 	}
 	var order []position
-	var tids []pgtype.TID
 	for rows.Next() {
 		leaseOK = true
 		var (
@@ -126,13 +124,12 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 			lastErr  pgtype.Text
 			created  pgtype.Timestamptz
 			topic    pgtype.Text
-			ctid     pgtype.TID
 			pos      struct {
 				seq  pgtype.Int8
 				next pgtype.Timestamptz
 			}
 		)
-		if err := rows.Scan(&pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created, &ctid); err != nil {
+		if err := rows.Scan(&pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created); err != nil {
 			return nil, b.interpretError(op, err)
 		}
 		if !id.Valid { // the lease holds, nothing is due
@@ -149,7 +146,6 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 		}
 		out = append(out, e)
 		order = append(order, position{pos.next.Time, pos.seq.Int64})
-		tids = append(tids, ctid)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, b.interpretError(op, err)
@@ -157,7 +153,6 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	if !leaseOK {
 		return nil, leaseLost(op, lease)
 	}
-	b.locs[lease.Partition].remember(lease, out, tids)
 	idx := make([]int, len(out))
 	for i := range idx {
 		idx[i] = i
@@ -190,78 +185,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err := b.checkPartition(op, lease.Partition); err != nil {
 		return err
 	}
-	rest := ids
-	if known, tids, unknown := b.locs[lease.Partition].lookup(lease, ids); len(known) > 0 {
-		var held bool
-		var deleted []string
-		if err := b.pool.QueryRow(ctx, b.qMarkSentTID, lease.Partition, lease.Owner, lease.Version, known, tids).Scan(&held, &deleted); err != nil {
-			return b.interpretError(op, err)
-		}
-		if !held {
-			return leaseLost(op, lease)
-		}
-		rest = unknown
-		if len(deleted) < len(known) {
-			gone := make(map[string]struct{}, len(deleted))
-			for _, id := range deleted {
-				gone[id] = struct{}{}
-			}
-			for _, id := range known {
-				if _, ok := gone[id]; !ok {
-					rest = append(rest, id)
-				}
-			}
-		}
-		if len(rest) == 0 {
-			return nil
-		}
-	}
-	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, rest)
-}
-
-// batchLocs holds where FindPendingBatch found the rows of the last batch
-// of one partition (their ctids), for the lease that read them. MarkSent
-// deletes those rows by location (mark_sent_tid.sql: a TID scan, where
-// deleting by ID descends the primary key once per row) and everything
-// else, or whatever did not match, by ID. A ctid is only a hint: the
-// statement also matches the ID, so a row that moved or a reused ctid is
-// never deleted by mistake.
-type batchLocs struct {
-	mu      sync.Mutex
-	owner   string
-	version int64
-	byID    map[string]pgtype.TID
-}
-
-// remember replaces the partition's locations with those of batch.
-func (l *batchLocs) remember(lease outbox.Lease, batch []outbox.Entry, tids []pgtype.TID) {
-	m := make(map[string]pgtype.TID, len(batch))
-	for i, e := range batch {
-		if tids[i].Valid {
-			m[e.ID] = tids[i]
-		}
-	}
-	l.mu.Lock()
-	l.owner, l.version, l.byID = lease.Owner, lease.Version, m
-	l.mu.Unlock()
-}
-
-// lookup splits ids into those with a remembered location under lease
-// (with their ctids, in the same order) and the others.
-func (l *batchLocs) lookup(lease outbox.Lease, ids []string) (known []string, tids []pgtype.TID, unknown []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.byID == nil || l.owner != lease.Owner || l.version != lease.Version {
-		return nil, nil, ids
-	}
-	for _, id := range ids {
-		if t, ok := l.byID[id]; ok {
-			known, tids = append(known, id), append(tids, t)
-		} else {
-			unknown = append(unknown, id)
-		}
-	}
-	return known, tids, unknown
+	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, ids)
 }
 
 // MarkFailed records the failures in one statement (an UPDATE joined to

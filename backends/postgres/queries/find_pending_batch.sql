@@ -4,15 +4,13 @@
 -- so the lease's own unfinished entries are returned again (the relay
 -- finishes a batch before it fetches the next).
 -- The due index (partition, next_at, seq) WHERE state = 'pending' yields
--- rows in order; the hold-back index answers the NOT EXISTS. Each row's
--- ctid is returned so MarkSent can delete it by location
--- (mark_sent_tid.sql).
+-- rows in order; the hold-back index answers the NOT EXISTS.
 SELECT c.seq, c.next_at, c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
-       c.attempts, c.last_error, c.created_at, c.ctid
+       c.attempts, c.last_error, c.created_at
 FROM {lease} AS l
 LEFT JOIN LATERAL (
     SELECT o.seq, o.next_at, o.id, o.topic, o.key, o.payload, o.headers,
-           o.not_before, o.attempts, o.last_error, o.created_at, o.ctid
+           o.not_before, o.attempts, o.last_error, o.created_at
     FROM {outbox} AS o
     WHERE o.partition = l.partition
       AND o.state = 'pending'
