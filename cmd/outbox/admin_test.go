@@ -130,15 +130,24 @@ func TestAdminOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := redis.NewClient(opts)
-	defer client.Close()
+	t.Cleanup(func() { _ = client.Close() }) // after the key cleanup below (cleanups run last-in first-out)
 	if err := client.Ping(ctx).Err(); err != nil {
 		testenv.Unavailable(t, "Redis", "OUTBOX_REDIS_URL", err)
 	}
 	prefix := fmt.Sprintf("{admin-test-%d}", time.Now().UnixNano())
 	t.Cleanup(func() {
-		keys, _ := client.Keys(ctx, "*"+prefix[1:len(prefix)-1]+"*").Result()
+		var keys []string
+		iter := client.Scan(ctx, 0, "*"+prefix[1:len(prefix)-1]+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Errorf("listing the test's keys: %v", err)
+		}
 		if len(keys) > 0 {
-			client.Del(ctx, keys...)
+			if err := client.Del(ctx, keys...).Err(); err != nil {
+				t.Errorf("deleting the test's keys: %v", err)
+			}
 		}
 	})
 	b, err := redisoutbox.New(ctx, client, redisoutbox.Options{Prefix: prefix})
