@@ -100,12 +100,16 @@ func TestAdminOnPostgres(t *testing.T) {
 	if err != nil {
 		testenv.Unavailable(t, "PostgreSQL", "OUTBOX_POSTGRES_URL", err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close) // after the schema is dropped (cleanups run last-in first-out)
 	schema := fmt.Sprintf("admin_test_%d", time.Now().UnixNano())
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
+	t.Cleanup(func() {
+		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("dropping the test's schema: %v", err)
+		}
+	})
 	opts := pgoutbox.Options{Schema: schema}
 	if err := pgoutbox.Migrate(ctx, pool, opts); err != nil {
 		t.Fatal(err)
