@@ -191,23 +191,49 @@ func (b *Backend) AppendInTx(ctx context.Context, tx pgx.Tx, entries ...outbox.E
 	if len(rows.ids) == 1 {
 		q, args = &b.qAppendOne, rows.row(0)
 	}
-	tail := b.chooseTail(true)
+	return b.runAppend("AppendInTx", q, args, true,
+		func(sql string, args []any) error {
+			_, err := tx.Exec(ctx, sql, args...)
+			return err
+		},
+		func(sql string, args []any) (int64, error) {
+			var xid int64
+			err := tx.QueryRow(ctx, sql, args...).Scan(&xid)
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = errNothingInserted
+			}
+			return xid, err
+		})
+}
+
+// errNothingInserted is what a trailing append's query function returns
+// when the append inserted no row (every ID was already there).
+var errNothingInserted = errors.New("pgoutbox: append inserted nothing")
+
+// runAppend runs an append statement (q, one per appendTail) with args
+// ($1..$7) through the caller's transaction, with the tail chooseTail
+// picks: exec runs it when it notifies in the transaction or not at all;
+// queryXID runs it when it returns the transaction ID for the trailer
+// (errNothingInserted when no row was inserted: nothing to tell). canTrail
+// reports whether queryXID can be used.
+func (b *Backend) runAppend(op string, q *[numTails]string, args []any, canTrail bool,
+	exec func(sql string, args []any) error, queryXID func(sql string, args []any) (int64, error)) error {
+	tail := b.chooseTail(canTrail)
 	if tail != tailTrail {
 		if tail == tailNotify {
 			args = append(args, b.opts.Channel)
 		}
-		_, err = tx.Exec(ctx, q[tail], args...)
-		return b.interpretError("AppendInTx", err)
+		return b.interpretError(op, exec(q[tail], args))
 	}
-	var xid int64
-	switch err = tx.QueryRow(ctx, q[tail], args...).Scan(&xid); {
-	case errors.Is(err, pgx.ErrNoRows): // nothing inserted: nothing to tell
+	switch xid, err := queryXID(q[tail], args); {
+	case errors.Is(err, errNothingInserted):
 		return nil
 	case err != nil:
-		return b.interpretError("AppendInTx", err)
+		return b.interpretError(op, err)
+	default:
+		b.trail.add(xid)
+		return nil
 	}
-	b.trail.add(xid)
-	return nil
 }
 
 // appendTail is the last step of an append statement.

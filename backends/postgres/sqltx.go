@@ -58,23 +58,19 @@ func (b *Backend) AppendInSQLTx(ctx context.Context, tx SQLExecer, entries ...ou
 		timeArray(rows.notBefore),
 	}
 	qr, canTrail := tx.(sqlQueryRower)
-	tail := b.chooseTail(canTrail)
-	if tail != tailTrail {
-		if tail == tailNotify {
-			args = append(args, b.opts.Channel)
-		}
-		_, err = tx.ExecContext(ctx, b.qAppend[tail], args...)
-		return b.interpretError("AppendInSQLTx", err)
-	}
-	var xid int64
-	switch err = qr.QueryRowContext(ctx, b.qAppend[tail], args...).Scan(&xid); {
-	case errors.Is(err, sql.ErrNoRows): // nothing inserted: nothing to tell
-		return nil
-	case err != nil:
-		return b.interpretError("AppendInSQLTx", err)
-	}
-	b.trail.add(xid)
-	return nil
+	return b.runAppend("AppendInSQLTx", &b.qAppend, args, canTrail,
+		func(q string, args []any) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		},
+		func(q string, args []any) (int64, error) {
+			var xid int64
+			err := qr.QueryRowContext(ctx, q, args...).Scan(&xid)
+			if errors.Is(err, sql.ErrNoRows) {
+				err = errNothingInserted
+			}
+			return xid, err
+		})
 }
 
 func arrayLiteral(n int, elem func(i int, sb *strings.Builder)) string {
