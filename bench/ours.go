@@ -28,9 +28,10 @@ const benchTopic = "bench"
 
 // target is one of our backends, as the workloads W1-W5 see it.
 type target struct {
-	name string // "postgres" or "redis"
-	key  string // result key part: "pg" or "redis"
-	open func(ctx context.Context, partitions int) (*instance, error)
+	name  string // "postgres" or "redis"
+	key   string // result key part: "pg" or "redis"
+	title string // in workload names: "Postgres" or "Redis"
+	open  func(ctx context.Context, partitions int) (*instance, error)
 }
 
 // instance is one fresh, empty outbox of a target.
@@ -48,7 +49,7 @@ type instance struct {
 var instanceSeq atomic.Int64
 
 func (s *Suite) postgresTarget() target {
-	return target{name: "postgres", key: "pg", open: func(ctx context.Context, partitions int) (*instance, error) {
+	return target{name: "postgres", key: "pg", title: "Postgres", open: func(ctx context.Context, partitions int) (*instance, error) {
 		if _, err := s.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schemaOurs); err != nil {
 			return nil, err
 		}
@@ -95,7 +96,7 @@ func (s *Suite) postgresTarget() target {
 }
 
 func (s *Suite) redisTarget() target {
-	return target{name: "redis", key: "redis", open: func(ctx context.Context, partitions int) (*instance, error) {
+	return target{name: "redis", key: "redis", title: "Redis", open: func(ctx context.Context, partitions int) (*instance, error) {
 		tag := "obench" + strconv.FormatInt(instanceSeq.Add(1), 10)
 		b, err := redisoutbox.New(ctx, s.rdb, redisoutbox.Options{Prefix: "{" + tag + "}", Partitions: partitions, Logger: oursLogger()})
 		if err != nil {
@@ -318,7 +319,7 @@ func (s *Suite) w1w2(ctx context.Context, t target) error {
 	n := s.cfg.N
 	msgs := newMessages(n, 6)
 	app1, app100, noop, kafka := s.sr(t.key+".app1"), s.sr(t.key+".app100"), s.sr(t.key+".noop"), s.sr(t.key+".kafka")
-	title := map[string]string{"pg": "Postgres", "redis": "Redis"}[t.key]
+	title := t.title
 	n1 := s.cfg.N1
 	for run := range s.thisRun() {
 		// W1, 1 entry per transaction: N1 transactions.
@@ -456,7 +457,7 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 		r = 2000
 		s.logf("   W3: no W2 drain rate measured for %s; arrivals at %.0f/s", t.name, r)
 	}
-	title := map[string]string{"pg": "Postgres", "redis": "Redis"}[t.key]
+	title := t.title
 	// Half of W2's rate is the target's load. W2 drains with the whole
 	// machine to itself, while here the same cores also run the appenders,
 	// so a quarter of W2's rate is measured too (with wake-ups), to show
@@ -628,7 +629,7 @@ func (s *Suite) latencyRun(ctx context.Context, in *instance, store outbox.Store
 // measured at the Store (lease, FindPendingBatch(500), MarkSent), which is
 // what one relay worker does per batch.
 func (s *Suite) w4(ctx context.Context, t target) error {
-	title := map[string]string{"pg": "Postgres", "redis": "Redis"}[t.key]
+	title := t.title
 	drainN := s.cfg.SmallBack
 	bigRate, bigP50, bigP99 := s.sr(t.key+".big.rate"), s.sr(t.key+".big.p50"), s.sr(t.key+".big.p99")
 	smallRate, smallP50, smallP99 := s.sr(t.key+".small.rate"), s.sr(t.key+".small.p50"), s.sr(t.key+".small.p99")
@@ -766,7 +767,7 @@ func storeDrain(ctx context.Context, store outbox.Store, want int, tr *tracker) 
 func (s *Suite) w5(ctx context.Context, t target) error {
 	n := s.cfg.N
 	msgs := newMessages(n, 10)
-	title := map[string]string{"pg": "Postgres", "redis": "Redis"}[t.key]
+	title := t.title
 	for _, relays := range []int{1, 4} {
 		sr, steady := s.sr(fmt.Sprintf("%s.relays.%d", t.key, relays)), s.sr(fmt.Sprintf("%s.relays.%d.steady", t.key, relays))
 		for run := range s.thisRun() {

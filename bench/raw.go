@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -133,32 +131,12 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 			return fmt.Errorf("raw claim-and-delete: ANALYZE: %w", err)
 		}
 		tr := newTracker(n)
-		start := time.Now()
-		for {
-			rows, err := s.pool.Query(ctx, rawClaimDelete, 500)
-			if err != nil {
-				return fmt.Errorf("raw claim-and-delete: %w", err)
-			}
-			got := 0
-			for rows.Next() {
-				var id, key string
-				var p []byte
-				if err := rows.Scan(&id, &key, &p); err != nil {
-					rows.Close()
-					return err
-				}
-				tr.markPayload(p)
-				got++
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("raw claim-and-delete: %w", err)
-			}
-			if got == 0 {
-				break
-			}
+		if el, err = s.rawPGDrain(ctx, schemaRaw+".entries", n, tr); err != nil {
+			return err
 		}
-		el = time.Since(start)
+		if err := s.checkRawRows(ctx, schemaRaw+".entries", 0); err != nil {
+			return fmt.Errorf("raw claim-and-delete: %w", err)
+		}
 		c := tr.counts_()
 		if err := c.check(false); err != nil {
 			s.fail("raw/postgres claim-and-delete run %d: %v", run+1, err)
@@ -284,21 +262,12 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 		app100.add(rate(n, el), nil)
 
 		tr := newTracker(n)
-		start := time.Now()
-		for {
-			vals, err := s.rdb.EvalSha(ctx, rawClaimScript.Hash(), rawKeys, 500).Slice()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("raw claim-and-delete: %w", err)
-			}
-			if len(vals) == 0 {
-				break
-			}
-			for _, v := range vals {
-				str, _ := v.(string)
-				tr.markPayload([]byte(str))
-			}
+		if el, err = s.rawRedisDrain(ctx, rawKeys, n, tr); err != nil {
+			return err
 		}
-		el = time.Since(start)
+		if err := s.checkRawRedis(ctx, rawKeys, 0); err != nil {
+			return fmt.Errorf("raw claim-and-delete: %w", err)
+		}
 		c := tr.counts_()
 		if err := c.check(false); err != nil {
 			s.fail("raw/redis claim-and-delete run %d: %v", run+1, err)

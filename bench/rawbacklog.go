@@ -42,27 +42,42 @@ func rawOn(q, table string) string {
 // rawBacklog is a raw W4 big backlog, kept across rounds.
 type rawBacklog struct{ tr *tracker }
 
-// rawPostgresBacklog is W4 on raw Postgres.
-func (s *Suite) rawPostgresBacklog(ctx context.Context) error {
-	drainN := s.cfg.SmallBack
-	bigT, smallT := schemaRawBig+".entries", schemaRawSmall+".entries"
-	bigRate, smallRate := s.sr("raw.pg.backlog.big.rate"), s.sr("raw.pg.backlog.small.rate")
+// rawBacklogOps is one raw limit's part of W4; big selects the kept big
+// backlog or the fresh small one.
+type rawBacklogOps struct {
+	name, key, title string // "raw/postgres", "pg", "Postgres"
+	sys, note        string // how the figures are labelled
+	seed             uint64 // messages: seed for the big backlog, seed+1 for the small one
+	// reset empties a backlog; fill appends m to it; drain takes exactly
+	// want entries off it; left checks that it holds want entries.
+	reset func(ctx context.Context, big bool) error
+	fill  func(ctx context.Context, big bool, m *messages) (time.Duration, error)
+	drain func(ctx context.Context, big bool, want int, tr *tracker) (time.Duration, error)
+	left  func(ctx context.Context, big bool, want int) error
+}
 
-	bb, _ := s.keep["w4.raw.pg"].(*rawBacklog)
+// rawBacklogW4 runs W4 on one raw limit: each round drains SmallBack
+// entries off the big backlog (filled on first use, kept across rounds)
+// and all of a fresh SmallBack backlog, counting what arrives.
+func (s *Suite) rawBacklogW4(ctx context.Context, o rawBacklogOps) error {
+	drainN := s.cfg.SmallBack
+	bigRate, smallRate := s.sr("raw."+o.key+".backlog.big.rate"), s.sr("raw."+o.key+".backlog.small.rate")
+
+	bb, _ := s.keep["w4.raw."+o.key].(*rawBacklog)
 	if bb == nil {
-		if err := s.recreateSchema(ctx, schemaRawBig, rawOn(rawTableDDL, bigT)); err != nil {
+		if err := o.reset(ctx, true); err != nil {
 			return err
 		}
-		el, err := s.fillRawPG(ctx, bigT, newMessages(s.cfg.BigBack, 11))
+		el, err := o.fill(ctx, true, newMessages(s.cfg.BigBack, o.seed))
 		if err != nil {
 			return fmt.Errorf("filling %d: %w", s.cfg.BigBack, err)
 		}
-		s.logf("   W4: inserted %d rows into %s in %s", s.cfg.BigBack, bigT, el.Round(time.Millisecond))
+		s.logf("   W4: filled the %s big backlog (%d entries) in %s", o.name, s.cfg.BigBack, el.Round(time.Millisecond))
 		bb = &rawBacklog{tr: newTracker(s.cfg.BigBack)}
-		s.keep["w4.raw.pg"] = bb
+		s.keep["w4.raw."+o.key] = bb
 	}
 	for run := range s.thisRun() {
-		el, err := s.rawPGDrain(ctx, bigT, drainN, bb.tr)
+		el, err := o.drain(ctx, true, drainN, bb.tr)
 		if err != nil {
 			return fmt.Errorf("big backlog run %d: %w", run+1, err)
 		}
@@ -71,41 +86,94 @@ func (s *Suite) rawPostgresBacklog(ctx context.Context) error {
 	}
 	drained := drainN * (s.run + 1)
 	if c := bb.tr.counts_(); c.Delivered != drained || c.Duplicates > 0 || c.Foreign > 0 {
-		s.fail("raw/postgres W4 big backlog: count wrong: %+v, want %d delivered", c, drained)
+		s.fail("%s W4 big backlog: count wrong: %+v, want %d delivered", o.name, c, drained)
 	}
-	if err := s.checkRawRows(ctx, bigT, s.cfg.BigBack-drained); err != nil {
-		s.fail("raw/postgres W4 big backlog: %v", err)
+	if err := o.left(ctx, true, s.cfg.BigBack-drained); err != nil {
+		s.fail("%s W4 big backlog: %v", o.name, err)
 	}
 
-	small := newMessages(drainN, 12)
+	small := newMessages(drainN, o.seed+1)
 	for run := range s.thisRun() {
-		if err := s.recreateSchema(ctx, schemaRawSmall, rawOn(rawTableDDL, smallT)); err != nil {
+		if err := o.reset(ctx, false); err != nil {
 			return err
 		}
-		if _, err := s.fillRawPG(ctx, smallT, small); err != nil {
+		if _, err := o.fill(ctx, false, small); err != nil {
 			return fmt.Errorf("small backlog run %d: filling: %w", run+1, err)
 		}
 		tr := newTracker(drainN)
-		el, err := s.rawPGDrain(ctx, smallT, drainN, tr)
+		el, err := o.drain(ctx, false, drainN, tr)
 		if err == nil {
-			err = s.checkRawRows(ctx, smallT, 0)
+			err = o.left(ctx, false, 0)
 		}
 		if err != nil {
 			return fmt.Errorf("small backlog run %d: %w", run+1, err)
 		}
 		c := tr.counts_()
 		if err := c.check(false); err != nil {
-			s.fail("raw/postgres W4 small backlog run %d: %v", run+1, err)
+			s.fail("%s W4 small backlog run %d: %v", o.name, run+1, err)
 		}
 		smallRate.add(rate(drainN, el), &c)
 	}
-	if _, err := s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schemaRawSmall+" CASCADE"); err != nil {
+	s.record("raw."+o.key+".backlog.big.rate", s.backlogTitle(o.title, true), o.sys, "entries/s", true, bigRate, o.note)
+	s.record("raw."+o.key+".backlog.small.rate", s.backlogTitle(o.title, false), o.sys, "entries/s", true, smallRate, o.note)
+	return nil
+}
+
+// rawPostgresBacklog is W4 on raw Postgres.
+func (s *Suite) rawPostgresBacklog(ctx context.Context) error {
+	table := func(big bool) string {
+		if big {
+			return schemaRawBig + ".entries"
+		}
+		return schemaRawSmall + ".entries"
+	}
+	err := s.rawBacklogW4(ctx, rawBacklogOps{
+		name: "raw/postgres", key: "pg", title: "Postgres",
+		sys: "raw SQL claim-and-delete loop", note: "500/stmt, 1 client", seed: 11,
+		reset: func(ctx context.Context, big bool) error {
+			schema := map[bool]string{true: schemaRawBig, false: schemaRawSmall}[big]
+			return s.recreateSchema(ctx, schema, rawOn(rawTableDDL, table(big)))
+		},
+		fill: func(ctx context.Context, big bool, m *messages) (time.Duration, error) {
+			return s.fillRawPG(ctx, table(big), m)
+		},
+		drain: func(ctx context.Context, big bool, want int, tr *tracker) (time.Duration, error) {
+			return s.rawPGDrain(ctx, table(big), want, tr)
+		},
+		left: func(ctx context.Context, big bool, want int) error { return s.checkRawRows(ctx, table(big), want) },
+	})
+	if err != nil {
 		return err
 	}
-	sys, note := "raw SQL claim-and-delete loop", "500/stmt, 1 client"
-	s.record("raw.pg.backlog.big.rate", s.backlogTitle("Postgres", true), sys, "entries/s", true, bigRate, note)
-	s.record("raw.pg.backlog.small.rate", s.backlogTitle("Postgres", false), sys, "entries/s", true, smallRate, note)
-	return nil
+	_, err = s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schemaRawSmall+" CASCADE")
+	return err
+}
+
+// rawRedisBacklog is W4 on raw Redis.
+func (s *Suite) rawRedisBacklog(ctx context.Context) error {
+	for _, sc := range []*redis.Script{rawAppendScript, rawClaimScript} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return err
+		}
+	}
+	keys := func(big bool) []string {
+		if big {
+			return rawBigKeys
+		}
+		return rawSmallKeys
+	}
+	return s.rawBacklogW4(ctx, rawBacklogOps{
+		name: "raw/redis", key: "redis", title: "Redis",
+		sys: "raw claim-and-delete script loop", note: "500/call, 1 client", seed: 13,
+		reset: func(ctx context.Context, big bool) error { return s.rdb.Unlink(ctx, keys(big)...).Err() },
+		fill: func(ctx context.Context, big bool, m *messages) (time.Duration, error) {
+			return s.fillRawRedis(ctx, keys(big), m)
+		},
+		drain: func(ctx context.Context, big bool, want int, tr *tracker) (time.Duration, error) {
+			return s.rawRedisDrain(ctx, keys(big), want, tr)
+		},
+		left: func(ctx context.Context, big bool, want int) error { return s.checkRawRedis(ctx, keys(big), want) },
+	})
 }
 
 // fillRawPG inserts the messages into table, 1,000 rows per multi-row
@@ -130,8 +198,7 @@ func (s *Suite) fillRawPG(ctx context.Context, table string, m *messages) (time.
 	if err := s.checkRawRows(ctx, table, n); err != nil {
 		return el, err
 	}
-	_, err = s.pool.Exec(ctx, "ANALYZE "+table)
-	return el, err
+	return el, s.analyze(ctx, table)
 }
 
 // rawPGDrain takes exactly want rows off table with the raw
@@ -167,74 +234,6 @@ func (s *Suite) rawPGDrain(ctx context.Context, table string, want int, tr *trac
 		got += k
 	}
 	return time.Since(start), nil
-}
-
-// rawRedisBacklog is W4 on raw Redis.
-func (s *Suite) rawRedisBacklog(ctx context.Context) error {
-	drainN := s.cfg.SmallBack
-	if err := rawAppendScript.Load(ctx, s.rdb).Err(); err != nil {
-		return err
-	}
-	if err := rawClaimScript.Load(ctx, s.rdb).Err(); err != nil {
-		return err
-	}
-	bigRate, smallRate := s.sr("raw.redis.backlog.big.rate"), s.sr("raw.redis.backlog.small.rate")
-
-	bb, _ := s.keep["w4.raw.redis"].(*rawBacklog)
-	if bb == nil {
-		if err := s.rdb.Unlink(ctx, rawBigKeys...).Err(); err != nil {
-			return err
-		}
-		el, err := s.fillRawRedis(ctx, rawBigKeys, newMessages(s.cfg.BigBack, 13))
-		if err != nil {
-			return fmt.Errorf("filling %d: %w", s.cfg.BigBack, err)
-		}
-		s.logf("   W4: appended %d entries to %s in %s", s.cfg.BigBack, rawBigKeys[0], el.Round(time.Millisecond))
-		bb = &rawBacklog{tr: newTracker(s.cfg.BigBack)}
-		s.keep["w4.raw.redis"] = bb
-	}
-	for run := range s.thisRun() {
-		el, err := s.rawRedisDrain(ctx, rawBigKeys, drainN, bb.tr)
-		if err != nil {
-			return fmt.Errorf("big backlog run %d: %w", run+1, err)
-		}
-		c := bb.tr.counts_()
-		bigRate.add(rate(drainN, el), &c)
-	}
-	drained := drainN * (s.run + 1)
-	if c := bb.tr.counts_(); c.Delivered != drained || c.Duplicates > 0 || c.Foreign > 0 {
-		s.fail("raw/redis W4 big backlog: count wrong: %+v, want %d delivered", c, drained)
-	}
-	if err := s.checkRawRedis(ctx, rawBigKeys, s.cfg.BigBack-drained); err != nil {
-		s.fail("raw/redis W4 big backlog: %v", err)
-	}
-
-	small := newMessages(drainN, 14)
-	for run := range s.thisRun() {
-		if err := s.rdb.Unlink(ctx, rawSmallKeys...).Err(); err != nil {
-			return err
-		}
-		if _, err := s.fillRawRedis(ctx, rawSmallKeys, small); err != nil {
-			return fmt.Errorf("small backlog run %d: filling: %w", run+1, err)
-		}
-		tr := newTracker(drainN)
-		el, err := s.rawRedisDrain(ctx, rawSmallKeys, drainN, tr)
-		if err == nil {
-			err = s.checkRawRedis(ctx, rawSmallKeys, 0)
-		}
-		if err != nil {
-			return fmt.Errorf("small backlog run %d: %w", run+1, err)
-		}
-		c := tr.counts_()
-		if err := c.check(false); err != nil {
-			s.fail("raw/redis W4 small backlog run %d: %v", run+1, err)
-		}
-		smallRate.add(rate(drainN, el), &c)
-	}
-	sys, note := "raw claim-and-delete script loop", "500/call, 1 client"
-	s.record("raw.redis.backlog.big.rate", s.backlogTitle("Redis", true), sys, "entries/s", true, bigRate, note)
-	s.record("raw.redis.backlog.small.rate", s.backlogTitle("Redis", false), sys, "entries/s", true, smallRate, note)
-	return nil
 }
 
 // fillRawRedis appends the messages with the raw append script, 1,000
