@@ -88,15 +88,7 @@ func BenchmarkDrain(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		be := benchBackend(b, c, 1)
-		chunk := make([]outbox.Entry, 1000)
-		for i := 0; i < total; i += len(chunk) {
-			for j := range chunk {
-				chunk[j] = outbox.Entry{Topic: "t", Key: fmt.Sprintf("k%d", (i+j)%1000), Payload: make([]byte, 100)}
-			}
-			if err := be.Append(ctx, chunk...); err != nil {
-				b.Fatal(err)
-			}
-		}
+		fillBench(b, be, total, 100)
 		cpu0 := mainThreadCPU(b, c)
 		b.StartTimer()
 		start := time.Now()
@@ -124,6 +116,20 @@ func BenchmarkDrain(b *testing.B) {
 	}
 	b.ReportMetric(float64(drained)/elapsed.Seconds(), "entries/s")
 	b.ReportMetric(float64(serverCPU.Microseconds())/float64(drained), "redis-cpu-µs/entry")
+}
+
+// fillBench appends n entries over 1000 keys, 1000 per call, with a
+// payload of payloadLen bytes.
+func fillBench(b *testing.B, be *Backend, n, payloadLen int) {
+	chunk := make([]outbox.Entry, 1000)
+	for i := 0; i < n; i += len(chunk) {
+		for j := range chunk {
+			chunk[j] = outbox.Entry{Topic: "t", Key: fmt.Sprintf("k%d", (i+j)%1000), Payload: make([]byte, payloadLen)}
+		}
+		if err := be.Append(context.Background(), chunk...); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // mainThreadCPU reads the CPU time (user + system) of the server's main
@@ -177,15 +183,7 @@ func BenchmarkBacklog(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				be := benchBackend(b, c, 1)
-				chunk := make([]outbox.Entry, 1000)
-				for i := 0; i < size; i += len(chunk) {
-					for j := range chunk {
-						chunk[j] = outbox.Entry{Topic: "t", Key: fmt.Sprintf("k%d", (i+j)%1000), Payload: make([]byte, 256)}
-					}
-					if err := be.Append(ctx, chunk...); err != nil {
-						b.Fatal(err)
-					}
-				}
+				fillBench(b, be, size, 256)
 				b.StartTimer()
 				l, err := be.AcquireLease(ctx, 0, "bench", time.Minute)
 				if err != nil {
