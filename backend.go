@@ -64,8 +64,10 @@ type Backend[Tx any] interface {
 // half-applied.
 type Store interface {
 	// Partitions reports the number of partitions entries are spread over.
-	// It is fixed for the life of the outbox: every appender and relay of
-	// one outbox must use the same count. Partitions are numbered
+	// It is fixed for the life of the outbox and stored with it: a backend
+	// records the count when the outbox is created, and its constructor
+	// refuses a configured count that differs from the stored one, so
+	// every appender and relay of one outbox uses the same count. Partitions are numbered
 	// 0..Partitions()-1 and an entry's partition is [PartitionOf] its key.
 	Partitions() int
 
@@ -135,7 +137,8 @@ type Store interface {
 
 	// MarkFailed records failed delivery attempts. For each failure it
 	// increments the entry's Attempts, stores Error as LastError and
-	// either re-schedules the entry at RetryAt or, when Park is set, parks
+	// either re-schedules the entry Delay after now by the store's clock
+	// (never by the caller's) or, when Park is set, parks
 	// it (terminal: kept for inspection and requeue, never fetched again
 	// until requeued). A failed, not parked entry keeps holding back the
 	// later entries of its key. IDs that are unknown or already sent are
@@ -181,25 +184,80 @@ type Failure struct {
 	// Error describes the failure; it becomes the entry's LastError.
 	// Backends may truncate it (at no less than 1024 bytes).
 	Error string
-	// RetryAt is when the entry becomes due again. Ignored when Park is
-	// set.
-	RetryAt time.Time
+	// Delay is how long after MarkFailed the entry becomes due again, by
+	// the store's clock: the backend computes the due time as its own
+	// "now" plus Delay, so a relay whose clock is off never makes a retry
+	// come early or late. Zero means due at once; a negative Delay puts
+	// the due time in the past (which orders the entry before entries due
+	// since, as any earlier due time would), except that a backend may keep
+	// an entry with a key from becoming due before its first due time (its
+	// place in its key's order; the Redis backend does). The relay never
+	// passes a negative Delay. Ignored when Park is set.
+	Delay time.Duration
 	// Park moves the entry to the parked (dead-letter) state.
 	Park bool
 }
 
+// AllPartitions is the value a [Notifier] sends when entries may have been
+// appended to any partition (for example after it reconnects and may have
+// missed notifications).
+const AllPartitions = -1
+
 // Notifier is an optional interface of a [Store] that can tell a relay when
-// entries were appended, so the relay wakes up at once instead of at its
-// next poll. Notifications are hints: they may be coalesced, delayed, lost
-// or spurious (a backend may signal without new entries, for example after
-// it reconnects), and the relay keeps polling as the fallback. A backend
-// never signals for a transaction that rolled back.
+// entries were appended, and to which partitions, so the relay wakes the
+// worker of that partition at once instead of at its next poll.
+// Notifications are hints: they may be coalesced, delayed, lost or spurious
+// (a backend may signal without new entries), and the relay keeps polling
+// as the fallback. A backend never signals for a transaction that rolled
+// back.
 type Notifier interface {
-	// Notifications returns a channel that receives a value soon after a
-	// transaction that appended entries commits. The channel is closed when
-	// ctx is done or the backend is closed. A slow receiver misses
-	// notifications rather than blocking the backend.
-	Notifications(ctx context.Context) (<-chan struct{}, error)
+	// Notifications returns a channel that receives, soon after a
+	// transaction that appended entries commits, the partition of those
+	// entries: one value per partition the transaction appended to, or
+	// [AllPartitions] when the backend cannot tell which (then every
+	// partition's worker wakes). The channel is closed when ctx is done or
+	// the backend is closed. A slow receiver misses notifications rather
+	// than blocking the backend.
+	Notifications(ctx context.Context) (<-chan int, error)
+}
+
+// Membership is an optional interface of a [Store] through which the relays
+// of one outbox find each other, so they can share the partitions evenly
+// (see [Relay]). A backend only stores the records; the relay computes the
+// assignment. Records are judged by the store's clock.
+//
+// Both methods are safe for concurrent use, return an error wrapping
+// [ErrClosed] after Close, and pass context errors through unwrapped.
+type Membership interface {
+	// Heartbeat records m as a live member of the outbox's fleet for ttl
+	// from now by the store's clock, replacing the earlier record of
+	// m.Owner (m.Expires is ignored), and returns every member whose record
+	// has not expired, m included, sorted by Owner, with Expires set from
+	// the store's clock. Expired records may be deleted by it. m.Owner must
+	// be non-empty, ttl positive, and m.Partitions within
+	// [0, Partitions()) (else [ErrInvalidArgument]). It does not retain
+	// m.Partitions; the returned slice is the caller's. One round trip.
+	Heartbeat(ctx context.Context, m Member, ttl time.Duration) ([]Member, error)
+
+	// Leave deletes the record of owner, so the other relays stop counting
+	// it at once instead of when its record expires. Leaving twice, or
+	// without a record, is a no-op that returns nil.
+	Leave(ctx context.Context, owner string) error
+}
+
+// Member is one relay of a fleet, as it reports itself to
+// [Membership.Heartbeat].
+type Member struct {
+	// Owner is the relay's lease owner token ([RelayOptions.Owner]).
+	Owner string
+	// Partitions are the partitions the relay holds, ascending.
+	Partitions []int
+	// MaxPartitions is the relay's cap ([RelayOptions.MaxPartitions]); 0
+	// means none.
+	MaxPartitions int
+	// Expires is when the record ends unless renewed, by the store's
+	// clock. Set by Heartbeat in the members it returns.
+	Expires time.Time
 }
 
 // Canceler is an optional interface of a [Store] that can cancel an entry
@@ -245,4 +303,53 @@ type Stats struct {
 	// OldestDue is the next attempt time of the oldest due entry, zero if
 	// none is due. Now minus OldestDue is the relay's lag.
 	OldestDue time.Time
+}
+
+// PartitionInspector is an optional interface of a [Store] for operators:
+// the counts and the lease holder of every partition, so a stranded or
+// lagging partition stands out.
+type PartitionInspector interface {
+	// PartitionStats reports every partition, in partition order
+	// (0..Partitions()-1): its counts, as [Inspector.Stats] defines them,
+	// and its live lease by the store's clock (a zero Lease, with an empty
+	// Owner, when the partition is free or its lease expired). The counts of
+	// all partitions add up to what Stats would report at that moment. It
+	// is safe for concurrent use and makes no change; after Close it
+	// returns an error wrapping [ErrClosed]; context errors are returned
+	// as they are.
+	PartitionStats(ctx context.Context) ([]PartitionStats, error)
+}
+
+// PartitionStats are the counts and the lease of one partition, as
+// [PartitionInspector] reports them.
+type PartitionStats struct {
+	// Partition is the partition number.
+	Partition int
+	Stats
+	// Lease is the partition's live lease; Owner is empty when none is.
+	Lease Lease
+}
+
+// Looker is an optional interface of a [Store] for operators: one entry by
+// its ID, whatever its state, with the fields a relay would see.
+type Looker interface {
+	// Lookup returns the entry with the given ID if it is pending (scheduled,
+	// due, retrying, held back or claimed) or parked, with its partition,
+	// attempts, last error (in full as stored) and created-at time. It
+	// returns an error wrapping [ErrNotFound] when there is no such entry
+	// (never appended, already sent or cancelled). The returned entry is
+	// the caller's. It makes no change; after Close it returns an error
+	// wrapping [ErrClosed]; context errors are returned as they are.
+	Lookup(ctx context.Context, id string) (EntryInfo, error)
+}
+
+// EntryInfo is an entry as [Looker.Lookup] reports it.
+type EntryInfo struct {
+	Entry
+	// Parked reports whether the entry is parked (dead-lettered).
+	Parked bool
+	// DueAt is when the entry is next due by the store's clock: its
+	// NotBefore or append time, or the retry time of its last failure. Zero
+	// for a parked entry.
+	DueAt time.Time
 }

@@ -113,8 +113,36 @@ func PartitionOf(key string, partitions int) int {
 // are ignored (reset to zero). The result shares Payload (and Headers, when
 // no trace header was added) with the input; backends must not modify them.
 //
-// Backends call PrepareEntries first thing in AppendInTx.
+// Backends call PrepareEntries (or [PrepareEntriesWith], with the Limits
+// their options carry) first thing in AppendInTx.
 func PrepareEntries(ctx context.Context, entries []Entry, partitions int) ([]Entry, error) {
+	return PrepareEntriesWith(ctx, entries, partitions, Limits{})
+}
+
+// Limits are rules a caller opts into, checked at append time by
+// [PrepareEntriesWith] so that an entry that can never be published is
+// rejected in the caller's transaction instead of being parked later by
+// the sink. Each backend takes them in its Options (field Limits). The
+// zero value checks nothing.
+type Limits struct {
+	// MaxPayload is the largest Entry.Payload accepted, in bytes. 0 (the
+	// default) means no limit; a negative value is rejected with
+	// [ErrInvalidArgument].
+	MaxPayload int
+	// Topic, when set, checks each Entry.Topic; a non-nil error rejects
+	// the entry, and its text should say what is wrong and how to fix it.
+	// Default nil: only the built-in topic rules apply.
+	Topic func(topic string) error
+}
+
+// PrepareEntriesWith is [PrepareEntries] with limits also checked: an
+// entry whose Payload is longer than limits.MaxPayload, or whose Topic
+// limits.Topic refuses, rejects the whole call with an error wrapping
+// [ErrInvalidEntry] that names the entry, the limit and the fix.
+func PrepareEntriesWith(ctx context.Context, entries []Entry, partitions int, limits Limits) ([]Entry, error) {
+	if limits.MaxPayload < 0 {
+		return nil, fmt.Errorf("%w: Limits.MaxPayload is %d; use 0 (no limit) or a positive byte count", ErrInvalidArgument, limits.MaxPayload)
+	}
 	if partitions < 1 {
 		return nil, fmt.Errorf("%w: partitions is %d, must be at least 1", ErrInvalidArgument, partitions)
 	}
@@ -127,6 +155,9 @@ func PrepareEntries(ctx context.Context, entries []Entry, partitions int) ([]Ent
 	for i, e := range entries {
 		if err := validateEntry(&e); err != nil {
 			return nil, fmt.Errorf("%w: entry %d (id %q): %s", ErrInvalidEntry, i, e.ID, err)
+		}
+		if err := limits.check(&e); err != nil {
+			return nil, fmt.Errorf("%w: entry %d (id %q): %w", ErrInvalidEntry, i, e.ID, err)
 		}
 		if e.ID == "" {
 			e.ID = NewID()
@@ -170,6 +201,19 @@ func validateEntry(e *Entry) error {
 	for k := range e.Headers {
 		if k == "" {
 			return errors.New("a header has an empty name")
+		}
+	}
+	return nil
+}
+
+func (l Limits) check(e *Entry) error {
+	if l.MaxPayload > 0 && len(e.Payload) > l.MaxPayload {
+		return fmt.Errorf("Payload is %d bytes, over Limits.MaxPayload of %d; make the payload smaller (or store it elsewhere and send a reference), or raise the limit if the sink accepts larger messages",
+			len(e.Payload), l.MaxPayload)
+	}
+	if l.Topic != nil {
+		if err := l.Topic(e.Topic); err != nil {
+			return fmt.Errorf("Topic %q is refused by Limits.Topic: %w", e.Topic, err)
 		}
 	}
 	return nil

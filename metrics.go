@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -47,45 +48,124 @@ func endPublishSpan(span trace.Span, failed, parked int) {
 }
 
 // Metric names the relay reports through OpenTelemetry. The meter is named
-// "github.com/outboxrelay/outbox".
+// "github.com/outboxrelay/outbox". Histograms carry no partition attribute
+// (bounded cardinality); counters carry the partition.
 const (
 	// MetricEntries counts entries by outcome (attribute "outcome": sent,
 	// retried, parked) and partition.
 	MetricEntries = "outbox.relay.entries"
-	// MetricPublishDuration is the duration of one Sink.Publish call, in
-	// seconds.
+	// MetricPublishDuration is the duration of one Sink.Publish call (one
+	// publish round), in seconds, by result ("ok": every message
+	// acknowledged; "failed": at least one failed).
 	MetricPublishDuration = "outbox.relay.publish.duration"
+	// MetricCommitToPublish is the time from an entry's CreatedAt (its
+	// commit, by the store's clock) to the sink's acknowledgement (by the
+	// relay's clock), in seconds: the end-to-end latency of the outbox,
+	// retries included. Clock skew between store and relay shifts it.
+	MetricCommitToPublish = "outbox.relay.commit_to_publish"
+	// MetricLeaseAcquired counts partition leases this relay gained, by
+	// partition.
+	MetricLeaseAcquired = "outbox.relay.lease.acquired"
 	// MetricLeaseLost counts leases lost while held, by partition.
 	MetricLeaseLost = "outbox.relay.lease.lost"
 	// MetricPartitionsHeld is the number of partitions the relay holds.
 	MetricPartitionsHeld = "outbox.relay.partitions.held"
+	// MetricPartitionsTarget is the number of partitions the relay aims to
+	// hold (its share of the fleet, see RelayStats.PartitionsTarget).
+	MetricPartitionsTarget = "outbox.relay.partitions.target"
+	// MetricMembers is the number of live relays the relay saw at its last
+	// heartbeat (0 without Membership).
+	MetricMembers = "outbox.relay.members"
+	// MetricBreakerState is the circuit breaker's state: 0 closed, 1 open,
+	// 2 half-open (probing).
+	MetricBreakerState = "outbox.relay.breaker.state"
+	// MetricBreakerTransitions counts the breaker's state changes, by the
+	// state entered (attribute "state": open, half_open, closed).
+	MetricBreakerTransitions = "outbox.relay.breaker.transitions"
+
+	// MetricPending, MetricDue, MetricParked and MetricLag are the outbox's
+	// own gauges, from a store that implements Inspector: sampled when the
+	// metrics are collected, at most once per RelayOptions.StatsInterval
+	// (one Stats call per interval per relay, none when nobody collects):
+	// entries not yet sent (parked excluded), those due now, parked
+	// entries, and the age in seconds of the oldest due entry (0 when none
+	// is due).
+	MetricPending = "outbox.pending"
+	MetricDue     = "outbox.due"
+	MetricParked  = "outbox.parked"
+	MetricLag     = "outbox.lag"
 )
 
+// durationBuckets are the histogram bucket bounds in seconds: sub-millisecond
+// to a minute.
+var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
 type relayMetrics struct {
-	entries  metric.Int64Counter
-	duration metric.Float64Histogram
-	lost     metric.Int64Counter
+	entries     metric.Int64Counter
+	duration    metric.Float64Histogram
+	latency     metric.Float64Histogram
+	acquired    metric.Int64Counter
+	lost        metric.Int64Counter
+	transitions metric.Int64Counter
 }
 
 func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 	m := mp.Meter("github.com/outboxrelay/outbox")
 	var rm relayMetrics
+	var errs []error
+	check := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	var err error
-	if rm.entries, err = m.Int64Counter(MetricEntries, metric.WithDescription("Outbox entries handled by the relay, by outcome."), metric.WithUnit("{entry}")); err != nil {
-		return nil, err
+	rm.entries, err = m.Int64Counter(MetricEntries, metric.WithDescription("Outbox entries handled by the relay, by outcome."), metric.WithUnit("{entry}"))
+	check(err)
+	rm.duration, err = m.Float64Histogram(MetricPublishDuration, metric.WithDescription("Duration of one publish round (one Sink.Publish call)."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	check(err)
+	rm.latency, err = m.Float64Histogram(MetricCommitToPublish, metric.WithDescription("Time from an entry's commit to the sink's acknowledgement."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	check(err)
+	rm.acquired, err = m.Int64Counter(MetricLeaseAcquired, metric.WithDescription("Partition leases gained by this relay."), metric.WithUnit("{lease}"))
+	check(err)
+	rm.lost, err = m.Int64Counter(MetricLeaseLost, metric.WithDescription("Partition leases lost while held."), metric.WithUnit("{lease}"))
+	check(err)
+	rm.transitions, err = m.Int64Counter(MetricBreakerTransitions, metric.WithDescription("Circuit breaker state changes, by the state entered."), metric.WithUnit("{transition}"))
+	check(err)
+	gauge := func(name, desc, unit string, value func(context.Context) (int64, bool)) {
+		_, err := m.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit),
+			metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
+				if v, ok := value(ctx); ok {
+					o.Observe(v)
+				}
+				return nil
+			}))
+		check(err)
 	}
-	if rm.duration, err = m.Float64Histogram(MetricPublishDuration, metric.WithDescription("Duration of one publish round."), metric.WithUnit("s")); err != nil {
-		return nil, err
+	always := func(f func() int64) func(context.Context) (int64, bool) {
+		return func(context.Context) (int64, bool) { return f(), true }
 	}
-	if rm.lost, err = m.Int64Counter(MetricLeaseLost, metric.WithDescription("Partition leases lost while held."), metric.WithUnit("{lease}")); err != nil {
-		return nil, err
+	gauge(MetricPartitionsHeld, "Partitions leased by this relay.", "{partition}", always(r.held.Load))
+	gauge(MetricPartitionsTarget, "Partitions this relay aims to hold.", "{partition}", always(r.coord.target.Load))
+	gauge(MetricMembers, "Live relays of the fleet at the last heartbeat.", "{relay}", always(r.coord.seen.Load))
+	gauge(MetricBreakerState, "Circuit breaker state: 0 closed, 1 open, 2 half-open.", "{state}", always(r.breaker.stateCode))
+	if r.sampler != nil {
+		s := r.sampler
+		gauge(MetricPending, "Outbox entries not yet sent, parked excluded.", "{entry}", s.value(func(st Stats) int64 { return st.Pending }))
+		gauge(MetricDue, "Outbox entries due now.", "{entry}", s.value(func(st Stats) int64 { return st.Due }))
+		gauge(MetricParked, "Parked outbox entries.", "{entry}", s.value(func(st Stats) int64 { return st.Parked }))
+		_, err := m.Float64ObservableGauge(MetricLag, metric.WithDescription("Age of the oldest due outbox entry."), metric.WithUnit("s"),
+			metric.WithFloat64Callback(func(ctx context.Context, o metric.Float64Observer) error {
+				if lag, ok := s.lag(ctx); ok {
+					o.Observe(lag.Seconds())
+				}
+				return nil
+			}))
+		check(err)
 	}
-	if _, err = m.Int64ObservableGauge(MetricPartitionsHeld, metric.WithDescription("Partitions leased by this relay."),
-		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(r.held.Load())
-			return nil
-		})); err != nil {
-		return nil, err
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return &rm, nil
 }
@@ -97,10 +177,31 @@ func (m *relayMetrics) outcome(ctx context.Context, partition int, outcome strin
 	m.entries.Add(ctx, int64(n), metric.WithAttributes(attribute.Int("partition", partition), attribute.String("outcome", outcome)))
 }
 
-func (m *relayMetrics) published(ctx context.Context, partition int, d time.Duration) {
-	m.duration.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.Int("partition", partition)))
+var (
+	resultOK     = metric.WithAttributes(attribute.String("result", "ok"))
+	resultFailed = metric.WithAttributes(attribute.String("result", "failed"))
+)
+
+func (m *relayMetrics) published(ctx context.Context, d time.Duration, failed bool) {
+	opt := resultOK
+	if failed {
+		opt = resultFailed
+	}
+	m.duration.Record(ctx, d.Seconds(), opt)
+}
+
+func (m *relayMetrics) committedToPublished(ctx context.Context, d time.Duration) {
+	m.latency.Record(ctx, max(d, 0).Seconds())
+}
+
+func (m *relayMetrics) leaseAcquired(partition int) {
+	m.acquired.Add(context.Background(), 1, metric.WithAttributes(attribute.Int("partition", partition)))
 }
 
 func (m *relayMetrics) leaseLost(partition int) {
 	m.lost.Add(context.Background(), 1, metric.WithAttributes(attribute.Int("partition", partition)))
+}
+
+func (m *relayMetrics) breakerEntered(state string) {
+	m.transitions.Add(context.Background(), 1, metric.WithAttributes(attribute.String("state", state)))
 }

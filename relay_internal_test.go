@@ -110,8 +110,8 @@ func TestTruncateKeepsUTF8Whole(t *testing.T) {
 		{"日本", 4, "日"}, // 3-byte runes
 		{"日本", 6, "日本"},
 	} {
-		if got := truncate(tc.s, tc.n); got != tc.want {
-			t.Errorf("truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		if got := TruncateUTF8(tc.s, tc.n); got != tc.want {
+			t.Errorf("TruncateUTF8(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
 		}
 	}
 }

@@ -36,30 +36,46 @@ type RelayOptions struct {
 	// entries when no notification wakes it. Default 1s.
 	PollInterval time.Duration
 
-	// LeaseTTL is the lease duration asked for each partition. A dead
-	// relay's partitions (and their claimed entries) come back to other
-	// relays after at most LeaseTTL. Default 30s.
+	// LeaseTTL is the lease duration asked for each partition, and how
+	// long a relay's heartbeat record lasts. A dead relay's partitions (and
+	// their claimed entries) come back to other relays after about
+	// LeaseTTL. With a sink that declares a landing bound
+	// ([LandingBounder]), LeaseTTL must exceed RenewMargin plus that bound.
+	// Default 30s.
 	LeaseTTL time.Duration
 
-	// RenewMargin: the relay renews a lease once less than RenewMargin of
-	// it is left, and stops publishing when a lease it could not renew has
-	// less than RenewMargin left. Default LeaseTTL/3; must be below
-	// LeaseTTL.
+	// RenewMargin: the relay renews a lease once less than RenewMargin
+	// (plus the sink's landing bound) of it is left, also while a publish
+	// is in flight, and starts no new publish round on a lease it could not
+	// renew that has less than that left. Default LeaseTTL/3; must be
+	// below LeaseTTL.
 	RenewMargin time.Duration
 
 	// Partitions lists the partitions this relay tries to lease. Default
-	// all of them (0 .. Store.Partitions()-1).
+	// all of them (0 .. Store.Partitions()-1), shared with the other relays
+	// of the outbox through the store's [Membership]. An explicit list turns
+	// sharing off: the relay does not join the fleet's membership and takes
+	// every listed partition it can lease (do not mix such relays with
+	// sharing ones on one outbox: the sharing relays do not count them).
 	Partitions []int
 
-	// MaxPartitions is the most partitions this relay holds at once, so
-	// several relays share the work. The relay runs a worker per
-	// partition; a worker that finds every slot taken tries again as soon
-	// as one is given back (a partition found held elsewhere, or a lease
-	// lost), not only after AcquireInterval. Default: no limit.
+	// MaxPartitions caps the partitions this relay holds at once. With
+	// [Membership], the fleet's shares respect every relay's cap as long
+	// as the caps together cover all partitions; when they do not, the
+	// partitions left over are spread over all live relays anyway (logged
+	// at WARN, and RelayStats.PartitionsTarget shows it): no partition is
+	// left without a holder while a relay is alive. Without Membership the
+	// cap is strict, and partitions can stay unowned when relays leave (a
+	// WARN at start says so). Default: no limit.
 	MaxPartitions int
 
-	// AcquireInterval is how often the relay tries to lease partitions it
-	// does not hold. Default LeaseTTL/3.
+	// AcquireInterval is how often the relay records its heartbeat and
+	// re-balances (with Membership), or tries to lease the partitions it
+	// does not hold (without). With Membership, a relay that died without
+	// releasing has its partitions taken over about LeaseTTL after its last
+	// heartbeat (the others look again just after its record expires, and
+	// every AcquireInterval/4 while its leases run out); without, within
+	// about LeaseTTL plus AcquireInterval. Default LeaseTTL/3.
 	AcquireInterval time.Duration
 
 	// Backoff computes retry delays and the attempt limit. The zero value
@@ -84,6 +100,16 @@ type RelayOptions struct {
 	// breaker is open or half-open, so a struggling broker is not
 	// hammered. Default 4; values below 1 count as 1.
 	BackpressureScale float64
+
+	// StatsInterval bounds how often the relay samples the store's
+	// Inspector.Stats for the outbox gauges (MetricPending, MetricDue,
+	// MetricParked, MetricLag): a sample is taken when the metrics are
+	// collected and the last one is older than StatsInterval, so at most one
+	// Stats call per interval (on Postgres one query, on Redis one script
+	// per partition), and none while nobody collects the metrics. Default
+	// 15s; negative turns the gauges off. Without Inspector there are no
+	// such gauges.
+	StatsInterval time.Duration
 
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -135,6 +161,9 @@ func (o RelayOptions) withDefaults() (RelayOptions, error) {
 	}
 	if o.BackpressureScale < 1 {
 		o.BackpressureScale = 4
+	}
+	if o.StatsInterval == 0 {
+		o.StatsInterval = 15 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -317,30 +317,42 @@ func TestRelayStopDrainsTheBatchInFlight(t *testing.T) {
 	})
 }
 
+// TestRelayLosingTheLeaseMidBatchAbortsIt: the store stops answering
+// renewals while a round is in flight on a broker that hangs and ignores
+// its context. The relay cancels the publish when its lease's local
+// deadline passes, abandons the sink a second later, records nothing, and
+// the next holder gets the whole unfinished batch back in order.
 func TestRelayLosingTheLeaseMidBatchAbortsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New(memory.Options{})
 		for i := range 4 {
 			appendAll(t, b, outbox.Entry{ID: fmt.Sprint("e", i), Topic: "t", Key: "k"}) // one key: 4 rounds
 		}
+		store := &renewFails{Store: b}
 		var calls atomic.Int32
 		takenOver := make(chan struct{})
+		cancelled := make(chan time.Time, 1)
 		sink := outbox.SinkFunc(func(ctx context.Context, e outbox.Entry) error {
 			if calls.Add(1) == 1 {
+				store.failRenew.Store(true)
+				<-ctx.Done()
+				cancelled <- time.Now()
 				<-takenOver // a broker that hangs past the lease and ignores ctx
 			}
 			return nil
 		})
-		r := startRelay(t, b, sink, outbox.RelayOptions{LeaseTTL: 3 * time.Second, RenewMargin: time.Second, Owner: "stale"})
-		time.Sleep(4 * time.Second) // the stale relay's lease has expired mid-publish
-		// Another holder takes the partition over (and keeps it, so the
-		// stale relay cannot simply acquire it again).
+		start := time.Now()
+		r := startRelay(t, store, sink, outbox.RelayOptions{LeaseTTL: 3 * time.Second, RenewMargin: time.Second, Owner: "stale"})
+		if at := (<-cancelled).Sub(start); at > 3*time.Second {
+			t.Fatalf("the publish was cancelled %v after the lease was taken; it must be cut at the lease's local deadline (3s)", at)
+		}
+		time.Sleep(2 * time.Second) // the lease has expired in the store too
 		l, err := b.AcquireLease(context.Background(), 0, "new", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
+		waitFor(t, time.Minute, "the stale relay giving the lease up", func() bool { return r.Stats().PartitionsHeld == 0 })
 		close(takenOver)
-		waitFor(t, time.Minute, "the stale relay noticing its loss", func() bool { return r.Stats().LeaseLosses > 0 })
 		synctest.Wait()
 		if calls.Load() != 1 {
 			t.Fatalf("the stale relay published %d times; it must stop at the first round once its lease is gone", calls.Load())
@@ -355,6 +367,28 @@ func TestRelayLosingTheLeaseMidBatchAbortsIt(t *testing.T) {
 			t.Fatalf("the new holder fetched %s, want [e0 e1 e2 e3]", ids)
 		}
 	})
+}
+
+// renewFails wraps a Store (only the Store methods, so a relay on it does
+// not balance) and fails renewals and acquisitions on demand, as a store
+// the relay cannot reach would.
+type renewFails struct {
+	outbox.Store
+	failRenew atomic.Bool
+}
+
+func (s *renewFails) RenewLease(ctx context.Context, l outbox.Lease, ttl time.Duration) (outbox.Lease, error) {
+	if s.failRenew.Load() {
+		return outbox.Lease{}, errors.New("flaky: the store does not answer")
+	}
+	return s.Store.RenewLease(ctx, l, ttl)
+}
+
+func (s *renewFails) AcquireLease(ctx context.Context, p int, owner string, ttl time.Duration) (outbox.Lease, error) {
+	if s.failRenew.Load() {
+		return outbox.Lease{}, errors.New("flaky: the store does not answer")
+	}
+	return s.Store.AcquireLease(ctx, p, owner, ttl)
 }
 
 func idsOf(entries []outbox.Entry) []string {

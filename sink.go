@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Sink publishes entries to a message broker. The relay calls it; the Kafka
@@ -63,4 +64,19 @@ func (c ChannelSink) Publish(ctx context.Context, msgs []Entry) []error {
 		}
 	}
 	return errs
+}
+
+// LandingBounder is an optional interface of a [Sink] whose messages can
+// still be written by the broker after Publish gave up on them: a request
+// already in flight cannot be recalled. The relay stops trusting a lease
+// LandingBound before its deadline (it cancels the round's publish then,
+// unless it renewed the lease), so that whatever a relay published under
+// a lease is written, or failed for good, before the lease can pass to
+// another relay. See docs/design.md, "The lease boundary".
+type LandingBounder interface {
+	// LandingBound is how long after Publish's context is cancelled (or
+	// its deadline passes) a message given to that Publish can still be
+	// written. Zero means never: by then every message is written or
+	// failed for good.
+	LandingBound() time.Duration
 }

@@ -53,8 +53,8 @@ var variants = []variant{
 	{"stale-renew-succeeds", "RenewLease of a lost lease reports success", []string{"Fencing/StaleRenewLease", "Lease/RenewAfterExpiryFails"}},
 	{"hold-back-ignored", "a failed keyed entry is tracked by the wrapper and released, so it no longer holds back its key", []string{"HoldBack/FailingEntryHoldsBackOnlyItsKey"}},
 	{"release-counts-attempt", "Release records a failed attempt (MarkFailed, retry now) instead of returning entries unchanged", []string{"Claims/ReleaseReturnsEntriesUnchanged"}},
-	{"close-ignored", "Close does nothing, so every method keeps working", []string{"Lifecycle/EveryMethodFailsAfterClose"}},
-	{"ignores-context", "every call runs with context.WithoutCancel", []string{"Lifecycle/CancelledContextChangesNothing"}},
+	{"close-ignored", "Close does nothing, so every method keeps working", []string{"Lifecycle/EveryMethodFailsAfterClose", "Membership/FailsAfterClose", "PartitionInspector/FailsAfterClose", "Looker/FailsAfterClose"}},
+	{"ignores-context", "every call runs with context.WithoutCancel", []string{"Lifecycle/CancelledContextChangesNothing", "PartitionInspector/CancelledContextReturnsItsError", "Looker/CancelledContextReturnsItsError"}},
 	{"notifies-on-append", "Notifications also fire when AppendInTx is called, before (and without) a commit", []string{"Notifier/ArrivesAfterCommit", "Notifier/NoneForRollback"}},
 	{"cancel-unknown-succeeds", "Cancel of an ID that does not exist returns nil", []string{"Canceler/CancelsPendingAndScheduled"}},
 	{"repeated-id-last-wins", "AppendInTx keeps the last occurrence of an ID repeated in one call", []string{"Append/RepeatedIDInOneCallFirstWins"}},
@@ -62,6 +62,33 @@ var variants = []variant{
 	{"expired-lease-reacquired", "a fenced call with an expired lease nobody took over re-acquires the partition and goes ahead", []string{"Fencing/ExpiredFindPendingBatch", "Fencing/ExpiredMarkSent", "Fencing/ExpiredMarkFailed", "Fencing/ExpiredRelease"}},
 	{"closed-empty-inputs-ok", "calls with empty inputs return nil without checking Close", []string{"Lifecycle/EmptyInputsFailAfterClose"}},
 	{"renew-nonpositive-drops-lease", "RenewLease with ttl <= 0 releases the lease before reporting ErrInvalidArgument", []string{"Arguments/RenewLeaseRejectsNonPositiveTTL"}},
+	{"notifies-partition-zero", "Notifications sends partition 0 for every commit, whichever partitions it appended to", []string{"Notifier/CarriesThePartitionAppendedTo", "Notifier/CarriesEveryPartitionOfATransaction"}},
+	{"notifies-first-partition-of-commit", "Notifications sends only the first partition of a commit that appended to several", []string{"Notifier/CarriesEveryPartitionOfATransaction"}},
+	{"member-expires-from-input", "Heartbeat returns the caller's record with the Expires it was given instead of the store's expiry", []string{"Membership/HeartbeatReturnsCallerWithStoreExpiry"}},
+	{"members-unsorted", "Heartbeat returns the members in reverse order of Owner", []string{"Membership/MembersSeeEachOtherSortedByOwner"}},
+	{"heartbeat-merges-partitions", "Heartbeat adds the member's partitions to those of its earlier record instead of replacing the record", []string{"Membership/HeartbeatReplacesTheRecord"}},
+	{"members-never-expire", "Heartbeat ignores the ttl and keeps every record for a day", []string{"Membership/RecordExpiresAfterTTL"}},
+	{"leave-does-nothing", "Leave returns nil without deleting the record", []string{"Membership/LeaveRemovesAtOnceAndIsIdempotent"}},
+	{"heartbeat-arguments-unchecked", "Heartbeat repairs bad arguments (an empty owner, ttl <= 0, partitions out of range, a negative MaxPartitions) instead of refusing them", []string{"Membership/HeartbeatRejectsBadArguments"}},
+	{"heartbeat-retains-partitions", "Heartbeat keeps the caller's Partitions slice and returns it in later results", []string{"Membership/DoesNotShareSlicesWithCaller"}},
+	{"reopen-accepts-any-count", "the harness's Reopen (the backend's constructor) accepts any partition count and reports it", []string{"PartitionCount/ReopenWithOtherCountRefused"}},
+	{"reopen-zero-means-one", "Reopen with 0 partitions opens the outbox with the default of 1 instead of the stored count", []string{"PartitionCount/ReopenWithZeroReadsStoredCount"}},
+	{"reopen-refuses-existing-outbox", "Reopen fails on an outbox that already exists, whatever the count", []string{"PartitionCount/ReopenWithSameCount", "PartitionCount/ReopenWithZeroReadsStoredCount"}},
+	{"reopen-opens-empty-outbox", "Reopen opens a new, empty outbox with the stored count instead of the harness's", []string{"PartitionCount/EntriesFetchedThroughReopenedStore"}},
+	{"partition-stats-all-in-zero", "PartitionStats attributes the counts of every partition to partition 0 (the others report none)", []string{"PartitionInspector/CountsWhereTheEntriesAre", "PartitionInspector/OldestDuePerPartition"}},
+	{"partition-stats-parked-uncounted", "PartitionStats reports Parked 0 for every partition", []string{"PartitionInspector/CountsWhereTheEntriesAre", "PartitionInspector/CountsAddUpToStats"}},
+	{"partition-stats-skips-idle", "PartitionStats leaves out the partitions without entries or lease (as a GROUP BY over the entries would)", []string{"PartitionInspector/OnePerPartitionInOrder"}},
+	{"partition-stats-expired-lease-shown", "PartitionStats shows the last lease granted on a partition until it is released, expired or not", []string{"PartitionInspector/ReleasedOrExpiredLeaseHasNoOwner"}},
+	{"partition-stats-lease-unversioned", "PartitionStats shows the lease's Owner and Expires but Version 0", []string{"PartitionInspector/HeldLeaseShowsOwnerVersionAndExpiry"}},
+	{"lookup-parked-as-pending", "Lookup reports a parked entry as pending (Parked false, DueAt its CreatedAt)", []string{"Looker/ParkedEntryIsParkedWithoutDueTime"}},
+	{"lookup-finds-sent", "Lookup returns an entry that was fetched and then marked sent, as pending", []string{"Looker/SentCancelledOrUnknownIsNotFound"}},
+	{"lookup-shares-payload", "Lookup returns the same Payload slice and Headers map for every Lookup of an ID", []string{"Looker/ResultIsTheCallers"}},
+	{"lookup-due-at-after-failure-only", "Lookup reports a zero DueAt until the entry has failed (as a nullable retry-time column would)", []string{"Looker/PendingEntryReturnedWhole", "Looker/ScheduledEntryDueAtNotBefore", "Looker/ClaimedAndHeldBackEntriesAreFound"}},
+	{"lookup-truncates-error", "Lookup cuts LastError to 200 bytes (a preview, not the error as stored)", []string{"Looker/FailedEntryHasAttemptsErrorAndRetryTime"}},
+	{"lookup-misses-claimed", "Lookup reports ErrNotFound for an entry claimed by a lease (looking only where unclaimed entries are)", []string{"Looker/ClaimedAndHeldBackEntriesAreFound"}},
+	{"mark-failed-ignores-delay", "MarkFailed makes every failed entry due at once, ignoring Delay", []string{"Relay/RetriesWaitByStoreClockWithRelayClockAhead", "Relay/RetriesWaitByStoreClockWithRelayClockBehind", "Outcome/MarkFailedReschedulesAfterDelay"}},
+	{"fetch-repeats-entry", "FindPendingBatch repeats the last entry of a batch that holds an attempted entry and has room (as the Redis claim did when it paged by an offset while moving held-back entries)", []string{"Fetch/EachEntryOnceAroundADueRetry", "Outcome/SentNeverFetchedAgain"}},
+	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
 // broken wraps a memory backend and breaks the contract of its variant.
@@ -71,23 +98,39 @@ type broken struct {
 	variant string
 
 	mu        sync.Mutex
-	newest    map[int]outbox.Lease       // latest lease granted per partition
-	fakes     map[string]bool            // "partition/owner" of fake leases
-	appending int                        // AppendInTx calls in progress
-	seen      map[string]bool            // IDs appended so far
-	sent      map[string]bool            // sent-ids-remembered: IDs marked sent
-	keys      map[string]string          // ID -> key of fetched entries
-	failing   map[string]outbox.Failure  // hold-back-ignored: failures kept by the wrapper
-	attempts  map[string]int             // hold-back-ignored: attempts kept by the wrapper
-	subs      map[chan struct{}]struct{} // notifies-on-append subscribers
+	newest    map[int]outbox.Lease        // latest lease granted per partition
+	fakes     map[string]bool             // "partition/owner" of fake leases
+	appending int                         // AppendInTx calls in progress
+	seen      map[string]bool             // IDs appended so far
+	sent      map[string]bool             // sent-ids-remembered: IDs marked sent
+	keys      map[string]string           // ID -> key of fetched entries
+	failing   map[string]keptFailure      // hold-back-ignored: failures kept by the wrapper
+	attempts  map[string]int              // hold-back-ignored: attempts kept by the wrapper
+	subs      map[chan int]struct{}       // notifies-on-append subscribers
+	given     map[string][]int            // heartbeat-*: partitions given per owner
+	shown     map[int]outbox.Lease        // partition-stats-expired-lease-shown: last lease granted, until released
+	fetched   map[string]outbox.Entry     // lookup-finds-sent: entries fetched so far
+	claimed   map[string]bool             // lookup-misses-claimed: IDs fetched and not finished
+	lent      map[string]outbox.EntryInfo // lookup-shares-payload: the first Lookup of each ID
+	released  map[string]bool             // sent-released-come-back: IDs released so far
+}
+
+// keptFailure is a failure the hold-back-ignored variant keeps to itself,
+// with the due time it computed from Delay (by the backend's clock, as a
+// backend must).
+type keptFailure struct {
+	f   outbox.Failure
+	due time.Time
 }
 
 func newBroken(variant string, b *memory.Backend) *broken {
 	return &broken{
 		Backend: b, variant: variant,
 		newest: map[int]outbox.Lease{}, fakes: map[string]bool{}, seen: map[string]bool{}, sent: map[string]bool{},
-		keys: map[string]string{}, failing: map[string]outbox.Failure{}, attempts: map[string]int{},
-		subs: map[chan struct{}]struct{}{},
+		keys: map[string]string{}, failing: map[string]keptFailure{}, attempts: map[string]int{},
+		subs: map[chan int]struct{}{}, given: map[string][]int{},
+		shown: map[int]outbox.Lease{}, fetched: map[string]outbox.Entry{}, claimed: map[string]bool{}, lent: map[string]outbox.EntryInfo{},
+		released: map[string]bool{},
 	}
 }
 
@@ -200,7 +243,7 @@ func (w *broken) AppendInTx(ctx context.Context, tx *memory.Tx, entries ...outbo
 		w.mu.Lock()
 		for ch := range w.subs {
 			select {
-			case ch <- struct{}{}:
+			case ch <- outbox.AllPartitions:
 			default:
 			}
 		}
@@ -218,6 +261,7 @@ func (w *broken) AcquireLease(ctx context.Context, partition int, owner string, 
 			w.newest[partition] = l
 		}
 		delete(w.fakes, fmt.Sprintf("%d/%s", partition, owner))
+		w.shown[partition] = l
 	}
 	if w.variant == "double-claim" && errors.Is(err, outbox.ErrLeaseHeld) {
 		n := w.newest[partition]
@@ -237,6 +281,9 @@ func (w *broken) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.Du
 		if n := w.newest[l.Partition]; n.Version == l.Version {
 			w.newest[l.Partition] = l
 		}
+		if n := w.shown[l.Partition]; n.Version == l.Version {
+			w.shown[l.Partition] = l
+		}
 		w.mu.Unlock()
 		l.Owner = lease.Owner
 	}
@@ -251,7 +298,15 @@ func (w *broken) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	if w.variant == "release-lease-unfenced" {
 		lease = w.current(lease)
 	}
-	return w.Backend.ReleaseLease(w.ctx(ctx), w.real(lease))
+	err := w.Backend.ReleaseLease(w.ctx(ctx), w.real(lease))
+	if err == nil {
+		w.mu.Lock()
+		if n, ok := w.shown[lease.Partition]; ok && n.Owner == lease.Owner && n.Version == lease.Version {
+			delete(w.shown, lease.Partition)
+		}
+		w.mu.Unlock()
+	}
+	return err
 }
 
 func (w *broken) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
@@ -273,8 +328,19 @@ func (w *broken) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit
 		return batch, err
 	}
 	switch w.variant {
+	case "lookup-finds-sent", "lookup-misses-claimed":
+		w.mu.Lock()
+		for _, e := range batch {
+			w.fetched[e.ID] = e.Clone()
+			w.claimed[e.ID] = true
+		}
+		w.mu.Unlock()
 	case "fifo-reversed":
 		slices.Reverse(batch)
+	case "fetch-repeats-entry":
+		if n := len(batch); n > 0 && n < limit && slices.ContainsFunc(batch, func(e outbox.Entry) bool { return e.Attempts > 0 }) {
+			batch = append(batch, batch[n-1].Clone())
+		}
 	case "hold-back-ignored":
 		w.mu.Lock()
 		var notDue []string
@@ -282,11 +348,11 @@ func (w *broken) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit
 		for _, e := range batch {
 			w.keys[e.ID] = e.Key
 			if f, ok := w.failing[e.ID]; ok {
-				if time.Now().Before(f.RetryAt) {
+				if time.Now().Before(f.due) {
 					notDue = append(notDue, e.ID)
 					continue
 				}
-				e.Attempts, e.LastError = w.attempts[e.ID], f.Error
+				e.Attempts, e.LastError = w.attempts[e.ID], f.f.Error
 			}
 			out = append(out, e)
 		}
@@ -312,6 +378,12 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 		}
 		w.mu.Unlock()
 	}
+	w.unclaim(ids...)
+	if w.variant == "sent-released-come-back" {
+		w.mu.Lock()
+		ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return w.released[id] })
+		w.mu.Unlock()
+	}
 	if w.emptyOK(len(ids)) {
 		return nil
 	}
@@ -332,16 +404,24 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
 	ctx = w.ctx(ctx)
 	lease = w.real(lease)
+	for _, f := range failures {
+		w.unclaim(f.ID)
+	}
 	switch w.variant {
 	case "mark-failed-unfenced":
 		lease = w.current(lease)
+	case "mark-failed-ignores-delay":
+		failures = slices.Clone(failures)
+		for i := range failures {
+			failures[i].Delay = 0
+		}
 	case "hold-back-ignored":
 		var pass []outbox.Failure
 		var release []string
 		w.mu.Lock()
 		for _, f := range failures {
 			if key := w.keys[f.ID]; key != "" && !f.Park {
-				w.failing[f.ID] = f
+				w.failing[f.ID] = keptFailure{f: f, due: time.Now().Add(f.Delay)}
 				w.attempts[f.ID]++
 				release = append(release, f.ID)
 				continue
@@ -366,13 +446,31 @@ func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []
 	return err
 }
 
+// unclaim is the lookup-misses-claimed variant's record that the relay
+// finished the entries with the given IDs.
+func (w *broken) unclaim(ids ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		delete(w.claimed, id)
+	}
+}
+
 func (w *broken) Release(ctx context.Context, lease outbox.Lease, ids []string) error {
 	ctx = w.ctx(ctx)
 	lease = w.real(lease)
+	w.unclaim(ids...)
+	if w.variant == "sent-released-come-back" {
+		w.mu.Lock()
+		for _, id := range ids {
+			w.released[id] = true
+		}
+		w.mu.Unlock()
+	}
 	if w.variant == "release-counts-attempt" && len(ids) > 0 {
 		fs := make([]outbox.Failure, len(ids))
 		for i, id := range ids {
-			fs[i] = outbox.Failure{ID: id, Error: "released", RetryAt: time.Now()}
+			fs[i] = outbox.Failure{ID: id, Error: "released", Delay: 0}
 		}
 		return w.Backend.MarkFailed(ctx, lease, fs)
 	}
@@ -393,13 +491,61 @@ func (w *broken) Close() error {
 	return w.Backend.Close()
 }
 
-func (w *broken) Notifications(ctx context.Context) (<-chan struct{}, error) {
+func (w *broken) Notifications(ctx context.Context) (<-chan int, error) {
 	real, err := w.Backend.Notifications(w.ctx(ctx))
-	if err != nil || w.variant != "notifies-on-append" {
+	if err != nil {
 		return real, err
 	}
-	out := make(chan struct{}, 1)
-	extra := make(chan struct{}, 1)
+	switch w.variant {
+	case "notifies-on-append":
+		return w.notifyOnAppend(real), nil
+	case "notifies-partition-zero":
+		out := make(chan int, 256)
+		go func() {
+			defer close(out)
+			for range real {
+				select {
+				case out <- 0:
+				default:
+				}
+			}
+		}()
+		return out, nil
+	case "notifies-first-partition-of-commit":
+		out := make(chan int, 256)
+		go func() {
+			defer close(out)
+			for p := range real {
+				select {
+				case out <- p:
+				default:
+				}
+				// The memory backend sends a commit's partitions at once:
+				// drop what follows within 50ms.
+				quiet := time.NewTimer(50 * time.Millisecond)
+				for dropping := true; dropping; {
+					select {
+					case _, ok := <-real:
+						if !ok {
+							quiet.Stop()
+							return
+						}
+					case <-quiet.C:
+						dropping = false
+					}
+				}
+			}
+		}()
+		return out, nil
+	}
+	return real, nil
+}
+
+// notifyOnAppend merges real with the values the notifies-on-append
+// variant sends from AppendInTx.
+func (w *broken) notifyOnAppend(real <-chan int) <-chan int {
+	out := make(chan int, 256)
+	extra := make(chan int, 1)
 	w.mu.Lock()
 	w.subs[extra] = struct{}{}
 	w.mu.Unlock()
@@ -411,20 +557,77 @@ func (w *broken) Notifications(ctx context.Context) (<-chan struct{}, error) {
 			w.mu.Unlock()
 		}()
 		for {
+			var p int
 			select {
-			case _, ok := <-real:
+			case v, ok := <-real:
 				if !ok {
 					return
 				}
-			case <-extra:
+				p = v
+			case p = <-extra:
 			}
 			select {
-			case out <- struct{}{}:
+			case out <- p:
 			default:
 			}
 		}
 	}()
-	return out, nil
+	return out
+}
+
+func (w *broken) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Duration) ([]outbox.Member, error) {
+	in := m
+	switch w.variant {
+	case "members-never-expire":
+		ttl = 24 * time.Hour
+	case "heartbeat-arguments-unchecked":
+		if m.Owner == "" {
+			m.Owner = "anonymous"
+		}
+		if ttl <= 0 {
+			ttl = time.Minute
+		}
+		m.MaxPartitions = max(m.MaxPartitions, 0)
+		m.Partitions = slices.DeleteFunc(slices.Clone(m.Partitions), func(p int) bool { return p < 0 || p >= w.Partitions() })
+	case "heartbeat-merges-partitions":
+		w.mu.Lock()
+		merged := slices.Sorted(slices.Values(append(slices.Clone(w.given[m.Owner]), m.Partitions...)))
+		merged = slices.Compact(merged)
+		w.given[m.Owner] = merged
+		w.mu.Unlock()
+		m.Partitions = merged
+	}
+	got, err := w.Backend.Heartbeat(w.ctx(ctx), m, ttl)
+	if err != nil {
+		return got, err
+	}
+	switch w.variant {
+	case "member-expires-from-input":
+		for i := range got {
+			if got[i].Owner == in.Owner {
+				got[i].Expires = in.Expires
+			}
+		}
+	case "members-unsorted":
+		slices.Reverse(got)
+	case "heartbeat-retains-partitions":
+		w.mu.Lock()
+		w.given[in.Owner] = in.Partitions
+		for i := range got {
+			if p, ok := w.given[got[i].Owner]; ok {
+				got[i].Partitions = p
+			}
+		}
+		w.mu.Unlock()
+	}
+	return got, nil
+}
+
+func (w *broken) Leave(ctx context.Context, owner string) error {
+	if w.variant == "leave-does-nothing" {
+		return nil
+	}
+	return w.Backend.Leave(w.ctx(ctx), owner)
 }
 
 func (w *broken) Cancel(ctx context.Context, id string) error {
@@ -450,19 +653,133 @@ func (w *broken) Requeue(ctx context.Context, ids ...string) (int, error) {
 	return w.Backend.Requeue(w.ctx(ctx), ids...)
 }
 
+func (w *broken) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, error) {
+	got, err := w.Backend.PartitionStats(w.ctx(ctx))
+	if err != nil {
+		return got, err
+	}
+	switch w.variant {
+	case "partition-stats-all-in-zero":
+		for i := 1; i < len(got); i++ {
+			got[0].Pending += got[i].Pending
+			got[0].Due += got[i].Due
+			got[0].Parked += got[i].Parked
+			if o := got[i].OldestDue; !o.IsZero() && (got[0].OldestDue.IsZero() || o.Before(got[0].OldestDue)) {
+				got[0].OldestDue = o
+			}
+			got[i].Stats = outbox.Stats{}
+		}
+	case "partition-stats-parked-uncounted":
+		for i := range got {
+			got[i].Parked = 0
+		}
+	case "partition-stats-skips-idle":
+		got = slices.DeleteFunc(got, func(ps outbox.PartitionStats) bool {
+			return ps.Stats == (outbox.Stats{}) && ps.Lease.Owner == ""
+		})
+	case "partition-stats-expired-lease-shown":
+		w.mu.Lock()
+		for i := range got {
+			if l, ok := w.shown[i]; ok && got[i].Lease.Owner == "" {
+				got[i].Lease = l
+			}
+		}
+		w.mu.Unlock()
+	case "partition-stats-lease-unversioned":
+		for i := range got {
+			got[i].Lease.Version = 0
+		}
+	}
+	return got, nil
+}
+
+func (w *broken) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
+	info, err := w.Backend.Lookup(w.ctx(ctx), id)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch w.variant {
+	case "lookup-finds-sent":
+		if e, ok := w.fetched[id]; ok && errors.Is(err, outbox.ErrNotFound) {
+			return outbox.EntryInfo{Entry: e.Clone(), DueAt: e.CreatedAt}, nil
+		}
+	case "lookup-misses-claimed":
+		if err == nil && w.claimed[id] {
+			return outbox.EntryInfo{}, fmt.Errorf("broken: no entry has ID %q: %w", id, outbox.ErrNotFound)
+		}
+	}
+	if err != nil {
+		return info, err
+	}
+	switch w.variant {
+	case "lookup-parked-as-pending":
+		if info.Parked {
+			info.Parked, info.DueAt = false, info.CreatedAt
+		}
+	case "lookup-shares-payload":
+		if first, ok := w.lent[id]; ok {
+			info.Payload, info.Headers = first.Payload, first.Headers
+		} else {
+			w.lent[id] = info
+		}
+	case "lookup-due-at-after-failure-only":
+		if info.Attempts == 0 {
+			info.DueAt = time.Time{}
+		}
+	case "lookup-truncates-error":
+		info.LastError = outbox.TruncateUTF8(info.LastError, 200)
+	}
+	return info, nil
+}
+
 // TestBrokenChild runs the suite against the variant named by
 // OUTBOX_CONFORMANCE_BROKEN. It is the subprocess of
-// TestSuiteRejectsBrokenBackends and expected to fail.
+// TestSuiteRejectsBrokenBackends and expected to fail; TestSimulatedReopen
+// runs it with the variant "none", which breaks nothing.
 func TestBrokenChild(t *testing.T) {
 	name := os.Getenv(brokenEnv)
 	if name == "" {
-		t.Skip("runs only as a subprocess of TestSuiteRejectsBrokenBackends, with " + brokenEnv + " set")
+		t.Skip("runs only as a subprocess of TestSuiteRejectsBrokenBackends or TestSimulatedReopen, with " + brokenEnv + " set")
 	}
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[*memory.Tx] {
 		b := memory.New(memory.Options{Partitions: cfg.Partitions})
 		t.Cleanup(func() { _ = b.Close() })
-		return memoryHarness{b: newBroken(name, b), begin: b.Begin}
+		return brokenHarness{
+			reopenHarness: reopenHarness{memoryHarness: memoryHarness{b: newBroken(name, b), begin: b.Begin}, mem: b},
+			variant:       name,
+		}
 	})
+}
+
+// brokenHarness is the reopenHarness of a broken variant: the reopen-*
+// variants break its Reopen (the constructor a backend that stores its
+// partition count would have).
+type brokenHarness struct {
+	reopenHarness
+	variant string
+}
+
+func (h brokenHarness) Reopen(ctx context.Context, partitions int) (outbox.Store, error) {
+	stored := h.mem.Partitions()
+	switch h.variant {
+	case "reopen-accepts-any-count":
+		if partitions == 0 {
+			partitions = stored
+		}
+		return &reopenedStore{Store: h.mem, partitions: partitions}, nil
+	case "reopen-zero-means-one":
+		if partitions == 0 {
+			partitions = 1
+		}
+	case "reopen-refuses-existing-outbox":
+		return nil, errors.New("memory (simulated reopen): the outbox already exists")
+	case "reopen-opens-empty-outbox":
+		if partitions != 0 && partitions != stored {
+			break
+		}
+		fresh := memory.New(memory.Options{Partitions: stored})
+		return &reopenedStore{Store: fresh, partitions: stored, closeStore: true}, nil
+	}
+	return h.reopenHarness.Reopen(ctx, partitions)
 }
 
 func TestSuiteRejectsBrokenBackends(t *testing.T) {

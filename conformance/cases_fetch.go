@@ -19,7 +19,7 @@ func fetchCases[Tx any]() []testCase[Tx] {
 		{group: "Fetch", name: "NotBeforeHonoured", run: fetchNotBefore[Tx]},
 		{group: "Fetch", name: "ScheduledEntryDoesNotHoldBackItsKey", run: fetchScheduledNoHoldBack[Tx]},
 		{group: "Fetch", name: "OrderedByNotBefore", run: fetchOrderedByNotBefore[Tx]},
-		{group: "Fetch", name: "OrderedByRetryAt", run: fetchOrderedByRetryAt[Tx]},
+		{group: "Fetch", name: "OrderedByRetryTime", run: fetchOrderedByRetryTime[Tx]},
 		{group: "Fetch", name: "OtherPartitionsInvisible", partitions: 4, run: fetchOtherPartitions[Tx]},
 	}
 }
@@ -37,7 +37,7 @@ func claimCases[Tx any]() []testCase[Tx] {
 func outcomeCases[Tx any]() []testCase[Tx] {
 	return []testCase[Tx]{
 		{group: "Outcome", name: "MarkSentRemovesAndIsIdempotent", run: outcomeMarkSent[Tx]},
-		{group: "Outcome", name: "MarkFailedReschedulesAtRetryAt", run: outcomeMarkFailedRetry[Tx]},
+		{group: "Outcome", name: "MarkFailedReschedulesAfterDelay", run: outcomeMarkFailedRetry[Tx]},
 		{group: "Outcome", name: "MarkFailedKeepsLongErrors", run: outcomeMarkFailedLongError[Tx]},
 		{group: "Outcome", name: "MarkFailedParks", run: outcomeMarkFailedPark[Tx]},
 		{group: "Outcome", name: "MarkFailedNeverRevivesSent", run: outcomeMarkFailedNeverRevives[Tx]},
@@ -234,15 +234,14 @@ func fetchOrderedByNotBefore[Tx any](t *testing.T, s *env[Tx]) {
 	})
 }
 
-func fetchOrderedByRetryAt[Tx any](t *testing.T, s *env[Tx]) {
+func fetchOrderedByRetryTime[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("a", ""), entry("b", ""), entry("c", ""))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "a", "b", "c")
-	now := time.Now()
 	s.markFailed(t, l,
-		outbox.Failure{ID: "a", Error: "an hour ago", RetryAt: now.Add(-time.Hour)},
-		outbox.Failure{ID: "b", Error: "two hours ago", RetryAt: now.Add(-2 * time.Hour)},
-		outbox.Failure{ID: "c", Error: "in an hour", RetryAt: now.Add(time.Hour)},
+		outbox.Failure{ID: "a", Error: "an hour ago", Delay: -time.Hour},
+		outbox.Failure{ID: "b", Error: "two hours ago", Delay: -2 * time.Hour},
+		outbox.Failure{ID: "c", Error: "in an hour", Delay: time.Hour},
 	)
 	s.appendCommit(t, entry("d", ""))
 	expectIDs(t, "FindPendingBatch after a and b failed with retry times in the past (b's earlier) and c with one an hour ahead (order is by next attempt time: b, a, then d appended after both retry times)", s.fetch(t, l, 10), "b", "a", "d")
@@ -308,7 +307,7 @@ func claimsReleaseUnchanged[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("e1", "k"), entry("e2", "k"), entry("f1", ""))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1", "e2", "f1")
-	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "boom", RetryAt: time.Now().Add(-time.Hour)})
+	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "boom", Delay: -time.Hour})
 	s.release(t, l, "e2", "f1")
 	// e1 is due again at once (an hour ago, before f1) but failing, so it
 	// holds back e2.
@@ -360,24 +359,26 @@ func outcomeMarkFailedRetry[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("e1", "k1"), entry("e2", "k2"))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1", "e2")
+	// The store adds Delay to its own clock while MarkFailed runs, after
+	// retryAt was taken, so e2 is due at retryAt or later.
 	retryAt := time.Now().Add(scheduleAhead)
 	s.markFailed(t, l,
-		outbox.Failure{ID: "e1", Error: "far", RetryAt: time.Now().Add(time.Hour)},
-		outbox.Failure{ID: "e2", Error: "boom 1", RetryAt: retryAt},
+		outbox.Failure{ID: "e1", Error: "far", Delay: time.Hour},
+		outbox.Failure{ID: "e2", Error: "boom 1", Delay: scheduleAhead},
 	)
 	b := s.fetch(t, l, 10)
-	expectSubsequence(t, "fetch right after MarkFailed with RetryAt an hour and "+scheduleAhead.String()+" ahead", b, nil, "e2")
+	expectSubsequence(t, "fetch right after MarkFailed with Delay an hour and "+scheduleAhead.String(), b, nil, "e2")
 	if len(b) == 0 {
 		b = s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the failed entry to be due again")
 	}
 	if returned := time.Now(); surelyBefore(returned, retryAt) {
-		t.Fatalf("entry failed with RetryAt %v was fetched again by a call that returned at %v, %v early", retryAt.Format(time.StampMilli), returned.Format(time.StampMilli), retryAt.Sub(returned))
+		t.Fatalf("entry failed with Delay %v (due at %v or later) was fetched again by a call that returned at %v, %v early", scheduleAhead, retryAt.Format(time.StampMilli), returned.Format(time.StampMilli), retryAt.Sub(returned))
 	}
-	expectIDs(t, "fetch once RetryAt passed (e1 retries in an hour)", b, "e2")
+	expectIDs(t, "fetch once the Delay passed (e1 retries in an hour)", b, "e2")
 	if b[0].Attempts != 1 || b[0].LastError != "boom 1" {
 		t.Fatalf("after one MarkFailed, e2 has Attempts %d, LastError %q; want 1, \"boom 1\"", b[0].Attempts, b[0].LastError)
 	}
-	s.markFailed(t, l, outbox.Failure{ID: "e2", Error: "boom 2", RetryAt: time.Now()})
+	s.markFailed(t, l, outbox.Failure{ID: "e2", Error: "boom 2", Delay: 0})
 	b = s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the failed entry to be due again")
 	expectIDs(t, "fetch after the second failure (retry now)", b, "e2")
 	if b[0].Attempts != 2 || b[0].LastError != "boom 2" {
@@ -390,7 +391,7 @@ func outcomeMarkFailedLongError[Tx any](t *testing.T, s *env[Tx]) {
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1")
 	long := strings.Repeat("ошибка-error ", 400) // ~5 KiB, multi-byte runes
-	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: long, RetryAt: time.Now()})
+	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: long, Delay: 0})
 	b := s.fetchUntil(t, l, 10, func(b []outbox.Entry) bool { return len(b) > 0 }, "the failed entry to be due again")
 	got := b[0].LastError
 	if len(got) < 1024 || !strings.HasPrefix(long, got) {
@@ -402,7 +403,7 @@ func outcomeMarkFailedPark[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("e1", "k"), entry("e2", ""))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1", "e2")
-	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "poison", Park: true, RetryAt: time.Now()})
+	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "poison", Park: true, Delay: 0})
 	s.release(t, l, "e2")
 	expectIDs(t, "fetch after parking e1 (parked entries are never fetched)", s.fetch(t, l, 10), "e2")
 	s.markSent(t, l, "e2")
@@ -426,7 +427,7 @@ func outcomeMarkFailedNeverRevives[Tx any](t *testing.T, s *env[Tx]) {
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 1), "e1")
 	s.markSent(t, l, "e1")
-	if err := s.b.MarkFailed(s.ctx, l, []outbox.Failure{{ID: "e1", Error: "late", RetryAt: time.Now()}, {ID: "unknown", Error: "x", RetryAt: time.Now()}}); err != nil {
+	if err := s.b.MarkFailed(s.ctx, l, []outbox.Failure{{ID: "e1", Error: "late", Delay: 0}, {ID: "unknown", Error: "x", Delay: 0}}); err != nil {
 		t.Fatalf("MarkFailed of a sent and an unknown ID: got %v, want nil (they are ignored)", err)
 	}
 	if err := s.b.MarkFailed(s.ctx, l, []outbox.Failure{{ID: "e1", Error: "late", Park: true}}); err != nil {
@@ -450,7 +451,7 @@ func holdBackSetup[Tx any](t *testing.T, s *env[Tx], retryIn time.Duration) outb
 	s.appendCommit(t, entry("k1", "k"), entry("j1", "j"), entry("k2", "k"), entry("u1", ""), entry("k3", "k"), entry("u2", ""))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "k1", "j1", "k2", "u1", "k3", "u2")
-	s.markFailed(t, l, outbox.Failure{ID: "k1", Error: "boom", RetryAt: time.Now().Add(retryIn)})
+	s.markFailed(t, l, outbox.Failure{ID: "k1", Error: "boom", Delay: retryIn})
 	s.release(t, l, "j1", "k2", "u1", "k3", "u2")
 	return l
 }
@@ -486,7 +487,7 @@ func holdBackEmptyKey[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("u1", ""), entry("u2", ""), entry("u3", ""))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "u1", "u2", "u3")
-	s.markFailed(t, l, outbox.Failure{ID: "u1", Error: "boom", RetryAt: time.Now().Add(time.Hour)})
+	s.markFailed(t, l, outbox.Failure{ID: "u1", Error: "boom", Delay: time.Hour})
 	s.release(t, l, "u2", "u3")
 	expectIDs(t, "fetch while u1 (empty key) is failing: entries with an empty key are never held back", s.fetch(t, l, 10), "u2", "u3")
 }

@@ -50,8 +50,10 @@ func holdBackManyKeepOrder[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendChunks(t, 110, crowd)
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch (limit 1)", s.fetch(t, l, 1), "k-000")
+	// k-000 is due scheduleAhead after MarkFailed by the store's clock:
+	// at retryAt or later.
 	retryAt := time.Now().Add(scheduleAhead)
-	s.markFailed(t, l, outbox.Failure{ID: "k-000", Error: "boom", RetryAt: retryAt})
+	s.markFailed(t, l, outbox.Failure{ID: "k-000", Error: "boom", Delay: scheduleAhead})
 
 	nextK, blockerSent, gotOthers := 1, false, 0
 	// take checks one batch and finishes it: k-000 may come at any time
@@ -126,7 +128,7 @@ func holdBackManyNoStarve[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("h-0000", "h"))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "h-0000")
-	s.markFailed(t, l, outbox.Failure{ID: "h-0000", Error: "boom", RetryAt: time.Now().Add(time.Hour)})
+	s.markFailed(t, l, outbox.Failure{ID: "h-0000", Error: "boom", Delay: time.Hour})
 
 	held := make([]outbox.Entry, crowd)
 	for i := range held {

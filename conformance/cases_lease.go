@@ -246,10 +246,9 @@ func fencingStaleMarkSent[Tx any](t *testing.T, s *env[Tx]) {
 
 func fencingStaleMarkFailed[Tx any](t *testing.T, s *env[Tx]) {
 	a, b := staleSetup(t, s)
-	now := time.Now()
-	expectFenced(t, "MarkFailed(e1 sent by B, retry now)", a, b, s.b.MarkFailed(s.ctx, a, []outbox.Failure{{ID: "e1", Error: "stale", RetryAt: now}}))
+	expectFenced(t, "MarkFailed(e1 sent by B, retry now)", a, b, s.b.MarkFailed(s.ctx, a, []outbox.Failure{{ID: "e1", Error: "stale", Delay: 0}}))
 	expectFenced(t, "MarkFailed(e2 claimed by B, park)", a, b, s.b.MarkFailed(s.ctx, a, []outbox.Failure{{ID: "e2", Error: "stale", Park: true}}))
-	expectFenced(t, "MarkFailed(f1 claimed by B, retry now)", a, b, s.b.MarkFailed(s.ctx, a, []outbox.Failure{{ID: "f1", Error: "stale", RetryAt: now}}))
+	expectFenced(t, "MarkFailed(f1 claimed by B, retry now)", a, b, s.b.MarkFailed(s.ctx, a, []outbox.Failure{{ID: "f1", Error: "stale", Delay: 0}}))
 	got := finishAndPeek(t, s, b, "e2", "e3", "e4", "f1")
 	expectIDs(t, "pending entries after the stale MarkFailed calls (the sent e1 must not come back, B's claims must be untouched)", got, "e2", "e3", "e4", "f1")
 	for _, e := range got {
@@ -398,9 +397,9 @@ func fencingExpiredMarkSent[Tx any](t *testing.T, s *env[Tx]) {
 func fencingExpiredMarkFailed[Tx any](t *testing.T, s *env[Tx]) {
 	a := expiredSetup(t, s)
 	expectExpiredFenced(t, "MarkFailed(e1 retry now, e2 park, f1 retry in an hour)", a, s.b.MarkFailed(s.ctx, a, []outbox.Failure{
-		{ID: "e1", Error: "expired", RetryAt: time.Now()},
+		{ID: "e1", Error: "expired", Delay: 0},
 		{ID: "e2", Error: "expired", Park: true},
-		{ID: "f1", Error: "expired", RetryAt: time.Now().Add(time.Hour)},
+		{ID: "f1", Error: "expired", Delay: time.Hour},
 	}))
 	expectUntouched(t, s, "pending entries after a MarkFailed with an expired lease (it must change nothing)", "e1", "e2", "e3", "f1")
 }

@@ -129,7 +129,7 @@ func lifecycleClosed[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("e1", "k"))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1")
-	var notes <-chan struct{}
+	var notes <-chan int
 	if n, ok := s.b.(outbox.Notifier); ok {
 		var err error
 		if notes, err = n.Notifications(s.ctx); err != nil {
@@ -159,7 +159,7 @@ func lifecycleClosed[Tx any](t *testing.T, s *env[Tx]) {
 	_, err = s.b.FindPendingBatch(s.ctx, l, 10)
 	check("FindPendingBatch", err)
 	check("MarkSent", s.b.MarkSent(s.ctx, l, []string{"e1"}))
-	check("MarkFailed", s.b.MarkFailed(s.ctx, l, []outbox.Failure{{ID: "e1", Error: "x", RetryAt: time.Now()}}))
+	check("MarkFailed", s.b.MarkFailed(s.ctx, l, []outbox.Failure{{ID: "e1", Error: "x", Delay: 0}}))
 	check("Release", s.b.Release(s.ctx, l, []string{"e1"}))
 	check("ReleaseLease", s.b.ReleaseLease(s.ctx, l))
 	if n, ok := s.b.(outbox.Notifier); ok {
@@ -252,6 +252,7 @@ func lifecycleCancelled[Tx any](t *testing.T, s *env[Tx]) {
 		_, err = in.Requeue(cctx, "e1")
 		check("Requeue", err)
 	}
+	s.memberCancelled(t, cctx)
 	want := []string{"e1", "e2"}
 	tx := s.begin(t)
 	switch err := s.b.AppendInTx(cctx, tx, entry("e3", "")); {

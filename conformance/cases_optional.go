@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ func notifierCases[Tx any]() []testCase[Tx] {
 		{group: "Notifier", name: "NoneForRollback", run: notifyNoneForRollback[Tx]},
 		{group: "Notifier", name: "ClosedWhenContextDone", run: notifyClosedOnCtx[Tx]},
 		{group: "Notifier", name: "SlowReceiverDoesNotBlockAppends", run: notifySlowReceiver[Tx]},
+		{group: "Notifier", name: "CarriesThePartitionAppendedTo", partitions: 8, run: notifyPartition[Tx]},
+		{group: "Notifier", name: "CarriesEveryPartitionOfATransaction", partitions: 4, run: notifyTxPartitions[Tx]},
 	}
 }
 
@@ -65,20 +68,20 @@ func (s *env[Tx]) inspector(t *testing.T) outbox.Inspector {
 	return in
 }
 
-// drainFor empties ch for d, reporting how many values it got and whether
-// the channel was closed.
-func drainFor(ch <-chan struct{}, d time.Duration) (n int, closed bool) {
+// drainFor empties ch for d, returning the values it got and whether the
+// channel was closed.
+func drainFor(ch <-chan int, d time.Duration) (got []int, closed bool) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		select {
-		case _, ok := <-ch:
+		case v, ok := <-ch:
 			if !ok {
-				return n, true
+				return got, true
 			}
-			n++
+			got = append(got, v)
 		case <-timer.C:
-			return n, false
+			return got, false
 		}
 	}
 }
@@ -86,16 +89,16 @@ func drainFor(ch <-chan struct{}, d time.Duration) (n int, closed bool) {
 // awaitNotification commits appends until ch receives a value (the first
 // append may race with the backend setting up its subscription), failing
 // the case after waitLimit.
-func (s *env[Tx]) awaitNotification(t *testing.T, ch <-chan struct{}, prefix string) {
+func (s *env[Tx]) awaitNotification(t *testing.T, ch <-chan int, prefix string) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for i := 0; ; i++ {
 		s.appendCommit(t, entry(fmt.Sprintf("%s-%d", prefix, i), ""))
-		n, closed := drainFor(ch, 250*time.Millisecond)
+		got, closed := drainFor(ch, 250*time.Millisecond)
 		if closed {
 			t.Fatal("the Notifications channel was closed while its context is live")
 		}
-		if n > 0 {
+		if len(got) > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -114,14 +117,14 @@ func notifyAfterCommit[Tx any](t *testing.T, s *env[Tx]) {
 	if err := s.b.AppendInTx(s.ctx, tx, entry("e1", "k")); err != nil {
 		t.Fatalf("AppendInTx: %v", err)
 	}
-	if got, _ := drainFor(ch, 200*time.Millisecond); got > 0 {
+	if got, _ := drainFor(ch, 200*time.Millisecond); len(got) > 0 {
 		_ = s.h.Rollback(s.ctx, tx)
-		t.Fatalf("got %d notifications while the appending transaction was still open; they must come after commit", got)
+		t.Fatalf("got notifications %v while the appending transaction was still open; they must come after commit", got)
 	}
 	if err := s.h.Commit(s.ctx, tx); err != nil {
 		t.Fatalf("Harness.Commit: %v", err)
 	}
-	if got, _ := drainFor(ch, 2*time.Second); got > 0 {
+	if got, _ := drainFor(ch, 2*time.Second); len(got) > 0 {
 		return
 	}
 	// The subscription may have been set up late; commit more.
@@ -144,8 +147,8 @@ func notifyNoneForRollback[Tx any](t *testing.T, s *env[Tx]) {
 	if err := s.h.Rollback(s.ctx, tx); err != nil {
 		t.Fatalf("Harness.Rollback: %v", err)
 	}
-	if got, _ := drainFor(ch, 500*time.Millisecond); got > 0 {
-		t.Fatalf("got %d notifications after a transaction that appended entries rolled back; want none", got)
+	if got, _ := drainFor(ch, 500*time.Millisecond); len(got) > 0 {
+		t.Fatalf("got notifications %v after a transaction that appended entries rolled back; want none", got)
 	}
 }
 
@@ -173,8 +176,115 @@ func notifySlowReceiver[Tx any](t *testing.T, s *env[Tx]) {
 	for i := range 50 {
 		s.appendCommit(t, entry(fmt.Sprintf("e%02d", i), ""))
 	}
-	if got, _ := drainFor(ch, 2*time.Second); got == 0 {
+	if got, _ := drainFor(ch, 2*time.Second); len(got) == 0 {
 		s.awaitNotification(t, ch, "after")
+	}
+}
+
+// checkNotified fails the case unless every value in got is a partition of
+// the outbox or AllPartitions.
+func (s *env[Tx]) checkNotified(t *testing.T, got []int) {
+	t.Helper()
+	for _, v := range got {
+		if v != outbox.AllPartitions && (v < 0 || v >= s.parts) {
+			t.Fatalf("the Notifications channel sent %d (all values %v): want a partition in [0, %d) or outbox.AllPartitions (%d)", v, got, s.parts, outbox.AllPartitions)
+		}
+	}
+}
+
+// notifyPartition commits an append to each partition in turn and waits
+// for a notification naming that partition, or AllPartitions. Values for
+// other partitions (late ones of earlier commits) do not count. The commit
+// is repeated while nothing matching arrives, as notifications may be
+// lost; a backend that never names the partition within waitLimit fails.
+func notifyPartition[Tx any](t *testing.T, s *env[Tx]) {
+	n := s.notifier(t)
+	ch, err := n.Notifications(s.ctx)
+	if err != nil {
+		t.Fatalf("Notifications: %v", err)
+	}
+	for p, key := range keysByPartition(s.parts) {
+		var got []int
+		deadline := time.Now().Add(waitLimit)
+		for i := 0; ; i++ {
+			s.appendCommit(t, entry(fmt.Sprintf("p%d-%d", p, i), key))
+			vals, closed := drainUntil(ch, 250*time.Millisecond, func(v int) bool { return v == p || v == outbox.AllPartitions })
+			if closed {
+				t.Fatal("the Notifications channel was closed while its context is live")
+			}
+			got = append(got, vals...)
+			s.checkNotified(t, got)
+			if slices.Contains(vals, p) || slices.Contains(vals, outbox.AllPartitions) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d commits appended to partition %d (key %q, PartitionOf(key, %d) = %d) were notified only as %v: a notification must name the partition appended to, or be outbox.AllPartitions",
+					i+1, p, key, s.parts, p, got)
+			}
+		}
+	}
+}
+
+// notifyTxPartitions commits one transaction that appends to every
+// partition and waits until each partition has been named (or
+// AllPartitions was sent), committing such a transaction again while
+// nothing new arrives, as notifications may be lost.
+func notifyTxPartitions[Tx any](t *testing.T, s *env[Tx]) {
+	n := s.notifier(t)
+	ch, err := n.Notifications(s.ctx)
+	if err != nil {
+		t.Fatalf("Notifications: %v", err)
+	}
+	keys := keysByPartition(s.parts)
+	missing := make(map[int]bool, s.parts)
+	for p := range s.parts {
+		missing[p] = true
+	}
+	var got []int
+	deadline := time.Now().Add(waitLimit)
+	for i := 0; ; i++ {
+		var es []outbox.Entry
+		for p, key := range keys {
+			es = append(es, entry(fmt.Sprintf("t%d-p%d", i, p), key))
+		}
+		s.appendCommit(t, es...)
+		vals, closed := drainUntil(ch, 500*time.Millisecond, func(v int) bool {
+			delete(missing, v)
+			return len(missing) == 0 || v == outbox.AllPartitions
+		})
+		if closed {
+			t.Fatal("the Notifications channel was closed while its context is live")
+		}
+		got = append(got, vals...)
+		s.checkNotified(t, got)
+		if len(missing) == 0 || slices.Contains(vals, outbox.AllPartitions) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transactions, each appending to all %d partitions, were notified only as %v; partitions %v were never named: a transaction's notification names every partition it appended to (one value each), or is outbox.AllPartitions",
+				i+1, s.parts, got, slices.Sorted(maps.Keys(missing)))
+		}
+	}
+}
+
+// drainUntil receives from ch until done accepts a value, d passes or ch
+// is closed, returning the values it got.
+func drainUntil(ch <-chan int, d time.Duration, done func(int) bool) (got []int, closed bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return got, true
+			}
+			got = append(got, v)
+			if done(v) {
+				return got, false
+			}
+		case <-timer.C:
+			return got, false
+		}
 	}
 }
 
@@ -248,7 +358,7 @@ func cancelClaimed[Tx any](t *testing.T, s *env[Tx]) {
 	}
 	// The relay's outcomes for the cancelled entries must not bring them
 	// back.
-	if err := s.b.MarkFailed(s.ctx, l, []outbox.Failure{{ID: "e1", Error: "late", RetryAt: time.Now()}}); err != nil {
+	if err := s.b.MarkFailed(s.ctx, l, []outbox.Failure{{ID: "e1", Error: "late", Delay: 0}}); err != nil {
 		t.Fatalf("MarkFailed of the cancelled e1: got %v, want nil (unknown IDs are ignored)", err)
 	}
 	s.release(t, l, "f1", "e2")
@@ -405,7 +515,7 @@ func inspectRequeueOrder[Tx any](t *testing.T, s *env[Tx]) {
 	expectIDs(t, "fetch after requeueing e1 while e2, e3 of its key were pending (as if appended now: after them, before e4 appended later)", s.fetch(t, l, 10), "e2", "e3", "u1", "e1", "e4")
 	// e2 now precedes e1 in key k's order, so e2 failing holds e1 back
 	// like any later entry of its key.
-	s.markFailed(t, l, outbox.Failure{ID: "e2", Error: "boom", RetryAt: time.Now().Add(-time.Hour)})
+	s.markFailed(t, l, outbox.Failure{ID: "e2", Error: "boom", Delay: -time.Hour})
 	s.release(t, l, "e3", "u1", "e1", "e4")
 	expectIDs(t, "fetch while e2 is failing (retry due an hour ago): it holds back e3, the requeued e1 and e4", s.fetch(t, l, 10), "e2", "u1")
 	s.markSent(t, l, "e2", "u1")

@@ -23,6 +23,8 @@ func relayCases[Tx any]() []testCase[Tx] {
 		{group: "Relay", name: "PerKeyOrderWithInjectedFailures", partitions: 2, run: relayInjectedFailures[Tx]},
 		{group: "Relay", name: "CrashBetweenPublishAndMarkIsTakenOver", partitions: 2, run: relayCrashTakeover[Tx]},
 		{group: "Relay", name: "ConcurrentAppendersAndRelays", partitions: 4, run: relayStress[Tx]},
+		{group: "Relay", name: "RetriesWaitByStoreClockWithRelayClockAhead", run: relayClockAhead[Tx]},
+		{group: "Relay", name: "RetriesWaitByStoreClockWithRelayClockBehind", run: relayClockBehind[Tx]},
 	}
 }
 
@@ -517,4 +519,107 @@ func relayStress[Tx any](t *testing.T, s *env[Tx]) {
 	}
 	dups := rec.check(t)
 	t.Logf("%d appenders committed %d entries (%d more rolled back) while 4 relays ran, one crashed and one stopped: all delivered, %d duplicate deliveries; %s", appenders, committed.Load(), rolledBack.Load(), dups, stats())
+}
+
+// relayClockAhead runs relayStoreClock with a relay clock 10 minutes fast.
+func relayClockAhead[Tx any](t *testing.T, s *env[Tx]) { relayStoreClock(t, s, 10*time.Minute) }
+
+// relayClockBehind runs relayStoreClock with a relay clock 10 minutes slow.
+func relayClockBehind[Tx any](t *testing.T, s *env[Tx]) { relayStoreClock(t, s, -10*time.Minute) }
+
+// attemptLog records when a sink was called, by the suite's clock.
+type attemptLog struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (a *attemptLog) add(now time.Time) (n int, first time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.times = append(a.times, now)
+	return len(a.times), a.times[0]
+}
+
+// gaps returns the times between consecutive attempts.
+func (a *attemptLog) gaps() []time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]time.Duration, 0, len(a.times))
+	for i := 1; i < len(a.times); i++ {
+		out = append(out, a.times[i].Sub(a.times[i-1]))
+	}
+	return out
+}
+
+func (a *attemptLog) String() string {
+	gaps := a.gaps()
+	rounded := make([]time.Duration, len(gaps))
+	for i, g := range gaps {
+		rounded[i] = g.Round(time.Millisecond)
+	}
+	return fmt.Sprintf("%d attempts, %v apart", len(gaps)+1, rounded)
+}
+
+// relayStoreClock runs a relay whose clock (RelayOptions.Now) is off by
+// shift against a sink that fails an entry with transient errors while an
+// outage lasts. The relay asks for a fixed retry Delay; the store makes
+// the entry due that long after MarkFailed by its own clock, so by the
+// suite's clock the attempts are at least the Delay apart, the outage ends
+// after a few of them and the entry is delivered, never parked. A store
+// that made the entry due early lets the relay burn its attempts inside
+// the outage and park the entry: the attempt limit is well above the
+// attempts the outage allows at the Delay's spacing.
+func relayStoreClock[Tx any](t *testing.T, s *env[Tx], shift time.Duration) {
+	const (
+		retryDelay  = 400 * time.Millisecond
+		outage      = 5 * retryDelay / 2 // fails attempts at about 0, 1 and 2 Delays
+		maxAttempts = 8
+	)
+	var log attemptLog
+	delivered := make(chan struct{})
+	var once sync.Once
+	sink := outbox.SinkFunc(func(ctx context.Context, m outbox.Entry) error {
+		n, first := log.add(time.Now())
+		if since := time.Since(first); since < outage {
+			return fmt.Errorf("conformance sink: injected transient failure of attempt %d of %s, %v into a %v outage", n, m.ID, since.Round(time.Millisecond), outage)
+		}
+		once.Do(func() { close(delivered) })
+		return nil
+	})
+	s.appendCommit(t, entry("e1", "k"))
+	opts := relayOptions(s.owner("relay"))
+	opts.Now = func() time.Time { return time.Now().Add(shift) }
+	opts.Backoff = backoff.Policy{Base: retryDelay, Max: retryDelay, Min: retryDelay, MaxAttempts: maxAttempts}
+	r := startRelay(t, s.ctx, s.b, sink, opts)
+	what := fmt.Sprintf("a relay whose clock is %v off retried e1 with Delay %v", shift, retryDelay)
+	deadline := time.Now().Add(relayWait)
+	for done := false; !done; {
+		select {
+		case <-delivered:
+			done = true
+		case <-time.After(pollEvery):
+		case <-s.ctx.Done():
+			t.Fatalf("watchdog: %s: %s; relay stats %+v", what, &log, r.Stats())
+		}
+		if st := r.Stats(); st.Parked > 0 {
+			t.Fatalf("%s and parked it within a %v outage: the retries came before their Delay had passed by the store's clock (%s; relay stats %+v)", what, outage, &log, st)
+		}
+		if !done && time.Now().After(deadline) {
+			t.Fatalf("%s: not delivered within %v though the sink failed it only for %v (%s; relay stats %+v)", what, relayWait, outage, &log, r.Stats())
+		}
+	}
+	stopRelay(t, r)
+	// The store makes e1 due retryDelay after MarkFailed, which comes after
+	// the sink call, so consecutive attempts are at least retryDelay apart
+	// by any one clock; clockSkew is the suite's tolerance.
+	for i, gap := range log.gaps() {
+		if gap < retryDelay-clockSkew {
+			t.Errorf("%s: attempt %d came %v after attempt %d, want at least the Delay %v (less a tolerance of %v) (%s)",
+				what, i+2, gap.Round(time.Millisecond), i+1, retryDelay, clockSkew, &log)
+		}
+	}
+	if len(log.gaps()) == 0 {
+		t.Errorf("%s: e1 was delivered at its first attempt, but the sink fails it for %v", what, outage)
+	}
+	t.Logf("%s: %s; relay stats %+v", what, &log, r.Stats())
 }

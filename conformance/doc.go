@@ -25,11 +25,16 @@
 //     PartitionOf.
 //   - Fetch: FIFO per partition (also 250+ entries of one transaction
 //     fetched in small batches), batch limit, NotBefore, ordering by due
-//     time, partitions isolated.
+//     time (a negative retry Delay puts it in the past), partitions
+//     isolated, each entry once in a batch (also when a failing entry's
+//     retry is due behind an entry it holds back).
 //   - Claims: exclusivity while a lease is live, return in order after
 //     lease expiry or release, Release leaves entries unchanged.
-//   - Outcome: MarkSent, MarkFailed (retry, attempts, long errors, park),
-//     a sent entry never revived.
+//   - Outcome: MarkSent, MarkFailed (due again Delay after the call by the
+//     store's clock, attempts, long errors, park), a sent entry never
+//     revived, and never fetched again by the same or a later lease while
+//     entries fail, retry at once, hold back their key and are released
+//     (each key still sent in append order).
 //   - HoldBack: a failing entry holds back its key only, until sent or
 //     parked; empty keys are never held back.
 //   - Lease: exclusivity, re-acquire, renewal, expiry and takeover,
@@ -40,18 +45,50 @@
 //     the lease valid), no-op empty inputs, ErrClosed after Close (empty
 //     inputs included), cancelled contexts.
 //   - Concurrency: parallel appends, competing claimers.
-//   - Notifier, Canceler, Inspector: the optional interfaces, skipped
-//     (saying so) when the backend does not implement them; a requeued
-//     entry is ordered as if appended now.
+//   - Notifier, Canceler, Inspector, Membership: the optional interfaces,
+//     skipped (saying so) when the backend does not implement them. A
+//     notification names the partition a commit appended to (each
+//     partition of a transaction that appended to several), or
+//     [outbox.AllPartitions]; a requeued entry is ordered as if appended
+//     now; a heartbeat returns the live members sorted by owner with
+//     expiries by the store's clock, replaces the owner's record, and
+//     keeps none of the caller's slices; records expire after their ttl
+//     and Leave removes them at once; bad arguments and a closed backend
+//     are refused.
+//   - PartitionInspector, Looker: the operator interfaces, skipped (saying
+//     so) when the backend does not implement them. PartitionStats reports
+//     one element per partition, in order, idle partitions included; each
+//     partition's Pending, Due and Parked count the entries where they are
+//     (scheduled, retrying and claimed entries are pending; a claimed
+//     entry may or may not count as due), with the partition's own
+//     OldestDue, and they add up to [outbox.Inspector.Stats] when the
+//     backend implements both; a held lease shows its Owner, Version and
+//     expiry by the store's clock, a released or expired one an empty
+//     Owner. Lookup returns a pending, scheduled, retrying, claimed,
+//     held-back or parked entry whole, with its partition, CreatedAt,
+//     Attempts, LastError (as a fetch returns it; truncated, if at all, at
+//     no less than 1024 bytes), Parked and DueAt (append time, NotBefore,
+//     the store's now plus the failure's Delay, or zero when parked); a
+//     sent, cancelled or never appended ID is [outbox.ErrNotFound]; the
+//     entry returned is the caller's. Both refuse a closed backend and
+//     return a cancelled context's error.
+//   - PartitionCount: the partition count stored with the outbox. A
+//     backend's constructor opened again (the harness implements
+//     [Reopener]; skipped, saying so, when it does not) accepts the same
+//     count, reads the stored one when configured with 0, refuses another
+//     with an [outbox.PartitionMismatchError] naming both counts, and sees
+//     the entries appended through the first store in their partitions.
 //   - Relay: [outbox.Relay] over the backend with injected transient and
 //     permanent sink failures, a relay crashing between publish and mark,
-//     and several appenders and relays running together.
+//     several appenders and relays running together, and a relay whose
+//     clock is 10 minutes off, whose retries must still wait their Delay
+//     by the store's clock (not parking the entry early).
 //
 // # Time
 //
 // The suite runs against real servers with their own clocks, so it uses
-// real, short durations: lease TTLs from 300ms, entries scheduled 400ms
-// ahead. No outcome depends on how fast the machine runs the case: "not
+// real, short durations: lease TTLs from 300ms, entries scheduled (or
+// retried) 400ms ahead. No outcome depends on how fast the machine runs the case: "not
 // due" is shown with times an hour ahead and "due" with times an hour ago;
 // a fetch counts as early only if it returned before the entry's time; a
 // lease that must expire with claims doubles its TTL when the machine was
@@ -65,5 +102,7 @@
 //
 // The suite is itself tested: it passes against the in-memory reference
 // backend and fails, in the right subtests, against deliberately broken
-// variants of it (see broken_test.go).
+// variants of it (see broken_test.go). The memory backend cannot be
+// reopened, so the PartitionCount cases are proven on a harness that
+// simulates a reopening constructor over it (see memory_test.go).
 package conformance

@@ -2,7 +2,13 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
@@ -31,4 +37,127 @@ func newMemoryHarness(_ *testing.T, cfg conformance.Config) conformance.Harness[
 
 func TestMemory(t *testing.T) {
 	conformance.Run(t, newMemoryHarness)
+}
+
+// reopenHarness is a memoryHarness that also implements
+// conformance.Reopener, for testing the suite itself. The memory backend
+// keeps nothing beyond its instance, so it has no constructor that could
+// read a stored partition count, and TestMemory runs without a Reopener
+// (the suite skips the PartitionCount cases there). Reopen simulates such
+// a constructor: it opens a second handle (a reopenedStore) on the same
+// *memory.Backend and compares the configured count with the backend's
+// count, as a backend that stores its count does when it opens an existing
+// outbox. The PartitionCount cases run on it (TestSimulatedReopen, and the
+// broken variants of it in broken_test.go) prove the cases, not the memory
+// backend.
+type reopenHarness struct {
+	memoryHarness
+	// mem is the backend under test, unwrapped.
+	mem *memory.Backend
+}
+
+func (h reopenHarness) Reopen(ctx context.Context, partitions int) (outbox.Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	stored := h.mem.Partitions()
+	if partitions != 0 && partitions != stored {
+		return nil, fmt.Errorf("memory (simulated reopen): %w", &outbox.PartitionMismatchError{Outbox: "memory", Configured: partitions, Stored: stored})
+	}
+	return &reopenedStore{Store: h.mem, partitions: stored}, nil
+}
+
+// reopenedStore is a second handle on a store: closing it closes the
+// handle (every later call fails with ErrClosed), not the store, unless
+// closeStore is set.
+type reopenedStore struct {
+	outbox.Store
+	partitions int
+	closeStore bool
+	closed     atomic.Bool
+}
+
+var errHandleClosed = fmt.Errorf("memory (simulated reopen): store closed: %w", outbox.ErrClosed)
+
+func (r *reopenedStore) Partitions() int { return r.partitions }
+
+func (r *reopenedStore) Close() error {
+	if r.closed.Swap(true) || !r.closeStore {
+		return nil
+	}
+	return r.Store.Close()
+}
+
+func (r *reopenedStore) AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (outbox.Lease, error) {
+	if r.closed.Load() {
+		return outbox.Lease{}, errHandleClosed
+	}
+	return r.Store.AcquireLease(ctx, partition, owner, ttl)
+}
+
+func (r *reopenedStore) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.Duration) (outbox.Lease, error) {
+	if r.closed.Load() {
+		return outbox.Lease{}, errHandleClosed
+	}
+	return r.Store.RenewLease(ctx, lease, ttl)
+}
+
+func (r *reopenedStore) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
+	if r.closed.Load() {
+		return errHandleClosed
+	}
+	return r.Store.ReleaseLease(ctx, lease)
+}
+
+func (r *reopenedStore) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
+	if r.closed.Load() {
+		return nil, errHandleClosed
+	}
+	return r.Store.FindPendingBatch(ctx, lease, limit)
+}
+
+func (r *reopenedStore) MarkSent(ctx context.Context, lease outbox.Lease, ids []string) error {
+	if r.closed.Load() {
+		return errHandleClosed
+	}
+	return r.Store.MarkSent(ctx, lease, ids)
+}
+
+func (r *reopenedStore) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
+	if r.closed.Load() {
+		return errHandleClosed
+	}
+	return r.Store.MarkFailed(ctx, lease, failures)
+}
+
+func (r *reopenedStore) Release(ctx context.Context, lease outbox.Lease, ids []string) error {
+	if r.closed.Load() {
+		return errHandleClosed
+	}
+	return r.Store.Release(ctx, lease, ids)
+}
+
+// TestSimulatedReopen runs the PartitionCount cases on reopenHarness (in a
+// TestBrokenChild subprocess with the variant "none", which breaks
+// nothing) and requires every one of them to pass, not skip: they must not
+// fail a backend that keeps the contract.
+func TestSimulatedReopen(t *testing.T) {
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("inside a TestBrokenChild subprocess")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("os.Executable: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestBrokenChild$/^PartitionCount$", "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
+	cmd.Env = append(os.Environ(), brokenEnv+"=none")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the PartitionCount cases failed on the simulated reopen, which keeps the contract (%v):\n%s", err, tail(string(out), 60))
+	}
+	if strings.Contains(string(out), "--- SKIP: TestBrokenChild/PartitionCount/") || !strings.Contains(string(out), "--- PASS: TestBrokenChild/PartitionCount/") {
+		t.Fatalf("the PartitionCount cases must run and pass on the simulated reopen, not skip:\n%s", tail(string(out), 60))
+	}
 }

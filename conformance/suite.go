@@ -22,9 +22,9 @@ const (
 	shortTTL = 300 * time.Millisecond
 	// longTTL is the lease TTL of cases that must not see it expire.
 	longTTL = 30 * time.Second
-	// scheduleAhead is how far ahead NotBefore and RetryAt are set when a
-	// case must see an entry become due by the clock ("not due yet" alone
-	// uses an hour); see timing.go.
+	// scheduleAhead is how far ahead NotBefore is set, and the Delay
+	// given to MarkFailed, when a case must see an entry become due by the
+	// clock ("not due yet" alone uses an hour); see timing.go.
 	scheduleAhead = 400 * time.Millisecond
 	// waitLimit bounds every poll for something that must happen.
 	waitLimit = 10 * time.Second
@@ -53,10 +53,13 @@ type testCase[Tx any] struct {
 // one case can be rerun with -run.
 //
 // Cases for the optional interfaces ([outbox.Notifier], [outbox.Canceler],
-// [outbox.Inspector]) are skipped, saying so, when the backend does not
-// implement them. The "Relay" area runs [outbox.Relay] against the backend
-// with a sink under the suite's control, with injected failures, several
-// relays and lease takeovers.
+// [outbox.Inspector], [outbox.Membership], [outbox.PartitionInspector],
+// [outbox.Looker]) are skipped, saying so, when the backend does not
+// implement them, and the "PartitionCount" cases when the
+// Harness does not implement [Reopener]. The "Relay" area runs
+// [outbox.Relay] against the backend with a sink under the suite's
+// control, with injected failures, several relays, lease takeovers and a
+// relay whose clock is off.
 //
 // The suite uses real, short durations (lease TTLs of a few hundred
 // milliseconds, entries scheduled a few hundred milliseconds ahead) and
@@ -72,6 +75,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, outcomeCases[Tx]()...)
 	cases = append(cases, holdBackCases[Tx]()...)
 	cases = append(cases, holdBackScaleCases[Tx]()...)
+	cases = append(cases, onceCases[Tx]()...)
 	cases = append(cases, leaseCases[Tx]()...)
 	cases = append(cases, fencingCases[Tx]()...)
 	cases = append(cases, argumentCases[Tx]()...)
@@ -80,6 +84,10 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, notifierCases[Tx]()...)
 	cases = append(cases, cancelerCases[Tx]()...)
 	cases = append(cases, inspectorCases[Tx]()...)
+	cases = append(cases, membershipCases[Tx]()...)
+	cases = append(cases, partitionInspectorCases[Tx]()...)
+	cases = append(cases, lookerCases[Tx]()...)
+	cases = append(cases, partitionCountCases[Tx]()...)
 	cases = append(cases, relayCases[Tx]()...)
 
 	var groups []string
@@ -321,6 +329,21 @@ func (s *env[Tx]) fetchUntil(t *testing.T, l outbox.Lease, limit int, cond func(
 		}
 		s.sleep(t, pollEvery)
 	}
+}
+
+// keysByPartition returns a key of each of the n partitions:
+// keys[p] is a key with outbox.PartitionOf(key, n) == p.
+func keysByPartition(n int) []string {
+	keys := make([]string, n)
+	found := 0
+	for i := 0; found < n; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if p := outbox.PartitionOf(k, n); keys[p] == "" {
+			keys[p] = k
+			found++
+		}
+	}
+	return keys
 }
 
 // ids returns the IDs of entries in order.

@@ -138,15 +138,15 @@ func only(batch []outbox.Entry, prefix string) []outbox.Entry {
 
 // drainQuiet empties ch until it has been quiet for quiet, failing the
 // case if it never is within waitLimit or is closed.
-func drainQuiet(t *testing.T, ch <-chan struct{}, quiet time.Duration) {
+func drainQuiet(t *testing.T, ch <-chan int, quiet time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for {
-		n, closed := drainFor(ch, quiet)
+		got, closed := drainFor(ch, quiet)
 		if closed {
 			t.Fatal("the Notifications channel was closed while its context is live")
 		}
-		if n == 0 {
+		if len(got) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -32,7 +32,8 @@
 // Each partition keeps its pending entries in a min-heap ordered by next
 // attempt time, ties broken by append sequence. An entry's first next
 // attempt time is the later of its NotBefore and its CreatedAt; a failure
-// moves it to the RetryAt the relay chose, keeping its append sequence;
+// makes it due the failure's Delay after the backend's clock, keeping its
+// append sequence;
 // Requeue makes it due now with a new append sequence, as if appended now.
 // [Backend.FindPendingBatch] pops due entries in that order and claims the
 // first limit eligible ones. An entry with a key is held back while an
@@ -64,7 +65,17 @@
 //
 // # Notifications
 //
-// [Backend.Notifications] channels have a buffer of one and receive a
-// value, without blocking, after every commit that added at least one
-// entry. Requeue does not notify.
+// [Backend.Notifications] channels receive, without blocking, the
+// partitions of every commit that added at least one entry (one value per
+// partition, in first-append order). Each has a buffer of 256 values;
+// values past it are dropped, and the relay's polling finds those entries.
+// Requeue does not notify.
+//
+// # Membership
+//
+// [Backend.Heartbeat] and [Backend.Leave] keep the relay fleet's records
+// in memory, judged by the backend's clock, so relays sharing one Backend
+// balance their partitions as they would on Postgres or Redis. The
+// partition count is fixed at [New]: there is nothing to store it in
+// across instances.
 package memory

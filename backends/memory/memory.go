@@ -19,6 +19,10 @@ var (
 	_ outbox.Notifier     = (*Backend)(nil)
 	_ outbox.Canceler     = (*Backend)(nil)
 	_ outbox.Inspector    = (*Backend)(nil)
+	_ outbox.Membership   = (*Backend)(nil)
+	_ outbox.Looker       = (*Backend)(nil)
+
+	_ outbox.PartitionInspector = (*Backend)(nil)
 )
 
 // Options configure a [Backend]. The zero value is ready to use.
@@ -31,6 +35,13 @@ type Options struct {
 	// Default (nil): time.Now. Tests inject a fake clock here so nothing
 	// has to sleep.
 	Now func() time.Time
+	// Limits are rules checked at append (a payload size limit, a topic
+	// rule; see [outbox.Limits]): an entry that breaks one is rejected
+	// with an error wrapping [outbox.ErrInvalidEntry] and nothing of the
+	// call is appended. For Kafka, use kafkasink.Limits. Default: the zero
+	// value, which checks nothing (an oversized payload or an illegal
+	// topic then fails at publish and the entry is parked).
+	Limits outbox.Limits
 }
 
 // Backend is an in-memory [outbox.Backend] over [*Tx]. It also implements
@@ -38,7 +49,8 @@ type Options struct {
 // with [New]; it is safe for concurrent use. It is not durable: see the
 // package documentation.
 type Backend struct {
-	now func() time.Time
+	now    func() time.Time
+	limits outbox.Limits // Options.Limits
 
 	mu      sync.Mutex
 	closed  bool
@@ -49,7 +61,8 @@ type Backend struct {
 	sorted  []string         // parked IDs in order; valid only when !dirty
 	dirty   bool
 	subs    map[*subscriber]struct{}
-	done    chan struct{} // closed by Close
+	members map[string]outbox.Member // relay fleet records by owner (Membership)
+	done    chan struct{}            // closed by Close
 }
 
 // partition is the state of one partition: its lease and its entries that
@@ -79,10 +92,12 @@ func New(opts Options) *Backend {
 	}
 	b := &Backend{
 		now:     opts.Now,
+		limits:  opts.Limits,
 		entries: make(map[string]*item),
 		parts:   make([]*partition, opts.Partitions),
 		parked:  make(map[string]*item),
 		subs:    make(map[*subscriber]struct{}),
+		members: make(map[string]outbox.Member),
 		done:    make(chan struct{}),
 	}
 	for i := range b.parts {
@@ -150,9 +165,8 @@ func (b *Backend) Close() error {
 // partition returns partition i or an error wrapping
 // [outbox.ErrInvalidArgument] when i is out of range.
 func (b *Backend) partition(i int) (*partition, error) {
-	if i < 0 || i >= len(b.parts) {
-		return nil, fmt.Errorf("memory: partition %d is out of range; the backend has partitions 0..%d: %w",
-			i, len(b.parts)-1, outbox.ErrInvalidArgument)
+	if err := outbox.CheckPartition(len(b.parts), i); err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
 	}
 	return b.parts[i], nil
 }
@@ -190,16 +204,10 @@ func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string,
 		return outbox.Lease{}, err
 	}
 	defer b.mu.Unlock()
-	p, err := b.partition(partition)
-	if err != nil {
-		return outbox.Lease{}, err
+	if err := outbox.CheckAcquire(len(b.parts), partition, owner, ttl); err != nil {
+		return outbox.Lease{}, fmt.Errorf("memory: AcquireLease: %w", err)
 	}
-	if owner == "" {
-		return outbox.Lease{}, fmt.Errorf("memory: AcquireLease needs a non-empty owner token: %w", outbox.ErrInvalidArgument)
-	}
-	if ttl <= 0 {
-		return outbox.Lease{}, fmt.Errorf("memory: AcquireLease ttl is %v; it must be positive: %w", ttl, outbox.ErrInvalidArgument)
-	}
+	p := b.parts[partition]
 	now := b.clock()
 	if p.live(now) {
 		if p.owner != owner {
@@ -225,8 +233,8 @@ func (b *Backend) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.D
 		return outbox.Lease{}, err
 	}
 	defer b.mu.Unlock()
-	if ttl <= 0 {
-		return outbox.Lease{}, fmt.Errorf("memory: RenewLease ttl is %v; it must be positive: %w", ttl, outbox.ErrInvalidArgument)
+	if err := outbox.CheckRenew(len(b.parts), lease, ttl); err != nil {
+		return outbox.Lease{}, fmt.Errorf("memory: RenewLease: %w", err)
 	}
 	now := b.clock()
 	p, err := b.fence(lease, now)
@@ -283,8 +291,8 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 		return nil, err
 	}
 	defer b.mu.Unlock()
-	if limit <= 0 {
-		return nil, fmt.Errorf("memory: FindPendingBatch limit is %d; it must be positive: %w", limit, outbox.ErrInvalidArgument)
+	if err := outbox.CheckFetch(len(b.parts), lease, limit); err != nil {
+		return nil, fmt.Errorf("memory: FindPendingBatch: %w", err)
 	}
 	now := b.clock()
 	p, err := b.fence(lease, now)
@@ -416,8 +424,8 @@ func (b *Backend) remove(p *partition, it *item) {
 
 // MarkFailed records failed attempts on entries of lease.Partition: each
 // entry's Attempts grows by one and LastError becomes Error (kept in
-// full); then the entry is parked (Park) or pending again, due at RetryAt
-// in its original append order. IDs that are unknown, already sent, parked
+// full); then the entry is parked (Park) or pending again, due Delay after
+// the backend's clock (Options.Now) in its original append order. IDs that are unknown, already sent, parked
 // or of another partition are ignored, so a sent entry never comes back.
 // An empty failures returns nil without checking the lease; otherwise a
 // lease that is not live gives an error wrapping [outbox.ErrLeaseLost] and
@@ -452,7 +460,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		if it.e.Key != "" {
 			addTo(p.failing, it)
 		}
-		it.due = f.RetryAt.Round(0)
+		it.due = b.clock().Add(f.Delay)
 		it.state = stateReady
 		p.ready.push(it)
 	}
@@ -517,36 +525,81 @@ func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 	}
 	defer b.mu.Unlock()
 	now := b.clock()
-	s := outbox.Stats{
-		Pending: int64(len(b.entries) - len(b.parked)),
-		Parked:  int64(len(b.parked)),
+	s := outbox.Stats{Parked: int64(len(b.parked))}
+	for _, p := range b.parts {
+		p.addStats(&s, now)
 	}
-	oldest := func(due time.Time) {
+	return s, nil
+}
+
+// PartitionStats reports the counts (as [Backend.Stats] defines them) and
+// the live lease of every partition at one moment. See
+// [outbox.PartitionInspector].
+func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.mu.Unlock()
+	now := b.clock()
+	out := make([]outbox.PartitionStats, len(b.parts))
+	for i, p := range b.parts {
+		out[i].Partition = i
+		p.addStats(&out[i].Stats, now)
+		if p.live(now) {
+			out[i].Lease = outbox.Lease{Partition: i, Owner: p.owner, Version: p.version, Expires: p.expires}
+		}
+	}
+	for _, it := range b.parked {
+		out[it.e.Partition].Parked++
+	}
+	return out, nil
+}
+
+// addStats adds p's pending entries (not its parked ones) to s.
+func (p *partition) addStats(s *outbox.Stats, now time.Time) {
+	note := func(due time.Time, n int64) {
+		if n == 0 {
+			return
+		}
+		s.Due += n
 		if s.OldestDue.IsZero() || due.Before(s.OldestDue) {
 			s.OldestDue = due
 		}
 	}
-	note := func(it *item) {
-		if !it.due.After(now) {
-			s.Due++
-			oldest(it.due)
-		}
-	}
-	for _, p := range b.parts {
-		if n, first := p.ready.countDue(now); n > 0 {
-			s.Due += n
-			oldest(first)
-		}
-		for _, set := range p.held {
-			for it := range set {
-				note(it)
+	s.Pending += int64(len(p.ready) + len(p.claimed))
+	n, first := p.ready.countDue(now)
+	note(first, n)
+	for _, set := range p.held {
+		s.Pending += int64(len(set))
+		for it := range set {
+			if !it.due.After(now) {
+				note(it.due, 1)
 			}
 		}
-		for it := range p.claimed {
-			note(it)
+	}
+	for it := range p.claimed {
+		if !it.due.After(now) {
+			note(it.due, 1)
 		}
 	}
-	return s, nil
+}
+
+// Lookup returns the pending or parked entry with the given ID. See
+// [outbox.Looker].
+func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
+	if err := b.lock(ctx); err != nil {
+		return outbox.EntryInfo{}, err
+	}
+	defer b.mu.Unlock()
+	it := b.entries[id]
+	if it == nil {
+		return outbox.EntryInfo{}, fmt.Errorf("memory: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", id, outbox.ErrNotFound)
+	}
+	info := outbox.EntryInfo{Entry: it.e.Clone(), Parked: it.state == stateParked}
+	if !info.Parked {
+		info.DueAt = it.due
+	}
+	return info, nil
 }
 
 // Parked lists parked entries ordered by ID, starting after the ID after
@@ -614,19 +667,24 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 
 // subscriber is one Notifications channel.
 type subscriber struct {
-	ch chan struct{}
+	ch chan int
 }
 
-// Notifications returns a channel with a buffer of one that receives a
-// value, without blocking, after each commit that added at least one new
-// entry. It is closed when ctx is done or the backend is closed. Any
-// number of subscribers may exist at once.
-func (b *Backend) Notifications(ctx context.Context) (<-chan struct{}, error) {
+// notifyBuffer is the buffer of each Notifications channel.
+const notifyBuffer = 256
+
+// Notifications returns a channel that receives, without blocking, the
+// partitions of each commit that added at least one new entry: one value
+// per partition appended to. Its buffer holds 256 values; when it is full,
+// further values are dropped (the relay's polling finds those entries).
+// It is closed when ctx is done or the backend is closed. Any number of
+// subscribers may exist at once.
+func (b *Backend) Notifications(ctx context.Context) (<-chan int, error) {
 	if err := b.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer b.mu.Unlock()
-	s := &subscriber{ch: make(chan struct{}, 1)}
+	s := &subscriber{ch: make(chan int, notifyBuffer)}
 	b.subs[s] = struct{}{}
 	go func() {
 		select {
@@ -644,12 +702,53 @@ func (b *Backend) Notifications(ctx context.Context) (<-chan struct{}, error) {
 	return s.ch, nil
 }
 
-// notify signals every subscriber without blocking. b.mu must be held.
-func (b *Backend) notify() {
+// notify sends partitions to every subscriber without blocking. b.mu must
+// be held.
+func (b *Backend) notify(partitions []int) {
 	for s := range b.subs {
-		select {
-		case s.ch <- struct{}{}:
-		default:
+		for _, p := range partitions {
+			select {
+			case s.ch <- p:
+			default:
+			}
 		}
 	}
+}
+
+// Heartbeat records m as a live relay until ttl after the backend's clock,
+// drops expired records and returns the live ones sorted by owner. See
+// [outbox.Membership].
+func (b *Backend) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Duration) ([]outbox.Member, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.mu.Unlock()
+	if err := outbox.CheckMember(len(b.parts), m, ttl); err != nil {
+		return nil, fmt.Errorf("memory: Heartbeat: %w", err)
+	}
+	now := b.clock()
+	m.Partitions = slices.Clone(m.Partitions)
+	m.Expires = now.Add(ttl)
+	b.members[m.Owner] = m
+	out := make([]outbox.Member, 0, len(b.members))
+	for owner, rec := range b.members {
+		if !now.Before(rec.Expires) {
+			delete(b.members, owner)
+			continue
+		}
+		rec.Partitions = slices.Clone(rec.Partitions)
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, func(x, y outbox.Member) int { return strings.Compare(x.Owner, y.Owner) })
+	return out, nil
+}
+
+// Leave deletes the record of owner. See [outbox.Membership].
+func (b *Backend) Leave(ctx context.Context, owner string) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	delete(b.members, owner)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -239,7 +240,7 @@ func TestAppendIsIdempotentByID(t *testing.T) {
 		}},
 		{"Retrying", func(t *testing.T, b *memory.Backend, l outbox.Lease) {
 			require.Len(t, fetch(t, b, l, 10), 1)
-			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", Error: "boom", RetryAt: time.Unix(0, 0)}}))
+			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", Error: "boom", Delay: -time.Duration(1 << 62)}}))
 		}},
 	}
 	for _, tc := range tests {
@@ -657,7 +658,7 @@ func TestClaims(t *testing.T) {
 		appendAll(t, b, e("a", "k"), e("b", "k"), e("c", ""))
 		l := acquire(t, b, 0, "o")
 		batch := fetch(t, b, l, 2)
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "e1", RetryAt: c.Now()}}))
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "e1", Delay: 0}}))
 		assert.Equal(t, []string{"a", "b"}, idsOf(batch))
 		assert.Equal(t, []string{"a", "c"}, idsOf(fetch(t, b, l, 10)), "b is held back behind a")
 
@@ -691,11 +692,11 @@ func TestClaims(t *testing.T) {
 
 	t.Run("ReleaseReturnsEntriesUnchanged", func(t *testing.T) {
 		t.Parallel()
-		b, c := newBackend(t, 1)
+		b, _ := newBackend(t, 1)
 		appendAll(t, b, e("a", ""), e("b", ""), e("c", ""))
 		l := acquire(t, b, 0, "o")
 		require.Len(t, fetch(t, b, l, 1), 1)
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "boom", RetryAt: c.Now()}}))
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "boom", Delay: 0}}))
 		batch := fetch(t, b, l, 2)
 		require.Equal(t, []string{"a", "b"}, idsOf(batch))
 		require.NoError(t, b.Release(ctx, l, []string{"a", "b", "unknown", "c"}))
@@ -717,7 +718,7 @@ func TestHoldBack(t *testing.T) {
 		appendAll(t, b, e("a1", "a"), e("a2", "a"), e("b1", "b"), e("a3", "a"), e("u1", ""))
 		l := acquire(t, b, 0, "o")
 		require.Equal(t, []string{"a1"}, idsOf(fetch(t, b, l, 1)))
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a1", Error: "boom", RetryAt: c.Now().Add(time.Minute)}}))
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a1", Error: "boom", Delay: time.Minute}}))
 		return b, c, l
 	}
 
@@ -783,19 +784,19 @@ func TestHoldBack(t *testing.T) {
 			e("late", "a"))
 		l := acquire(t, b, 0, "o")
 		require.Equal(t, []string{"late"}, idsOf(fetch(t, b, l, 10)))
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "late", RetryAt: c.Now().Add(time.Hour)}}))
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "late", Delay: time.Hour}}))
 		c.Advance(time.Minute)
 		assert.Equal(t, []string{"early"}, idsOf(fetch(t, b, l, 10)), "only later entries are held back")
 	})
 
 	t.Run("TwoFailingEntriesOfOneKey", func(t *testing.T) {
 		t.Parallel()
-		b, c := newBackend(t, 1)
+		b, _ := newBackend(t, 1)
 		appendAll(t, b, e("a1", "a"), e("a2", "a"), e("a3", "a"))
 		l := acquire(t, b, 0, "o")
 		require.Len(t, fetch(t, b, l, 2), 2)
 		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{
-			{ID: "a1", RetryAt: c.Now()}, {ID: "a2", RetryAt: c.Now()},
+			{ID: "a1", Delay: 0}, {ID: "a2", Delay: 0},
 		}))
 		assert.Equal(t, []string{"a1"}, idsOf(fetch(t, b, l, 10)))
 		require.NoError(t, b.MarkSent(ctx, l, []string{"a1"}))
@@ -869,8 +870,8 @@ func TestMarkFailed(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			batch := fetch(t, b, l, 1)
 			require.Len(t, batch, 1)
-			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: fmt.Sprint("err", i), RetryAt: c.Now().Add(time.Second)}}))
-			assert.Empty(t, fetch(t, b, l, 1), "not due before RetryAt")
+			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: fmt.Sprint("err", i), Delay: time.Second}}))
+			assert.Empty(t, fetch(t, b, l, 1), "not due before its retry delay passed")
 			c.Advance(time.Second)
 		}
 		batch := fetch(t, b, l, 1)
@@ -885,7 +886,7 @@ func TestMarkFailed(t *testing.T) {
 		appendAll(t, b, e("a", ""))
 		l := acquire(t, b, 0, "o")
 		require.Len(t, fetch(t, b, l, 1), 1)
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "poison", Park: true, RetryAt: c.Now()}}))
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "poison", Park: true, Delay: 0}}))
 		c.Advance(time.Hour)
 		assert.Empty(t, fetch(t, b, l, 10))
 		s := stats(t, b)
@@ -897,7 +898,7 @@ func TestMarkFailed(t *testing.T) {
 		assert.Equal(t, "poison", parked[0].LastError)
 
 		// A later failure report for a parked entry is ignored.
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "late", RetryAt: c.Now()}}))
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "late", Delay: 0}}))
 		assert.Empty(t, fetch(t, b, l, 10))
 		parked, err = b.Parked(ctx, "", 10)
 		require.NoError(t, err)
@@ -906,12 +907,12 @@ func TestMarkFailed(t *testing.T) {
 
 	t.Run("NeverResurrectsASentEntry", func(t *testing.T) {
 		t.Parallel()
-		b, c := newBackend(t, 1)
+		b, _ := newBackend(t, 1)
 		appendAll(t, b, e("a", ""))
 		l := acquire(t, b, 0, "o")
 		require.Len(t, fetch(t, b, l, 1), 1)
 		require.NoError(t, b.MarkSent(ctx, l, []string{"a"}))
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", RetryAt: c.Now()}, {ID: "b", Park: true}}))
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Delay: 0}, {ID: "b", Park: true}}))
 		assert.Equal(t, outbox.Stats{}, stats(t, b))
 	})
 
@@ -947,7 +948,7 @@ func TestCancel(t *testing.T) {
 		}, nil},
 		{"Retrying", func(t *testing.T, b *memory.Backend, c *fakeClock, l outbox.Lease) {
 			require.Len(t, fetch(t, b, l, 1), 1)
-			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", RetryAt: c.Now().Add(time.Hour)}}))
+			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", Delay: time.Hour}}))
 			require.Empty(t, fetch(t, b, l, 10), "y is held back behind x")
 		}, nil},
 		{"Sent", func(t *testing.T, b *memory.Backend, c *fakeClock, l outbox.Lease) {
@@ -974,7 +975,7 @@ func TestCancel(t *testing.T) {
 			assert.ErrorIs(t, b.Cancel(ctx, "x"), outbox.ErrNotFound)
 			// x is gone for good: a late outcome is ignored, and the next
 			// holder sees only y.
-			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", RetryAt: c.Now()}}))
+			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", Delay: 0}}))
 			c.Advance(2 * time.Hour)
 			assert.Equal(t, []string{"y"}, idsOf(fetch(t, b, acquire(t, b, 0, "next"), 10)))
 			assert.Equal(t, int64(0), stats(t, b).Parked)
@@ -1015,7 +1016,7 @@ func TestStats(t *testing.T) {
 	// Claimed, held back, retrying and parked entries.
 	l0 := acquire(t, b, 0, "o")
 	require.Equal(t, []string{"d1"}, idsOf(fetch(t, b, l0, 1)))
-	require.NoError(t, b.MarkFailed(ctx, l0, []outbox.Failure{{ID: "d1", RetryAt: t0.Add(10 * time.Minute)}}))
+	require.NoError(t, b.MarkFailed(ctx, l0, []outbox.Failure{{ID: "d1", Delay: t0.Add(10 * time.Minute).Sub(c.Now())}}))
 	require.Empty(t, fetch(t, b, l0, 10)) // d3 is held back
 	l1 := acquire(t, b, 1, "o")
 	require.Equal(t, []string{"d2", "d4"}, idsOf(fetch(t, b, l1, 10))) // claimed
@@ -1128,12 +1129,12 @@ func TestRequeueOrdersAsIfAppendedNow(t *testing.T) {
 func TestNotifications(t *testing.T) {
 	t.Parallel()
 
-	received := func(ch <-chan struct{}) bool {
+	received := func(ch <-chan int) (int, bool) {
 		select {
-		case _, ok := <-ch:
-			return ok
+		case p, ok := <-ch:
+			return p, ok
 		default:
-			return false
+			return 0, false
 		}
 	}
 
@@ -1148,17 +1149,61 @@ func TestNotifications(t *testing.T) {
 
 		tx := b.Begin()
 		require.NoError(t, b.AppendInTx(ctx, tx, e("a", "")))
-		assert.False(t, received(ch1), "nothing before commit")
+		_, got := received(ch1)
+		assert.False(t, got, "nothing before commit")
 		require.NoError(t, tx.Commit())
-		assert.True(t, received(ch1))
-		assert.True(t, received(ch2), "every subscriber is signalled")
+		_, got = received(ch1)
+		assert.True(t, got)
+		_, got = received(ch2)
+		assert.True(t, got, "every subscriber is signalled")
+	})
 
-		for range 5 { // a slow receiver misses signals, the backend never blocks
-			appendAll(t, b, e("", ""))
+	t.Run("CarriesThePartitions", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b, _ := newBackend(t, 8)
+		ch, err := b.Notifications(ctx)
+		require.NoError(t, err)
+		keys := []string{"a", "b", "c", "a"}
+		var want []int
+		for _, k := range keys {
+			if p := outbox.PartitionOf(k, 8); !slices.Contains(want, p) {
+				want = append(want, p)
+			}
 		}
-		assert.True(t, received(ch1))
-		assert.False(t, received(ch1), "coalesced into the buffer of one")
-		assert.True(t, received(ch2))
+		tx := b.Begin()
+		for i, k := range keys {
+			require.NoError(t, b.AppendInTx(ctx, tx, e(fmt.Sprint("e", i), k)))
+		}
+		require.NoError(t, tx.Commit())
+		var got []int
+		for {
+			p, ok := received(ch)
+			if !ok {
+				break
+			}
+			got = append(got, p)
+		}
+		assert.Equal(t, want, got, "one value per partition appended to, in first-append order")
+	})
+
+	t.Run("SlowReceiverMissesValuesPastTheBuffer", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b, _ := newBackend(t, 1)
+		ch, err := b.Notifications(ctx)
+		require.NoError(t, err)
+		for i := range 300 { // the backend never blocks
+			appendAll(t, b, e(fmt.Sprint("e", i), ""))
+		}
+		n := 0
+		for {
+			if _, ok := received(ch); !ok {
+				break
+			}
+			n++
+		}
+		assert.Equal(t, 256, n, "the buffer holds 256 values")
 	})
 
 	t.Run("NoSignalWithoutNewEntries", func(t *testing.T) {
@@ -1173,7 +1218,8 @@ func TestNotifications(t *testing.T) {
 		require.NoError(t, b.AppendInTx(ctx, tx, e("b", "")))
 		require.NoError(t, tx.Rollback())
 		require.NoError(t, b.Begin().Commit())
-		assert.False(t, received(ch))
+		_, got := received(ch)
+		assert.False(t, got)
 	})
 
 	t.Run("ClosedWhenContextIsDone", func(t *testing.T) {
@@ -1454,7 +1500,7 @@ func BenchmarkFindPendingBatchBehindFailingKey(b *testing.B) {
 	if err != nil || len(first) != 1 || first[0].Key != "hot" {
 		b.Fatalf("first fetch: %v, %v", first, err)
 	}
-	err = be.MarkFailed(ctx, l, []outbox.Failure{{ID: first[0].ID, RetryAt: time.Now().Add(time.Hour)}})
+	err = be.MarkFailed(ctx, l, []outbox.Failure{{ID: first[0].ID, Delay: time.Hour}})
 	if err != nil {
 		b.Fatal(err)
 	}

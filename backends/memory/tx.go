@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/outboxrelay/outbox"
@@ -60,7 +61,7 @@ func (b *Backend) AppendInTx(ctx context.Context, tx *Tx, entries ...outbox.Entr
 	if tx.b != b {
 		return fmt.Errorf("memory: AppendInTx got a transaction of another Backend; begin it with this Backend's Begin: %w", outbox.ErrInvalidArgument)
 	}
-	prepared, err := outbox.PrepareEntries(ctx, entries, len(b.parts))
+	prepared, err := outbox.PrepareEntriesWith(ctx, entries, len(b.parts), b.limits)
 	if err != nil {
 		return err
 	}
@@ -114,7 +115,7 @@ func (tx *Tx) Commit() error {
 		return errClosed
 	}
 	now := b.clock()
-	added := false
+	var added []int // partitions appended to, in first-append order
 	for _, e := range entries {
 		if _, ok := b.entries[e.ID]; ok {
 			continue
@@ -128,11 +129,11 @@ func (tx *Tx) Commit() error {
 		it := &item{e: e, seq: b.seq, due: due, state: stateReady}
 		b.entries[e.ID] = it
 		b.parts[e.Partition].ready.push(it)
-		added = true
+		if !slices.Contains(added, e.Partition) {
+			added = append(added, e.Partition)
+		}
 	}
-	if added {
-		b.notify()
-	}
+	b.notify(added)
 	return nil
 }
 

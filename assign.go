@@ -1,0 +1,318 @@
+package outbox
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// coordinator decides which partitions the relay holds. It runs once per
+// relay (not per partition), so the lease traffic of a fleet grows with
+// the number of relays, not with relays × partitions.
+//
+// With [Membership] (and no explicit RelayOptions.Partitions), every
+// AcquireInterval it records a heartbeat listing the partitions the relay
+// holds and reads the live members back; every relay computes the same
+// shares from that list ([shares]) and moves toward its own: it asks its
+// workers to acquire partitions no live member reports holding, or hands
+// its surplus over (a worker gives its partition up after its batch in
+// flight). Without Membership it asks every worker that holds nothing to
+// acquire, every AcquireInterval, as relays always did.
+type coordinator struct {
+	r *Relay
+	// members is the store's Membership, nil when the relay does not
+	// balance.
+	members Membership
+	// kick (buffer of one) asks for a pass before the next interval: a
+	// lease was gained, given up or lost, or a slot was freed.
+	kick chan struct{}
+	// heldElsewhere is set when an acquire found the partition leased by
+	// someone else; with Membership that means a partition no live member
+	// reports, whose lease has not expired yet, so the next pass comes
+	// sooner.
+	heldElsewhere atomic.Bool
+
+	target, seen atomic.Int64 // for RelayStats
+	overCap      bool         // the last pass set a target above MaxPartitions
+}
+
+func (c *coordinator) init(r *Relay, explicit bool) {
+	c.r = r
+	c.kick = make(chan struct{}, 1)
+	m, ok := r.store.(Membership)
+	switch {
+	case explicit:
+		r.log.Info("outbox relay: RelayOptions.Partitions is set, so this relay does not share partitions with others: it takes every listed partition it can lease")
+	case !ok:
+		msg := "outbox relay: the store does not implement outbox.Membership, so relays cannot balance partitions: each takes every partition it can lease"
+		if r.opts.MaxPartitions > 0 {
+			r.log.Warn(msg+"; with MaxPartitions, partitions can stay unowned when relays leave unless the remaining relays have free slots", "max_partitions", r.opts.MaxPartitions)
+		} else {
+			r.log.Info(msg)
+		}
+	default:
+		c.members = m
+	}
+	n := len(r.served)
+	if c.members == nil && r.opts.MaxPartitions > 0 {
+		n = min(n, r.opts.MaxPartitions)
+	}
+	c.target.Store(int64(n))
+}
+
+// poke asks for a pass soon. It never blocks.
+func (c *coordinator) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// attempted records the outcome of a failed acquire.
+func (c *coordinator) attempted(heldElsewhere bool) {
+	if heldElsewhere {
+		c.heldElsewhere.Store(true)
+	}
+	c.poke()
+}
+
+func (c *coordinator) run(ctx, hardCtx context.Context) {
+	interval := c.r.opts.AcquireInterval
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		byTimer := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			byTimer = true
+		case <-c.kick:
+		}
+		if c.members == nil {
+			c.pass(byTimer)
+			if byTimer {
+				timer.Reset(interval)
+			}
+			continue
+		}
+		if byTimer {
+			c.heldElsewhere.Store(false)
+			for _, w := range c.r.served {
+				w.tried.Store(false)
+			}
+		}
+		ok, expiry := c.balance(hardCtx)
+		// Every pass is a heartbeat, so the next one is due an interval
+		// later; sooner after a failure, when an orphaned partition's lease
+		// is about to expire, or just after another relay's record expires
+		// (a relay that died: its partitions are taken at once, not up to
+		// an interval later).
+		next := interval
+		if !ok || c.heldElsewhere.Load() {
+			next = max(interval/4, 10*time.Millisecond)
+		}
+		if expiry > 0 {
+			next = min(next, expiry+10*time.Millisecond)
+		}
+		timer.Reset(next)
+	}
+}
+
+// pass asks every worker that holds nothing to acquire (no Membership).
+// After a kick only workers that found no free slot are asked, so a worker
+// asks the store at most once per AcquireInterval.
+func (c *coordinator) pass(byTimer bool) {
+	for _, w := range c.r.served {
+		if w.holding.Load() || w.want.Load() || (!byTimer && !w.starved.Load()) {
+			continue
+		}
+		w.want.Store(true)
+		signal(w.try)
+	}
+}
+
+// balance records the heartbeat and moves the relay's holdings toward its
+// share. It reports whether the heartbeat succeeded and how long until the
+// first other member's record expires (0 if none). A partition is
+// asked for at most once per AcquireInterval (between timer passes), so a
+// failed acquire that triggers the next pass does not ask again at once.
+func (c *coordinator) balance(ctx context.Context) (ok bool, expiry time.Duration) {
+	r := c.r
+	me := Member{Owner: r.opts.Owner, MaxPartitions: r.opts.MaxPartitions}
+	for _, w := range r.served {
+		if w.holding.Load() {
+			me.Partitions = append(me.Partitions, w.partition)
+		}
+	}
+	members, err := c.members.Heartbeat(ctx, me, r.opts.LeaseTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("outbox relay: recording the relay's heartbeat failed; keeping the partitions it holds", "err", err)
+		}
+		return false, 0
+	}
+	idx := slices.IndexFunc(members, func(m Member) bool { return m.Owner == me.Owner })
+	if idx < 0 { // a store that lost the record as it wrote it: count us anyway
+		members = append(members, me)
+		slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Owner, b.Owner) })
+		idx = slices.IndexFunc(members, func(m Member) bool { return m.Owner == me.Owner })
+	}
+	// The store's now is our record's expiry less the TTL: other records'
+	// expiries are judged against it, never against the relay's clock.
+	storeNow := members[idx].Expires.Add(-r.opts.LeaseTTL)
+	for i, m := range members {
+		if i != idx && !members[idx].Expires.IsZero() {
+			if d := m.Expires.Sub(storeNow); d > 0 && (expiry == 0 || d < expiry) {
+				expiry = d
+			}
+		}
+	}
+	target := shares(members, len(r.served))[idx]
+	c.target.Store(int64(target))
+	c.seen.Store(int64(len(members)))
+	if cap := r.opts.MaxPartitions; cap > 0 && target > cap {
+		if !c.overCap {
+			r.log.Warn("outbox relay: holding more partitions than MaxPartitions: the live relays' caps do not cover every partition, and no partition is left without a holder",
+				"target", target, "max_partitions", cap, "relays", len(members), "partitions", len(r.served))
+		}
+		c.overCap = true
+	} else {
+		c.overCap = false
+	}
+
+	order := preference(r.served, idx, len(members))
+	var held, joining []*worker // held and still wanted; being acquired
+	for _, w := range order {
+		switch {
+		case w.holding.Load() && w.want.Load():
+			held = append(held, w)
+		case !w.holding.Load() && w.want.Load():
+			joining = append(joining, w)
+		}
+	}
+	if surplus := len(held) - target; surplus > 0 {
+		// Hand over the least preferred first; each worker lets go after
+		// its batch in flight.
+		for _, w := range held[len(held)-surplus:] {
+			w.want.Store(false)
+			w.wakeUp()
+		}
+		return true, expiry
+	}
+	need := target - len(held) - len(joining)
+	if need <= 0 {
+		return true, expiry
+	}
+	taken := make(map[int]bool)
+	for i, m := range members {
+		if i == idx {
+			continue
+		}
+		for _, p := range m.Partitions {
+			taken[p] = true
+		}
+	}
+	for _, w := range order {
+		if need == 0 {
+			break
+		}
+		if w.holding.Load() || w.want.Load() || w.tried.Load() || taken[w.partition] {
+			continue
+		}
+		w.tried.Store(true)
+		w.want.Store(true)
+		signal(w.try)
+		need--
+	}
+	return true, expiry
+}
+
+// leave deletes the relay's heartbeat record after its workers stopped.
+func (c *coordinator) leave(ctx context.Context) {
+	if c.members == nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCallTimeout)
+	defer cancel()
+	if err := c.members.Leave(lctx, c.r.opts.Owner); err != nil {
+		c.r.log.Warn("outbox relay: deleting the relay's heartbeat record failed; it expires after LeaseTTL", "err", err)
+	}
+}
+
+// shares computes how many of n partitions each member (sorted by owner)
+// should hold: an even split, the first members in owner order taking one
+// more when n does not divide evenly, lowered to each member's
+// MaxPartitions with what that frees spread over the members with room.
+// What the caps cannot cover is spread over all members: no partition is
+// left without a holder while any relay is alive. Every relay computes the
+// same result from the same member list.
+func shares(members []Member, n int) []int {
+	out := make([]int, len(members))
+	if len(members) == 0 {
+		return out
+	}
+	active := make([]int, len(members))
+	for i := range active {
+		active[i] = i
+	}
+	left := n
+	for left > 0 && len(active) > 0 {
+		base, extra := left/len(active), left%len(active)
+		next := active[:0:0]
+		given := 0
+		for j, i := range active {
+			want := base
+			if j < extra {
+				want++
+			}
+			if c := members[i].MaxPartitions; c > 0 {
+				want = min(want, c-out[i])
+			}
+			out[i] += want
+			given += want
+			if c := members[i].MaxPartitions; c == 0 || out[i] < c {
+				next = append(next, i)
+			}
+		}
+		left -= given
+		active = next
+		if given == 0 {
+			break
+		}
+	}
+	if left > 0 { // the caps do not cover every partition
+		base, extra := left/len(members), left%len(members)
+		for i := range out {
+			out[i] += base
+			if i < extra {
+				out[i]++
+			}
+		}
+	}
+	return out
+}
+
+// preference orders the served partitions for the member at idx of k: its
+// "natural" slice first (the idx-th of k equal slices), then the others,
+// starting after that slice. Relays starting together so try different
+// partitions first, and hand over the partitions outside their slice
+// first.
+func preference(served []*worker, idx, k int) []*worker {
+	n := len(served)
+	lo, hi := idx*n/k, (idx+1)*n/k
+	out := make([]*worker, 0, n)
+	out = append(out, served[lo:hi]...)
+	out = append(out, served[hi:]...)
+	return append(out, served[:lo]...)
+}
+
+// signal sends on a channel with a buffer of one without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,186 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backends/memory"
+)
+
+// TestRelayRenewsWhilePublishing: a broker slower than three lease TTLs
+// does not cost the lease, because renewal does not wait for the round.
+func TestRelayRenewsWhilePublishing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.Options{})
+		appendAll(t, b, outbox.Entry{ID: "slow", Topic: "t", Key: "k"})
+		sink := outbox.SinkFunc(func(ctx context.Context, e outbox.Entry) error {
+			select {
+			case <-time.After(10 * time.Second):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		r := startRelay(t, b, sink, outbox.RelayOptions{LeaseTTL: 3 * time.Second, RenewMargin: time.Second})
+		waitFor(t, time.Minute, "the slow entry published and marked", func() bool { return r.Stats().Published == 1 })
+		if st := r.Stats(); st.LeaseLosses != 0 {
+			t.Fatalf("%d leases lost during a slow publish; the relay must renew while the round is in flight", st.LeaseLosses)
+		}
+	})
+}
+
+// boundedSink is a sink whose messages can land up to bound after Publish
+// was cancelled; it records when its context was cancelled.
+type boundedSink struct {
+	bound     time.Duration
+	onPublish func()
+	cancelled atomic.Int64 // unix ns
+}
+
+func (s *boundedSink) LandingBound() time.Duration { return s.bound }
+
+func (s *boundedSink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
+	if s.onPublish != nil {
+		s.onPublish()
+	}
+	<-ctx.Done()
+	s.cancelled.Store(time.Now().UnixNano())
+	errs := make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = ctx.Err()
+	}
+	return errs
+}
+
+// TestRelayStopsTrustingTheLeaseByTheSinksLandingBound: when the lease
+// cannot be renewed, the publish is cancelled the sink's landing bound
+// before the lease's local deadline, so whatever the sink sent lands before
+// the lease can pass to another relay.
+func TestRelayStopsTrustingTheLeaseByTheSinksLandingBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.Options{})
+		appendAll(t, b, outbox.Entry{ID: "e", Topic: "t", Key: "k"})
+		store := &renewFails{Store: b}
+		sink := &boundedSink{bound: 2 * time.Second, onPublish: func() { store.failRenew.Store(true) }}
+		start := time.Now()
+		startRelay(t, store, sink, outbox.RelayOptions{LeaseTTL: 5 * time.Second, RenewMargin: time.Second})
+		waitFor(t, time.Minute, "the publish cancelled", func() bool { return sink.cancelled.Load() != 0 })
+		at := time.Unix(0, sink.cancelled.Load()).Sub(start)
+		if at > 3*time.Second {
+			t.Fatalf("the publish was cancelled %v after the lease was asked for; with a 5s TTL and a 2s landing bound it must be cut by 3s", at)
+		}
+	})
+}
+
+func TestNewRelayRejectsALeaseShorterThanTheLandingBound(t *testing.T) {
+	b := memory.New(memory.Options{})
+	_, err := outbox.NewRelay(b, &boundedSink{bound: 30 * time.Second}, outbox.RelayOptions{LeaseTTL: 30 * time.Second, Logger: quiet})
+	if err == nil || !strings.Contains(err.Error(), "landing bound") {
+		t.Fatalf("NewRelay with a 30s TTL and a 30s landing bound: err = %v, want one naming the landing bound", err)
+	}
+}
+
+// countingStore counts the store calls that start after stopped is set.
+type countingStore struct {
+	*memory.Backend
+	stopped atomic.Bool
+	late    atomic.Int64
+}
+
+func (s *countingStore) note() {
+	if s.stopped.Load() {
+		s.late.Add(1)
+	}
+}
+
+func (s *countingStore) FindPendingBatch(ctx context.Context, l outbox.Lease, n int) ([]outbox.Entry, error) {
+	s.note()
+	return s.Backend.FindPendingBatch(ctx, l, n)
+}
+
+func (s *countingStore) MarkSent(ctx context.Context, l outbox.Lease, ids []string) error {
+	s.note()
+	return s.Backend.MarkSent(ctx, l, ids)
+}
+
+func (s *countingStore) MarkFailed(ctx context.Context, l outbox.Lease, f []outbox.Failure) error {
+	s.note()
+	return s.Backend.MarkFailed(ctx, l, f)
+}
+
+func (s *countingStore) Release(ctx context.Context, l outbox.Lease, ids []string) error {
+	s.note()
+	return s.Backend.Release(ctx, l, ids)
+}
+
+func (s *countingStore) RenewLease(ctx context.Context, l outbox.Lease, ttl time.Duration) (outbox.Lease, error) {
+	s.note()
+	return s.Backend.RenewLease(ctx, l, ttl)
+}
+
+func (s *countingStore) ReleaseLease(ctx context.Context, l outbox.Lease) error {
+	s.note()
+	return s.Backend.ReleaseLease(ctx, l)
+}
+
+func (s *countingStore) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Duration) ([]outbox.Member, error) {
+	s.note()
+	return s.Backend.Heartbeat(ctx, m, ttl)
+}
+
+func (s *countingStore) Leave(ctx context.Context, owner string) error {
+	s.note()
+	return s.Backend.Leave(ctx, owner)
+}
+
+// TestRelayStopIsBoundedWithABlockingSink: a sink that ignores its context
+// and never returns. Stop with a deadline returns the deadline's error
+// within the documented bound (about 2 s after it), after every worker
+// exited: no store call starts after Stop returned.
+func TestRelayStopIsBoundedWithABlockingSink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &countingStore{Backend: memory.New(memory.Options{Partitions: 4})}
+		for i := range 8 {
+			appendAll(t, b.Backend, outbox.Entry{ID: "e" + string(rune('a'+i)), Topic: "t", Key: string(rune('a' + i))})
+		}
+		release := make(chan struct{})
+		publishing := make(chan struct{}, 8)
+		sink := outbox.SinkFunc(func(ctx context.Context, e outbox.Entry) error {
+			publishing <- struct{}{}
+			<-release // ignores ctx
+			return nil
+		})
+		r, err := outbox.NewRelay(b, sink, outbox.RelayOptions{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-publishing
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err = r.Stop(ctx)
+		took := time.Since(start)
+		b.stopped.Store(true)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop = %v, want the deadline's error", err)
+		}
+		if took > 100*time.Millisecond+2*time.Second {
+			t.Fatalf("Stop took %v with a 100ms deadline; the documented bound is about 2s after it", took)
+		}
+		close(release) // the abandoned publishes return now
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := b.late.Load(); n != 0 {
+			t.Fatalf("%d store calls started after Stop returned", n)
+		}
+	})
+}
