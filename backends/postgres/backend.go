@@ -5,6 +5,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +27,10 @@ var (
 	_ outbox.Notifier        = (*Backend)(nil)
 	_ outbox.Canceler        = (*Backend)(nil)
 	_ outbox.Inspector       = (*Backend)(nil)
+	_ outbox.Membership      = (*Backend)(nil)
+
+	_ outbox.PartitionInspector = (*Backend)(nil)
+	_ outbox.Looker             = (*Backend)(nil)
 )
 
 //go:embed queries/*.sql
@@ -33,8 +40,9 @@ var queryFS embed.FS
 const maxErrorLen = 4096
 
 // Backend is the PostgreSQL outbox backend: an [outbox.Backend] over a
-// pgx pool, also an [outbox.Notifier], [outbox.Canceler] and
-// [outbox.Inspector]. Make one with [New]. It is safe for concurrent use.
+// pgx pool, also an [outbox.Notifier], [outbox.Canceler],
+// [outbox.Inspector], [outbox.PartitionInspector], [outbox.Looker] and
+// [outbox.Membership]. Make one with [New]. It is safe for concurrent use.
 type Backend struct {
 	pool  *pgxpool.Pool
 	opts  Options
@@ -45,7 +53,9 @@ type Backend struct {
 	qAcquire, qRenew, qReleaseLease         string
 	qFind, qMarkSent, qMarkFailed, qRelease string
 	qCancel, qStats, qParked, qRequeue      string
+	qPartitionStats, qLookup                string
 	qPurge, qNotifyCommitted                string
+	qHeartbeat, qLeave                      string
 
 	// lastNotify is when (unix ns) an append was last let notify in its
 	// transaction (Options.NotifyInterval).
@@ -60,17 +70,22 @@ type Backend struct {
 }
 
 // New returns a Backend storing entries in the tables [Migrate] creates
-// (Options.Schema and Options.Table). It does not touch the database: a
-// missing table is reported by the first call, with an error that says to
-// run Migrate. The pool stays the caller's: Close never closes it.
-func New(pool *pgxpool.Pool, opts Options) (*Backend, error) {
-	return newBackend(pool, opts, "")
+// (Options.Schema and Options.Table). It reads the partition count stored
+// with the outbox (one query): Options.Partitions 0 takes it, any other
+// value must equal it, else New fails with an
+// [*outbox.PartitionMismatchError] (whose Outbox is the quoted
+// schema.table). When the outbox does not exist in Options.Schema, or was
+// created before migration 004 and has no stored count, the error says so
+// and how to create or update it. The pool stays the caller's: Close never
+// closes it.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error) {
+	return newBackend(ctx, pool, opts, "")
 }
 
 // newBackend is New with the row-locking clause of the claim query, which
 // the benchmarks vary (see docs/postgres.md: the chosen design locks no
 // rows).
-func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, error) {
+func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, error) {
 	if pool == nil {
 		return nil, errors.New("pgoutbox: New: pool is nil; pass a *pgxpool.Pool from pgxpool.New")
 	}
@@ -78,7 +93,16 @@ func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, er
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{pool: pool, opts: opts, names: newNames(opts.Schema, opts.Table)}
+	n := newNames(opts.Schema, opts.Table)
+	stored, err := readPartitions(ctx, pool, opts, n)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Partitions != 0 && opts.Partitions != stored {
+		return nil, fmt.Errorf("pgoutbox: New: %w", &outbox.PartitionMismatchError{Outbox: n.outbox, Configured: opts.Partitions, Stored: stored})
+	}
+	opts.Partitions = stored
+	b := &Backend{pool: pool, opts: opts, names: n}
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
 	archiveInsert := ""
 	if opts.Archive {
@@ -100,11 +124,7 @@ func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, er
 	}
 	r := strings.NewReplacer("{archive_insert}", archiveInsert, "{lock_rows}", lockRows)
 	load := func(name string) string {
-		s, err := queryFS.ReadFile("queries/" + name + ".sql")
-		if err != nil {
-			panic("pgoutbox: embedded query missing: " + name)
-		}
-		return b.render(r.Replace(string(s)))
+		return b.render(r.Replace(loadQuery(name)))
 	}
 	for tail, sql := range appendTails {
 		tr := strings.NewReplacer("{append_tail}", sql)
@@ -124,16 +144,59 @@ func newBackend(pool *pgxpool.Pool, opts Options, lockRows string) (*Backend, er
 	b.qStats = load("stats")
 	b.qParked = load("parked")
 	b.qRequeue = load("requeue")
+	b.qPartitionStats = load("partition_stats")
+	b.qLookup = load("lookup")
 	b.qPurge = load("purge_archive")
+	b.qHeartbeat = load("heartbeat")
+	b.qLeave = load("leave")
 	return b, nil
+}
+
+// loadQuery returns an embedded query, unrendered.
+func loadQuery(name string) string {
+	s, err := queryFS.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic("pgoutbox: embedded query missing: " + name)
+	}
+	return string(s)
+}
+
+// readPartitions reads the partition count stored with the outbox
+// (queries/partitions.sql, one query). When that fails because a table is
+// missing, a second query tells a missing outbox from one created before
+// migration 004, for the error message.
+func readPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options, n names) (int, error) {
+	var count int
+	err := pool.QueryRow(ctx, strings.ReplaceAll(loadQuery("partitions"), "{meta}", n.meta)).Scan(&count)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return count, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("pgoutbox: New: the outbox %s has no stored partition count (%s is empty): run pgoutbox.Migrate(ctx, pool, opts) with Options.Partitions set to the count its appenders and relays use",
+			n.outbox, n.meta)
+	case errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05"):
+		return 0, preparedStatementError("New", err)
+	case !errors.As(err, &pgErr) || (pgErr.Code != "42P01" && pgErr.Code != "3F000"): // undefined_table, invalid_schema_name
+		return 0, fmt.Errorf("pgoutbox: New: reading the partition count of %s: %w", n.outbox, err)
+	}
+	var exists bool
+	if err2 := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", n.outbox).Scan(&exists); err2 == nil && exists {
+		return 0, fmt.Errorf("pgoutbox: New: the outbox %s was created before migration %03d and has no stored partition count: run pgoutbox.Migrate(ctx, pool, opts) with Options.Partitions set to the count its appenders and relays use (or \"outbox migrate up --partitions N\" with this schema and table): %w",
+			n.outbox, partitionsVersion, err)
+	}
+	return 0, fmt.Errorf("pgoutbox: New: the outbox does not exist: there is no table %s in schema %s: create it with pgoutbox.Migrate(ctx, pool, pgoutbox.Options{Schema: %q, Table: %q, Partitions: N}) or \"outbox migrate up --partitions N\" with this schema and table, or check Options.Schema and Options.Table: %w",
+		pgx.Identifier{opts.Table}.Sanitize(), pgx.Identifier{opts.Schema}.Sanitize(), opts.Schema, opts.Table, err)
 }
 
 // render replaces the table tokens of a query with quoted identifiers.
 func (b *Backend) render(q string) string {
-	return strings.NewReplacer("{outbox}", b.names.outbox, "{lease}", b.names.lease, "{archive}", b.names.archive).Replace(q)
+	return strings.NewReplacer("{outbox}", b.names.outbox, "{lease}", b.names.lease, "{archive}", b.names.archive,
+		"{meta}", b.names.meta, "{member}", b.names.member).Replace(q)
 }
 
-// Partitions reports Options.Partitions.
+// Partitions reports the partition count stored with the outbox (which
+// Options.Partitions, when set, equals).
 func (b *Backend) Partitions() int { return b.opts.Partitions }
 
 // Close stops the notification listener and makes every method return
@@ -162,12 +225,16 @@ func (b *Backend) checkOpen(op string) error {
 
 // AppendInTx inserts entries as part of tx in one statement (one round
 // trip): a multi-row INSERT from arrays (a single-row one for one entry)
-// with ON CONFLICT (id) DO NOTHING. When it inserted a row, the relays are
-// told after commit by a NOTIFY on Options.Channel: sent in tx itself by at
-// most one appending transaction per Options.NotifyInterval, and for the
-// others by a trailing NOTIFY the Backend sends from the pool once it sees
-// their transaction committed (never for a rolled-back one). See
-// Options.NoNotify and [outbox.Backend.AppendInTx] for the contract.
+// with ON CONFLICT (id) DO NOTHING. When it inserted rows, the relays are
+// told after commit by a NOTIFY on Options.Channel whose payload lists the
+// partitions of the inserted rows: sent in tx itself by at most one
+// appending transaction per Options.NotifyInterval, and for the others by
+// a trailing NOTIFY the Backend sends from a connection of its own once it
+// sees their transaction committed (never for a rolled-back one). See
+// Options.NoNotify, [Backend.Notifications] and [outbox.Backend.AppendInTx]
+// for the contract. With Options.KeyLocks it first locks the call's keys
+// for the rest of tx (one more statement), so concurrent appends of one key
+// deliver in append order.
 //
 // Besides the rules of [outbox.PrepareEntries], a Topic with a NUL byte
 // (which PostgreSQL text cannot hold) is rejected with
@@ -187,6 +254,11 @@ func (b *Backend) AppendInTx(ctx context.Context, tx pgx.Tx, entries ...outbox.E
 	if err != nil {
 		return err
 	}
+	if locks := b.keyLocks(rows.keys); locks != nil {
+		if _, err := tx.Exec(ctx, keyLocksSQL, locks); err != nil {
+			return b.interpretError("AppendInTx", err)
+		}
+	}
 	q, args := &b.qAppend, rows.arrays()
 	if len(rows.ids) == 1 {
 		q, args = &b.qAppendOne, rows.row(0)
@@ -196,13 +268,14 @@ func (b *Backend) AppendInTx(ctx context.Context, tx pgx.Tx, entries ...outbox.E
 			_, err := tx.Exec(ctx, sql, args...)
 			return err
 		},
-		func(sql string, args []any) (int64, error) {
+		func(sql string, args []any) (int64, string, error) {
 			var xid int64
-			err := tx.QueryRow(ctx, sql, args...).Scan(&xid)
+			var parts string
+			err := tx.QueryRow(ctx, sql, args...).Scan(&xid, &parts)
 			if errors.Is(err, pgx.ErrNoRows) {
 				err = errNothingInserted
 			}
-			return xid, err
+			return xid, parts, err
 		})
 }
 
@@ -213,11 +286,12 @@ var errNothingInserted = errors.New("pgoutbox: append inserted nothing")
 // runAppend runs an append statement (q, one per appendTail) with args
 // ($1..$7) through the caller's transaction, with the tail chooseTail
 // picks: exec runs it when it notifies in the transaction or not at all;
-// queryXID runs it when it returns the transaction ID for the trailer
-// (errNothingInserted when no row was inserted: nothing to tell). canTrail
-// reports whether queryXID can be used.
+// queryXID runs it when it returns the transaction ID and the inserted
+// rows' partitions (comma-separated) for the trailer (errNothingInserted
+// when no row was inserted: nothing to tell). canTrail reports whether
+// queryXID can be used.
 func (b *Backend) runAppend(op string, q *[numTails]string, args []any, canTrail bool,
-	exec func(sql string, args []any) error, queryXID func(sql string, args []any) (int64, error)) error {
+	exec func(sql string, args []any) error, queryXID func(sql string, args []any) (int64, string, error)) error {
 	tail := b.chooseTail(canTrail)
 	if tail != tailTrail {
 		if tail == tailNotify {
@@ -225,15 +299,31 @@ func (b *Backend) runAppend(op string, q *[numTails]string, args []any, canTrail
 		}
 		return b.interpretError(op, exec(q[tail], args))
 	}
-	switch xid, err := queryXID(q[tail], args); {
+	switch xid, parts, err := queryXID(q[tail], args); {
 	case errors.Is(err, errNothingInserted):
 		return nil
 	case err != nil:
 		return b.interpretError(op, err)
 	default:
-		b.trail.add(xid)
+		b.trail.add(xid, parsePartitions(parts))
 		return nil
 	}
+}
+
+// parsePartitions parses a comma-separated list of partitions, as the
+// trailing tail returns it. Anything it cannot parse becomes the single
+// partition -1, which the listener turns into [outbox.AllPartitions].
+func parsePartitions(s string) []int32 {
+	fields := strings.Split(s, ",")
+	out := make([]int32, 0, len(fields))
+	for _, f := range fields {
+		p, err := strconv.ParseInt(f, 10, 32)
+		if err != nil || p < 0 {
+			return []int32{-1}
+		}
+		out = append(out, int32(p))
+	}
+	return out
 }
 
 // appendTail is the last step of an append statement.
@@ -242,19 +332,33 @@ type appendTail int
 const (
 	// tailQuiet: no notification (Options.NoNotify).
 	tailQuiet appendTail = iota
-	// tailNotify: pg_notify in the appending transaction ($8 the channel).
+	// tailNotify: pg_notify in the appending transaction ($8 the channel),
+	// the payload listing the inserted rows' partitions.
 	tailNotify
-	// tailTrail: return the transaction's ID for a trailing notification.
+	// tailTrail: return the transaction's ID and the inserted rows'
+	// partitions for a trailing notification.
 	tailTrail
 	numTails
 )
 
+// notifyChunk is how many partitions one NOTIFY payload lists at most:
+// 700 numbers of up to 10 digits and their commas stay below PostgreSQL's
+// 8000-byte payload limit; more partitions are split over several
+// notifications. notify_committed.sql uses the same number.
+const notifyChunk = 700
+
 // appendTails are the SQL of each appendTail; each acts only when the
-// append inserted a row.
+// append inserted a row. The ins step returns the partition of each
+// inserted row.
 var appendTails = [numTails]string{
-	tailQuiet:  "SELECT 1 FROM ins LIMIT 1",
-	tailNotify: "SELECT pg_notify($8, '') FROM (SELECT 1 FROM ins LIMIT 1) AS inserted",
-	tailTrail:  "SELECT pg_current_xact_id()::text::bigint FROM (SELECT 1 FROM ins LIMIT 1) AS inserted",
+	tailQuiet: "SELECT 1 FROM ins LIMIT 1",
+	tailNotify: `SELECT pg_notify($8, string_agg(p::text, ',' ORDER BY p))
+FROM (SELECT p, (row_number() OVER (ORDER BY p) - 1) / ` + strconv.Itoa(notifyChunk) + ` AS chunk
+      FROM (SELECT DISTINCT partition AS p FROM ins) AS d) AS c
+GROUP BY chunk`,
+	tailTrail: `SELECT pg_current_xact_id()::text::bigint, string_agg(DISTINCT partition::text, ',')
+FROM ins
+HAVING count(*) > 0`,
 }
 
 // chooseTail picks how an append notifies. canTrail reports whether the
@@ -297,7 +401,7 @@ func (r appendRows) row(i int) []any {
 // appendRows prepares and validates entries and returns the columns of
 // their rows.
 func (b *Backend) appendRows(ctx context.Context, entries []outbox.Entry) (appendRows, error) {
-	prepared, err := outbox.PrepareEntries(ctx, entries, b.opts.Partitions)
+	prepared, err := outbox.PrepareEntriesWith(ctx, entries, b.opts.Partitions, b.opts.Limits)
 	if err != nil {
 		return appendRows{}, fmt.Errorf("pgoutbox: AppendInTx: %w", err)
 	}
@@ -324,6 +428,33 @@ func (b *Backend) appendRows(ctx context.Context, entries []outbox.Entry) (appen
 	return appendRows{ids: ids, parts: parts, topics: topics, keys: keys, payloads: payloads, headers: headers, notBefore: notBefore}, nil
 }
 
+// keyLocksSQL takes the advisory locks of Options.KeyLocks in the order
+// of $1 (sorted by keyLocks).
+const keyLocksSQL = `SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) WITH ORDINALITY AS u(k, o) ORDER BY o`
+
+// keyLocks returns the sorted, distinct advisory lock IDs of the non-empty
+// keys, or nil when Options.KeyLocks is off or no key is set.
+func (b *Backend) keyLocks(keys [][]byte) []int64 {
+	if !b.opts.KeyLocks {
+		return nil
+	}
+	var ids []int64
+	for _, k := range keys {
+		if len(k) == 0 {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write([]byte(b.opts.Schema))
+		h.Write([]byte{0})
+		h.Write([]byte(b.opts.Table))
+		h.Write([]byte{0})
+		h.Write(k)
+		ids = append(ids, int64(h.Sum64()))
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
 // checkText rejects what PostgreSQL text cannot store.
 func checkText(e outbox.Entry) error {
 	if strings.ContainsRune(e.Topic, 0) {
@@ -346,23 +477,50 @@ func (b *Backend) interpretError(op string, err error) error {
 				op, b.names.outbox, err)
 		case "42703", "428C9": // undefined_column; generated_always (seq before migration 3)
 			return fmt.Errorf("pgoutbox: %s: the outbox table %s has an older layout: run pgoutbox.Migrate to bring it up to date: %w", op, b.names.outbox, err)
+		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
+			// pgx prepares and caches statements per connection by
+			// default; behind a transaction-pooling PgBouncer the next
+			// transaction of that connection runs on another server
+			// connection, without them (or with another client's).
+			return preparedStatementError(op, err)
 		}
 	}
 	return fmt.Errorf("pgoutbox: %s: %w", op, err)
+}
+
+// preparedStatementError explains SQLSTATE 26000 and 42P05 behind a
+// transaction-pooling PgBouncer.
+func preparedStatementError(op string, err error) error {
+	return fmt.Errorf("pgoutbox: %s: a statement pgx prepared on this connection is missing on the server connection (or another client prepared it there): a pooler in transaction mode, such as PgBouncer, gives each transaction another server connection. Add default_query_exec_mode=simple_protocol (or exec) to the connection URL, or set pgx.ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeSimpleProtocol (or QueryExecModeExec); see docs/postgres.md, \"PgBouncer\": %w", op, err)
 }
 
 func leaseLost(op string, l outbox.Lease) error {
 	return fmt.Errorf("pgoutbox: %s: partition %d, owner %q, version %d: %w", op, l.Partition, l.Owner, l.Version, outbox.ErrLeaseLost)
 }
 
-func (b *Backend) checkPartition(op string, p int) error {
-	if p < 0 || p >= b.opts.Partitions {
-		return fmt.Errorf("pgoutbox: %s: partition %d is out of range [0, %d): %w", op, p, b.opts.Partitions, outbox.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // micros converts a positive TTL to whole microseconds, rounding up.
 func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// delayMicros converts a retry delay to whole microseconds, rounding away
+// from zero: a positive delay never comes early, a negative one stays in
+// the past.
+func delayMicros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	switch rem := d % time.Microsecond; {
+	case rem > 0:
+		us++
+	case rem < 0:
+		us--
+	}
+	return us
+}
+
+// argErr wraps an argument check's error with the package and operation.
+func argErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("pgoutbox: %s: %w", op, err)
 }

@@ -53,8 +53,8 @@ func TestMigrateUpDownUp(t *testing.T) {
 	t.Parallel()
 	p := pool(t, extended)
 	ctx := t.Context()
-	opts := pgoutbox.Options{Schema: freshSchema(t, p), Table: "My Outbox"}
-	tables := []string{"My Outbox", "My Outbox_lease", "My Outbox_archive"}
+	opts := pgoutbox.Options{Schema: freshSchema(t, p), Table: "My Outbox", Partitions: 2}
+	tables := []string{"My Outbox", "My Outbox_lease", "My Outbox_archive", "My Outbox_meta", "My Outbox_member"}
 	for round := range 2 {
 		if err := pgoutbox.Migrate(ctx, p, opts); err != nil {
 			t.Fatalf("round %d: Migrate up: %v", round, err)
@@ -67,16 +67,24 @@ func TestMigrateUpDownUp(t *testing.T) {
 		if err := pgoutbox.Migrate(ctx, p, opts); err != nil {
 			t.Fatalf("round %d: Migrate again (no-op): %v", round, err)
 		}
-		b, err := pgoutbox.New(p, opts)
+		b, err := pgoutbox.New(ctx, p, pgoutbox.Options{Schema: opts.Schema, Table: opts.Table})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if b.Partitions() != 2 {
+			t.Fatalf("round %d: New with Partitions 0 reports %d partitions, want the stored 2", round, b.Partitions())
 		}
 		appendN(t, b, p, "m", 3, func(int) string { return "k" })
 		if err := pgoutbox.MigrateTo(ctx, p, opts, 1); err != nil {
 			t.Fatalf("round %d: MigrateTo 1: %v", round, err)
 		}
-		if tableExists(t, p, opts.Schema, "My Outbox_archive") || !tableExists(t, p, opts.Schema, "My Outbox") {
-			t.Fatalf("round %d: MigrateTo 1 should drop only the archive", round)
+		for _, tb := range tables[2:] {
+			if tableExists(t, p, opts.Schema, tb) {
+				t.Fatalf("round %d: table %q still there after MigrateTo 1", round, tb)
+			}
+		}
+		if !tableExists(t, p, opts.Schema, "My Outbox") || !tableExists(t, p, opts.Schema, "My Outbox_lease") {
+			t.Fatalf("round %d: MigrateTo 1 dropped the outbox or lease table", round)
 		}
 		if err := pgoutbox.MigrateTo(ctx, p, opts, 0); err != nil {
 			t.Fatalf("round %d: MigrateTo 0: %v", round, err)
@@ -95,6 +103,10 @@ func TestMigrateUpDownUp(t *testing.T) {
 		t.Fatal("MigrateTo an unknown version succeeded")
 	}
 }
+
+// TestMigrationFilesForOtherTools runs the migration files as goose or
+// golang-migrate would, unchanged but for the partition placeholder,
+// which the user replaces.
 
 func TestMigrationFilesForOtherTools(t *testing.T) {
 	t.Parallel()
@@ -116,7 +128,7 @@ func TestMigrationFilesForOtherTools(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, string(sql)); err != nil {
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(string(sql), "{partitions}", "3")); err != nil {
 				return fmt.Errorf("%s: %w", f, err)
 			}
 		}
@@ -125,13 +137,16 @@ func TestMigrationFilesForOtherTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := pgoutbox.New(p, pgoutbox.Options{Schema: schema})
+	b, err := pgoutbox.New(ctx, p, pgoutbox.Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	if b.Partitions() != 3 {
+		t.Fatalf("Partitions() = %d, want the 3 the files stored", b.Partitions())
+	}
 	appendN(t, b, p, "g", 2, func(int) string { return "" })
-	l, err := b.AcquireLease(ctx, 0, "o", time.Minute)
+	l, err := b.AcquireLease(ctx, outbox.PartitionOf("", 3), "o", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +159,7 @@ func TestMigrationFilesForOtherTools(t *testing.T) {
 func TestMigrateConcurrentCallers(t *testing.T) {
 	t.Parallel()
 	p := pool(t, extended)
-	opts := pgoutbox.Options{Schema: freshSchema(t, p)}
+	opts := pgoutbox.Options{Schema: freshSchema(t, p), Partitions: 4}
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
 	for range 6 {
@@ -168,13 +183,11 @@ func TestMigrateConcurrentCallers(t *testing.T) {
 
 func TestMissingTableSaysRunMigrate(t *testing.T) {
 	t.Parallel()
-	p := pool(t, extended)
-	b, err := pgoutbox.New(p, pgoutbox.Options{Schema: freshSchema(t, p)})
-	if err != nil {
+	b, p := newBackend(t, extended, pgoutbox.Options{})
+	ctx := t.Context()
+	if err := pgoutbox.MigrateTo(ctx, p, b.Options(), 0); err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	ctx := t.Context()
 	tx, err := p.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +317,7 @@ func TestTerminatedConnectionsLoseNothing(t *testing.T) {
 	if err := pgoutbox.Migrate(t.Context(), p, opts); err != nil {
 		t.Fatal(err)
 	}
-	b, err := pgoutbox.New(p, opts)
+	b, err := pgoutbox.New(t.Context(), p, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,26 +486,29 @@ func TestNotificationsSurviveListenerTermination(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitWake := func(what string) {
+	waitWake := func(what string, want int) {
 		t.Helper()
 		select {
-		case _, ok := <-ch:
+		case got, ok := <-ch:
 			if !ok {
 				t.Fatalf("%s: channel closed", what)
+			}
+			if got != want {
+				t.Fatalf("%s: got %d, want %d", what, got, want)
 			}
 		case <-ctx.Done():
 			t.Fatalf("%s: no notification", what)
 		}
 	}
 	appendN(t, b, p, "n", 1, func(int) string { return "" })
-	waitWake("after a commit")
+	waitWake("after a commit", 0)
 	var n int
 	if err := p.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("terminating the listener: %d, %v", n, err)
 	}
-	waitWake("after reconnecting")
+	waitWake("after reconnecting", outbox.AllPartitions)
 	appendN(t, b, p, "m", 1, func(int) string { return "" })
-	waitWake("after a commit following the reconnect")
+	waitWake("after a commit following the reconnect", 0)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package pgoutbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,7 +102,7 @@ func BenchmarkDrain100k(b *testing.B) {
 			drain := func() (int, error) { return drainLease(ctx, be, batch) }
 			switch design {
 			case "partition-lease+rowlock":
-				locking, err := pgoutbox.NewRowLocking(p, be.Options())
+				locking, err := pgoutbox.NewRowLocking(ctx, p, be.Options())
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -227,4 +229,186 @@ func drainInflight(ctx context.Context, be *pgoutbox.Backend, p *pgxpool.Pool, t
 		}
 		n += len(ids)
 	}
+}
+
+// BenchmarkLeaseContention measures what standby relays cost the holder of
+// a lease (docs/postgres.md, "Lease contention"). The holder runs fenced
+// writes one after another (MarkSent and MarkFailed of an ID that is not
+// there, alternately: each reads the lease row FOR SHARE and changes
+// nothing) while 20 standby owners call AcquireLease on the same partition
+// in a loop, each call failing with ErrLeaseHeld. "update" is the current
+// AcquireLease statement, "upsert" the one before migration 004
+// (INSERT ... ON CONFLICT DO UPDATE ... WHERE), "alone" the holder
+// without standbys, for reference. b.N counts the holder's
+// writes and ns/op is their mean latency. Also reported: the holder's p99
+// write latency, the standbys' acquires per second, and lock waits sampled
+// every millisecond from pg_stat_activity: the share of samples in which a
+// connection of the benchmark waited on a heavyweight lock
+// (wait_event_type = 'Lock') and the mean number of such connections.
+//
+//	go test -run '^$' -bench LeaseContention -benchtime 3000x ./backends/postgres/
+func BenchmarkLeaseContention(b *testing.B) {
+	for _, variant := range []string{"alone", "upsert", "update"} {
+		standbys := 20
+		if variant == "alone" {
+			standbys = 0
+		}
+		b.Run(variant, func(b *testing.B) {
+			ctx := context.Background()
+			base := pool(b, extended)
+			schema := freshSchema(b, base)
+			if err := pgoutbox.Migrate(ctx, base, pgoutbox.Options{Schema: schema, Partitions: 1}); err != nil {
+				b.Fatal(err)
+			}
+			// A pool of its own, tagged so the sampler counts only its
+			// connections.
+			cfg := base.Config().Copy()
+			app := "pgoutbox-contention-" + schema[len("pgoutbox_test_"):]
+			cfg.ConnConfig.RuntimeParams["application_name"] = app
+			cfg.MaxConns = int32(standbys) + 2
+			p, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			be, err := pgoutbox.New(ctx, p, pgoutbox.Options{Schema: schema})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			if variant == "upsert" {
+				be.SetAcquireQuery(upsertAcquireSQL)
+			}
+			lease, err := be.AcquireLease(ctx, 0, "holder", time.Hour)
+			if err != nil {
+				b.Fatal(err)
+			}
+
+			stop := make(chan struct{})
+			var acquires atomic.Int64
+			var wg sync.WaitGroup
+			for i := range standbys {
+				wg.Go(func() {
+					owner := fmt.Sprint("standby-", i)
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if _, err := be.AcquireLease(ctx, 0, owner, time.Minute); !errors.Is(err, outbox.ErrLeaseHeld) {
+							b.Errorf("standby AcquireLease: %v, want ErrLeaseHeld", err)
+							return
+						}
+						acquires.Add(1)
+					}
+				})
+			}
+			var samples, waited, waiters int64
+			wg.Go(func() {
+				tick := time.NewTicker(time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					var n int64
+					if err := base.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", app).Scan(&n); err != nil {
+						b.Errorf("sampling pg_stat_activity: %v", err)
+						return
+					}
+					samples++
+					waiters += n
+					if n > 0 {
+						waited++
+					}
+				}
+			})
+
+			ids := []string{"not-there"}
+			failures := []outbox.Failure{{ID: "not-there", Error: "x"}}
+			lat := make([]time.Duration, 0, b.N)
+			start := time.Now()
+			acquired := acquires.Load()
+			i := 0
+			for b.Loop() {
+				t0 := time.Now()
+				if i%2 == 0 {
+					err = be.MarkSent(ctx, lease, ids)
+				} else {
+					err = be.MarkFailed(ctx, lease, failures)
+				}
+				lat = append(lat, time.Since(t0))
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			elapsed := time.Since(start)
+			acquired = acquires.Load() - acquired
+			close(stop)
+			wg.Wait()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(acquired)/elapsed.Seconds(), "acquires/s")
+			if samples > 0 {
+				b.ReportMetric(100*float64(waited)/float64(samples), "%lockwait")
+				b.ReportMetric(float64(waiters)/float64(samples), "waiters")
+			}
+		})
+	}
+}
+
+// loadSpread inserts n entries straight into table, spread round-robin over
+// partitions, as an operator's view would meet them: 1% parked, 10%
+// scheduled an hour ahead, 2% failing (attempts 1) and due, the rest due
+// (256-byte payloads, keys from 1,000 aggregates); then VACUUM ANALYZE, as
+// autovacuum would have run on a table this size.
+func loadSpread(ctx context.Context, p *pgxpool.Pool, table string, n, partitions int) error {
+	_, err := p.Exec(ctx, `INSERT INTO `+table+` (id, partition, topic, key, payload, created_at, next_at, attempts, state, last_error)
+		SELECT 'e' || lpad(i::text, 8, '0'), i % $2::int, 'bench', convert_to('agg-' || (i % 1000), 'UTF8'),
+		       decode(repeat('ab', 256), 'hex'), now() - interval '1 minute',
+		       CASE WHEN i % 10 = 1 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END,
+		       CASE WHEN i % 100 = 0 OR i % 50 = 3 THEN 1 ELSE 0 END,
+		       CASE WHEN i % 100 = 0 THEN 'parked' ELSE 'pending' END,
+		       CASE WHEN i % 100 = 0 OR i % 50 = 3 THEN 'boom' ELSE '' END
+		FROM generate_series(1, $1::int) AS i`, n, partitions)
+	if err == nil {
+		_, err = p.Exec(ctx, "VACUUM ANALYZE "+table)
+	}
+	return err
+}
+
+// BenchmarkPartitionStats times PartitionStats and Stats on an outbox of
+// 1,000,000 entries over 16 partitions (loadSpread), 16 leases held. The
+// load takes about half a minute.
+func BenchmarkPartitionStats(b *testing.B) {
+	const rows, partitions = 1_000_000, 16
+	be, p := newBackend(b, extended, pgoutbox.Options{Partitions: partitions})
+	ctx := context.Background()
+	if err := loadSpread(ctx, p, pgx.Identifier{be.Options().Schema, "outbox"}.Sanitize(), rows, partitions); err != nil {
+		b.Fatal(err)
+	}
+	for i := range partitions {
+		if _, err := be.AcquireLease(ctx, i, "bench", time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("PartitionStats", func(b *testing.B) {
+		for b.Loop() {
+			s, err := be.PartitionStats(ctx)
+			if err != nil || len(s) != partitions || s[0].Pending == 0 || s[0].Lease.Owner != "bench" {
+				b.Fatalf("PartitionStats: %+v, %v", s, err)
+			}
+		}
+	})
+	b.Run("Stats", func(b *testing.B) {
+		for b.Loop() {
+			if s, err := be.Stats(ctx); err != nil || s.Pending+s.Parked != rows {
+				b.Fatalf("Stats: %+v, %v", s, err)
+			}
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outbox"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
@@ -14,9 +15,9 @@ import (
 
 type harness struct {
 	b    *pgoutbox.Backend
-	pool interface {
-		Begin(context.Context) (pgx.Tx, error)
-	}
+	pool *pgxpool.Pool
+	// opts are the options b was made with (Schema set).
+	opts pgoutbox.Options
 }
 
 func (h harness) Backend() outbox.Backend[pgx.Tx]               { return h.b }
@@ -24,12 +25,22 @@ func (h harness) Begin(ctx context.Context) (pgx.Tx, error)     { return h.pool.
 func (h harness) Commit(ctx context.Context, tx pgx.Tx) error   { return tx.Commit(ctx) }
 func (h harness) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
 
+// Reopen opens the harness's outbox again with pgoutbox.New, configured
+// with partitions (0: the stored count); the suite closes the store
+// (conformance.Reopener).
+func (h harness) Reopen(ctx context.Context, partitions int) (outbox.Store, error) {
+	o := h.opts
+	o.Partitions = partitions
+	return pgoutbox.New(ctx, h.pool, o)
+}
+
 func runConformance(t *testing.T, mode pgx.QueryExecMode, opts pgoutbox.Options) {
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {
 		o := opts
 		o.Partitions = cfg.Partitions
 		b, p := newBackend(t, mode, o)
-		return harness{b: b, pool: p}
+		o.Schema = b.Options().Schema
+		return harness{b: b, pool: p, opts: o}
 	})
 }
 

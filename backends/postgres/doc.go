@@ -5,8 +5,9 @@
 // publishes them.
 //
 //	pool, _ := pgxpool.New(ctx, url)
-//	if err := pgoutbox.Migrate(ctx, pool, pgoutbox.Options{}); err != nil { ... }
-//	b, _ := pgoutbox.New(pool, pgoutbox.Options{})
+//	// Once per deploy (safe from every replica); creates the outbox with 8 partitions.
+//	if err := pgoutbox.Migrate(ctx, pool, pgoutbox.Options{Partitions: 8}); err != nil { ... }
+//	b, err := pgoutbox.New(ctx, pool, pgoutbox.Options{}) // reads the stored count, 8
 //	tx, _ := pool.Begin(ctx)
 //	// ... business writes ...
 //	_ = b.AppendInTx(ctx, tx, outbox.Entry{Topic: "orders", Key: orderID, Payload: body})
@@ -16,10 +17,28 @@
 //
 // [Migrate] creates, in Options.Schema ("public"): the outbox table
 // (Options.Table, "outbox"), "<table>_lease" with one row per partition,
-// "<table>_archive" for Options.Archive, and "<table>_migrations" recording
-// applied versions. The same numbered files are in [Migrations] for goose
-// or golang-migrate. docs/postgres.md in the repository has the columns,
-// indexes and query plans.
+// "<table>_meta" holding the partition count, "<table>_member" for relay
+// fleets ([outbox.Membership]), "<table>_archive" for Options.Archive, and
+// "<table>_migrations" recording applied versions. The same numbered files
+// are in [Migrations] for goose or golang-migrate; [MigrationSQL] returns
+// them rendered for given Options. docs/postgres.md in the repository has
+// the columns, indexes and query plans.
+//
+// # Partitions
+//
+// The partition count is stored with the outbox: migration 004 writes
+// Options.Partitions (required when Migrate creates the outbox) to
+// "<table>_meta" and creates the lease rows of partitions 0..N-1. [New]
+// reads it: Options.Partitions 0 takes the stored count, any other value
+// must equal it, else New fails with an [*outbox.PartitionMismatchError];
+// Migrate checks the same on an existing outbox. The file of migration 004
+// holds the placeholder {partitions} for the count: Migrate and
+// MigrationSQL render it; with goose or golang-migrate, replace it with
+// your count (unreplaced, the file fails with a syntax error). An outbox
+// created before 004 gets its count stored when Migrate runs 004 with
+// Options.Partitions: the count its appenders and relays have been using.
+// New on a schema without the outbox says so and how to create it
+// (Migrate, or "outbox migrate up --partitions N").
 //
 // # Leases
 //
@@ -28,8 +47,19 @@
 // row and a dead relay's entries come back as soon as its lease is taken
 // over. MarkSent, MarkFailed and Release are single statements fenced by
 // the lease row (read FOR SHARE in the same statement): a stale holder
-// changes nothing and gets outbox.ErrLeaseLost. Versions never go back:
-// releasing a lease marks its row free instead of deleting it.
+// changes nothing and gets outbox.ErrLeaseLost. AcquireLease is a plain
+// UPDATE of the lease row whose condition (free, expired, or held by the
+// same owner) PostgreSQL checks before it locks the row, so a standby's
+// acquire of a held lease fails with outbox.ErrLeaseHeld without taking a
+// lock and never waits for, or delays, the holder's fenced writes.
+// Versions never go back: releasing a lease marks its row free instead of
+// deleting it.
+//
+// # Retries
+//
+// MarkFailed computes a failure's due time on the database's clock, now()
+// plus Failure.Delay, so relays whose clocks drift never make a retry
+// early or late.
 //
 // # Ordering
 //
@@ -40,13 +70,32 @@
 //
 // # Notifications
 //
-// Relays wake on a NOTIFY on Options.Channel ([Backend.Notifications]).
-// A NOTIFY makes PostgreSQL commit notifying transactions one at a time,
-// so appends do not notify in every transaction: at most one appending
-// transaction per Options.NotifyInterval (2 ms) notifies in itself, and
-// for the others the Backend sends a trailing NOTIFY from a connection of
-// its own once it sees their transaction committed (pg_xact_status), never
-// for a rolled-back one. Options.NoNotify turns notifications off.
+// Relays wake on a NOTIFY on Options.Channel ([Backend.Notifications]),
+// whose payload lists the partitions appended to (comma-separated, split
+// over several notifications past 700 partitions); the channel receives
+// one value per partition, or [outbox.AllPartitions] after a reconnect or
+// for a payload it cannot read. A NOTIFY makes PostgreSQL commit notifying
+// transactions one at a time, so appends do not notify in every
+// transaction: at most one appending transaction per Options.NotifyInterval
+// (2 ms) notifies in itself, and for the others the Backend sends a
+// trailing NOTIFY with the union of their partitions from a connection of
+// its own once it sees their transactions committed (pg_xact_status),
+// never for a rolled-back one. Options.NoNotify turns notifications off.
+//
+// # Membership
+//
+// [Backend.Heartbeat] and [Backend.Leave] keep the records of a relay
+// fleet in "<table>_member": one statement per heartbeat upserts the
+// caller's record (expiry by the database's clock), deletes expired
+// records and returns the live ones.
+//
+// # Inspection
+//
+// Besides [outbox.Inspector] (Stats, Parked, Requeue) and Cancel, a
+// Backend is an [outbox.PartitionInspector] and an [outbox.Looker]:
+// [Backend.PartitionStats] reports every partition's counts and live lease
+// in one statement (index-only over the due index), and [Backend.Lookup]
+// reads one entry by primary key.
 //
 // # Tuning
 //

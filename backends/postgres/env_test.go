@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 	if !explicit {
 		_ = flag.Set("test.parallel", "8")
 	}
+	examplesNeedPostgres()
 	code := m.Run()
 	pools.Lock()
 	for _, p := range pools.byMode {
@@ -45,6 +46,40 @@ func TestMain(m *testing.M) {
 	}
 	pools.Unlock()
 	os.Exit(code)
+}
+
+// examplesNeedPostgres makes the Examples (example_test.go) runnable or
+// leaves them out. They run against a real PostgreSQL and compare what
+// they print with their Output comments, and an Example cannot skip
+// itself. So TestMain checks once that the server answers: when it does,
+// the Examples read its URL from OUTBOX_POSTGRES_URL (set here when the
+// variable was unset and testenv found the server elsewhere); when it
+// does not and OUTBOX_REQUIRE_SERVICES is not 1, every Example is left out
+// through -test.skip, and this says so on stderr (go test shows no SKIP
+// line for an Example). With OUTBOX_REQUIRE_SERVICES=1 they run anyway and
+// fail, as the tests do.
+func examplesNeedPostgres() {
+	url := testenv.PostgresURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := ping(ctx, url)
+	if err == nil {
+		_ = os.Setenv("OUTBOX_POSTGRES_URL", url)
+		return
+	}
+	if testenv.Required() {
+		return
+	}
+	testenv.SkipExamples("pgoutbox", "PostgreSQL", "no server answers ("+err.Error()+"); set OUTBOX_POSTGRES_URL or run ./scripts/services.sh start")
+}
+
+func ping(ctx context.Context, url string) error {
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return c.Ping(ctx)
 }
 
 // pool returns the shared pool for mode, or skips (fails under
@@ -99,17 +134,21 @@ func freshSchema(t testing.TB, p *pgxpool.Pool) string {
 	return schema
 }
 
-// newBackend migrates a fresh schema and returns a backend on it.
+// newBackend migrates a fresh schema with opts.Partitions partitions (1
+// when 0) and returns a backend on it, made with opts (so Partitions 0
+// reads the stored count).
 func newBackend(t testing.TB, mode pgx.QueryExecMode, opts pgoutbox.Options) (*pgoutbox.Backend, *pgxpool.Pool) {
 	t.Helper()
 	p := pool(t, mode)
 	opts.Schema = freshSchema(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := pgoutbox.Migrate(ctx, p, opts); err != nil {
+	mo := opts
+	mo.Partitions = max(opts.Partitions, 1)
+	if err := pgoutbox.Migrate(ctx, p, mo); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	b, err := pgoutbox.New(p, opts)
+	b, err := pgoutbox.New(ctx, p, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -1,12 +1,26 @@
 package pgoutbox
 
-import "github.com/jackc/pgx/v5/pgxpool"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // NewRowLocking is New with FOR UPDATE SKIP LOCKED added to the claim
 // query, for the benchmark that compares the two.
-func NewRowLocking(pool *pgxpool.Pool, opts Options) (*Backend, error) {
-	return newBackend(pool, opts, "FOR UPDATE OF o SKIP LOCKED")
+func NewRowLocking(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error) {
+	return newBackend(ctx, pool, opts, "FOR UPDATE OF o SKIP LOCKED")
 }
 
 // FindQuery is the rendered FindPendingBatch statement.
 func (b *Backend) FindQuery() string { return b.qFind }
+
+// SetAcquireQuery replaces the AcquireLease statement (before any use of
+// b) with q, rendered like the embedded queries ({lease} and the other
+// table tokens), for the test and benchmark that compare it with the
+// earlier upsert.
+func (b *Backend) SetAcquireQuery(q string) { b.qAcquire = b.render(q) }
+
+// PartitionStatsQuery is the rendered PartitionStats statement ($1 the
+// partition count).
+func (b *Backend) PartitionStatsQuery() string { return b.qPartitionStats }

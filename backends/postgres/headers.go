@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // EncodeHeaders encodes headers the way the headers column stores them:
@@ -40,7 +41,7 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 	next := func() (string, error) {
 		n, w := binary.Uvarint(raw)
 		if w <= 0 || n > uint64(len(raw)-w) {
-			return "", errors.New("pgoutbox: corrupt headers column: a length runs past the end; was it written by something other than pgoutbox?")
+			return "", errors.New(corruptHeadersPrefix + "a length runs past the end; was it written by something other than pgoutbox?")
 		}
 		s := string(raw[w : w+int(n)])
 		raw = raw[w+int(n):]
@@ -58,4 +59,27 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 		h[k] = v
 	}
 	return h, nil
+}
+
+// corruptHeadersPrefix starts every error of [DecodeHeaders].
+const corruptHeadersPrefix = "pgoutbox: corrupt headers column: "
+
+// corruptHeadersReason is the last error stored with (and shown for) an
+// entry whose headers column does not decode: it names the column, what
+// the decoder found and what to do.
+func corruptHeadersReason(err error) string {
+	return corruptHeadersPrefix + strings.TrimPrefix(err.Error(), corruptHeadersPrefix) +
+		"; the stored bytes cannot be decoded, so the entry cannot be published: inspect it (outbox show ID), fix or cancel it"
+}
+
+// withCorruptHeaders is the LastError that Parked and Lookup show for an
+// entry whose headers do not decode: the reason, followed by the stored
+// last error when that is something else (an entry corrupted after it was
+// parked for another reason, or requeued and not yet fetched again).
+func withCorruptHeaders(stored string, err error) string {
+	reason := corruptHeadersReason(err)
+	if stored == "" || stored == reason {
+		return reason
+	}
+	return reason + " (stored last error: " + stored + ")"
 }

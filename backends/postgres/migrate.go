@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/outbox"
 )
 
 //go:embed migrations/*.sql
@@ -23,9 +25,12 @@ var migrationFS embed.FS
 // (NNN_name.up.sql, NNN_name.down.sql) at its root, ready for goose,
 // golang-migrate or psql. The files use the default table name "outbox",
 // unqualified, so they create the tables in the first schema of
-// search_path. To use another Options.Table or Options.Schema with your
-// own tool, run the SQL that [Migrate] runs instead (it renders the names)
-// or set search_path and edit the names; [Migrate] needs neither.
+// search_path. Migration 004 holds a placeholder, {partitions}, for the
+// partition count stored with the outbox: replace it with your count
+// before running the file (unreplaced, it fails with a syntax error). To
+// use another Options.Table or Options.Schema with your own tool, run the
+// SQL that [MigrationSQL] returns instead (it renders the names and the
+// count), or set search_path and edit the names; [Migrate] needs neither.
 var Migrations fs.FS = mustSub(migrationFS, "migrations")
 
 func mustSub(f fs.FS, dir string) fs.FS {
@@ -93,28 +98,110 @@ func LatestVersion() int {
 // derive from the default table name ("outbox", "outbox_lease", ...).
 var quotedName = regexp.MustCompile(`"outbox((?:_[a-z0-9_]+)?)"`)
 
-// renderMigration puts the configured table name into a migration file.
-func renderMigration(sql, table string) string {
-	return quotedName.ReplaceAllStringFunc(sql, func(m string) string {
+// tableSuffixes are the suffixes of the quoted names in the migration files
+// that name tables (the others name indexes and constraints, which cannot
+// be schema-qualified).
+var tableSuffixes = map[string]bool{"": true, "_lease": true, "_archive": true, "_meta": true, "_member": true}
+
+// partitionsPlaceholder stands for the partition count in migration 004.
+const partitionsPlaceholder = "{partitions}"
+
+// partitionsVersion is the migration that stores the partition count.
+const partitionsVersion = 4
+
+// renderMigration puts the configured names into a migration file: tables
+// as schema.table, indexes and constraints as the bare name, and the
+// partition count for its placeholder (in SQL, not in comments).
+func renderMigration(sql string, opts Options) string {
+	sql = quotedName.ReplaceAllStringFunc(sql, func(m string) string {
 		suffix := quotedName.FindStringSubmatch(m)[1]
-		return pgx.Identifier{table + suffix}.Sanitize()
+		if tableSuffixes[suffix] {
+			return pgx.Identifier{opts.Schema, opts.Table + suffix}.Sanitize()
+		}
+		return pgx.Identifier{opts.Table + suffix}.Sanitize()
 	})
+	// The placeholder is replaced outside comments only: the header that
+	// documents it keeps it.
+	lines := strings.SplitAfter(sql, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+			lines[i] = strings.ReplaceAll(l, partitionsPlaceholder, strconv.Itoa(opts.Partitions))
+		}
+	}
+	return strings.Join(lines, "")
+}
+
+// createMigrationsTable is the statement that creates the table recording
+// applied versions; %s is its qualified name.
+const createMigrationsTable = `CREATE TABLE IF NOT EXISTS %s (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())`
+
+// errNoPartitions is the complaint about a missing Options.Partitions
+// when the outbox is created.
+func errNoPartitions(partitions int) error {
+	return fmt.Errorf("Options.Partitions is %d, but migration %03d stores the partition count with the outbox: set it to the count to create the outbox with (1 or more; for an outbox created before that migration, the count its appenders and relays use)", partitions, partitionsVersion)
+}
+
+// MigrationSQL returns the SQL of every up migration, rendered for opts
+// as [Migrate] would run it on an empty schema: it creates opts.Schema if
+// needed, the tables with names derived from opts.Table (schema-qualified,
+// so it does not depend on search_path), stores opts.Partitions (required,
+// 1 or more) as the outbox's partition count, and records the versions in
+// "<table>_migrations", so a later Migrate finds them applied. Run it in
+// one transaction (psql --single-transaction, or as one migration of your
+// own tool). It does not touch a database.
+func MigrationSQL(opts Options) (string, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	if opts.Partitions < 1 {
+		return "", fmt.Errorf("pgoutbox: MigrationSQL: %w", errNoPartitions(opts.Partitions))
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		return "", err
+	}
+	n := newNames(opts.Schema, opts.Table)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "-- pgoutbox migrations 001 to %03d for %s with %d partitions, rendered by pgoutbox.MigrationSQL.\n-- Run in one transaction.\n\n",
+		ms[len(ms)-1].version, n.outbox, opts.Partitions)
+	fmt.Fprintf(&sb, "CREATE SCHEMA IF NOT EXISTS %s;\n\n", pgx.Identifier{opts.Schema}.Sanitize())
+	fmt.Fprintf(&sb, createMigrationsTable+";\n", n.migrations)
+	for _, m := range ms {
+		fmt.Fprintf(&sb, "\n%s\n", strings.TrimRight(renderMigration(m.up, opts), "\n"))
+		fmt.Fprintf(&sb, "\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", n.migrations, m.version, m.name)
+	}
+	return sb.String(), nil
 }
 
 // Migrate brings the outbox tables of opts.Schema and opts.Table to the
-// newest version. It is [MigrateTo] with [LatestVersion].
+// newest version. It is [MigrateTo] with [LatestVersion]: creating an
+// outbox needs opts.Partitions (1 or more), which it stores.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	return MigrateTo(ctx, pool, opts, LatestVersion())
 }
 
 // MigrateTo applies up (or down) migrations until the schema is at version
 // (0 removes every table). It creates opts.Schema if needed and records
-// applied versions in "<table>_migrations". Everything runs in one
-// transaction that first takes a transaction-scoped advisory lock
-// (pg_advisory_xact_lock) on the schema, so concurrent callers (every
-// replica of a service at start-up) serialize: the first migrates, the
-// others find nothing left to do. It is safe behind PgBouncer in
-// transaction pooling mode: no session state outlives the transaction.
+// applied versions in "<table>_migrations".
+//
+// Migration 004 stores opts.Partitions as the outbox's partition count, so
+// applying it (creating an outbox, or bringing one from before 004 up to
+// date) requires opts.Partitions of 1 or more. When the count is already
+// stored, opts.Partitions 0 checks nothing, and any other value must equal
+// the stored count, else MigrateTo changes nothing and returns an error
+// wrapping an [*outbox.PartitionMismatchError]: running Migrate again with
+// the same count is a no-op.
+//
+// Everything runs in one transaction that first takes a transaction-scoped
+// advisory lock (pg_advisory_xact_lock) on the schema, so concurrent
+// callers (every replica of a service at start-up) serialize: the first
+// migrates, the others find nothing left to do. It is safe behind
+// PgBouncer in transaction pooling mode: no session state outlives the
+// transaction.
 func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version int) error {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -139,10 +226,7 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 		stmts := []string{
 			"CREATE SCHEMA IF NOT EXISTS " + schema,
 			"SET LOCAL search_path TO " + schema,
-			"CREATE TABLE IF NOT EXISTS " + n.migrations + ` (
-				version    integer     PRIMARY KEY,
-				name       text        NOT NULL,
-				applied_at timestamptz NOT NULL DEFAULT now())`,
+			fmt.Sprintf(createMigrationsTable, n.migrations),
 		}
 		for _, s := range stmts {
 			if _, err := tx.Exec(ctx, s); err != nil {
@@ -164,11 +248,16 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		if version >= partitionsVersion {
+			if err := checkStoredPartitions(ctx, tx, n, opts.Partitions, applied[partitionsVersion]); err != nil {
+				return err
+			}
+		}
 		for _, m := range ms { // up, oldest first
 			if m.version > version || applied[m.version] {
 				continue
 			}
-			if _, err := tx.Exec(ctx, renderMigration(m.up, opts.Table)); err != nil {
+			if _, err := tx.Exec(ctx, renderMigration(m.up, opts)); err != nil {
 				return fmt.Errorf("migration %03d_%s up: %w", m.version, m.name, err)
 			}
 			if _, err := tx.Exec(ctx, "INSERT INTO "+n.migrations+" (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
@@ -180,7 +269,7 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 			if m.version <= version || !applied[m.version] {
 				continue
 			}
-			if _, err := tx.Exec(ctx, renderMigration(m.down, opts.Table)); err != nil {
+			if _, err := tx.Exec(ctx, renderMigration(m.down, opts)); err != nil {
 				return fmt.Errorf("migration %03d_%s down: %w", m.version, m.name, err)
 			}
 			if _, err := tx.Exec(ctx, "DELETE FROM "+n.migrations+" WHERE version = $1", m.version); err != nil {
@@ -191,6 +280,29 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 	})
 	if err != nil {
 		return fmt.Errorf("pgoutbox: Migrate %s to version %d: %w", n.outbox, version, err)
+	}
+	return nil
+}
+
+// checkStoredPartitions checks configured against the partition count
+// stored with the outbox (stored reports whether migration 004 is
+// applied), before MigrateTo goes to a version that has it.
+func checkStoredPartitions(ctx context.Context, tx pgx.Tx, n names, configured int, stored bool) error {
+	if !stored {
+		if configured < 1 {
+			return errNoPartitions(configured)
+		}
+		return nil
+	}
+	if configured == 0 {
+		return nil
+	}
+	var count int
+	if err := tx.QueryRow(ctx, "SELECT partitions FROM "+n.meta).Scan(&count); err != nil {
+		return fmt.Errorf("reading the stored partition count: %w", err)
+	}
+	if count != configured {
+		return &outbox.PartitionMismatchError{Outbox: n.outbox, Configured: configured, Stored: count}
 	}
 	return nil
 }

@@ -3,23 +3,40 @@ package pgoutbox
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox"
 )
 
-// Notifications returns a channel that receives a value soon after a
-// transaction that appended entries commits (PostgreSQL NOTIFY on
-// Options.Channel). The first call starts one listener: a dedicated
-// connection outside the pool (Options.ListenConfig) that runs LISTEN and
-// reconnects with capped exponential backoff when it breaks; after every
-// reconnect it sends a value too, since notifications may have been missed
-// meanwhile. The first call waits for the first LISTEN attempt (bounded
-// by ctx), so a commit after it returns is not missed. Each channel has a buffer of one and a slow receiver
-// misses values rather than blocking. The channel is closed when ctx is
-// done or the backend is closed. See [outbox.Notifier].
-func (b *Backend) Notifications(ctx context.Context) (<-chan struct{}, error) {
+// notifyBuffer is the buffer of each Notifications channel, in values.
+const notifyBuffer = 256
+
+// Notifications returns a channel that receives, soon after a transaction
+// that appended entries commits, the partitions it appended to, one value
+// per partition (PostgreSQL NOTIFY on Options.Channel, whose payload lists
+// them comma-separated; see [Backend.AppendInTx]). A notification with an
+// empty payload, one it cannot parse or one naming a partition out of
+// range sends [outbox.AllPartitions] instead.
+//
+// The first call starts one listener: a dedicated connection outside the
+// pool (Options.ListenConfig) that runs LISTEN and reconnects with capped
+// exponential backoff when it breaks; after every reconnect it sends
+// [outbox.AllPartitions], since notifications may have been missed
+// meanwhile. The first call waits for the first LISTEN attempt (bounded by
+// ctx), so a commit after it returns is not missed.
+//
+// Each channel buffers 256 values and is never waited on: a notification
+// whose partitions do not all fit in the room left in the buffer sends
+// [outbox.AllPartitions] instead, and when the buffer is full it is
+// dropped (the relay's polling finds the entries it announced). The
+// channel is closed when ctx is done or the backend is closed. See
+// [outbox.Notifier].
+func (b *Backend) Notifications(ctx context.Context) (<-chan int, error) {
 	if err := b.checkOpen("Notifications"); err != nil {
 		return nil, err
 	}
@@ -52,19 +69,19 @@ type listener struct {
 	once  sync.Once
 
 	mu   sync.Mutex
-	subs map[chan struct{}]struct{}
+	subs map[chan int]struct{}
 }
 
 func newListener(ctx context.Context, cfg *pgx.ConnConfig, opts Options) *listener {
-	l := &listener{cfg: cfg, opts: opts, ctx: ctx, done: make(chan struct{}), ready: make(chan struct{}), subs: map[chan struct{}]struct{}{}}
+	l := &listener{cfg: cfg, opts: opts, ctx: ctx, done: make(chan struct{}), ready: make(chan struct{}), subs: map[chan int]struct{}{}}
 	go l.run()
 	return l
 }
 
 func (l *listener) wait() { <-l.done }
 
-func (l *listener) subscribe(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
+func (l *listener) subscribe(ctx context.Context) <-chan int {
+	ch := make(chan int, notifyBuffer)
 	l.mu.Lock()
 	if l.subs == nil { // listener already stopped
 		l.mu.Unlock()
@@ -88,15 +105,47 @@ func (l *listener) subscribe(ctx context.Context) <-chan struct{} {
 	return ch
 }
 
-func (l *listener) broadcast() {
+// broadcast sends partitions to every subscriber without blocking. A
+// subscriber whose buffer has no room for all of them gets
+// [outbox.AllPartitions] instead (a superset, never a part of the list),
+// or nothing when its buffer is full.
+func (l *listener) broadcast(partitions []int) {
 	l.mu.Lock()
 	for ch := range l.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
+		// Only the receiver takes values out, so the room can only grow
+		// between this check and the sends.
+		if cap(ch)-len(ch) < len(partitions) {
+			select {
+			case ch <- outbox.AllPartitions:
+			default:
+			}
+			continue
+		}
+		for _, p := range partitions {
+			ch <- p
 		}
 	}
 	l.mu.Unlock()
+}
+
+// payloadPartitions parses a notification's payload: the partitions it
+// lists, or [outbox.AllPartitions] alone when it is empty, cannot be
+// parsed or names a partition outside [0, partitions).
+func payloadPartitions(payload string, partitions int) []int {
+	all := []int{outbox.AllPartitions}
+	if payload == "" {
+		return all
+	}
+	fields := strings.Split(payload, ",")
+	out := make([]int, 0, len(fields))
+	for _, f := range fields {
+		p, err := strconv.Atoi(f)
+		if err != nil || p < 0 || p >= partitions {
+			return all
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func (l *listener) run() {
@@ -147,13 +196,14 @@ func (l *listener) listenOnce(reconnect bool, connected func()) error {
 	connected()
 	l.once.Do(func() { close(l.ready) })
 	if reconnect {
-		l.broadcast() // anything appended while we were away
+		l.broadcast([]int{outbox.AllPartitions}) // anything appended while we were away
 	}
 	for {
-		if _, err := conn.WaitForNotification(l.ctx); err != nil {
+		n, err := conn.WaitForNotification(l.ctx)
+		if err != nil {
 			return err
 		}
-		l.broadcast()
+		l.broadcast(payloadPartitions(n.Payload, l.opts.Partitions))
 	}
 }
 
@@ -174,16 +224,17 @@ const (
 
 // trailer sends the trailing notifications of the appends that skipped
 // their in-transaction NOTIFY (Options.NotifyInterval). It collects their
-// transaction IDs and, one NotifyInterval later and then again while any
-// is still open, runs notify_committed.sql on a connection of its own
-// (opened on first use like the listener's, from Options.ListenConfig or
-// the pool's config, so a busy pool does not delay it): one autocommit
-// statement that sends one NOTIFY when any of them committed. Waiting for
-// the commit keeps the notification from arriving before the entries are
-// visible (a relay woken too early finds nothing and sleeps until its
-// poll), and a rolled-back transaction never causes one. An autocommit
-// NOTIFY writes no WAL of its own that must be flushed, so it holds
-// PostgreSQL's notify lock only briefly.
+// transaction IDs, each with the partitions its append inserted into, and,
+// one NotifyInterval later and then again while any is still open, runs
+// notify_committed.sql on a connection of its own (opened on first use
+// like the listener's, from Options.ListenConfig or the pool's config, so
+// a busy pool does not delay it): one autocommit statement that sends the
+// union of the partitions of those that committed (one NOTIFY per 700
+// partitions). Waiting for the commit keeps the notification from arriving
+// before the entries are visible (a relay woken too early finds nothing
+// and sleeps until its poll), and a rolled-back transaction never causes
+// one. An autocommit NOTIFY writes no WAL of its own that must be
+// flushed, so it holds PostgreSQL's notify lock only briefly.
 type trailer struct {
 	b    *Backend
 	kick chan struct{} // buffer of one: IDs were added
@@ -198,6 +249,7 @@ type trailer struct {
 
 type trailID struct {
 	xid   int64
+	parts []int32 // the partitions the append inserted into; -1: unknown
 	since time.Time
 }
 
@@ -205,9 +257,9 @@ func newTrailer(b *Backend) *trailer {
 	return &trailer{b: b, kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// add watches the transaction xid; it starts the trailer's goroutine on
-// first use. It never blocks on I/O.
-func (t *trailer) add(xid int64) {
+// add watches the transaction xid, which appended to parts; it starts the
+// trailer's goroutine on first use. It never blocks on I/O.
+func (t *trailer) add(xid int64, parts []int32) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -216,7 +268,7 @@ func (t *trailer) add(xid int64) {
 	if len(t.pending) >= maxTrailIDs {
 		t.pending = append(t.pending[:0], t.pending[1:]...)
 	}
-	t.pending = append(t.pending, trailID{xid: xid, since: time.Now()})
+	t.pending = append(t.pending, trailID{xid: xid, parts: parts, since: time.Now()})
 	if !t.started {
 		t.started = true
 		go t.run()
@@ -303,8 +355,13 @@ func (t *trailer) run() {
 // batch still open and younger than maxTrailAge.
 func (t *trailer) check(ctx context.Context, batch []trailID) ([]trailID, error) {
 	xids := make([]int64, len(batch))
+	var pairX []int64
+	var pairP []int32
 	for i, id := range batch {
 		xids[i] = id.xid
+		for _, p := range id.parts {
+			pairX, pairP = append(pairX, id.xid), append(pairP, p)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, trailTimeout)
 	defer cancel()
@@ -320,8 +377,8 @@ func (t *trailer) check(ctx context.Context, batch []trailID) ([]trailID, error)
 		t.conn = conn
 	}
 	var open []int64
-	var notified bool
-	if err := t.conn.QueryRow(ctx, t.b.qNotifyCommitted, t.b.opts.Channel, xids).Scan(&open, &notified); err != nil {
+	var notified int64
+	if err := t.conn.QueryRow(ctx, t.b.qNotifyCommitted, t.b.opts.Channel, xids, pairX, pairP).Scan(&open, &notified); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = t.conn.Close(closeCtx)

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox"
 )
 
 // Default option values.
@@ -25,20 +27,33 @@ const (
 	DefaultNotifyInterval = 2 * time.Millisecond
 )
 
-// Options configure a [Backend] and [Migrate]. The zero value is valid:
-// table "public"."outbox", one partition, sent entries deleted.
+// Options configure a [Backend] and [Migrate]. The zero value is valid for
+// [New] (table "public"."outbox", the partition count stored with it, sent
+// entries deleted); [Migrate] also needs Partitions to create an outbox.
 type Options struct {
 	// Schema holds the tables. Default "public" (DefaultSchema), the
 	// schema the migration files land in when run by goose or
 	// golang-migrate with the default search_path.
 	Schema string
-	// Table is the outbox table's name; the lease, archive and migration
-	// tables and the indexes are named after it ("<table>_lease",
-	// "<table>_archive", "<table>_migrations"). Default "outbox"
-	// (DefaultTable). At most 48 bytes.
+	// Table is the outbox table's name; the other tables and the indexes
+	// are named after it ("<table>_lease", "<table>_archive",
+	// "<table>_meta", "<table>_member", "<table>_migrations"). Default
+	// "outbox" (DefaultTable). At most 48 bytes.
 	Table string
-	// Partitions is the number of partitions (see outbox.Store). Every
-	// appender and relay of one outbox must use the same value. Default 1.
+	// Partitions is the number of partitions (see outbox.Store). It is
+	// stored with the outbox, in "<table>_meta", when [Migrate] creates it
+	// (migration 004), and fixed from then on.
+	//
+	// For [Migrate] it is the count to create the outbox with: required
+	// (1 or more) when Migrate applies migration 004, that is when it
+	// creates the outbox or brings one from before 004 up to date (then it
+	// must be the count the outbox's appenders and relays have been
+	// using). On an outbox that has its count, 0 checks nothing and any
+	// other value must equal the stored count.
+	//
+	// For [New], 0 (the default) means the stored count; any other value
+	// must equal it. A count that differs from the stored one fails with
+	// an [*outbox.PartitionMismatchError]. Negative values are rejected.
 	Partitions int
 	// Archive keeps sent entries in "<table>_archive" (with their sent
 	// time) instead of deleting them; [Backend.PurgeArchive] deletes old
@@ -78,6 +93,33 @@ type Options struct {
 	// (DefaultNotifyInterval). A negative value notifies in every
 	// appending transaction and never trails.
 	NotifyInterval time.Duration
+	// KeyLocks makes concurrent appends of one key commit, and therefore
+	// deliver, in the order they appended. Without it, two transactions
+	// that append the same key without otherwise serializing (such as by
+	// updating the same row first) are delivered in commit order: the one
+	// that commits first is delivered first even when it appended second.
+	//
+	// With KeyLocks, AppendInTx and AppendInSQLTx first take a
+	// transaction-scoped advisory lock (pg_advisory_xact_lock) on a 64-bit
+	// hash of each distinct non-empty key of the call (and the outbox's
+	// schema and table), in sorted order, in one extra statement (one
+	// extra round trip) before the insert. A second transaction appending
+	// one of those keys waits at its append until the first commits or
+	// rolls back. The locks are released at the end of the transaction, so
+	// they are safe behind PgBouncer's transaction pooling. Two keys whose
+	// hashes collide serialize each other's appends (harmless). A
+	// transaction that appends in several calls takes the locks of each
+	// call when it makes it: make such calls in a consistent key order, or
+	// PostgreSQL may end one transaction with a deadlock error (40P01),
+	// which the caller retries like any other. Default false.
+	KeyLocks bool
+	// Limits are rules checked at append (a payload size limit, a topic
+	// rule; see [outbox.Limits]): an entry that breaks one is rejected
+	// with an error wrapping [outbox.ErrInvalidEntry] and nothing of the
+	// call is written. For Kafka, use kafkasink.Limits. Default: the zero
+	// value, which checks nothing (an oversized payload or an illegal
+	// topic then fails at publish and the entry is parked).
+	Limits outbox.Limits
 }
 
 // withDefaults validates o and fills in the defaults, in one place.
@@ -87,9 +129,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Table == "" {
 		o.Table = DefaultTable
-	}
-	if o.Partitions == 0 {
-		o.Partitions = 1
 	}
 	if o.Channel == "" {
 		o.Channel = o.Schema + "." + o.Table
@@ -102,7 +141,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case o.Partitions < 0:
-		return o, fmt.Errorf("pgoutbox: Options.Partitions is %d; use 1 or more (0 means 1)", o.Partitions)
+		return o, fmt.Errorf("pgoutbox: Options.Partitions is %d; use 1 or more (or 0 to read the count stored with the outbox)", o.Partitions)
 	case !validIdent(o.Schema, maxIdentLen):
 		return o, fmt.Errorf("pgoutbox: Options.Schema %q is not a usable identifier: use 1 to %d bytes of UTF-8 without NUL", o.Schema, maxIdentLen)
 	case !validIdent(o.Table, maxTableLen):
@@ -119,12 +158,12 @@ func validIdent(s string, maxLen int) bool {
 
 // names are the quoted, schema-qualified identifiers of one outbox.
 type names struct {
-	outbox, lease, archive, migrations string
+	outbox, lease, archive, meta, member, migrations string
 }
 
 func newNames(schema, table string) names {
 	q := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
-	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), migrations: q("_migrations")}
+	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), meta: q("_meta"), member: q("_member"), migrations: q("_migrations")}
 }
 
 // Options returns the backend's options with the defaults filled in.

@@ -48,6 +48,15 @@ func (b *Backend) AppendInSQLTx(ctx context.Context, tx SQLExecer, entries ...ou
 	if err != nil {
 		return err
 	}
+	if locks := b.keyLocks(rows.keys); locks != nil {
+		lit := make([]string, len(locks))
+		for i, l := range locks {
+			lit[i] = strconv.FormatInt(l, 10)
+		}
+		if _, err := tx.ExecContext(ctx, keyLocksSQL, "{"+strings.Join(lit, ",")+"}"); err != nil {
+			return b.interpretError("AppendInSQLTx", err)
+		}
+	}
 	args := []any{
 		textArray(rows.ids),
 		intArray(rows.parts),
@@ -63,13 +72,14 @@ func (b *Backend) AppendInSQLTx(ctx context.Context, tx SQLExecer, entries ...ou
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		},
-		func(q string, args []any) (int64, error) {
+		func(q string, args []any) (int64, string, error) {
 			var xid int64
-			err := qr.QueryRowContext(ctx, q, args...).Scan(&xid)
+			var parts string
+			err := qr.QueryRowContext(ctx, q, args...).Scan(&xid, &parts)
 			if errors.Is(err, sql.ErrNoRows) {
 				err = errNothingInserted
 			}
-			return xid, err
+			return xid, parts, err
 		})
 }
 

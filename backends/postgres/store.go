@@ -15,21 +15,24 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-// AcquireLease takes or extends the lease of partition in one statement
-// (an upsert of the partition's lease row). See [outbox.Store.AcquireLease].
+// AcquireLease takes or extends the lease of partition in one statement:
+// an UPDATE of the partition's lease row (created free by migration 004)
+// whose condition (free, expired or held by owner) is checked before the
+// row is locked, so an acquire that fails because another owner holds the
+// lease takes no lock and never waits for the holder's fenced writes. A
+// missing row (removed by hand) is inserted. See
+// [outbox.Store.AcquireLease]. owner must also be valid UTF-8 without NUL
+// bytes (PostgreSQL text), else the error wraps [outbox.ErrInvalidArgument].
 func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (outbox.Lease, error) {
 	const op = "AcquireLease"
 	if err := b.checkOpen(op); err != nil {
 		return outbox.Lease{}, err
 	}
-	if err := b.checkPartition(op, partition); err != nil {
-		return outbox.Lease{}, err
+	if err := outbox.CheckAcquire(b.opts.Partitions, partition, owner, ttl); err != nil {
+		return outbox.Lease{}, argErr(op, err)
 	}
-	if owner == "" || ttl <= 0 {
-		return outbox.Lease{}, fmt.Errorf("pgoutbox: %s: owner must be non-empty and ttl positive (got %q, %v): %w", op, owner, ttl, outbox.ErrInvalidArgument)
-	}
-	if !validIdent(owner, 1<<20) {
-		return outbox.Lease{}, fmt.Errorf("pgoutbox: %s: owner must be valid UTF-8 without NUL bytes: %w", op, outbox.ErrInvalidArgument)
+	if err := checkOwner(owner); err != nil {
+		return outbox.Lease{}, argErr(op, err)
 	}
 	l := outbox.Lease{Partition: partition, Owner: owner}
 	err := b.pool.QueryRow(ctx, b.qAcquire, partition, owner, micros(ttl)).Scan(&l.Version, &l.Expires)
@@ -49,11 +52,8 @@ func (b *Backend) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.D
 	if err := b.checkOpen(op); err != nil {
 		return outbox.Lease{}, err
 	}
-	if ttl <= 0 {
-		return outbox.Lease{}, fmt.Errorf("pgoutbox: %s: ttl must be positive (got %v): %w", op, ttl, outbox.ErrInvalidArgument)
-	}
-	if err := b.checkPartition(op, lease.Partition); err != nil {
-		return outbox.Lease{}, err
+	if err := outbox.CheckRenew(b.opts.Partitions, lease, ttl); err != nil {
+		return outbox.Lease{}, argErr(op, err)
 	}
 	err := b.pool.QueryRow(ctx, b.qRenew, lease.Partition, lease.Owner, lease.Version, micros(ttl)).Scan(&lease.Expires)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -73,8 +73,8 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	if err := b.checkPartition(op, lease.Partition); err != nil {
-		return err
+	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
+		return argErr(op, err)
 	}
 	_, err := b.pool.Exec(ctx, b.qReleaseLease, lease.Partition, lease.Owner, lease.Version)
 	return b.interpretError(op, err)
@@ -89,24 +89,55 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 // handed its unfinished entries again by its next fetch (the SPI allows it:
 // the relay finishes every batch before fetching the next). See
 // [outbox.Store.FindPendingBatch].
+//
+// A row whose headers column does not decode (see [DecodeHeaders]) is not
+// returned: it is parked in the store, fenced by the lease like
+// [Backend.MarkFailed] (attempts + 1, the reason, naming the column, as its
+// last error), and the rest of the batch is returned, so one corrupt row
+// never stalls its partition. When every row read was corrupt, the fetch
+// is run again (at most maxCorruptRounds times) so that a run of corrupt
+// rows does not read as an empty partition.
 func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
 	const op = "FindPendingBatch"
 	if err := b.checkOpen(op); err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
-		return nil, fmt.Errorf("pgoutbox: %s: limit is %d, must be positive: %w", op, limit, outbox.ErrInvalidArgument)
+	if err := outbox.CheckFetch(b.opts.Partitions, lease, limit); err != nil {
+		return nil, argErr(op, err)
 	}
-	if err := b.checkPartition(op, lease.Partition); err != nil {
-		return nil, err
+	for round := 1; ; round++ {
+		out, corrupt, err := b.findPending(ctx, op, lease, limit)
+		if err != nil {
+			return nil, err
+		}
+		if len(corrupt) == 0 {
+			return out, nil
+		}
+		if err := b.MarkFailed(ctx, lease, corrupt); err != nil {
+			return nil, fmt.Errorf("pgoutbox: %s: parking %d entries whose headers column does not decode: %w", op, len(corrupt), err)
+		}
+		if len(out) > 0 || round == maxCorruptRounds {
+			return out, nil
+		}
 	}
+}
+
+// maxCorruptRounds bounds how often one FindPendingBatch fetches again
+// after a batch in which every row was corrupt (and has been parked).
+const maxCorruptRounds = 10
+
+// findPending runs the fetch statement once. It returns the decodable
+// entries in order and, as parking failures, the rows whose headers do not
+// decode.
+func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease, limit int) ([]outbox.Entry, []outbox.Failure, error) {
 	rows, err := b.pool.Query(ctx, b.qFind, lease.Partition, lease.Owner, lease.Version, limit)
 	if err != nil {
-		return nil, b.interpretError(op, err)
+		return nil, nil, b.interpretError(op, err)
 	}
 	defer rows.Close()
 	leaseOK := false
 	var out []outbox.Entry
+	var corrupt []outbox.Failure
 	type position struct {
 		next time.Time
 		seq  int64
@@ -130,7 +161,7 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 			}
 		)
 		if err := rows.Scan(&pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created); err != nil {
-			return nil, b.interpretError(op, err)
+			return nil, nil, b.interpretError(op, err)
 		}
 		if !id.Valid { // the lease holds, nothing is due
 			continue
@@ -142,16 +173,17 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 			e.NotBefore = notBef.Time
 		}
 		if e.Headers, err = DecodeHeaders(headers); err != nil {
-			return nil, fmt.Errorf("pgoutbox: %s: entry %q: %w", op, e.ID, err)
+			corrupt = append(corrupt, outbox.Failure{ID: e.ID, Error: corruptHeadersReason(err), Park: true})
+			continue
 		}
 		out = append(out, e)
 		order = append(order, position{pos.next.Time, pos.seq.Int64})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, b.interpretError(op, err)
+		return nil, nil, b.interpretError(op, err)
 	}
 	if !leaseOK {
-		return nil, leaseLost(op, lease)
+		return nil, nil, leaseLost(op, lease)
 	}
 	idx := make([]int, len(out))
 	for i := range idx {
@@ -167,7 +199,7 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	for i, j := range idx {
 		sorted[i] = out[j]
 	}
-	return sorted, nil
+	return sorted, corrupt, nil
 }
 
 // MarkSent deletes (or, with Options.Archive, archives) the entries in one
@@ -182,16 +214,19 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if len(ids) == 0 {
 		return nil
 	}
-	if err := b.checkPartition(op, lease.Partition); err != nil {
-		return err
+	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
+		return argErr(op, err)
 	}
 	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, ids)
 }
 
 // MarkFailed records the failures in one statement (an UPDATE joined to
-// the unnested failures) fenced like [Backend.MarkSent]. Errors longer than
-// 4096 bytes are truncated; invalid UTF-8 and NUL bytes in them are
-// replaced. See [outbox.Store.MarkFailed].
+// the unnested failures) fenced like [Backend.MarkSent]. A failure's new
+// due time is computed by the database: now() plus Delay, passed in whole
+// microseconds (rounded away from zero, so a positive Delay never comes
+// early and a negative one stays in the past). Errors longer than 4096
+// bytes are truncated; invalid UTF-8 and NUL bytes in them are replaced.
+// See [outbox.Store.MarkFailed].
 func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
 	const op = "MarkFailed"
 	if err := b.checkOpen(op); err != nil {
@@ -200,16 +235,16 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 	if len(failures) == 0 {
 		return nil
 	}
-	if err := b.checkPartition(op, lease.Partition); err != nil {
-		return err
+	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
+		return argErr(op, err)
 	}
 	n := len(failures)
 	ids, errs := make([]string, n), make([]string, n)
-	retry, park := make([]time.Time, n), make([]bool, n)
+	delays, park := make([]int64, n), make([]bool, n)
 	for i, f := range failures {
-		ids[i], errs[i], retry[i], park[i] = f.ID, cleanError(f.Error), f.RetryAt, f.Park
+		ids[i], errs[i], delays[i], park[i] = f.ID, cleanError(f.Error), delayMicros(f.Delay), f.Park
 	}
-	return b.fenced(ctx, op, lease, b.qMarkFailed, lease.Partition, lease.Owner, lease.Version, ids, errs, retry, park)
+	return b.fenced(ctx, op, lease, b.qMarkFailed, lease.Partition, lease.Owner, lease.Version, ids, errs, delays, park)
 }
 
 // cleanError makes s storable as text and bounds its size.
@@ -247,8 +282,8 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 	if len(ids) == 0 {
 		return nil
 	}
-	if err := b.checkPartition(op, lease.Partition); err != nil {
-		return err
+	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
+		return argErr(op, err)
 	}
 	var held bool
 	if err := b.pool.QueryRow(ctx, b.qRelease, lease.Partition, lease.Owner, lease.Version).Scan(&held); err != nil {
@@ -256,6 +291,14 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 	}
 	if !held {
 		return leaseLost(op, lease)
+	}
+	return nil
+}
+
+// checkOwner rejects an owner PostgreSQL text cannot store.
+func checkOwner(owner string) error {
+	if !validIdent(owner, 1<<20) {
+		return fmt.Errorf("owner must be valid UTF-8 without NUL bytes (PostgreSQL text): %w", outbox.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -22,6 +22,9 @@ var (
 	_ outbox.Notifier                 = (*Backend)(nil)
 	_ outbox.Canceler                 = (*Backend)(nil)
 	_ outbox.Inspector                = (*Backend)(nil)
+	_ outbox.Membership               = (*Backend)(nil)
+	_ outbox.PartitionInspector       = (*Backend)(nil)
+	_ outbox.Looker                   = (*Backend)(nil)
 )
 
 // Backend is the Redis outbox backend. It is safe for concurrent use. It
@@ -30,7 +33,8 @@ type Backend struct {
 	client  redis.UniversalClient
 	opts    Options
 	parts   []keys
-	channel string
+	meta    string // hash: partitions, created-at (the prefix's own slot)
+	members string // hash: owner -> membership record (the prefix's own slot)
 	cluster bool
 
 	closed    atomic.Bool
@@ -49,6 +53,7 @@ type keys struct {
 	lease    string // string "version:owner" with a PX expiry
 	leasever string // counter: last lease version granted
 	seq      string // counter: last append sequence
+	notify   string // sharded pub/sub channel of the partition's wake-ups (not a key)
 }
 
 func partitionKeys(prefix string, p int) keys {
@@ -65,17 +70,24 @@ func partitionKeys(prefix string, p int) keys {
 		lease:    base + ":lease",
 		leasever: base + ":leasever",
 		seq:      base + ":seq",
+		notify:   base + ":notify",
 	}
 }
 
 // New returns a backend on client, which may be a *redis.Client, a
 // *redis.ClusterClient, a failover client or any redis.UniversalClient.
 //
-// New validates opts, loads the scripts on every master (SCRIPT LOAD), and
-// reads maxmemory-policy (CONFIG GET; a server that forbids CONFIG is
-// tolerated) to log a warning through Options.Logger when the policy can
-// evict the outbox's keys. It does one round trip per master for each and
-// fails when the scripts cannot be loaded.
+// New validates opts, loads the scripts on every master (SCRIPT LOAD),
+// reads or stores the partition count kept with the outbox (one round
+// trip, meta.lua; see Options.Partitions) and reads maxmemory-policy
+// (CONFIG GET; a server that forbids CONFIG is tolerated) to log a warning
+// through Options.Logger when the policy can evict the outbox's keys.
+//
+// It fails when the scripts cannot be loaded; when Options.Partitions is 0
+// and no outbox exists at Options.Prefix (no count is stored); and, with
+// an error wrapping [outbox.PartitionMismatchError] (which also matches
+// [outbox.ErrInvalidArgument]), when a positive Options.Partitions differs
+// from the stored count.
 func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Backend, error) {
 	if client == nil {
 		return nil, errNilClient
@@ -87,22 +99,71 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Back
 	b := &Backend{
 		client:  client,
 		opts:    opts,
-		parts:   make([]keys, opts.Partitions),
-		channel: "outbox:notify:" + opts.Prefix,
+		meta:    opts.Prefix + ":meta",
+		members: opts.Prefix + ":members",
 		done:    make(chan struct{}),
 	}
 	_, b.cluster = client.(*redis.ClusterClient)
-	if opts.NoNotify {
-		b.channel = ""
-	}
-	for p := range b.parts {
-		b.parts[p] = partitionKeys(opts.Prefix, p)
-	}
 	if err := b.LoadScripts(ctx); err != nil {
 		return nil, err
 	}
+	n, err := b.partitionCount(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.parts = make([]keys, n)
+	for p := range b.parts {
+		b.parts[p] = partitionKeys(opts.Prefix, p)
+	}
 	checkEviction(ctx, client, opts.Logger)
 	return b, nil
+}
+
+// partitionCount runs meta.lua: it returns the count stored with the
+// outbox, storing Options.Partitions first when none is stored and it is
+// positive.
+func (b *Backend) partitionCount(ctx context.Context) (int, error) {
+	configured := b.opts.Partitions
+	res, err := scriptMeta.Run(ctx, b.client, []string{b.meta}, configured).Result()
+	if err != nil {
+		return 0, b.wrap(ctx, "New", err)
+	}
+	if code, ok := res.(int64); ok && code == 0 {
+		return 0, b.noOutbox(ctx)
+	}
+	a, ok := res.([]any)
+	if !ok || len(a) != 3 {
+		return 0, fmt.Errorf("redisoutbox: New: unexpected result %v from meta.lua", res)
+	}
+	stored, _ := a[0].(int64)
+	if stored < 1 || stored > maxPartitions {
+		return 0, fmt.Errorf("redisoutbox: New: the partition count stored in %q is %v, not a count in 1..%d, so it was not written by this backend: stop every process of the outbox and restore the count it was created with (HSET %s partitions N)",
+			b.meta, a[0], maxPartitions, b.meta)
+	}
+	if configured != 0 && int64(configured) != stored {
+		return 0, fmt.Errorf("redisoutbox: New: %w", &outbox.PartitionMismatchError{Outbox: b.opts.Prefix, Configured: configured, Stored: int(stored)})
+	}
+	return int(stored), nil
+}
+
+// noOutbox is New's error when Options.Partitions is 0 and no count is
+// stored. It costs one more round trip, only on this path, to tell an
+// outbox of an earlier build (keys, but no stored count) from no outbox.
+func (b *Backend) noOutbox(ctx context.Context) error {
+	k := partitionKeys(b.opts.Prefix, 0)
+	n, err := b.client.Exists(ctx, k.seq, k.leasever).Result()
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return ctxErr
+		}
+		n = 0
+	}
+	if n > 0 {
+		return fmt.Errorf("redisoutbox: New: the outbox at prefix %q was created by an earlier build, which did not store its partition count (%q is missing); pass Options.Partitions with the count it was created with (1 if it was never set) once, and New stores it: %w",
+			b.opts.Prefix, b.meta, outbox.ErrInvalidArgument)
+	}
+	return fmt.Errorf("redisoutbox: New: no outbox exists at prefix %q (no partition count is stored in %q); to create one, pass Options.Partitions (1..%d) and New stores it with the outbox; to open an existing one, check Options.Prefix and the Redis database: %w",
+		b.opts.Prefix, b.meta, maxPartitions, outbox.ErrInvalidArgument)
 }
 
 // LoadScripts loads every script on every master (SCRIPT LOAD). New calls
@@ -148,8 +209,8 @@ func checkEviction(ctx context.Context, client redis.UniversalClient, log *slog.
 	check(ctx, client, "")
 }
 
-// Partitions reports the number of partitions (Options.Partitions). It
-// keeps working after Close.
+// Partitions reports the number of partitions: the count stored with the
+// outbox, which New read or stored. It keeps working after Close.
 func (b *Backend) Partitions() int { return len(b.parts) }
 
 // HashTag returns the hash tag of the partition that entries with the given
@@ -211,10 +272,16 @@ func codeErr(op string, lease outbox.Lease, code int64) error {
 	return fmt.Errorf("redisoutbox: %s: unexpected script result %d", op, code)
 }
 
+// argErr wraps an error of the shared argument checks (outbox.Check*)
+// with the package and the operation.
+func argErr(op string, err error) error {
+	return fmt.Errorf("redisoutbox: %s: %w", op, err)
+}
+
+// partition returns the keys of partition p after outbox.CheckPartition.
 func (b *Backend) partition(op string, p int) (*keys, error) {
-	if p < 0 || p >= len(b.parts) {
-		return nil, fmt.Errorf("redisoutbox: %s: partition %d is out of range; the backend has partitions 0..%d: %w",
-			op, p, len(b.parts)-1, outbox.ErrInvalidArgument)
+	if err := outbox.CheckPartition(len(b.parts), p); err != nil {
+		return nil, argErr(op, err)
 	}
 	return &b.parts[p], nil
 }
@@ -237,10 +304,25 @@ func ttlMillis(ttl time.Duration) int64 {
 	return max(1, int64((ttl+time.Millisecond-1)/time.Millisecond))
 }
 
-// appendArgs builds the append script's KEYS and ARGV for one partition.
-func (b *Backend) appendArgs(k *keys, entries []outbox.Entry) ([]string, []any) {
-	args := make([]any, 0, 1+3*len(entries))
-	args = append(args, b.channel)
+// delayMillis is d in ms, rounded up (towards +inf, so a retry is never
+// due early); d may be negative.
+func delayMillis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
+}
+
+// appendArgs builds the append script's KEYS and ARGV for partition p.
+func (b *Backend) appendArgs(p int, entries []outbox.Entry) ([]string, []any) {
+	k := &b.parts[p]
+	channel := k.notify
+	if b.opts.NoNotify {
+		channel = ""
+	}
+	args := make([]any, 0, 2+3*len(entries))
+	args = append(args, channel, p)
 	for i := range entries {
 		e := &entries[i]
 		due := ""
@@ -276,7 +358,9 @@ func (b *Backend) group(entries []outbox.Entry) [][]outbox.Entry {
 // (client.TxPipeline() or the pipe of client.TxPipelined), as one EVAL of
 // the append script per partition touched. They are written if and only if
 // the caller's EXEC succeeds; a Discard leaves nothing behind. The script
-// also publishes the wake-up in the same EXEC.
+// also publishes the partition's wake-up in the same EXEC (SPUBLISH of the
+// partition number on the partition's channel; see
+// [Backend.Notifications]), unless Options.NoNotify is set.
 //
 // The script is sent with EVAL (its full body), not EVALSHA: inside MULTI
 // an EVALSHA of a script the server does not know (after a restart or
@@ -285,6 +369,16 @@ func (b *Backend) group(entries []outbox.Entry) [][]outbox.Entry {
 //
 // Errors of the script itself (none are expected) surface from the
 // caller's Exec.
+//
+// Partial failure: Redis does not roll back. When a queued command fails
+// at run time (for example WRONGTYPE in the caller's own business write),
+// EXEC still runs every other queued command, so the entries ARE appended
+// and will be published although the business write failed; go-redis then
+// returns that command's error from Exec, which reads as if nothing
+// happened. Pass Exec's result to [CheckExec]: it returns an [*ExecError]
+// naming the failed command and the appended entry IDs (to compensate, or
+// to cancel with [Backend.Cancel]). A command refused when queued (wrong
+// arity, EXECABORT) or a WATCH conflict runs nothing.
 //
 // Redis Cluster: a MULTI can only touch one slot. The entries of one
 // partition share a slot (its hash tag, [Backend.HashTag]), so a
@@ -308,13 +402,13 @@ func (b *Backend) AppendInTx(ctx context.Context, tx redis.Pipeliner, entries ..
 	if tx == nil {
 		return fmt.Errorf("redisoutbox: AppendInTx: tx is nil; pass client.TxPipeline() or the pipe of client.TxPipelined: %w", outbox.ErrInvalidArgument)
 	}
-	prepared, err := outbox.PrepareEntries(ctx, entries, len(b.parts))
+	prepared, err := outbox.PrepareEntriesWith(ctx, entries, len(b.parts), b.opts.Limits)
 	if err != nil {
 		return err
 	}
 	groups := b.group(prepared)
 	for _, g := range groups {
-		ks, args := b.appendArgs(&b.parts[g[0].Partition], g)
+		ks, args := b.appendArgs(g[0].Partition, g)
 		tx.Eval(ctx, scriptAppend.src, ks, args...)
 	}
 	return nil
@@ -332,13 +426,13 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	prepared, err := outbox.PrepareEntries(ctx, entries, len(b.parts))
+	prepared, err := outbox.PrepareEntriesWith(ctx, entries, len(b.parts), b.opts.Limits)
 	if err != nil {
 		return err
 	}
 	groups := b.group(prepared)
 	if len(groups) == 1 {
-		ks, args := b.appendArgs(&b.parts[groups[0][0].Partition], groups[0])
+		ks, args := b.appendArgs(groups[0][0].Partition, groups[0])
 		return b.wrap(ctx, "Append", scriptAppend.Run(ctx, b.client, ks, args...).Err())
 	}
 	run := b.client.TxPipelined
@@ -347,7 +441,7 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 	}
 	_, err = run(ctx, func(pipe redis.Pipeliner) error {
 		for _, g := range groups {
-			ks, args := b.appendArgs(&b.parts[g[0].Partition], g)
+			ks, args := b.appendArgs(g[0].Partition, g)
 			pipe.Eval(ctx, scriptAppend.src, ks, args...)
 		}
 		return nil

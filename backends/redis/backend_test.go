@@ -62,6 +62,8 @@ func TestBackend(t *testing.T) {
 			t.Run("UnfinishedClaimsAreReadAgainInOrder", func(t *testing.T) { t.Parallel(); testUnfinishedClaims(t, c) })
 			t.Run("LegacyInflightComesBack", func(t *testing.T) { t.Parallel(); testLegacyInflight(t, c) })
 			t.Run("RetryBeforePositionKeepsKeyOrder", func(t *testing.T) { t.Parallel(); testRetryBeforePosition(t, c) })
+			t.Run("RescoreBehindDueRetryReturnsEachEntryOnce", func(t *testing.T) { t.Parallel(); testRescoreInScan(t, c) })
+			t.Run("RetryDelayByServerClock", func(t *testing.T) { t.Parallel(); testRetryDelayByServerClock(t, c) })
 			t.Run("InspectAcrossPartitions", func(t *testing.T) { t.Parallel(); testInspect(t, c) })
 			t.Run("Notifications", func(t *testing.T) { t.Parallel(); testNotifications(t, c) })
 			t.Run("RollbackLeavesNothing", func(t *testing.T) { t.Parallel(); testRollback(t, c) })
@@ -229,7 +231,7 @@ func testHoldBackCrowd(t *testing.T, c redis.UniversalClient) {
 	batch, err := b.FindPendingBatch(ctx, l, 1)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a000"}, ids(batch))
-	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a000", Error: "boom", RetryAt: time.Now().Add(time.Hour)}}))
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a000", Error: "boom", Delay: time.Hour}}))
 
 	// 300 held-back entries of key a sit ahead of b and u; a small batch
 	// still reaches them (the scan re-scores the crowd behind a000).
@@ -329,7 +331,7 @@ func testFormat1(t *testing.T, c redis.UniversalClient) {
 	assert.Equal(t, []byte("one"), batch[0].Payload)
 	assert.Equal(t, map[string]string{"h": "1"}, batch[0].Headers)
 	assert.WithinDuration(t, created, batch[0].CreatedAt, time.Millisecond)
-	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a1", Error: "boom", RetryAt: time.Now().Add(time.Hour)}}))
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a1", Error: "boom", Delay: time.Hour}}))
 	batch, err = b.FindPendingBatch(ctx, l, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"u1"}, ids(batch), "the converted, failing a1 holds back a2 (format 1) and a3 (format 2)")
@@ -409,17 +411,73 @@ func testInspect(t *testing.T, c redis.UniversalClient) {
 	assert.Equal(t, outbox.Stats{Pending: 2, Due: 2, Parked: 9, OldestDue: st.OldestDue}, st)
 }
 
+// keyFor returns a key whose entries go to partition p of n.
+func keyFor(t *testing.T, p, n int) string {
+	t.Helper()
+	for i := range 100000 {
+		if k := "key" + strconv.Itoa(i); outbox.PartitionOf(k, n) == p {
+			return k
+		}
+	}
+	t.Fatalf("no key maps to partition %d of %d", p, n)
+	return ""
+}
+
+// receive returns the next value of ch, failing the test when ctx ends
+// first or ch is closed.
+func receive(t *testing.T, ctx context.Context, ch <-chan int) int {
+	t.Helper()
+	select {
+	case p, ok := <-ch:
+		require.True(t, ok, "the notification channel closed")
+		return p
+	case <-ctx.Done():
+		t.Fatal("no notification")
+		return 0
+	}
+}
+
+// testNotifications: an append to partition 3 of 8 delivers 3 and nothing
+// else, from a standalone Append and from the caller's MULTI alike. The
+// append to partition 5 that follows is the barrier: on one connection
+// (single node) messages arrive in order, so nothing may come between;
+// on Cluster each partition has its own subscription, so only 3 and 5
+// may arrive, once each.
 func testNotifications(t *testing.T, c redis.UniversalClient) {
 	ctx := testCtx(t)
-	b := newBackend(t, c, Options{})
+	b := newBackend(t, c, Options{Partitions: 8})
 	nctx, cancel := context.WithCancel(ctx)
 	ch, err := b.Notifications(nctx)
 	require.NoError(t, err)
-	require.NoError(t, b.Append(ctx, outbox.Entry{Topic: "t"}))
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		t.Fatal("no notification after a committed append")
+	k3, k5 := keyFor(t, 3, 8), keyFor(t, 5, 8)
+	_, cluster := c.(*redis.ClusterClient)
+	for _, inTx := range []bool{false, true} {
+		for _, key := range []string{k3, k5} {
+			e := outbox.Entry{Topic: "t", Key: key}
+			if inTx {
+				_, err = c.TxPipelined(ctx, func(pipe redis.Pipeliner) error { return b.AppendInTx(ctx, pipe, e) })
+			} else {
+				err = b.Append(ctx, e)
+			}
+			require.NoError(t, err)
+		}
+		got := []int{receive(t, ctx, ch), receive(t, ctx, ch)}
+		if cluster {
+			assert.ElementsMatch(t, []int{3, 5}, got, "in tx: %v", inTx)
+		} else {
+			assert.Equal(t, []int{3, 5}, got, "in tx: %v", inTx)
+		}
+	}
+	// An append of nothing new (a duplicate ID) publishes nothing. The
+	// barrier is a message on partition 3's own channel (so it arrives
+	// after anything the append published) whose payload is no partition
+	// number: it arrives as AllPartitions.
+	require.NoError(t, b.Append(ctx, outbox.Entry{ID: "dup", Topic: "t", Key: k3}))
+	require.Equal(t, 3, receive(t, ctx, ch))
+	require.NoError(t, b.Append(ctx, outbox.Entry{ID: "dup", Topic: "t", Key: k3}))
+	for _, payload := range []string{"barrier", "8", "-1", ""} {
+		require.NoError(t, c.SPublish(ctx, b.parts[3].notify, payload).Err())
+		require.Equal(t, outbox.AllPartitions, receive(t, ctx, ch), "payload %q (a duplicate publishes nothing)", payload)
 	}
 	cancel()
 	for range ch {
@@ -461,7 +519,7 @@ func testUnfinishedClaims(t *testing.T, c redis.UniversalClient) {
 	}
 	require.Equal(t, []string{"k1"}, fetch(1))
 	require.Equal(t, []string{"k1", "k2", "k3"}, fetch(10), "unfinished k1 is read again, first")
-	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "k1", Error: "boom", RetryAt: time.Now().Add(-time.Hour)}}))
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "k1", Error: "boom", Delay: -time.Hour}}))
 	require.NoError(t, b.Release(ctx, l, []string{"k2", "k3"}))
 	require.Equal(t, []string{"k1"}, fetch(10), "failing k1 is retried alone")
 	require.Equal(t, []string{"k1"}, fetch(10), "k1 is unfinished and attempted: k2, k3 stay held back")
@@ -487,12 +545,61 @@ func testRetryBeforePosition(t *testing.T, c redis.UniversalClient) {
 	require.Equal(t, []string{"e", "o", "m"}, ids(batch))
 	require.NoError(t, b.MarkSent(ctx, l, []string{"o"}))
 	require.NoError(t, b.Release(ctx, l, []string{"e"}))
-	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "m", Error: "boom", RetryAt: time.Now().Add(-time.Hour)}}))
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "m", Error: "boom", Delay: -time.Hour}}))
 	assertKeyOrder(t, c, b, "m")
 	batch, err = b.FindPendingBatch(ctx, l, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"e", "m"}, ids(batch), "e comes first in its key's order; m, attempted, may follow it")
 	require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+	assertKeyOrder(t, c, b)
+}
+
+// testRescoreInScan: the claim re-scores a held-back entry (b) to the
+// retry time of the failing entry before it (a) when that is later than
+// b's score, and here that retry time is already due, so b stays in the
+// range the claim is scanning, only further on: behind a, in the chunk of
+// the range the claim has already read. Every entry must still come out
+// once: the claim used to page through the range by an offset that did
+// not count the moved entry, so its next chunk started one member early
+// and returned x a second time ([a x x]), and the relay published x twice
+// with no lease lost.
+func testRescoreInScan(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	now := time.Now()
+	require.NoError(t, b.Append(ctx,
+		outbox.Entry{ID: "a", Topic: "t", Key: "k", NotBefore: now.Add(-time.Hour)},
+		outbox.Entry{ID: "b", Topic: "t", Key: "k", NotBefore: now.Add(-30 * time.Minute)},
+		outbox.Entry{ID: "x", Topic: "t"}))
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	batch, err := b.FindPendingBatch(ctx, l, 1)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, ids(batch))
+	// a retries 10 minutes ago: after b's position (30 minutes ago), and
+	// due. Pending is now b (-30m), a (-10m), x (now).
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "boom", Delay: -10 * time.Minute}}))
+	batch, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "x"}, ids(batch), "a is retried alone in its key, b stays held back, x comes once")
+	assertKeyOrder(t, c, b, "a", "b")
+	scores := map[string]float64{}
+	pending, err := c.ZRangeWithScores(ctx, b.parts[0].pending, 0, -1).Result()
+	require.NoError(t, err)
+	for _, z := range pending {
+		scores[z.Member.(string)[8:]] = z.Score
+	}
+	assert.Equal(t, scores["a"], scores["b"], "b was re-scored to a's retry time when the scan was over")
+
+	// b was moved to a's retry time: once a is sent, b follows, once.
+	require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+	batch, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"b"}, ids(batch))
+	require.NoError(t, b.MarkSent(ctx, l, ids(batch)))
+	batch, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Empty(t, batch)
 	assertKeyOrder(t, c, b)
 }
 
@@ -558,4 +665,54 @@ func TestScriptsStripSafely(t *testing.T) {
 		}
 		assert.Contains(t, s.src, "local function parse(v)", s.name)
 	}
+}
+
+// testRetryDelayByServerClock: MarkFailed's retry time is the server's TIME
+// (rounded up to the ms) plus Delay (rounded up), whatever the caller's
+// clock says; a negative Delay puts it in the past, but a keyed entry
+// never before its position.
+func testRetryDelayByServerClock(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	require.NoError(t, b.Append(ctx,
+		outbox.Entry{ID: "later", Topic: "t"},
+		outbox.Entry{ID: "past", Topic: "t"},
+		outbox.Entry{ID: "keyed", Topic: "t", Key: "k"},
+		outbox.Entry{ID: "parked", Topic: "t"}))
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	batch, err := b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Len(t, batch, 4)
+	scores := func() map[string]float64 {
+		zs, err := c.ZRangeWithScores(ctx, b.parts[0].pending, 0, -1).Result()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, z := range zs {
+			out[z.Member.(string)[8:]] = z.Score
+		}
+		return out
+	}
+	position := scores()["keyed"]
+
+	before := serverMillis(t, ctx, c)
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{
+		{ID: "later", Error: "x", Delay: 90*time.Second + 500*time.Microsecond},
+		{ID: "past", Error: "x", Delay: -time.Hour},
+		{ID: "keyed", Error: "x", Delay: -time.Hour},
+		{ID: "parked", Error: "x", Delay: time.Hour, Park: true},
+	}))
+	after := serverMillis(t, ctx, c) + 1 // TIME rounded up
+	got := scores()
+	assert.GreaterOrEqual(t, got["later"], float64(before+90_001), "server time + delay, both rounded up")
+	assert.LessOrEqual(t, got["later"], float64(after+90_001))
+	assert.GreaterOrEqual(t, got["past"], float64(before-3_600_000))
+	assert.LessOrEqual(t, got["past"], float64(after-3_600_000))
+	assert.Equal(t, position, got["keyed"], "a keyed entry is never scored before its position")
+	assert.NotContains(t, got, "parked")
+	assertKeyOrder(t, c, b, "keyed")
+
+	batch, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"past", "keyed"}, ids(batch), "due now: the negative delays; not yet: the 90s one")
 }

@@ -53,7 +53,7 @@ func BenchmarkAppendInTx(b *testing.B) {
 						// What AppendInTx would cost with EVALSHA (unsafe
 						// inside MULTI after a SCRIPT FLUSH; measured only).
 						es, _ := outbox.PrepareEntries(ctx, []outbox.Entry{{Topic: "t", Key: "k", Payload: make([]byte, 100)}}, 1)
-						ks, args := be.appendArgs(&be.parts[0], es)
+						ks, args := be.appendArgs(0, es)
 						pipe.EvalSha(ctx, scriptAppend.Hash(), ks, args...)
 						return nil
 					})
@@ -161,8 +161,9 @@ func benchBackend(b *testing.B, c redis.UniversalClient, parts int) *Backend {
 	b.Cleanup(func() {
 		ctx := context.Background()
 		for _, k := range be.parts {
-			c.Del(ctx, k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.tag+":bench")
+			c.Del(ctx, k.tag+":bench")
 		}
+		deleteKeys(c, be)
 	})
 	return be
 }
@@ -214,5 +215,53 @@ func BenchmarkBacklog(b *testing.B) {
 			b.ReportMetric(float64(claim.Nanoseconds())/float64(drained), "claim-ns/entry")
 			b.ReportMetric(float64(mark.Nanoseconds())/float64(drained), "mark-ns/entry")
 		})
+	}
+}
+
+// BenchmarkInspect times Lookup (of a pending entry, and of an ID no
+// partition has) and PartitionStats with 1, 16 and 64 partitions holding
+// 10,000 entries, on a single node and on the Cluster: Lookup runs one
+// script per partition, pipelined (one round trip per node), so its cost
+// grows with the partition count. Run:
+// go test -run '^$' -bench Inspect ./backends/redis/
+func BenchmarkInspect(b *testing.B) {
+	for _, tg := range targets {
+		for _, parts := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("%s/%d-partitions", tg.name, parts), func(b *testing.B) {
+				c := tg.client(&testing.T{})
+				be := benchBackend(b, c, parts)
+				ctx := context.Background()
+				for i := 0; i < 10_000; i += 500 {
+					es := make([]outbox.Entry, 500)
+					for j := range es {
+						es[j] = outbox.Entry{ID: fmt.Sprintf("e%05d", i+j), Topic: "t", Key: strconv.Itoa(i + j), Payload: make([]byte, 100)}
+					}
+					if err := be.Append(ctx, es...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.Run("Lookup", func(b *testing.B) {
+					for i := 0; b.Loop(); i++ {
+						if _, err := be.Lookup(ctx, fmt.Sprintf("e%05d", i%10_000)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				b.Run("LookupMissing", func(b *testing.B) {
+					for b.Loop() {
+						if _, err := be.Lookup(ctx, "missing"); err == nil {
+							b.Fatal("found")
+						}
+					}
+				})
+				b.Run("PartitionStats", func(b *testing.B) {
+					for b.Loop() {
+						if _, err := be.PartitionStats(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
+		}
 	}
 }

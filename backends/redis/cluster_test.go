@@ -66,7 +66,7 @@ func TestClusterPartitionsSpreadWithoutCrossSlot(t *testing.T) {
 		require.NoError(t, err)
 		seen += len(batch)
 		if len(batch) > 0 {
-			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: batch[0].ID, RetryAt: time.Now()}}))
+			require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: batch[0].ID, Delay: 0}}))
 			require.NoError(t, b.Release(ctx, l, ids(batch[1:])))
 		}
 		require.NoError(t, b.ReleaseLease(ctx, l))
@@ -136,7 +136,7 @@ func TestWarnsWhenEvictionCanLoseEntries(t *testing.T) {
 	t.Parallel()
 	srv := startPrivateRedis(t, "--maxmemory-policy", "allkeys-lru")
 	var logs bytes.Buffer
-	b, err := New(testCtx(t), srv, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	b, err := New(testCtx(t), srv, Options{Partitions: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	defer b.Close()
 	assert.Contains(t, logs.String(), "level=ERROR")

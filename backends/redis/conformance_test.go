@@ -20,6 +20,8 @@ type harness struct {
 	plain bool
 }
 
+var _ conformance.Reopener = (*harness)(nil)
+
 func (h *harness) Backend() outbox.Backend[redis.Pipeliner] { return h.b }
 
 func (h *harness) Begin(context.Context) (redis.Pipeliner, error) {
@@ -37,6 +39,17 @@ func (h *harness) Commit(ctx context.Context, tx redis.Pipeliner) error {
 func (h *harness) Rollback(_ context.Context, tx redis.Pipeliner) error {
 	tx.Discard()
 	return nil
+}
+
+// Reopen opens the harness's outbox again through New, configured with
+// partitions (0: read the count stored with the outbox), as another
+// process would (conformance.Reopener). The suite closes the store.
+func (h *harness) Reopen(ctx context.Context, partitions int) (outbox.Store, error) {
+	b, err := New(ctx, h.c, Options{Prefix: h.b.opts.Prefix, Partitions: partitions})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 func TestConformance(t *testing.T) {

@@ -5,7 +5,8 @@
 // Redis Cluster. The name reads well next to go-redis's redis package.
 //
 //	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-//	ob, err := redisoutbox.New(ctx, client, redisoutbox.Options{Prefix: "{orders}"})
+//	// Creates the outbox with 8 partitions, or opens it if it exists with 8.
+//	ob, err := redisoutbox.New(ctx, client, redisoutbox.Options{Prefix: "{orders}", Partitions: 8})
 //	...
 //	_, err = client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 //		pipe.HSet(ctx, "order:42", "state", "paid")
@@ -27,8 +28,58 @@
 //	{outbox:0}:leasever  counter last lease version (never expires)
 //	{outbox:0}:seq       counter last append sequence
 //
+// and the outbox as a whole, in the slot of the prefix's own tag:
+//
+//	{outbox}:meta        hash    partitions, created-at (ms): the stored partition count
+//	{outbox}:members     hash    relay owner -> membership record (see Membership)
+//
 // Every key a script touches is passed in KEYS. Wake-ups are published on
-// the channel "outbox:notify:" + Prefix.
+// one sharded pub/sub channel per partition, "{outbox:0}:notify" and so
+// on (see Notifications).
+//
+// # Partition count
+//
+// The partition count is stored with the outbox in the meta key. New with
+// Options.Partitions 0 reads it (and fails when no outbox exists at the
+// prefix); New with a positive count stores it when none is stored (this
+// creates the outbox; meta.lua reads and writes in one step, so racing
+// constructors agree) and otherwise checks it, failing with
+// [outbox.PartitionMismatchError] on a difference. Outboxes created by
+// builds before the meta key have none: the first New with the count they
+// were created with stores it (docs/redis.md, "Upgrading to the stored
+// partition count").
+//
+// # Notifications
+//
+// Each append that adds entries to a partition publishes the partition's
+// number with SPUBLISH on the partition's channel, inside the same EXEC.
+// The channel carries the partition's hash tag, so on Redis Cluster the
+// message stays on the partition's shard instead of being broadcast to
+// every node as PUBLISH is. [Backend.Notifications] subscribes with
+// SSUBSCRIBE: one connection for all partitions on a single node, one per
+// partition on Cluster (a subscription names the channels of one slot).
+// It sends the partition number, or [outbox.AllPartitions] after go-redis
+// resubscribes following a lost connection, or for a payload that is not
+// a partition number. Its buffer holds 256 values; more are dropped.
+//
+// # Membership
+//
+// [Backend.Heartbeat] and [Backend.Leave] keep one record per relay in the
+// members hash: the expiry (ms by the server's TIME), the relay's
+// MaxPartitions and the partitions it holds. Heartbeat (heartbeat.lua)
+// writes the caller's record, deletes up to 100 expired ones and returns
+// the live ones, sorted by owner in Go; Leave (leave.lua) deletes one.
+// Each is one round trip on one slot.
+//
+// # Inspection
+//
+// Besides [outbox.Inspector] (Stats, Parked, Requeue) and Cancel, a Backend
+// is an [outbox.PartitionInspector] and an [outbox.Looker].
+// [Backend.PartitionStats] runs one script per partition, pipelined, that
+// reads the partition's counts and its lease key; Stats is their sum.
+// [Backend.Lookup] cannot tell an entry's partition from its ID, so it
+// looks in every partition: P script calls, pipelined (one round trip per
+// node); docs/redis.md has the measured cost.
 //
 // # Ordering
 //
@@ -55,11 +106,13 @@
 // holder changes nothing and gets [outbox.ErrLeaseLost]. The lease is the
 // claim: FindPendingBatch writes nothing per entry, the entries it returns
 // stay pending until finished, and the next holder of the partition reads
-// the unfinished ones first. Times come from the server's TIME.
+// the unfinished ones first. Times come from the server's TIME: a failed
+// entry is due again at the server's time plus [outbox.Failure.Delay],
+// never by the relay's clock.
 //
 // # Tuning
 //
-// One partition (the default) is one slot on one master; use more
+// One partition is one slot on one master; use more
 // partitions (and relays) to spread load over a Cluster. On Cluster a
 // transaction can hold entries of one partition only; see
 // [Backend.AppendInTx] and [Backend.HashTag]. Run Redis with

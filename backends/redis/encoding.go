@@ -203,3 +203,13 @@ func decodeEntry(id string, partition int, b []byte) (outbox.Entry, error) {
 	}
 	return e, nil
 }
+
+// position returns the position of a format 2 entry (Unix ms: its first
+// due time, see the format above), and false for a value of another format
+// or too short to hold one.
+func position(b []byte) (int64, bool) {
+	if len(b) < fixedHeaderLen || b[0] != encodingV2 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b[17:25])), true
+}

@@ -63,12 +63,15 @@ func uniquePrefix() string {
 	return "test:{ob" + hex.EncodeToString(b[:]) + "}"
 }
 
-// newBackend makes a backend with a unique prefix on c and deletes its keys
-// when the test ends.
+// newBackend creates an outbox with a unique prefix on c (one partition
+// unless opts says otherwise) and deletes its keys when the test ends.
 func newBackend(t *testing.T, c redis.UniversalClient, opts Options) *Backend {
 	t.Helper()
 	if opts.Prefix == "" {
 		opts.Prefix = uniquePrefix()
+	}
+	if opts.Partitions == 0 {
+		opts.Partitions = 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -76,15 +79,28 @@ func newBackend(t *testing.T, c redis.UniversalClient, opts Options) *Backend {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = b.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for _, k := range b.parts {
-			for _, key := range []string{k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq} {
-				_ = c.Del(ctx, key).Err()
-			}
-		}
+		deleteKeys(c, b)
 	})
 	return b
+}
+
+// allKeys lists every key of b's outbox (those of earlier builds too).
+func allKeys(b *Backend) []string {
+	out := []string{b.meta, b.members}
+	for _, k := range b.parts {
+		out = append(out, k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq)
+	}
+	return out
+}
+
+// deleteKeys deletes every key of b's outbox, one key per call (they span
+// Cluster slots).
+func deleteKeys(c redis.UniversalClient, b *Backend) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, key := range allKeys(b) {
+		_ = c.Del(ctx, key).Err()
+	}
 }
 
 func testCtx(t *testing.T) context.Context {

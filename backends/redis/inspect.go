@@ -4,62 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outboxrelay/outbox"
 )
-
-// Notifications subscribes to the outbox's pub/sub channel, on which every
-// append that adds entries publishes inside its EXEC. The subscription is
-// confirmed before Notifications returns, so a commit after that is seen.
-// The channel has a buffer of one: bursts coalesce, a slow receiver misses
-// nothing but duplicates. It is closed when ctx is done or the backend is
-// closed. Pub/sub is a hint: messages published while the subscription
-// reconnects are lost, and the relay keeps polling. With Options.NoNotify
-// the channel never fires.
-func (b *Backend) Notifications(ctx context.Context) (<-chan struct{}, error) {
-	if err := b.check(ctx); err != nil {
-		return nil, err
-	}
-	ch := make(chan struct{}, 1)
-	if b.channel == "" {
-		go func() {
-			defer close(ch)
-			select {
-			case <-ctx.Done():
-			case <-b.done:
-			}
-		}()
-		return ch, nil
-	}
-	sub := b.client.Subscribe(ctx, b.channel)
-	if _, err := sub.Receive(ctx); err != nil {
-		_ = sub.Close()
-		return nil, b.wrap(ctx, "Notifications", err)
-	}
-	msgs := sub.Channel()
-	go func() {
-		defer close(ch)
-		defer sub.Close()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-b.done:
-				return
-			case _, ok := <-msgs:
-				if !ok {
-					return
-				}
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return ch, nil
-}
 
 // Cancel deletes a pending, claimed or parked entry. Only the ID is known,
 // not the partition, so it runs cancel.lua on every partition in one
@@ -88,38 +38,186 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 	return fmt.Errorf("redisoutbox: Cancel: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", id, outbox.ErrNotFound)
 }
 
-// Stats sums stats.lua over the partitions (one pipeline). Pending
-// includes claimed entries; Due counts pending entries whose next attempt
-// time has come (claimed ones included); OldestDue is the earliest next
-// attempt time among them.
+// Stats sums [Backend.PartitionStats] over the partitions: the same
+// pipeline of stats.lua, one round trip per node. Pending includes claimed
+// entries; Due counts pending entries whose next attempt time has come
+// (claimed ones included); OldestDue is the earliest next attempt time
+// among them. Each partition is read atomically, the partitions one after
+// the other (on Cluster, on several nodes at once), so the counts of
+// different partitions may be a few moments apart.
 func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
-	if err := b.check(ctx); err != nil {
-		return outbox.Stats{}, err
-	}
-	cmds, err := b.runEach(ctx, "Stats", scriptStats, func(k *keys) ([]string, []any) {
-		return []string{k.pending, k.parked}, nil
-	})
+	parts, err := b.partitionStats(ctx, "Stats", false)
 	if err != nil {
 		return outbox.Stats{}, err
 	}
 	var s outbox.Stats
-	oldest := int64(-1)
-	for _, c := range cmds {
-		v, err := c.Int64Slice()
-		if err != nil || len(v) != 4 {
-			return outbox.Stats{}, fmt.Errorf("redisoutbox: Stats: unexpected script result %v (%v)", c.Val(), err)
+	for _, p := range parts {
+		s.Pending += p.Pending
+		s.Due += p.Due
+		s.Parked += p.Parked
+		if !p.OldestDue.IsZero() && (s.OldestDue.IsZero() || p.OldestDue.Before(s.OldestDue)) {
+			s.OldestDue = p.OldestDue
 		}
-		s.Pending += v[0]
-		s.Due += v[1]
-		s.Parked += v[2]
-		if v[3] >= 0 && (oldest < 0 || v[3] < oldest) {
-			oldest = v[3]
-		}
-	}
-	if oldest >= 0 {
-		s.OldestDue = time.UnixMilli(oldest)
 	}
 	return s, nil
+}
+
+// PartitionStats reports every partition's counts, as [Backend.Stats]
+// defines them, and its live lease: stats.lua runs once per partition, all
+// in one pipeline (one round trip per node), and reads the partition's
+// counts and its lease key ("version:owner" and its PTTL) in one atomic
+// step by the server's TIME. Lease.Expires is that time plus the PTTL; it
+// is zero for a lease key without an expiry (set by hand). A partition
+// without a lease key (free, released or expired) has a zero Lease. The
+// counts of all partitions add up to what Stats reports; across partitions
+// the reads are a few moments apart, as Stats's are. A lease key that
+// does not hold "version:owner" gives an error naming it. See
+// [outbox.PartitionInspector].
+func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, error) {
+	return b.partitionStats(ctx, "PartitionStats", true)
+}
+
+// partitionStats runs stats.lua on every partition (one pipeline) and
+// decodes its results, the leases too when withLease is set. Stats and
+// PartitionStats share it.
+func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool) ([]outbox.PartitionStats, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	cmds, err := b.runEach(ctx, op, scriptStats, func(k *keys) ([]string, []any) {
+		return []string{k.pending, k.parked, k.lease}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]outbox.PartitionStats, len(cmds))
+	for p, c := range cmds {
+		v, err := c.Slice()
+		if err != nil || len(v) != 7 {
+			return nil, fmt.Errorf("redisoutbox: %s: unexpected result %v (%v) of stats.lua on partition %d", op, c.Val(), err, p)
+		}
+		var n [5]int64
+		for i := range n {
+			if n[i], err = asInt64(v[i]); err != nil {
+				return nil, fmt.Errorf("redisoutbox: %s: result %d of stats.lua on partition %d: %w", op, i, p, err)
+			}
+		}
+		s := &out[p]
+		s.Partition = p
+		s.Pending, s.Due, s.Parked = n[0], n[1], n[2]
+		if n[3] >= 0 {
+			s.OldestDue = time.UnixMilli(n[3])
+		}
+		if !withLease {
+			continue
+		}
+		token, _ := v[5].(string)
+		pttl, err := asInt64(v[6])
+		if err != nil {
+			return nil, fmt.Errorf("redisoutbox: %s: lease PTTL of partition %d: %w", op, p, err)
+		}
+		if token == "" || pttl == -2 {
+			continue
+		}
+		if s.Lease, err = parseLease(p, token); err != nil {
+			return nil, fmt.Errorf("redisoutbox: %s: the lease key %q %w", op, b.parts[p].lease, err)
+		}
+		if pttl >= 0 {
+			s.Lease.Expires = time.UnixMilli(n[4] + pttl)
+		}
+	}
+	return out, nil
+}
+
+// parseLease decodes a lease key's value, "version:owner".
+func parseLease(partition int, token string) (outbox.Lease, error) {
+	ver, owner, ok := strings.Cut(token, ":")
+	v, err := strconv.ParseInt(ver, 10, 64)
+	if !ok || err != nil || owner == "" {
+		return outbox.Lease{}, fmt.Errorf("holds %q, not \"version:owner\": it was not written by redisoutbox; delete it to free the partition", token)
+	}
+	return outbox.Lease{Partition: partition, Owner: owner, Version: v}, nil
+}
+
+// asInt64 reads an integer of a script's result.
+func asInt64(v any) (int64, error) {
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%v (%T) is not an integer", v, v)
+	}
+	return n, nil
+}
+
+// Lookup returns the pending or parked entry with the given ID. The entry's
+// partition follows from its key, not its ID, so lookup.lua runs on every
+// partition in one pipeline (one round trip per node; on Cluster go-redis
+// groups the calls by node): P script calls for P partitions, each an HGET
+// of the entries hash and, in the partition that has the entry, one or two
+// ZSCOREs, read in one atomic step. A partition without the ID answers at
+// the cost of the HGET of a missing field.
+//
+// DueAt is by the server's clock, in whole ms: for an entry never attempted,
+// its position (its NotBefore, rounded up, or append time; the requeue time
+// after a requeue), even when it waits behind a failing entry of its key
+// (the claim may have moved its score to that entry's retry time); for a
+// retrying entry, the retry time MarkFailed stored. It is zero for a parked
+// entry. An ID appended under keys of two partitions (possible only across
+// partitions, since idempotency is per partition) reports the lowest one.
+// A stored value that does not decode gives an error naming the entry and
+// the problem. See [outbox.Looker].
+func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
+	const op = "Lookup"
+	if err := b.check(ctx); err != nil {
+		return outbox.EntryInfo{}, err
+	}
+	cmds, err := b.runEach(ctx, op, scriptLookup, func(k *keys) ([]string, []any) {
+		return []string{k.entries, k.pending, k.parked}, []any{id}
+	})
+	if err != nil {
+		return outbox.EntryInfo{}, err
+	}
+	for p, c := range cmds {
+		if n, ok := c.Val().(int64); ok && n == 0 {
+			continue
+		}
+		v, ok := c.Val().([]any)
+		if !ok || len(v) != 3 {
+			return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: unexpected result %v of lookup.lua on partition %d", op, c.Val(), p)
+		}
+		raw, _ := v[0].(string)
+		state, _ := v[1].(int64)
+		score, _ := v[2].(string)
+		return b.entryInfo(op, id, p, []byte(raw), state, score)
+	}
+	return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", op, id, outbox.ErrNotFound)
+}
+
+// entryInfo builds Lookup's answer from lookup.lua's result on partition p.
+func (b *Backend) entryInfo(op, id string, p int, raw []byte, state int64, score string) (outbox.EntryInfo, error) {
+	entries := b.parts[p].entries
+	e, err := decodeEntry(id, p, raw)
+	if err != nil {
+		return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: entry %q of partition %d (field of %q) cannot be read: %w; FindPendingBatch parks a pending entry like this when it reaches it, Cancel deletes it", op, id, p, entries, err)
+	}
+	info := outbox.EntryInfo{Entry: e}
+	switch state {
+	case 1:
+		ms, err := strconv.ParseFloat(score, 64)
+		if err != nil {
+			return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: entry %q of partition %d has pending score %q, not a time in ms", op, id, p, score)
+		}
+		at := int64(ms)
+		if pos, ok := position(raw); ok && e.Attempts == 0 {
+			at = pos
+		}
+		info.DueAt = time.UnixMilli(at)
+	case 2:
+		info.Parked = true
+	default:
+		return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: entry %q is stored in %q but is neither pending nor parked (no member of %q or %q names it; an entry claimed by a build before v0.2 comes back to pending at the partition's next lease grant); it was changed by something other than redisoutbox: Cancel deletes it",
+			op, id, entries, b.parts[p].pending, b.parts[p].parked)
+	}
+	return info, nil
 }
 
 // Parked lists parked entries by ID (byte order) after the given ID, at

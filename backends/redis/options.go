@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+
+	"github.com/outboxrelay/outbox"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -22,8 +24,16 @@ type Options struct {
 	// [DefaultPrefix].
 	Prefix string
 
-	// Partitions is the number of partitions. Every appender and relay of
-	// one outbox must use the same count. Default 1; at most 16384.
+	// Partitions is the number of partitions, which is stored with the
+	// outbox (the key "<Prefix>:meta") and fixed for its life.
+	//
+	// 0 (the default) reads the stored count; when none is stored, no
+	// outbox exists at Prefix and New fails. A positive count (at most
+	// 16384) creates the outbox when none is stored yet: New stores it
+	// atomically, so constructors racing to create one outbox agree on the
+	// first count stored. When a count is stored already, a positive
+	// Partitions must equal it, else New fails with an
+	// [outbox.PartitionMismatchError].
 	Partitions int
 
 	// Logger receives the startup warnings (an evicting maxmemory-policy)
@@ -36,10 +46,20 @@ type Options struct {
 	// below 1024 are raised to 1024.
 	MaxErrorLen int
 
-	// NoNotify turns off the pub/sub wake-up published by every append.
-	// Default false: each append that adds entries publishes one message
-	// on the outbox's channel in the same EXEC.
+	// NoNotify turns off the pub/sub wake-ups: appends publish nothing
+	// and [Backend.Notifications] opens no subscription. Default false:
+	// each append that adds entries to a partition publishes the
+	// partition's number on the partition's channel in the same EXEC
+	// (SPUBLISH, see [Backend.Notifications]).
 	NoNotify bool
+
+	// Limits are rules checked at append (a payload size limit, a topic
+	// rule; see [outbox.Limits]): an entry that breaks one is rejected
+	// with an error wrapping [outbox.ErrInvalidEntry] and nothing of the
+	// call is queued. For Kafka, use kafkasink.Limits. Default: the zero
+	// value, which checks nothing (an oversized payload or an illegal
+	// topic then fails at publish and the entry is parked).
+	Limits outbox.Limits
 }
 
 // maxPartitions bounds Options.Partitions: more partitions than Cluster
@@ -53,11 +73,8 @@ func (o Options) withDefaults() (Options, error) {
 	if err := validatePrefix(o.Prefix); err != nil {
 		return o, err
 	}
-	switch {
-	case o.Partitions == 0:
-		o.Partitions = 1
-	case o.Partitions < 0 || o.Partitions > maxPartitions:
-		return o, fmt.Errorf("redisoutbox: Options.Partitions is %d; use 0 (one partition) or 1..%d", o.Partitions, maxPartitions)
+	if o.Partitions < 0 || o.Partitions > maxPartitions {
+		return o, fmt.Errorf("redisoutbox: Options.Partitions is %d; use 0 (read the count stored with the outbox) or 1..%d (create the outbox with that count, or check it against the stored one)", o.Partitions, maxPartitions)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -72,10 +72,14 @@ var (
 	scriptRequeue       = mustScript("requeue")
 	scriptStats         = mustScript("stats")
 	scriptParked        = mustScript("parked")
+	scriptLookup        = mustScript("lookup")
+	scriptMeta          = mustScript("meta")
+	scriptHeartbeat     = mustScript("heartbeat")
+	scriptLeave         = mustScript("leave")
 
 	allScripts = []script{scriptAppend, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
 		scriptMarkSent, scriptMarkFailed, scriptReleaseClaims, scriptCancel, scriptRequeue,
-		scriptStats, scriptParked}
+		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave}
 )
 
 func isNoScript(err error) bool {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,23 +15,18 @@ import (
 // comes from INCR of a per-partition counter that never expires, so it never
 // goes backwards. The lease is the claim: a new holder reads the unfinished
 // entries of the previous one first, in order. An owner that already holds
-// the lease gets it extended at the same version. Errors wrap [outbox.ErrLeaseHeld] (another owner) or
-// [outbox.ErrInvalidArgument] (empty owner, ttl not positive, partition out
-// of range). One round trip.
+// the lease gets it extended at the same version. Errors wrap
+// [outbox.ErrLeaseHeld] (another owner) or [outbox.ErrInvalidArgument] (the
+// checks of [outbox.CheckAcquire]: empty owner, ttl not positive, partition
+// out of range). One round trip.
 func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (outbox.Lease, error) {
 	if err := b.check(ctx); err != nil {
 		return outbox.Lease{}, err
 	}
-	k, err := b.partition("AcquireLease", partition)
-	if err != nil {
-		return outbox.Lease{}, err
+	if err := outbox.CheckAcquire(len(b.parts), partition, owner, ttl); err != nil {
+		return outbox.Lease{}, argErr("AcquireLease", err)
 	}
-	if owner == "" {
-		return outbox.Lease{}, fmt.Errorf("redisoutbox: AcquireLease needs a non-empty owner token: %w", outbox.ErrInvalidArgument)
-	}
-	if ttl <= 0 {
-		return outbox.Lease{}, fmt.Errorf("redisoutbox: AcquireLease ttl is %v; it must be positive: %w", ttl, outbox.ErrInvalidArgument)
-	}
+	k := &b.parts[partition]
 	lease := outbox.Lease{Partition: partition, Owner: owner}
 	res, err := scriptAcquire.Run(ctx, b.client, []string{k.lease, k.leasever, k.pending, k.inflight}, owner, ttlMillis(ttl)).Result()
 	if err != nil {
@@ -64,18 +58,16 @@ func twoInts(res any) (int64, int64, error) {
 
 // RenewLease runs renew.lua: PEXPIRE guarded by the token "version:owner"
 // (compare-and-renew). A lease that expired, was taken over or was released
-// gives an error wrapping [outbox.ErrLeaseLost]. One round trip.
+// gives an error wrapping [outbox.ErrLeaseLost]; arguments are checked
+// with [outbox.CheckRenew] ([outbox.ErrInvalidArgument]). One round trip.
 func (b *Backend) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.Duration) (outbox.Lease, error) {
 	if err := b.check(ctx); err != nil {
 		return outbox.Lease{}, err
 	}
-	k, err := b.partition("RenewLease", lease.Partition)
-	if err != nil {
-		return outbox.Lease{}, err
+	if err := outbox.CheckRenew(len(b.parts), lease, ttl); err != nil {
+		return outbox.Lease{}, argErr("RenewLease", err)
 	}
-	if ttl <= 0 {
-		return outbox.Lease{}, fmt.Errorf("redisoutbox: RenewLease ttl is %v; it must be positive: %w", ttl, outbox.ErrInvalidArgument)
-	}
+	k := &b.parts[lease.Partition]
 	exp, err := scriptRenew.Run(ctx, b.client, []string{k.lease}, token(lease), ttlMillis(ttl)).Int64()
 	if err != nil {
 		return outbox.Lease{}, b.wrap(ctx, "RenewLease", err)
@@ -116,18 +108,16 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 // after every entry before it in its key's order was claimed and none of
 // those was attempted (docs/redis.md, "Ordering and hold-back"). A corrupt stored entry is parked by the script
 // with the reason as its LastError and is not returned. Errors wrap
-// [outbox.ErrLeaseLost] or [outbox.ErrInvalidArgument] (limit not positive).
+// [outbox.ErrLeaseLost] or [outbox.ErrInvalidArgument] (the checks of
+// [outbox.CheckFetch]: limit not positive, partition out of range).
 func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	k, err := b.partition("FindPendingBatch", lease.Partition)
-	if err != nil {
-		return nil, err
+	if err := outbox.CheckFetch(len(b.parts), lease, limit); err != nil {
+		return nil, argErr("FindPendingBatch", err)
 	}
-	if limit <= 0 {
-		return nil, fmt.Errorf("redisoutbox: FindPendingBatch limit is %d; it must be positive: %w", limit, outbox.ErrInvalidArgument)
-	}
+	k := &b.parts[lease.Partition]
 	budget := 2*limit + 256
 	res, err := scriptClaim.Run(ctx, b.client,
 		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked},
@@ -199,9 +189,11 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 
 // MarkFailed runs mark_failed.lua (one round trip, fenced by the lease).
 // Errors longer than Options.MaxErrorLen are truncated. A retried entry is
-// re-scored to RetryAt (in ms) and holds back the later entries of its key;
-// a parked one moves to the parked set. Entries that are not pending
-// (claimed or not) are ignored. Empty failures: nil, no round trip.
+// re-scored to the server's time (TIME, rounded up to the ms) plus Delay
+// (rounded up to the ms; a negative Delay puts it in the past), never to
+// before its position when it has a key, and holds back the later entries
+// of its key; a parked one moves to the parked set. Entries that are not
+// pending (claimed or not) are ignored. Empty failures: nil, no round trip.
 func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -216,13 +208,13 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 	args := make([]any, 0, 1+4*len(failures))
 	args = append(args, token(lease))
 	for _, f := range failures {
-		park, retry := "0", int64(0)
+		park, delay := "0", int64(0)
 		if f.Park {
 			park = "1"
-		} else if !f.RetryAt.IsZero() {
-			retry = ceilMillis(f.RetryAt)
+		} else {
+			delay = delayMillis(f.Delay)
 		}
-		args = append(args, f.ID, park, strconv.FormatInt(retry, 10), truncate(f.Error, b.opts.MaxErrorLen))
+		args = append(args, f.ID, park, strconv.FormatInt(delay, 10), outbox.TruncateUTF8(f.Error, b.opts.MaxErrorLen))
 	}
 	return b.fenced(ctx, "MarkFailed", scriptMarkFailed, lease,
 		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked}, args)
@@ -236,17 +228,6 @@ func idArgs(lease outbox.Lease, ids []string) []any {
 		args = append(args, id)
 	}
 	return args
-}
-
-// truncate cuts s to at most n bytes at a UTF-8 boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // Release runs release_claims.lua (one round trip): it only checks that

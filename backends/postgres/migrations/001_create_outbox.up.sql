@@ -56,8 +56,9 @@ CREATE INDEX "outbox_holdback_idx" ON "outbox" (partition, key, seq)
 CREATE INDEX "outbox_parked_idx" ON "outbox" (id)
     WHERE state = 'parked';
 
--- One row per partition, created by the first AcquireLease and never
--- deleted, so versions never go backwards. owner = '' means free.
+-- One row per partition, never deleted, so versions never go backwards.
+-- owner = '' means free. Migration 004 creates the rows of every
+-- partition; before it, the first AcquireLease of a partition did.
 CREATE TABLE "outbox_lease" (
     partition  integer     NOT NULL,
     owner      text        NOT NULL,

@@ -2,10 +2,13 @@
 -- (one element per entry, in slice order). One clock reading per call: the
 -- entries of a call share created_at and, unless scheduled, next_at; seq
 -- (assigned in ORDER BY ord order) keeps them in slice order.
--- {append_tail} is the last step, chosen per call (see appendTails in
--- backend.go): a pg_notify($8, '') delivered by PostgreSQL at commit, the
--- transaction's ID for a trailing notification, or nothing; each only when
--- a row was inserted.
+-- The last step (the tail, which replaces the token at the end) is chosen
+-- per call (see appendTails in backend.go): a pg_notify($8, '<partitions>')
+-- delivered by PostgreSQL at commit, listing the distinct partitions of the
+-- inserted rows (split over several notifications past 700 partitions), or
+-- the transaction's ID and those partitions for a trailing notification,
+-- or nothing; each only when a row was inserted. ins returns the partition
+-- of each inserted row.
 WITH ins AS (
     INSERT INTO {outbox} AS o
         (id, partition, topic, key, payload, headers, not_before, created_at, next_at)
@@ -17,6 +20,6 @@ WITH ins AS (
              WITH ORDINALITY AS e(id, partition, topic, key, payload, headers, not_before, ord)
     ORDER BY e.ord
     ON CONFLICT (id) DO NOTHING
-    RETURNING 1
+    RETURNING o.partition
 )
 {append_tail}

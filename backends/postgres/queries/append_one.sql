@@ -1,7 +1,7 @@
 -- AppendInTx of a single entry (the common one-entry call): the same row
 -- as append_in_tx.sql from scalar parameters, without unnest, ordinality
 -- and sort. $1 id, $2 partition, $3 topic, $4 key, $5 payload, $6 headers,
--- $7 not_before. {append_tail} as in append_in_tx.sql ($8 the channel).
+-- $7 not_before. The tail as in append_in_tx.sql ($8 the channel).
 WITH ins AS (
     INSERT INTO {outbox} AS o
         (id, partition, topic, key, payload, headers, not_before, created_at, next_at)
@@ -9,6 +9,6 @@ WITH ins AS (
            $6::bytea, $7::timestamptz, t.now, greatest(t.now, $7::timestamptz)
     FROM (SELECT clock_timestamp() AS now) AS t
     ON CONFLICT (id) DO NOTHING
-    RETURNING 1
+    RETURNING o.partition
 )
 {append_tail}

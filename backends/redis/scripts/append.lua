@@ -1,11 +1,17 @@
 -- append.lua: add entries to one partition, idempotent by ID.
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] sequence counter
--- ARGV[1] notification channel ('' = do not publish)
--- ARGV[2..] triples: id, due time in ms ('' = now), encoded entry
+-- ARGV[1] the partition's notification channel ('' = do not publish)
+-- ARGV[2] the partition number (the notification's payload)
+-- ARGV[3..] triples: id, due time in ms ('' = now), encoded entry
 --           (format 2 with sequence, created-at and position zeroed)
 -- Returns the number of entries added (IDs already present are skipped).
 -- Needs nothing read beforehand, so it can be queued inside MULTI.
+--
+-- When it added entries it publishes the partition number, as decimal, on
+-- the partition's channel with SPUBLISH (sharded pub/sub): the channel
+-- carries the partition's hash tag, so on Redis Cluster the message stays
+-- on the partition's shard instead of being broadcast to every node.
 --
 -- An entry's position (its place in its key's order) is its first due
 -- time: the due time given, else now; it is also its score, so the claim
@@ -17,12 +23,12 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowms = math.floor(now / 1000)
-local n = (#ARGV - 1) / 3
+local n = (#ARGV - 2) / 3
 local seq = redis.call('INCRBY', KEYS[3], n) - n
 local pack, unpack, sub = struct.pack, struct.unpack, string.sub
 local created = pack('>I8', now)
 local added = 0
-for i = 2, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local id, due, blob = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   seq = seq + 1
   local el = #blob >= 37 and unpack('>I4', blob, 30)
@@ -38,6 +44,6 @@ for i = 2, #ARGV, 3 do
   end
 end
 if added > 0 and ARGV[1] ~= '' then
-  redis.call('PUBLISH', ARGV[1], '1')
+  redis.call('SPUBLISH', ARGV[1], ARGV[2])
 end
 return added

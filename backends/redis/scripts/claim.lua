@@ -13,7 +13,14 @@
 --
 -- Scans ZRANGEBYSCORE pending -inf now in chunks, looking at no more than
 -- ARGV[3] members in all (re-scored members count, and so do the members
--- eligible walks over).
+-- blocker walks over). A chunk starts at an offset: the number of members
+-- in front of it that stay where they were. That count is exact only
+-- because pending changes under the scan in no other way than by losing
+-- the member just looked at (a missing or corrupt entry): re-scores are
+-- applied after the scan. A member re-scored at once to a time that is
+-- still due would move further down the range, behind members this call
+-- had already read and counted, and the next chunk would start early and
+-- return one of them a second time.
 --
 -- Per-key order. A key's order is its pending entries by (position,
 -- sequence). An entry with a non-empty key is returned only when every
@@ -37,7 +44,9 @@
 -- returned) has a later score is re-scored to that score and marked: it
 -- cannot be returned before its blocker, so this never delays it, and it
 -- leaves the front of the range, so a crowd behind one failing entry
--- cannot starve other keys. Other held-back entries are skipped.
+-- cannot starve other keys. It is marked at once and re-scored when the
+-- scan is over (see above), so this call does not look at it again. Other
+-- held-back entries are skipped.
 --
 -- Repairs, none expected in normal operation: a member without a value is
 -- removed; a malformed value is parked, rewritten as a valid entry whose
@@ -60,6 +69,8 @@ local marked = redis.call('EXISTS', KEYS[4]) == 1
 -- open[key]: the last member of the key's marked entries the walk in
 -- blocker found returned (the walk resumes after it).
 local returned, stop, held, heldat, open = {}, {}, {}, {}, {}
+-- rescore: score, member pairs for ZADD pending once the scan is over.
+local rescore = {}
 
 -- precedes reports whether key-order member a comes before b, both of
 -- one key, whose position starts at offset at. (Lua's string comparison
@@ -152,14 +163,17 @@ while got < limit and scanned < budget do
           out[#out + 1] = id
           out[#out + 1] = v
         else
+          -- It stays where it is until the scan is over, in front of the
+          -- next chunk.
+          skipped = skipped + 1
           local at = nil
           if bs and bs > score then
-            redis.call('ZADD', KEYS[2], bs, m)
+            rescore[#rescore + 1] = bs
+            rescore[#rescore + 1] = m
             redis.call('ZADD', KEYS[4], 0, km)
             marked, at = true, bs
-          else
-            skipped = skipped + 1
-            if bs then at = score end
+          elseif bs then
+            at = score
           end
           if not held[key] or precedes(km, held[key], #pfx + 1) then
             held[key], heldat[key] = km, at
@@ -168,5 +182,8 @@ while got < limit and scanned < budget do
       end
     end
   end
+end
+for i = 1, #rescore, 512 do
+  redis.call('ZADD', KEYS[2], unpack(rescore, i, math.min(i + 511, #rescore)))
 end
 return out

@@ -3,7 +3,8 @@
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset
 -- ARGV[1] token "version:owner"
--- ARGV[2..] quadruples: id, park ('1' or '0'), retry time in ms, error
+-- ARGV[2..] quadruples: id, park ('1' or '0'), retry delay in ms (an
+--           integer, may be negative; ignored when parked), error
 -- Returns -1 when the lease is lost (nothing changed), else the number of
 -- entries updated. IDs that are not pending (unknown, sent or parked) are
 -- ignored, so a sent entry never comes back.
@@ -11,15 +12,20 @@
 -- Each entry's attempts grow by one and its last error is replaced. A
 -- parked entry leaves pending for the parked zset (score 0, so it
 -- pages by ID with ZRANGEBYLEX) and leaves the key-order set, so it stops
--- holding back its key; a retried one goes back to pending at the retry
+-- holding back its key; a retried one goes back to pending at its retry
 -- time and, when it has a key, joins the key-order set (it is marked:
--- attempted), so it holds back the entries after it. A keyed entry is
--- never re-scored before its position (a retry time earlier than that
+-- attempted), so it holds back the entries after it.
+--
+-- The retry time is the server's TIME, rounded up to the ms, plus the
+-- delay (so a retry is never due early, whatever the caller's clock says);
+-- a negative delay puts it in the past; it is clamped at 0. A keyed entry
+-- is never re-scored before its position (a retry time earlier than that
 -- becomes the position): the claim relies on it (claim.lua).
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
+local now = math.ceil(now_us() / 1000)
 local n = 0
 for i = 2, #ARGV, 4 do
-  local id, park, retry, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local id, park, delay, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local v = redis.call('HGET', KEYS[3], id)
   if v then
     v = as_v2(v)
@@ -32,7 +38,7 @@ for i = 2, #ARGV, 4 do
         redis.call('ZADD', KEYS[5], 0, id)
         if key ~= '' then redis.call('ZREM', KEYS[4], order_member(key, v, m)) end
       else
-        local at = tonumber(retry)
+        local at = math.max(0, now + tonumber(delay))
         if key ~= '' then
           -- A keyed entry is marked, and never due before its position, so
           -- the claim scans the unmarked entries before it in its key's
