@@ -1,6 +1,37 @@
 // Package testenv finds the services tests run against and decides what a
 // missing one means: a skip on a developer's machine, a failure in CI
 // (OUTBOX_REQUIRE_SERVICES=1).
+//
+// # Where PostgreSQL and Redis come from
+//
+// [PostgresURL] and [RedisURL] decide once per test binary, in this order:
+//
+//  1. the variable (OUTBOX_POSTGRES_URL, OUTBOX_REDIS_URL) when it is set,
+//     used as it is;
+//  2. the local default ([DefaultPostgresURL], [DefaultRedisURL]) when a
+//     server answers there (./scripts/services.sh start runs one);
+//  3. a container started with testcontainers-go when a Docker engine is
+//     reachable, shared by the binary's tests;
+//  4. the local default again, which the caller then fails to reach and
+//     reports with [Unavailable], naming all three ways to get the service
+//     and why no container was started.
+//
+// # Containers
+//
+// A container is started only for a variable that is unset, and only after
+// the local default did not answer: setting the variable keeps the tests off
+// Docker. The engine is found the way testcontainers-go finds it
+// (~/.testcontainers.properties, DOCKER_HOST, /var/run/docker.sock, the
+// rootless sockets); finding none takes seconds at most.
+//
+// Go tests have no hook after the last test of a binary, so containers are
+// not stopped by this package: testcontainers-go's reaper (Ryuk), a
+// container that watches the connections of the test binaries of one go
+// test run, removes them about ten seconds after the last binary has
+// exited, however it exited (a panic, a timeout, a kill included). With the
+// reaper disabled
+// (TESTCONTAINERS_RYUK_DISABLED=true) they are left running, labelled
+// outbox.testenv=1: docker rm -f $(docker ps -aq --filter label=outbox.testenv=1).
 package testenv
 
 import (
@@ -20,22 +51,34 @@ const (
 func Required() bool { return os.Getenv("OUTBOX_REQUIRE_SERVICES") == "1" }
 
 // Unavailable skips t, or fails it when services are required, saying which
-// service is missing, why, and how to provide it.
+// service is missing, why, and how to provide it. For OUTBOX_POSTGRES_URL and
+// OUTBOX_REDIS_URL the message also says what became of the container (see
+// the package doc).
 func Unavailable(t testing.TB, service, variable string, err error) {
 	t.Helper()
-	msg := service + " is not reachable (" + err.Error() + "); set " + variable +
-		" or run ./scripts/services.sh start (see README.md)"
+	msg := service + " is not reachable (" + oneLine(err) + "); "
+	if s := serviceFor(variable); s != nil {
+		msg += s.remedy()
+	} else {
+		msg += "set " + variable + " or run ./scripts/services.sh start"
+	}
+	msg += " (see README.md)"
 	if Required() {
 		t.Fatal(msg + " [OUTBOX_REQUIRE_SERVICES=1, so this is a failure]")
 	}
 	t.Skip(msg)
 }
 
-// PostgresURL returns OUTBOX_POSTGRES_URL or the default.
-func PostgresURL() string { return env("OUTBOX_POSTGRES_URL", DefaultPostgresURL) }
+// PostgresURL returns the URL of the PostgreSQL server the tests use:
+// OUTBOX_POSTGRES_URL when set, else the local default when it answers,
+// else a container's when a Docker engine is reachable, else the default.
+// The first call decides for the whole test binary and may take as long as
+// starting a container; it is safe for concurrent use.
+func PostgresURL() string { return postgresService.url() }
 
-// RedisURL returns OUTBOX_REDIS_URL or the default.
-func RedisURL() string { return env("OUTBOX_REDIS_URL", DefaultRedisURL) }
+// RedisURL returns the URL of the Redis server the tests use, decided as
+// [PostgresURL] decides with OUTBOX_REDIS_URL.
+func RedisURL() string { return redisService.url() }
 
 // RedisClusterAddrs returns the addresses in OUTBOX_REDIS_CLUSTER_ADDRS
 // (comma-separated), or nil when it is unset: the cluster has no default
@@ -54,9 +97,8 @@ func RedisClusterAddrs() []string {
 	return out
 }
 
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+// oneLine is err's text on one line (joined errors, as testcontainers-go
+// returns them, span several).
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }

@@ -31,7 +31,6 @@ var permanent = map[int16]bool{
 	kerr.UnknownTopicID.Code:                     true,
 	kerr.InvalidRecord.Code:                      true,
 	kerr.InvalidRequiredAcks.Code:                true,
-	kerr.InvalidTimestamp.Code:                   true,
 	kerr.PolicyViolation.Code:                    true,
 	kerr.UnsupportedForMessageFormat.Code:        true,
 	kerr.UnsupportedCompressionType.Code:         true,
@@ -44,6 +43,13 @@ var semiTransient = map[int16]bool{
 	kerr.SaslAuthenticationFailed.Code: true, // every request fails until credentials are fixed
 	kerr.BrokerNotAvailable.Code:       true,
 	kerr.ThrottlingQuotaExceeded.Code:  true,
+	// The record's timestamp is its produce time (kgo sets it): the broker
+	// refuses it only when the record took longer than the topic's
+	// message.timestamp.before.max.ms to land, or when the relay's clock
+	// is off from the broker's. A retry produces it with a fresh
+	// timestamp; a bad clock fails every record, which the relay's
+	// breaker handles better than parking them all.
+	kerr.InvalidTimestamp.Code: true,
 }
 
 // Classify returns the class of a produce error, the default of
@@ -54,12 +60,15 @@ var semiTransient = map[int16]bool{
 //     CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 //     UNKNOWN_TOPIC_OR_PARTITION and UNKNOWN_TOPIC_ID (after kgo's
 //     UnknownTopicRetries), INVALID_RECORD, INVALID_REQUIRED_ACKS,
-//     INVALID_TIMESTAMP, POLICY_VIOLATION,
-//     UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_COMPRESSION_TYPE;
+//     POLICY_VIOLATION, UNSUPPORTED_FOR_MESSAGE_FORMAT,
+//     UNSUPPORTED_COMPRESSION_TYPE;
 //   - semi-transient: context.DeadlineExceeded, kgo.ErrRecordTimeout,
 //     REQUEST_TIMED_OUT, BROKER_NOT_AVAILABLE, THROTTLING_QUOTA_EXCEEDED,
-//     SASL_AUTHENTICATION_FAILED, network errors (refused or timed-out
-//     connections, EOF), kgo.ErrFirstReadEOF and kgo.ErrClientClosed;
+//     SASL_AUTHENTICATION_FAILED, INVALID_TIMESTAMP (the sink's
+//     timestamps are produce times: the record was delayed past the
+//     topic's message.timestamp.before.max.ms, or the clocks disagree),
+//     network errors (refused or timed-out connections, EOF),
+//     kgo.ErrFirstReadEOF and kgo.ErrClientClosed;
 //   - transient: every other error, including every other Kafka error,
 //     retriable or not (the relay's attempt limit parks an entry that
 //     keeps failing) and context.Canceled.
@@ -109,6 +118,8 @@ func hint(err error, class backoff.Class, conn *connWatch) string {
 		return " (the topic does not exist and was not created automatically; create it, then requeue the parked entry)"
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
 		return " (grant the relay's principal WRITE on the topic, and IDEMPOTENT_WRITE on the cluster before Kafka 3.0, then requeue)"
+	case errors.Is(err, kerr.InvalidTimestamp):
+		return " (the record's timestamp is its produce time: it was delayed longer than the topic's message.timestamp.before.max.ms allows, or this host's clock is off from the broker's; it is produced again with a fresh timestamp)"
 	case errors.Is(err, kgo.ErrRecordTimeout):
 		return conn.last()
 	case class == backoff.ClassSemiTransient && !errors.As(err, &ke):

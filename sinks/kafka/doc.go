@@ -46,8 +46,31 @@
 // At least once. A record is acknowledged only after every in-sync
 // replica has it (acks=all, required by the idempotent producer). A record
 // may be written twice when an acknowledgement is lost and the relay
-// retries the entry, or when a relay loses its lease mid-batch: consumers
+// retries the entry, when Publish gave up on a record that is written
+// after all (below), or when a relay loses its lease mid-batch: consumers
 // deduplicate by entry ID.
+//
+// # Deadlines
+//
+// Publish returns by the earlier of its context's deadline (or
+// cancellation) and [Options.PublishTimeout], promptly (a few milliseconds
+// in the tests): it does not wait for kgo. The records not acknowledged by
+// then fail (with the context's error when the caller's context ended,
+// else semi-transient), and their fate is unknown: a produce request
+// already sent cannot be recalled, and a broker appends a request it has
+// read even if the client has gone. [Sink.LandingBound] says how long
+// after Publish returns such a record can still land: with [Dial]'s
+// defaults 10s, computed from the client's options (kgo stops sending a
+// record once its Publish returned, because Dial sets
+// kgo.AllowIdempotentProduceCancellation), assuming a broker appends a
+// request within the time kgo waits for its answer; unbounded with kgo's
+// defaults (a client given to [New]), whose idempotent producer re-sends
+// such a record until a broker answers; 0 in transactional mode, for
+// read_committed consumers. A relay that stops publishing under a lease
+// that long before the lease can pass to another relay keeps a stale
+// record from landing after the next holder's record of the same key;
+// docs/kafka.md, "Lease boundary and stale records", says exactly when
+// one still can.
 //
 // # Transactions
 //
@@ -55,6 +78,9 @@
 // Publish call is one Kafka transaction of a producer whose transactional
 // ID is derived from the outbox partition, so a relay that takes over a
 // partition fences the previous holder at the broker: a stale relay's
-// records are aborted and read_committed consumers never see them. See
-// docs/kafka.md for what this does and does not guarantee.
+// records are aborted and read_committed consumers never see them, even
+// when the broker handles the stale relay's request after the new
+// holder's records. It is the choice for compacted topics, where a stale
+// value landing last would win. See docs/kafka.md for what this does and
+// does not guarantee.
 package kafkasink

@@ -69,7 +69,7 @@ func TestRelayEndToEndUnderFaults(t *testing.T) {
 	relay, err := outbox.NewRelay(b, sink, outbox.RelayOptions{
 		BatchSize:        64,
 		PollInterval:     20 * time.Millisecond,
-		LeaseTTL:         10 * time.Second,
+		LeaseTTL:         30 * time.Second, // above RenewMargin + the sink's landing bound (2s + 3s + 2s)
 		Backoff:          backoff.Policy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond, MaxAttempts: -1},
 		BreakerThreshold: -1,
 		Logger:           slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),

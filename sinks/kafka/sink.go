@@ -1,6 +1,7 @@
 package kafkasink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,21 @@ import (
 // DefaultIDHeader is the record header that carries the entry ID unless
 // [Options.IDHeader] names another.
 const DefaultIDHeader = "outbox-id"
+
+// Defaults that bound how long a record can still land after Publish
+// returned (see Sink.LandingBound): with them, a sink Dial builds reports
+// 5s + 3s + 2s = 10s, which fits the relay's default LeaseTTL (30s) less
+// its RenewMargin (10s).
+const (
+	defaultPublishTimeout = 5 * time.Second
+	// kgo.ProduceRequestTimeout (kgo: 10s): how long a broker may take to
+	// answer a produce request, waiting for the in-sync replicas.
+	dialProduceRequestTimeout = 3 * time.Second
+	// kgo.RequestTimeoutOverhead (kgo: 10s): what kgo allows on top of a
+	// request's own timeout before it drops the connection as dead, and
+	// all it allows requests without one (metadata, for one).
+	dialRequestTimeoutOverhead = 2 * time.Second
+)
 
 // Options configures a [Sink]. The zero value is usable: every zero field
 // takes its documented default.
@@ -46,13 +62,14 @@ type Options struct {
 	// the first retry, and so on. Default "": no attempt header.
 	AttemptHeader string
 
-	// PublishTimeout bounds one Publish call: records not acknowledged by
-	// then fail with a semi-transient error (the brokers are unreachable,
-	// slow, or the partition has no leader). A record already sent to a
-	// broker cannot be failed until the broker answers or the connection
-	// times out (the idempotent producer must know whether it was
-	// written), so Publish may take up to kgo's request timeout longer.
-	// Default 30s; negative means only ctx bounds Publish.
+	// PublishTimeout bounds one Publish call: Publish returns when it
+	// passes, if ctx has not ended first, and the records not
+	// acknowledged by then fail with a semi-transient error (the brokers
+	// are unreachable or slow, or the partition has no leader). Such a
+	// record may still be written later, as a duplicate: see
+	// [Sink.LandingBound]. Default 5s; negative means only ctx bounds
+	// Publish. With [Dial] it is also kgo's RecordDeliveryTimeout, and so
+	// part of the landing bound.
 	PublishTimeout time.Duration
 
 	// Classify decides the class of a produce error. Default [Classify].
@@ -67,6 +84,24 @@ type Options struct {
 	// fences the previous holder at the broker. Default "": no
 	// transactions. See the package documentation and docs/kafka.md.
 	TransactionalIDPrefix string
+
+	// LandingBound declares how long after Publish returns a record it
+	// handed to the client can still be written, and is what
+	// [Sink.LandingBound] then reports instead of the bound it computes
+	// from the client's options. Declare it when something the sink
+	// cannot see bounds it: typically topics whose
+	// message.timestamp.before.max.ms makes the brokers reject records
+	// older than that (declare it plus the clock skew between relays and
+	// brokers; see docs/kafka.md, "Lease boundary and stale records").
+	// Default 0: computed. Negative values are rejected.
+	LandingBound time.Duration
+}
+
+func (o Options) validate() error {
+	if o.LandingBound < 0 {
+		return fmt.Errorf("kafkasink: Options.LandingBound is %v; declare a positive bound, or leave it 0 to have it computed", o.LandingBound)
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {
@@ -74,7 +109,7 @@ func (o Options) withDefaults() Options {
 		o.IDHeader = DefaultIDHeader
 	}
 	if o.PublishTimeout == 0 {
-		o.PublishTimeout = 30 * time.Second
+		o.PublishTimeout = defaultPublishTimeout
 	}
 	if o.Classify == nil {
 		o.Classify = Classify
@@ -94,16 +129,22 @@ func (o Options) withDefaults() Options {
 // Sink publishes outbox entries to Kafka. It implements [outbox.Sink] and
 // is safe for concurrent use.
 type Sink struct {
-	client *kgo.Client // nil in transactional mode
-	owned  bool        // Close closes client(s)
-	opts   Options
-	conn   *connWatch // last connection error; nil for a caller's client
+	client  *kgo.Client // nil in transactional mode
+	owned   bool        // Close closes client(s)
+	opts    Options
+	conn    *connWatch    // last connection error; nil for a caller's client
+	landing time.Duration // what LandingBound reports
 
 	txn  *txnClients // transactional mode only
 	solo soloProducer
 }
 
 var _ outbox.Sink = (*Sink)(nil)
+
+// LandingUnbounded is what [Sink.LandingBound] reports when nothing bounds
+// how long after Publish returns a record can still be written. It is
+// negative.
+const LandingUnbounded time.Duration = -1
 
 // New returns a sink that produces through client. The client stays the
 // caller's: Close does not close it, and the caller may produce through
@@ -119,7 +160,10 @@ var _ outbox.Sink = (*Sink)(nil)
 // kgo's defaults retry retriable errors without limit, so a retriable
 // broker error surfaces only as PublishTimeout's semi-transient error.
 // Set kgo.RecordRetries (as [Dial] does) to see them as transient errors
-// sooner.
+// sooner. With kgo's defaults, a record Publish gave up on can still be
+// written any time later ([Sink.LandingBound] is [LandingUnbounded]);
+// kgo.AllowIdempotentProduceCancellation and kgo.RecordDeliveryTimeout
+// bound it, as Dial sets them.
 func New(client *kgo.Client, opts Options) (*Sink, error) {
 	if client == nil {
 		return nil, errors.New("kafkasink: New needs a non-nil *kgo.Client")
@@ -127,10 +171,15 @@ func New(client *kgo.Client, opts Options) (*Sink, error) {
 	if opts.TransactionalIDPrefix != "" {
 		return nil, errors.New("kafkasink: Options.TransactionalIDPrefix needs one client per partition; use Dial instead of New")
 	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	if err := checkClient(client, false); err != nil {
 		return nil, err
 	}
-	return &Sink{client: client, opts: opts.withDefaults()}, nil
+	s := &Sink{client: client, opts: opts.withDefaults()}
+	s.landing = s.landingBound(client)
+	return s, nil
 }
 
 func checkClient(client *kgo.Client, transactional bool) error {
@@ -150,11 +199,30 @@ func checkClient(client *kgo.Client, transactional bool) error {
 // and kopts. Close closes the client.
 //
 // The client gets these defaults before kopts (so kopts override them):
-// kgo.RecordRetries(10), so retriable broker errors come back as transient
-// errors instead of being retried until PublishTimeout, and
-// kgo.RecordDeliveryTimeout(PublishTimeout) when PublishTimeout is
-// positive. A connection hook remembers the last failed connection, so a
-// publish that times out says why.
+//
+//   - kgo.RecordRetries(10), so retriable broker errors come back as
+//     transient errors instead of being retried until PublishTimeout;
+//   - kgo.RecordDeliveryTimeout(PublishTimeout) when PublishTimeout is
+//     positive;
+//   - unless transactional (kgo does not allow it there),
+//     kgo.AllowIdempotentProduceCancellation, so kgo stops sending a
+//     record once the Publish that produced it has returned, instead of
+//     re-sending a request that may have been written until a broker
+//     answers. The idempotent producer stays on: per-partition order and
+//     no duplicates across kgo's own retries. What kgo gives up, per its
+//     documentation, is deduplicating a cancelled record that is
+//     produced again; the relay's retry of a record Publish gave up on
+//     was never deduplicated anyway. After such a cancellation kgo bumps
+//     its producer epoch, so a late copy of the cancelled record cannot
+//     land after this client's next record on that partition. It is what
+//     makes [Sink.LandingBound] finite;
+//   - unless transactional, kgo.ProduceRequestTimeout(3s) and
+//     kgo.RequestTimeoutOverhead(2s) (kgo's defaults are 10s each), which
+//     keep the landing bound at 10s with the default PublishTimeout.
+//     Slower links or brokers need larger values, and a longer LeaseTTL
+//     in the relay;
+//   - a connection hook that remembers the last failed connection, so a
+//     publish that times out says why.
 //
 // With [Options.TransactionalIDPrefix] set, Dial builds one client per
 // outbox partition on first use, each with kgo.TransactionalID(prefix +
@@ -162,6 +230,9 @@ func checkClient(client *kgo.Client, transactional bool) error {
 func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 	if len(seeds) == 0 {
 		return nil, errors.New("kafkasink: Dial needs at least one seed broker (host:port)")
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	opts = opts.withDefaults()
 	conn := &connWatch{}
@@ -173,6 +244,13 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 	if opts.PublishTimeout > 0 {
 		base = append(base, kgo.RecordDeliveryTimeout(opts.PublishTimeout))
 	}
+	if opts.TransactionalIDPrefix == "" {
+		base = append(base,
+			kgo.AllowIdempotentProduceCancellation(),
+			kgo.ProduceRequestTimeout(dialProduceRequestTimeout),
+			kgo.RequestTimeoutOverhead(dialRequestTimeoutOverhead),
+		)
+	}
 	all := append(base, kopts...)
 	if opts.TransactionalIDPrefix != "" {
 		s := &Sink{owned: true, opts: opts, conn: conn}
@@ -183,10 +261,14 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 			return nil, fmt.Errorf("kafkasink: bad client options: %w", err)
 		}
 		err = checkClient(probe, false)
+		if v, _ := probe.OptValue(kgo.AllowIdempotentProduceCancellation).(bool); v && err == nil {
+			err = errors.New("kafkasink: kgo.AllowIdempotentProduceCancellation cannot be used with Options.TransactionalIDPrefix (kgo does not allow it with a transactional ID); drop it")
+		}
 		probe.Close()
 		if err != nil {
 			return nil, err
 		}
+		s.landing = s.landingBound(nil)
 		return s, nil
 	}
 	client, err := kgo.NewClient(all...)
@@ -197,7 +279,9 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 		client.Close()
 		return nil, err
 	}
-	return &Sink{client: client, owned: true, opts: opts, conn: conn}, nil
+	s := &Sink{client: client, owned: true, opts: opts, conn: conn}
+	s.landing = s.landingBound(client)
+	return s, nil
 }
 
 // Client returns the sink's client: the one given to [New], or the one
@@ -205,9 +289,84 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 // per partition.
 func (s *Sink) Client() *kgo.Client { return s.client }
 
+// LandingBound reports how long after Publish returns a record that
+// Publish handed to the client can still be written to Kafka, or
+// [LandingUnbounded] (negative) when nothing the sink knows of bounds it.
+// A relay that stops publishing under a lease LandingBound before the
+// lease can pass to another relay does not have a record of its own land
+// after the next holder's, under the assumption stated below (see
+// docs/kafka.md, "Lease boundary and stale records"). It is fixed when the
+// sink is built and safe for concurrent use.
+//
+// Publish returns by its deadline, but it cannot recall records kgo
+// already holds, and the broker appends a produce request it has received
+// even when the client has given up on it. The bound is, in order:
+//
+//   - [Options.LandingBound], when set.
+//   - 0 in transactional mode: a stale relay's records can still be
+//     written, but they become visible to read_committed consumers only
+//     if its transaction commits, and the transaction coordinator
+//     completes a commit it took before the next holder's
+//     InitProducerID and refuses one after it, so they precede every
+//     record of the next holder, whatever the timing. (read_uncommitted
+//     consumers do see aborted records, in the order they were written.)
+//   - [LandingUnbounded] for a client without
+//     kgo.AllowIdempotentProduceCancellation (kgo's default, so a
+//     client given to [New] unless it sets it): kgo's idempotent
+//     producer never fails a record it may have sent until a broker
+//     answers for it; it re-sends it after every broken connection, for
+//     as long as that takes, and RecordDeliveryTimeout and RecordRetries
+//     do not apply to it.
+//   - Otherwise K + ProduceRequestTimeout + RequestTimeoutOverhead, from
+//     the client's options. With the option, kgo fails a batch once the
+//     context of the batch's first record ends (Publish ends its
+//     context when it returns) or RecordDeliveryTimeout passes, even
+//     when sent, and does not send it again. A record that shares a
+//     batch with an earlier record of another Publish call goes with
+//     that record, so kgo may send it up to K after it was produced:
+//     RecordDeliveryTimeout, or for a client [Dial] built (only Publish
+//     produces through it, so every record's context ends within
+//     PublishTimeout) the smaller of that and PublishTimeout.
+//     ProduceRequestTimeout + RequestTimeoutOverhead is how long kgo
+//     waits for the answer to a produce request before it drops the
+//     connection as dead. Without a positive K it is
+//     [LandingUnbounded].
+//
+// The last case assumes a broker appends a produce request within the
+// time kgo waits for its answer: no client setting bounds how long a
+// broker holds a request it has read, and one that stalls longer (a long
+// pause with the request read) can append it later. Topics with
+// message.timestamp.before.max.ms make the broker refuse such a record;
+// declare that bound in [Options.LandingBound].
+//
+// With [Dial]'s defaults it is 5s + 3s + 2s = 10s.
+func (s *Sink) LandingBound() time.Duration { return s.landing }
+
+func (s *Sink) landingBound(client *kgo.Client) time.Duration {
+	switch {
+	case s.opts.LandingBound > 0:
+		return s.opts.LandingBound
+	case client == nil: // transactional
+		return 0
+	}
+	if cancel, _ := client.OptValue(kgo.AllowIdempotentProduceCancellation).(bool); !cancel {
+		return LandingUnbounded
+	}
+	keep, _ := client.OptValue(kgo.RecordDeliveryTimeout).(time.Duration)
+	if pt := s.opts.PublishTimeout; s.owned && pt > 0 && (keep <= 0 || pt < keep) {
+		keep = pt
+	}
+	if keep <= 0 {
+		return LandingUnbounded
+	}
+	produce, _ := client.OptValue(kgo.ProduceRequestTimeout).(time.Duration)
+	overhead, _ := client.OptValue(kgo.RequestTimeoutOverhead).(time.Duration)
+	return keep + produce + overhead
+}
+
 // Close closes the clients [Dial] built (a client given to [New] stays
-// open), and the client the sink built to retry oversize records alone. Publish must not be called after Close. Close is
-// idempotent.
+// open), and the client the sink built to retry oversize records alone.
+// Publish must not be called after Close. Close is idempotent.
 func (s *Sink) Close() error {
 	s.solo.close()
 	if !s.owned {
@@ -226,15 +385,32 @@ func (s *Sink) Close() error {
 // concurrently, waits for each to be acknowledged or to fail, and returns
 // one error per entry, nil for acknowledged ones. Each error is marked with
 // its [backoff.Class] (see [Classify]); context errors of ctx itself come
-// back as they are. Publish does not retain msgs or their payloads.
+// back as they are. Publish does not retain msgs or their payloads (each
+// record gets a copy of its payload).
+//
+// Publish returns by the earlier of ctx's deadline (or cancellation) and
+// PublishTimeout, within the time it takes to notice: records not
+// acknowledged by then fail, with ctx's error when ctx ended. Their fate
+// is unknown: a record kgo already sent, or still holds, may yet be
+// written, as a duplicate, up to [Sink.LandingBound] later. When Publish
+// returns it ends the context of every record it produced, so kgo fails
+// what it still holds of them: records not yet sent and, with
+// kgo.AllowIdempotentProduceCancellation (as [Dial] sets), records already
+// sent, except records in a Kafka batch that another call's record leads,
+// which go with that record.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
 	}
-	pctx, cancel := ctx, context.CancelFunc(func() {})
+	var (
+		pctx   context.Context
+		cancel context.CancelFunc
+	)
 	if s.opts.PublishTimeout > 0 {
 		pctx, cancel = context.WithTimeout(ctx, s.opts.PublishTimeout)
+	} else {
+		pctx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
 	if s.txn != nil {
@@ -245,29 +421,25 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	for i := range msgs {
 		recs[i], errs[i] = s.record(&msgs[i])
 	}
-	s.produceAll(pctx, s.client, recs, errs)
+	produceAll(pctx, s.client, recs, errs)
 	s.isolateTooLarge(pctx, s.client, recs, errs)
 	for i := range errs {
-		errs[i] = s.finish(ctx, &msgs[i], errs[i])
+		errs[i] = s.finish(ctx, pctx, &msgs[i], errs[i])
 	}
 	return errs
 }
 
-// inFlightGrace is how long Publish still waits for records kgo holds in
-// flight after its context (or PublishTimeout) ended, before it gives up
-// on them.
-const inFlightGrace = 5 * time.Second
-
 // produceAll produces every non-nil record whose errs slot is nil through
-// client and stores each outcome in errs.
+// client and stores each outcome in errs. It returns as soon as every
+// record is answered or ctx ends, whichever is first; then the records
+// still unanswered fail with ctx's error and their promises are ignored.
 //
-// kgo cannot fail a record of the idempotent producer that was written to
-// a broker which never answered (it cannot know whether the broker wrote
-// it), so a dead broker can hold a promise back for a long time. When ctx
-// ends, produceAll waits inFlightGrace more, then reports the records
-// still unanswered as failed with ctx's error and returns: they may still
-// be written later, which is a duplicate, never a loss.
-func (s *Sink) produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, errs []error) {
+// It does not wait for kgo: kgo cannot fail a record of the idempotent
+// producer that it sent to a broker which has not answered (unless the
+// client allows idempotent produce cancellation), and the broker may yet
+// write it. Such a record may be written after produceAll returned,
+// which is a duplicate, never a loss (see Sink.LandingBound).
+func produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, errs []error) {
 	var (
 		mu        sync.Mutex
 		pending   = 1 // the loop below holds one until it is done
@@ -306,19 +478,12 @@ func (s *Sink) produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.R
 		return
 	case <-ctx.Done():
 	}
-	timer := time.NewTimer(inFlightGrace)
-	defer timer.Stop()
-	select {
-	case <-done:
-		return
-	case <-timer.C:
-	}
 	mu.Lock()
 	defer mu.Unlock()
 	abandoned = true
 	for i := range recs {
 		if !answered[i] {
-			errs[i] = fmt.Errorf("kafkasink: record still in flight %v after the deadline, no broker answered (it may yet be written, as a duplicate): %w", inFlightGrace, ctx.Err())
+			errs[i] = ctx.Err()
 		}
 	}
 }
@@ -342,21 +507,34 @@ func (s *Sink) isolateTooLarge(ctx context.Context, client *kgo.Client, recs []*
 
 // soloProducer produces one record at a time through a client of its own.
 type soloProducer struct {
-	mu     sync.Mutex
+	once   sync.Once
+	turn   chan struct{} // holds a token while a record is being produced
+	mu     sync.Mutex    // guards client and err
 	client *kgo.Client
 	err    error
 }
 
+// produce produces rec alone, waiting for its turn at most until ctx ends.
 func (p *soloProducer) produce(ctx context.Context, like *kgo.Client, rec *kgo.Record) error {
+	p.once.Do(func() { p.turn = make(chan struct{}, 1) })
+	select {
+	case p.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.turn }()
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.client == nil && p.err == nil {
 		p.client, p.err = kgo.NewClient(like.Opts()...)
 	}
-	if p.err != nil {
-		return fmt.Errorf("kafkasink: build the client that retries oversize records alone: %w", p.err)
+	cl, err := p.client, p.err
+	p.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("kafkasink: build the client that retries oversize records alone: %w", err)
 	}
-	return p.client.ProduceSync(ctx, rec).FirstErr()
+	errs := []error{nil}
+	produceAll(ctx, cl, []*kgo.Record{rec}, errs)
+	return errs[0]
 }
 
 func (p *soloProducer) close() {
@@ -365,6 +543,9 @@ func (p *soloProducer) close() {
 	if p.client != nil {
 		p.client.Close()
 		p.client = nil
+	}
+	if p.err == nil {
+		p.err = fmt.Errorf("sink closed: %w", outbox.ErrClosed)
 	}
 }
 
@@ -379,7 +560,8 @@ func (s *Sink) record(e *outbox.Entry) (*kgo.Record, error) {
 	if topic == "" {
 		return nil, backoff.Permanent(fmt.Errorf("kafkasink: entry %s has no topic; set Entry.Topic, Options.DefaultTopic or Options.Topic", e.ID))
 	}
-	rec := &kgo.Record{Topic: topic, Value: e.Payload}
+	// A copy: kgo may still hold the record after Publish returned.
+	rec := &kgo.Record{Topic: topic, Value: bytes.Clone(e.Payload)}
 	if e.Key != "" {
 		rec.Key = []byte(e.Key)
 	}
@@ -402,7 +584,8 @@ func (s *Sink) record(e *outbox.Entry) (*kgo.Record, error) {
 }
 
 // finish turns a produce outcome into the error Publish returns for e.
-func (s *Sink) finish(ctx context.Context, e *outbox.Entry, err error) error {
+// ctx is the caller's context, pctx the one bounded by PublishTimeout.
+func (s *Sink) finish(ctx, pctx context.Context, e *outbox.Entry, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -410,13 +593,20 @@ func (s *Sink) finish(ctx context.Context, e *outbox.Entry, err error) error {
 	if errors.As(err, &c) {
 		return err // built by the sink, already classified
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return ctxErr // the caller's context ended: pass it through
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		// Our PublishTimeout, not the caller's deadline.
-		err = fmt.Errorf("kafkasink: entry %s not acknowledged within PublishTimeout %v (brokers unreachable or slow, or the partition has no leader%s): %w",
-			e.ID, s.opts.PublishTimeout, s.conn.last(), err)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return ctxErr // the caller's context ended: pass it through
+		}
+		if pctx.Err() != nil {
+			err = fmt.Errorf("kafkasink: entry %s not acknowledged within PublishTimeout %v (brokers unreachable or slow, or the partition has no leader%s; it may still be written, as a duplicate): %w",
+				e.ID, s.opts.PublishTimeout, s.conn.last(), err)
+			return backoff.SemiTransient(err)
+		}
+		// Neither of ours: kgo fails a Kafka partition's buffered records
+		// together, here because a record of another Publish call, first
+		// in the batch, saw its context end.
+		err = fmt.Errorf("kafkasink: entry %s failed with the records it shared a Kafka partition with, whose publish ended first (slow or unreachable broker%s; it may still be written, as a duplicate): %w",
+			e.ID, s.conn.last(), err)
 		return backoff.SemiTransient(err)
 	}
 	class := s.opts.Classify(err)

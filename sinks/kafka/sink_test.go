@@ -189,7 +189,7 @@ func TestInjectedProduceErrorsAreClassified(t *testing.T) {
 		{kerr.ClusterAuthorizationFailed, backoff.ClassPermanent},
 		{kerr.InvalidRecord, backoff.ClassPermanent},
 		{kerr.PolicyViolation, backoff.ClassPermanent},
-		{kerr.InvalidTimestamp, backoff.ClassPermanent},
+		{kerr.InvalidTimestamp, backoff.ClassSemiTransient},
 		{kerr.UnsupportedForMessageFormat, backoff.ClassPermanent},
 	}
 	for _, tc := range cases {

@@ -143,7 +143,7 @@ func (s *Sink) publishPartitionTxn(ctx, pctx context.Context, partition int, msg
 		s.txn.drop(partition, tc)
 	}
 	for _, i := range idx {
-		errs[i] = s.finish(ctx, &msgs[i], errs[i])
+		errs[i] = s.finish(ctx, pctx, &msgs[i], errs[i])
 	}
 }
 
@@ -166,7 +166,7 @@ func (s *Sink) txnRound(ctx context.Context, tc *txnClient, recs []*kgo.Record, 
 	for _, i := range idx {
 		sub[i] = recs[i]
 	}
-	s.produceAll(ctx, tc.cl, sub, errs)
+	produceAll(ctx, tc.cl, sub, errs)
 	failed := false
 	for _, i := range idx {
 		if errs[i] != nil {
