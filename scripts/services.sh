@@ -4,7 +4,16 @@
 #   ./scripts/services.sh check    say what is reachable, and how to get what is not
 #   ./scripts/services.sh start    start local PostgreSQL / Redis servers that are
 #                                  installed but not running (Debian layout)
-#   ./scripts/services.sh install  apt-get install them (root, Debian/Ubuntu), then start
+#   ./scripts/services.sh install  apt-get install them and pgbouncer (root, Debian/Ubuntu),
+#                                  then start PostgreSQL and Redis (scripts/test.sh starts
+#                                  a private PgBouncer with scripts/pgbouncer.sh)
+#   ./scripts/services.sh redact   copy standard input to standard output with
+#                                  passwords in URLs and password= settings
+#                                  replaced by xxxxx (scripts/test.sh's filter)
+#
+# Everything this script prints, from every command and from the tools it
+# runs, passes through redact: the URLs come from OUTBOX_POSTGRES_URL and
+# OUTBOX_REDIS_URL, may carry passwords, and this output lands in CI logs.
 #
 # The Redis Cluster (127.0.0.1:7000-7002) is scripts/redis-cluster.sh's job.
 set -uo pipefail
@@ -12,13 +21,38 @@ set -uo pipefail
 pg_url="${OUTBOX_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
 redis_url="${OUTBOX_REDIS_URL:-redis://127.0.0.1:6379/0}"
 
-pg_ok() { command -v psql >/dev/null && psql "$pg_url" -qtAc 'select 1' >/dev/null 2>&1; }
-redis_hostport() { local hp="${redis_url#*://}"; hp="${hp#*@}"; hp="${hp%%/*}"; echo "$hp"; }
+# redact keeps a URL's scheme, user, host, port, database and options, and
+# replaces with xxxxx
+#   - the password in scheme://user:password@ (and scheme://:password@),
+#   - the whole user info of redis://password@ (Redis clients read a lone
+#     user info as the password),
+#   - the value of any password= setting (query parameter or libpq keyword,
+#     quoted or not; this also covers sslpassword= and PGPASSWORD=).
+# The user info ends at the last @ before the path, as Go's net/url reads it,
+# so a password holding a raw @ is covered too. Lines are copied as they come
+# (unbuffered), and an interrupt is left to the writer: redact ends when its
+# input does, so the writer's last words (a cleanup's) still get through.
+redact() {
+	trap '' INT TERM
+	local unbuffered=-u # GNU sed; BSD sed calls it -l
+	sed -u q </dev/null >/dev/null 2>&1 || unbuffered=-l
+	LC_ALL=C sed "$unbuffered" -E \
+		-e 's,([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@[:space:]]*):[^/?#[:space:]]*@,\1:xxxxx@,g' \
+		-e 's,([Rr][Ee][Dd][Ii][Ss][Ss]?://)[^:/?#@[:space:]]+@,\1xxxxx@,g' \
+		-e "s,([Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd][[:space:]]*=[[:space:]]*)('[^']*'|\"[^\"]*\"|[^&[:space:]]*),\\1xxxxx,g"
+}
+
+# Bounded, so a host that drops packets costs seconds, not minutes.
+pg_ok() {
+	command -v psql >/dev/null &&
+		PGCONNECT_TIMEOUT=5 psql "$pg_url" -qtAc 'select 1' </dev/null >/dev/null 2>&1
+}
 redis_ok() {
 	command -v redis-cli >/dev/null || return 1
-	local hp; hp="$(redis_hostport)"
-	[ "$(redis-cli -h "${hp%:*}" -p "${hp##*:}" ping 2>/dev/null)" = PONG ]
+	# -u reads the user, password, database and rediss:// (TLS) from the URL.
+	[ "$(bounded redis-cli -u "$redis_url" ping </dev/null 2>/dev/null)" = PONG ]
 }
+bounded() { if command -v timeout >/dev/null; then timeout 5 "$@"; else "$@"; fi; }
 
 check() {
 	local rc=0
@@ -28,11 +62,15 @@ check() {
 		echo "  Get it: apt-get install postgresql (or any PostgreSQL >= 13), start it, and allow the URL's user"
 		echo "  (trust auth or a password in the URL); or point OUTBOX_POSTGRES_URL at yours."
 		echo "  On Debian as root, ./scripts/services.sh install does all of that."
+		[ -n "${OUTBOX_POSTGRES_URL:-}" ] ||
+			echo "  Or run a Docker engine: with OUTBOX_POSTGRES_URL unset, the tests start a PostgreSQL container."
 	fi
 	if redis_ok; then echo "services: Redis ok ($redis_url)"; else
 		rc=1
 		echo "services: Redis NOT reachable at $redis_url."
 		echo "  Get it: apt-get install redis-server (Redis >= 6.2) and start it, or point OUTBOX_REDIS_URL at yours."
+		[ -n "${OUTBOX_REDIS_URL:-}" ] ||
+			echo "  Or run a Docker engine: with OUTBOX_REDIS_URL unset, the tests start a Redis container."
 	fi
 	[ $rc = 0 ] || echo "services: tests of missing services are skipped (they fail when OUTBOX_REQUIRE_SERVICES=1)."
 	return $rc
@@ -73,6 +111,9 @@ install() {
 	local need=()
 	command -v psql >/dev/null && [ -d /etc/postgresql ] || need+=(postgresql)
 	command -v redis-server >/dev/null || need+=(redis-server)
+	# For the PgBouncer tests (scripts/pgbouncer.sh runs a private one;
+	# the package's own service is left as Debian configures it).
+	command -v pgbouncer >/dev/null || need+=(pgbouncer)
 	if [ ${#need[@]} -gt 0 ]; then
 		echo "services: apt-get install ${need[*]}"
 		export DEBIAN_FRONTEND=noninteractive
@@ -81,9 +122,18 @@ install() {
 	start
 }
 
-case "${1:-check}" in
-	check) check ;;
-	start) start ;;
-	install) install ;;
-	*) echo "usage: $0 check|start|install" >&2; exit 2 ;;
-esac
+main() {
+	case "${1:-check}" in
+		check) check ;;
+		start) start ;;
+		install) install ;;
+		*) echo "usage: $0 check|start|install|redact" >&2; return 2 ;;
+	esac
+}
+
+if [ "${1:-}" = redact ]; then
+	redact
+	exit
+fi
+# Standard output and standard error each through redact, kept apart.
+{ main "$@" 2>&1 1>&3 3>&- | redact >&2; } 3>&1 | redact

@@ -7,45 +7,85 @@
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), Redis
 # (OUTBOX_REDIS_URL, default redis://127.0.0.1:6379/0) and a Redis Cluster
 # (OUTBOX_REDIS_CLUSTER_ADDRS), which this script starts on 127.0.0.1:7000-7002
-# from the local redis-server binary when it is unset, and stops afterwards.
+# from the local redis-server binary when it is unset, and stops afterwards; and
+# a PgBouncer in transaction pooling mode in front of that PostgreSQL
+# (OUTBOX_PGBOUNCER_URL), which it starts with scripts/pgbouncer.sh when it is
+# unset and pgbouncer is installed, and stops afterwards.
 # A missing service makes its tests skip, or fail when OUTBOX_REQUIRE_SERVICES=1
 # (as in CI). ./scripts/services.sh check says what is missing and how to get it.
+#
+# Everything this script prints goes through ./scripts/services.sh redact, so a
+# password in a service URL never reaches a log (the benchmark harness, for
+# one, prints its URLs when a server is down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-command -v go >/dev/null || { echo "test.sh: Go is not installed; get it from https://go.dev/dl/" >&2; exit 1; }
+main() {
+	command -v go >/dev/null || { echo "test.sh: Go is not installed; get it from https://go.dev/dl/" >&2; exit 1; }
 
-./scripts/services.sh check || true
+	./scripts/services.sh check || true
 
-started_cluster=""
-cleanup() {
-	if [ -n "$started_cluster" ]; then ./scripts/redis-cluster.sh stop || true; fi
-}
-trap cleanup EXIT
+	started_cluster=""
+	started_pgbouncer=""
+	tmp="$(mktemp -d)"
+	cleanup() {
+		if [ -n "$started_cluster" ]; then ./scripts/redis-cluster.sh stop || true; fi
+		if [ -n "$started_pgbouncer" ]; then ./scripts/pgbouncer.sh stop || true; fi
+		rm -rf "$tmp"
+	}
+	trap cleanup EXIT
 
-if [ -z "${OUTBOX_REDIS_CLUSTER_ADDRS:-}" ] && [ -x scripts/redis-cluster.sh ]; then
-	if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
-		if ./scripts/redis-cluster.sh status >/dev/null 2>&1; then
-			echo "test.sh: using the Redis Cluster already running on 127.0.0.1:7000-7002 (left running)"
-			export OUTBOX_REDIS_CLUSTER_ADDRS=127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
-		elif ./scripts/redis-cluster.sh start; then
-			started_cluster=1
-			export OUTBOX_REDIS_CLUSTER_ADDRS=127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+	if [ -z "${OUTBOX_REDIS_CLUSTER_ADDRS:-}" ] && [ -x scripts/redis-cluster.sh ]; then
+		if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+			if ./scripts/redis-cluster.sh status >/dev/null 2>&1; then
+				echo "test.sh: using the Redis Cluster already running on 127.0.0.1:7000-7002 (left running)"
+				export OUTBOX_REDIS_CLUSTER_ADDRS=127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+			# The servers it starts inherit its standard output and error: give them
+			# a file, not the pipe to redact, which would wait for them to exit.
+			elif ./scripts/redis-cluster.sh start >"$tmp/cluster.log" 2>&1; then
+				cat "$tmp/cluster.log"
+				started_cluster=1
+				export OUTBOX_REDIS_CLUSTER_ADDRS=127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+			else
+				cat "$tmp/cluster.log" >&2
+				echo "test.sh: could not start the Redis Cluster; its tests will skip (or fail under OUTBOX_REQUIRE_SERVICES=1)" >&2
+			fi
 		else
-			echo "test.sh: could not start the Redis Cluster; its tests will skip (or fail under OUTBOX_REQUIRE_SERVICES=1)" >&2
+			echo "test.sh: redis-server/redis-cli not found, so no Redis Cluster; install Redis (Debian: apt-get install redis-server) to run the cluster tests" >&2
 		fi
-	else
-		echo "test.sh: redis-server/redis-cli not found, so no Redis Cluster; install Redis (Debian: apt-get install redis-server) to run the cluster tests" >&2
 	fi
-fi
 
-echo "== go vet ./..."
-go vet ./...
+	if [ -z "${OUTBOX_PGBOUNCER_URL:-}" ]; then
+		if command -v pgbouncer >/dev/null; then
+			if ./scripts/pgbouncer.sh status >/dev/null 2>&1; then
+				echo "test.sh: using the PgBouncer scripts/pgbouncer.sh started earlier (left running)"
+				OUTBOX_PGBOUNCER_URL="$(./scripts/pgbouncer.sh url)"
+				export OUTBOX_PGBOUNCER_URL
+			elif ./scripts/pgbouncer.sh start >"$tmp/pgbouncer.log" 2>&1; then
+				cat "$tmp/pgbouncer.log"
+				started_pgbouncer=1
+				OUTBOX_PGBOUNCER_URL="$(./scripts/pgbouncer.sh url)"
+				export OUTBOX_PGBOUNCER_URL
+			else
+				cat "$tmp/pgbouncer.log" >&2
+				echo "test.sh: could not start PgBouncer; its tests will skip (or fail under OUTBOX_REQUIRE_SERVICES=1)" >&2
+			fi
+		else
+			echo "test.sh: pgbouncer not found, so the PgBouncer tests skip (they fail under OUTBOX_REQUIRE_SERVICES=1); install it (Debian: apt-get install pgbouncer, or ./scripts/services.sh install)" >&2
+		fi
+	fi
 
-if [ -f bench/go.mod ]; then
-	echo "== bench -quick (checks the benchmark harness works; numbers are meaningless)"
-	(cd bench && go vet ./... && go run . -quick)
-fi
+	echo "== go vet ./..."
+	go vet ./...
 
-echo "== go test -race ./..."
-go test -race -count=1 -timeout 15m ./...
+	if [ -f bench/go.mod ]; then
+		echo "== bench -quick (checks the benchmark harness works; numbers are meaningless)"
+		(cd bench && go vet ./... && go run . -quick)
+	fi
+
+	echo "== go test -race ./..."
+	go test -race -count=1 -timeout 15m ./...
+}
+
+# Standard output and standard error each through redact, kept apart.
+{ main 2>&1 1>&3 3>&- | ./scripts/services.sh redact >&2; } 3>&1 | ./scripts/services.sh redact

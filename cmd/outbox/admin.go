@@ -2,212 +2,319 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
+	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/outboxrelay/outbox"
-	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
-	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 )
 
-// target is the outbox an admin command works on. The commands use only
-// the SPI's optional interfaces (Inspector, Canceler), so they work the
-// same on every backend that implements them.
-type target struct {
-	postgres, schema, table string
-	redisURL, redisCluster  string
-	prefix                  string
-	partitions              int
+// The admin commands use only the SPI and its optional interfaces
+// (Inspector, PartitionInspector, Looker, Canceler), so they work on every
+// backend that implements them; only purge is Postgres's own.
+
+// OutputFlags choose the output format of a read command.
+type OutputFlags struct {
+	Output string `short:"o" name:"output" enum:"text,json" default:"text" placeholder:"FORMAT" noconfig:"" help:"Output format: text, or json (a stable shape: outbox help json)."`
 }
 
-func (t *target) flags(fs *flag.FlagSet) {
-	fs.StringVar(&t.postgres, "postgres", "", "PostgreSQL URL of the outbox (e.g. postgres://user@host/db)")
-	fs.StringVar(&t.schema, "schema", "", "Postgres schema of the outbox table (default: the backend's)")
-	fs.StringVar(&t.table, "table", "", "Postgres outbox table (default: the backend's)")
-	fs.StringVar(&t.redisURL, "redis", "", "Redis URL of the outbox (e.g. redis://host:6379/0)")
-	fs.StringVar(&t.redisCluster, "redis-cluster", "", "comma-separated Redis Cluster addresses of the outbox")
-	fs.StringVar(&t.prefix, "prefix", "", "Redis key prefix with its {hash tag} (default: the backend's)")
-	fs.IntVar(&t.partitions, "partitions", 1, "partition count of the outbox (as configured in the service)")
+func (f OutputFlags) json() bool { return f.Output == "json" }
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
-// open connects to the outbox named by the flags.
-func (t *target) open(ctx context.Context) (outbox.Store, func(), error) {
-	set := 0
-	for _, s := range []string{t.postgres, t.redisURL, t.redisCluster} {
-		if s != "" {
-			set++
-		}
+// StatusCmd prints an outbox's counts, per partition and in total.
+type StatusCmd struct {
+	StoreFlags
+	OutputFlags
+	Timeout time.Duration `default:"30s" help:"Give up after this long."`
+}
+
+// Run prints the counts.
+func (c *StatusCmd) Run(app *App) error {
+	return c.StoreFlags.with(c.Timeout, OpenOptions{}, func(ctx context.Context, o *Opened) error {
+		return c.report(ctx, app, o, time.Now())
+	})
+}
+
+// statusJSON is the shape of status -o json.
+type statusJSON struct {
+	Store      string     `json:"store"`
+	Kind       string     `json:"kind"`
+	Outbox     string     `json:"outbox"`
+	Partitions int        `json:"partitions"`
+	Total      countsJSON `json:"total"`
+	// ByPartition is null when the backend does not implement
+	// outbox.PartitionInspector.
+	ByPartition []partitionJSON `json:"by_partition"`
+}
+
+type countsJSON struct {
+	Pending    int64      `json:"pending"`
+	Due        int64      `json:"due"`
+	Parked     int64      `json:"parked"`
+	OldestDue  *time.Time `json:"oldest_due"`
+	LagSeconds float64    `json:"lag_seconds"`
+}
+
+type partitionJSON struct {
+	Partition int `json:"partition"`
+	countsJSON
+	Lease *leaseJSON `json:"lease"`
+}
+
+type leaseJSON struct {
+	Owner   string    `json:"owner"`
+	Version int64     `json:"version"`
+	Expires time.Time `json:"expires"`
+}
+
+func counts(s outbox.Stats, now time.Time) countsJSON {
+	c := countsJSON{Pending: s.Pending, Due: s.Due, Parked: s.Parked}
+	if !s.OldestDue.IsZero() {
+		t := s.OldestDue.UTC()
+		c.OldestDue = &t
+		c.LagSeconds = max(0, now.Sub(s.OldestDue).Seconds())
 	}
-	if set != 1 {
-		return nil, nil, errors.New("name exactly one outbox: -postgres URL, -redis URL or -redis-cluster ADDRS")
-	}
-	switch {
-	case t.postgres != "":
-		pool, err := pgxpool.New(ctx, t.postgres)
+	return c
+}
+
+// report prints the counts of the opened outbox.
+func (c *StatusCmd) report(ctx context.Context, app *App, o *Opened, now time.Time) error {
+	rep := statusJSON{Store: o.Where, Kind: o.Kind, Outbox: o.Outbox, Partitions: o.Store.Partitions()}
+	if pin, ok := o.Store.(outbox.PartitionInspector); ok {
+		parts, err := pin.PartitionStats(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("connecting to PostgreSQL: %w", redact(err, t.postgres))
+			return o.explain(err)
 		}
-		b, err := pgoutbox.New(pool, pgoutbox.Options{Schema: t.schema, Table: t.table, Partitions: t.partitions})
-		if err != nil {
-			pool.Close()
-			return nil, nil, err
-		}
-		return b, func() { b.Close(); pool.Close() }, nil
-	default:
-		var client redis.UniversalClient
-		if t.redisURL != "" {
-			opts, err := redis.ParseURL(t.redisURL)
-			if err != nil {
-				return nil, nil, fmt.Errorf("parsing -redis: %w", redact(err, t.redisURL))
+		var total outbox.Stats
+		rep.ByPartition = []partitionJSON{}
+		for _, p := range parts {
+			pj := partitionJSON{Partition: p.Partition, countsJSON: counts(p.Stats, now)}
+			if p.Lease.Owner != "" {
+				pj.Lease = &leaseJSON{Owner: p.Lease.Owner, Version: p.Lease.Version, Expires: p.Lease.Expires.UTC()}
 			}
-			client = redis.NewClient(opts)
-		} else {
-			client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(t.redisCluster, ",")})
+			rep.ByPartition = append(rep.ByPartition, pj)
+			total.Pending += p.Pending
+			total.Due += p.Due
+			total.Parked += p.Parked
+			if !p.OldestDue.IsZero() && (total.OldestDue.IsZero() || p.OldestDue.Before(total.OldestDue)) {
+				total.OldestDue = p.OldestDue
+			}
 		}
-		b, err := redisoutbox.New(ctx, client, redisoutbox.Options{Prefix: t.prefix, Partitions: t.partitions, NoNotify: true})
-		if err != nil {
-			client.Close()
-			return nil, nil, err
-		}
-		return b, func() { b.Close(); client.Close() }, nil
-	}
-}
-
-// redact removes a URL (which may hold a password) from an error's text.
-func redact(err error, url string) error {
-	if url == "" || !strings.Contains(err.Error(), url) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), url, "<url>"))
-}
-
-func runAdmin(cmd string, args []string, out io.Writer) error {
-	var t target
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(out)
-	t.flags(fs)
-	after := fs.String("after", "", "parked: list entries after this ID (the last ID of the previous page)")
-	limit := fs.Int("limit", 50, "parked: entries per page; requeue -all: entries per round")
-	all := fs.Bool("all", false, "requeue: requeue every parked entry")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	store, closeStore, err := t.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	ids := fs.Args()
-
-	switch cmd {
-	case "status":
-		in, err := inspector(store)
+		rep.Total = counts(total, now)
+	} else {
+		in, err := inspector(o.Store)
 		if err != nil {
 			return err
 		}
 		s, err := in.Stats(ctx)
 		if err != nil {
-			return err
+			return o.explain(err)
 		}
-		fmt.Fprintf(out, "pending  %d\ndue      %d\nparked   %d\n", s.Pending, s.Due, s.Parked)
-		if !s.OldestDue.IsZero() {
-			fmt.Fprintf(out, "lag      %v (oldest due entry since %s)\n", time.Since(s.OldestDue).Round(time.Millisecond), s.OldestDue.UTC().Format(time.RFC3339Nano))
+		rep.Total = counts(s, now)
+	}
+	if c.json() {
+		return writeJSON(app.Stdout, rep)
+	}
+	out := app.Stdout
+	fmt.Fprintf(out, "outbox %s%s, %d partitions\n\n", o.Outbox, o.in(), rep.Partitions)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PARTITION\tPENDING\tDUE\tPARKED\tLAG\tLEASE")
+	for _, p := range rep.ByPartition {
+		lease := "-"
+		if p.Lease != nil {
+			lease = fmt.Sprintf("%s (version %d, %s left)", cell(p.Lease.Owner), p.Lease.Version, short(p.Lease.Expires.Sub(now)))
 		}
-		return nil
-	case "parked":
-		in, err := inspector(store)
+		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%s\t%s\n", p.Partition, p.Pending, p.Due, p.Parked, lag(p.countsJSON), lease)
+	}
+	t := rep.Total
+	fmt.Fprintf(w, "all\t%d\t%d\t%d\t%s\t\n", t.Pending, t.Due, t.Parked, lag(t))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if rep.ByPartition == nil {
+		fmt.Fprintf(out, "(no per-partition counts: this backend, %T, does not implement outbox.PartitionInspector)\n", o.Store)
+	}
+	return nil
+}
+
+// lag is the oldest due entry's wait, "-" when none is due.
+func lag(c countsJSON) string {
+	if c.OldestDue == nil {
+		return "-"
+	}
+	return short(time.Duration(c.LagSeconds * float64(time.Second)))
+}
+
+// short rounds a duration for people.
+func short(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 10*time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// in is " in <store>", or "" when the store is not known.
+func (o *Opened) in() string {
+	if o.Where == "" {
+		return ""
+	}
+	return " in " + o.Where
+}
+
+// explain explains an error of an operation on the opened outbox (a
+// connection lost, a permission missing) and removes passwords from it.
+func (o *Opened) explain(err error) error {
+	if o.target == nil {
+		return err
+	}
+	return o.target.explain(err)
+}
+
+// ParkedCmd lists parked entries a page at a time.
+type ParkedCmd struct {
+	StoreFlags
+	FilterFlags
+	OutputFlags
+	After     string        `placeholder:"ID" noconfig:"" help:"List entries after this ID (the last ID of the previous page)."`
+	Limit     int           `default:"50" noconfig:"" help:"Entries per page."`
+	FullError bool          `name:"full-error" noconfig:"" help:"Show each last error in full (on one line); by default a long one keeps its start and its end (where a fix hint is) and drops the middle."`
+	Timeout   time.Duration `default:"30s" help:"Give up after this long."`
+}
+
+// entryJSON is an entry in parked -o json (and show -o json).
+type entryJSON struct {
+	ID           string            `json:"id"`
+	Topic        string            `json:"topic"`
+	Key          string            `json:"key"`
+	Partition    int               `json:"partition"`
+	Attempts     int               `json:"attempts"`
+	CreatedAt    time.Time         `json:"created_at"`
+	NotBefore    *time.Time        `json:"not_before"`
+	LastError    string            `json:"last_error"`
+	Headers      map[string]string `json:"headers"`
+	PayloadBytes int               `json:"payload_bytes"`
+}
+
+func toEntryJSON(e outbox.Entry) entryJSON {
+	j := entryJSON{ID: e.ID, Topic: e.Topic, Key: e.Key, Partition: e.Partition, Attempts: e.Attempts,
+		CreatedAt: e.CreatedAt.UTC(), LastError: e.LastError, Headers: e.Headers, PayloadBytes: len(e.Payload)}
+	if j.Headers == nil {
+		j.Headers = map[string]string{}
+	}
+	if !e.NotBefore.IsZero() {
+		t := e.NotBefore.UTC()
+		j.NotBefore = &t
+	}
+	return j
+}
+
+// parkedJSON is the shape of parked -o json.
+type parkedJSON struct {
+	Entries []entryJSON `json:"entries"`
+	// NextAfter is the --after of the next page; null on the last page.
+	NextAfter *string `json:"next_after"`
+}
+
+// Run lists a page.
+func (c *ParkedCmd) Run(app *App) error {
+	if c.Limit < 1 {
+		return usageError("--limit must be at least 1")
+	}
+	f, err := c.FilterFlags.parse(time.Now())
+	if err != nil {
+		return err
+	}
+	return c.StoreFlags.with(c.Timeout, OpenOptions{}, func(ctx context.Context, o *Opened) error {
+		return c.list(ctx, app, o, f)
+	})
+}
+
+func (c *ParkedCmd) list(ctx context.Context, app *App, o *Opened, f filter) error {
+	in, err := inspector(o.Store)
+	if err != nil {
+		return err
+	}
+	var found []outbox.Entry
+	more := false
+	pageSize := max(c.Limit, 100)
+	for cursor := c.After; len(found) < c.Limit; {
+		page, err := in.Parked(ctx, cursor, pageSize)
 		if err != nil {
-			return err
+			return o.explain(err)
 		}
-		if *limit < 1 {
-			return errors.New("-limit must be positive")
-		}
-		entries, err := in.Parked(ctx, *after, *limit)
-		if err != nil {
-			return err
-		}
-		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tTOPIC\tKEY\tATTEMPTS\tCREATED\tLAST ERROR")
-		for _, e := range entries {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Topic, e.Key, e.Attempts, e.CreatedAt.UTC().Format(time.RFC3339), oneLine(e.LastError, 120))
-		}
-		if err := w.Flush(); err != nil {
-			return err
-		}
-		if len(entries) == *limit {
-			fmt.Fprintf(out, "(more: -after %s)\n", entries[len(entries)-1].ID)
-		}
-		return nil
-	case "requeue":
-		in, err := inspector(store)
-		if err != nil {
-			return err
-		}
-		if *all == (len(ids) > 0) {
-			return errors.New("requeue: give entry IDs or -all, not both or neither")
-		}
-		n := 0
-		if *all {
-			// Walk the parked entries once by ID, so entries a running
-			// relay parks again meanwhile are not requeued in a loop.
-			for cursor := ""; ; {
-				page, err := in.Parked(ctx, cursor, max(*limit, 1))
-				if err != nil {
-					return err
-				}
-				if len(page) == 0 {
+		for i, e := range page {
+			if f.match(e) {
+				found = append(found, e)
+				if len(found) == c.Limit {
+					more = i < len(page)-1 || len(page) == pageSize
 					break
 				}
-				k, err := in.Requeue(ctx, idsOf(page)...)
-				if err != nil {
-					return err
-				}
-				n += k
-				cursor = page[len(page)-1].ID
-			}
-		} else if n, err = in.Requeue(ctx, ids...); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "requeued %d entries\n", n)
-		return nil
-	case "cancel":
-		c, ok := store.(outbox.Canceler)
-		if !ok {
-			return fmt.Errorf("this backend (%T) does not implement outbox.Canceler", store)
-		}
-		if len(ids) == 0 {
-			return errors.New("cancel: give the IDs of the entries to cancel")
-		}
-		for _, id := range ids {
-			switch err := c.Cancel(ctx, id); {
-			case errors.Is(err, outbox.ErrNotFound):
-				fmt.Fprintf(out, "%s: not found (already sent, cancelled, or never appended)\n", id)
-			case err != nil:
-				return err
-			default:
-				fmt.Fprintf(out, "%s: cancelled\n", id)
 			}
 		}
+		if len(page) < pageSize {
+			break
+		}
+		cursor = page[len(page)-1].ID
+	}
+	rep := parkedJSON{Entries: []entryJSON{}}
+	for _, e := range found {
+		rep.Entries = append(rep.Entries, toEntryJSON(e))
+	}
+	if more {
+		rep.NextAfter = &found[len(found)-1].ID
+	}
+	if c.json() {
+		return writeJSON(app.Stdout, rep)
+	}
+	out := app.Stdout
+	if len(found) == 0 {
+		what := "no parked entries"
+		if f.any() {
+			what += " match " + f.describe()
+		}
+		if c.After != "" {
+			what += " after " + strconv.Quote(c.After)
+		}
+		fmt.Fprintf(out, "%s in %s\n", what, o.Outbox)
 		return nil
 	}
-	return fmt.Errorf("unknown admin command %q", cmd)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tTOPIC\tKEY\tPARTITION\tATTEMPTS\tCREATED\tLAST ERROR")
+	for _, e := range found {
+		lastErr := cutError(e.LastError, errorWidth)
+		if c.FullError {
+			lastErr = oneLine(e.LastError)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cell(e.ID), cell(e.Topic), cell(e.Key), e.Partition, e.Attempts,
+			e.CreatedAt.UTC().Format(time.RFC3339), cell(lastErr))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if more {
+		fmt.Fprintf(out, "(more: --after %s)\n", shellQuote(found[len(found)-1].ID))
+	}
+	return nil
 }
 
 func inspector(s outbox.Store) (outbox.Inspector, error) {
 	in, ok := s.(outbox.Inspector)
 	if !ok {
-		return nil, fmt.Errorf("this backend (%T) does not implement outbox.Inspector", s)
+		return nil, fmt.Errorf("this backend (%T) does not implement outbox.Inspector, which this command needs", s)
 	}
 	return in, nil
 }
@@ -218,12 +325,4 @@ func idsOf(entries []outbox.Entry) []string {
 		ids[i] = e.ID
 	}
 	return ids
-}
-
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }

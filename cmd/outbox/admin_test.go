@@ -3,179 +3,464 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backends/memory"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
-	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
-// seed appends five entries and parks three of them through the SPI.
-func seed(t *testing.T, store outbox.Store, appendFn func(...outbox.Entry) error) {
+// kafkaHint is the fix hint the Kafka sink appends to an unknown-topic
+// error; the default parked output must keep it readable.
+const kafkaHint = "(the topic does not exist and was not created automatically; create it, then requeue the parked entry)"
+
+// longError is a parked entry's error longer than the parked list shows,
+// with the Kafka sink's hint at its end and a marker in its middle.
+var longError = "kafkasink: publish entry e2: UNKNOWN_TOPIC_OR_PARTITION: This server does not host this topic-partition. " +
+	strings.Repeat("détail ", 40) + "MIDDLE-MARKER " + strings.Repeat("détail ", 10) + kafkaHint
+
+// seedAdmin appends six entries to a two-partition outbox and parks three
+// of them through the SPI:
+//
+//	e0 orders/k0   pending, due, JSON payload, a header
+//	e1 orders/k1   parked, "broker said\nno: e1"
+//	e2 payments/k2 parked, longError
+//	e3 orders/k3   parked, "timeout"
+//	e4 orders/k4   pending, due, binary payload
+//	e5 orders/k5   pending, scheduled an hour ahead (not due)
+func seedAdmin(t *testing.T, store outbox.Store, appendFn func(...outbox.Entry) error) {
 	t.Helper()
 	ctx := context.Background()
-	var entries []outbox.Entry
-	for i := range 5 {
-		entries = append(entries, outbox.Entry{ID: fmt.Sprintf("e%d", i), Topic: "orders", Key: fmt.Sprint("k", i)})
+	entries := []outbox.Entry{
+		{ID: "e0", Topic: "orders", Key: "k0", Payload: []byte(`{"order":42,"items":["a","b"]}`), Headers: map[string]string{"source": "checkout"}},
+		{ID: "e1", Topic: "orders", Key: "k1", Payload: []byte("hello")},
+		{ID: "e2", Topic: "payments", Key: "k2"},
+		{ID: "e3", Topic: "orders", Key: "k3"},
+		{ID: "e4", Topic: "orders", Key: "k4", Payload: []byte{0, 1, 2, 0xff, 'x'}},
+		{ID: "e5", Topic: "orders", Key: "k5", NotBefore: time.Now().Add(time.Hour)},
 	}
 	if err := appendFn(entries...); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := store.AcquireLease(ctx, 0, "admin-test", time.Minute)
+	errs := map[string]string{"e1": "broker said\nno: e1", "e2": longError, "e3": "timeout"}
+	for p := range store.Partitions() {
+		lease, err := store.AcquireLease(ctx, p, "seeder", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := store.FindPendingBatch(ctx, lease, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fails []outbox.Failure
+		var rest []string
+		for _, e := range batch {
+			if msg, ok := errs[e.ID]; ok {
+				fails = append(fails, outbox.Failure{ID: e.ID, Error: msg, Park: true})
+			} else {
+				rest = append(rest, e.ID)
+			}
+		}
+		if err := store.MarkFailed(ctx, lease, fails); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Release(ctx, lease, rest); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.ReleaseLease(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func statusOf(t *testing.T, flags []string) statusJSON {
+	t.Helper()
+	var s statusJSON
+	out := cliOK(t, append([]string{"status", "-o", "json"}, flags...)...)
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	return s
+}
+
+// exerciseAdmin runs every admin command against a seeded outbox named by
+// flags.
+func exerciseAdmin(t *testing.T, store outbox.Store, flags ...string) {
+	with := func(cmd string, rest ...string) []string {
+		return append(append(strings.Fields(cmd), flags...), rest...)
+	}
+	ctx := context.Background()
+	_, perPartition := store.(outbox.PartitionInspector)
+	_, canLook := store.(outbox.Looker)
+
+	// status: per partition and in total, with the lease holder.
+	lease, err := store.AcquireLease(ctx, 1, "holder-x", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := store.FindPendingBatch(ctx, lease, 10)
-	if err != nil || len(batch) != 5 {
-		t.Fatalf("batch = %d entries, %v", len(batch), err)
+	s := statusOf(t, flags)
+	if s.Partitions != 2 || s.Total.Pending != 3 || s.Total.Due != 2 || s.Total.Parked != 3 || s.Total.OldestDue == nil {
+		t.Fatalf("status totals: %+v", s)
 	}
-	var fails []outbox.Failure
-	for _, id := range []string{"e1", "e2", "e3"} {
-		fails = append(fails, outbox.Failure{ID: id, Error: "broker said\nno: " + id, Park: true})
-	}
-	if err := store.MarkFailed(ctx, lease, fails); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Release(ctx, lease, []string{"e0", "e4"}); err != nil {
-		t.Fatal(err)
+	if perPartition {
+		if len(s.ByPartition) != 2 {
+			t.Fatalf("status by partition: %+v", s.ByPartition)
+		}
+		var sum int64
+		for _, p := range s.ByPartition {
+			sum += p.Pending + p.Parked
+		}
+		if sum != 6 || s.ByPartition[1].Lease == nil || s.ByPartition[1].Lease.Owner != "holder-x" || s.ByPartition[0].Lease != nil {
+			t.Fatalf("status by partition: %+v", s.ByPartition)
+		}
+		text := cliOK(t, with("status")...)
+		if !strings.Contains(text, "holder-x (version") || !strings.Contains(text, "\nall ") || !strings.Contains(text, "2 partitions") {
+			t.Fatalf("status:\n%s", text)
+		}
+	} else {
+		t.Logf("%T does not implement outbox.PartitionInspector: per-partition status not checked", store)
 	}
 	if err := store.ReleaseLease(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-}
 
-func admin(t *testing.T, args ...string) string {
-	t.Helper()
-	var out bytes.Buffer
-	if err := runAdmin(args[0], args[1:], &out); err != nil {
-		t.Fatalf("outbox %s: %v\n%s", strings.Join(args, " "), err, out.String())
-	}
-	return out.String()
-}
-
-func exerciseAdmin(t *testing.T, flags ...string) {
-	with := func(cmd string, rest ...string) []string { return append(append([]string{cmd}, flags...), rest...) }
-
-	if got := admin(t, with("status")...); !strings.Contains(got, "pending  2\n") || !strings.Contains(got, "parked   3\n") {
-		t.Fatalf("status:\n%s", got)
-	}
-	got := admin(t, with("parked", "-limit", "2")...)
-	if !strings.Contains(got, "e1") || !strings.Contains(got, "e2") || strings.Contains(got, "e3") ||
-		!strings.Contains(got, "broker said no: e1") || !strings.Contains(got, "(more: -after e2)") {
+	// parked: pages, filters, error cutting.
+	got := cliOK(t, with("parked", "--limit", "2")...)
+	if !strings.Contains(got, "e1") || !strings.Contains(got, "e2") || strings.Contains(got, "e3 ") ||
+		!strings.Contains(got, "broker said no: e1") || !strings.Contains(got, "(more: --after e2)") {
 		t.Fatalf("parked page 1:\n%s", got)
 	}
-	if got := admin(t, with("parked", "-after", "e2")...); !strings.Contains(got, "e3") || strings.Contains(got, "e1") {
+	if !strings.Contains(got, kafkaHint) || !strings.Contains(got, " … ") || strings.Contains(got, "MIDDLE-MARKER") {
+		t.Fatalf("parked must cut a long error in its middle and keep the fix hint at its end:\n%s", got)
+	}
+	if got := cliOK(t, with("parked", "--after", "e2")...); !strings.Contains(got, "e3") || strings.Contains(got, "e1 ") || strings.Contains(got, "(more") {
 		t.Fatalf("parked page 2:\n%s", got)
 	}
-	if got := admin(t, with("requeue", "e1")...); got != "requeued 1 entries\n" {
-		t.Fatalf("requeue e1: %q", got)
+	if got := cliOK(t, with("parked", "--full-error", "--topic", "payments")...); !strings.Contains(got, "MIDDLE-MARKER") || !strings.Contains(got, kafkaHint) {
+		t.Fatalf("parked --full-error:\n%s", got)
 	}
-	if got := admin(t, with("requeue", "-all", "-limit", "1")...); got != "requeued 2 entries\n" {
-		t.Fatalf("requeue -all: %q", got)
+	filters := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--topic", "payments"}, []string{"e2"}},
+		{[]string{"--key", "k3"}, []string{"e3"}},
+		{[]string{"--error", "NO: E1"}, []string{"e1"}},
+		{[]string{"--since", "1h"}, []string{"e1", "e2", "e3"}},
+		{[]string{"--until", "2000-01-01"}, nil},
+		{[]string{"--topic", "orders", "--error", "timeout"}, []string{"e3"}},
+		{[]string{"--topic", "orders", "--limit", "1"}, []string{"e1"}},
 	}
-	if got := admin(t, with("cancel", "e0", "nope")...); got != "e0: cancelled\nnope: not found (already sent, cancelled, or never appended)\n" {
+	for _, f := range filters {
+		var p parkedJSON
+		out := cliOK(t, with("parked", append(f.args, "-o", "json")...)...)
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatalf("parked %v -o json: %v\n%s", f.args, err, out)
+		}
+		var ids []string
+		for _, e := range p.Entries {
+			ids = append(ids, e.ID)
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(f.want) {
+			t.Errorf("parked %v: got %v, want %v", f.args, ids, f.want)
+		}
+	}
+	if got := cliOK(t, with("parked", "--until", "2000-01-01")...); !strings.Contains(got, "no parked entries match created before 2000-01-01") {
+		t.Fatalf("parked with no match:\n%s", got)
+	}
+	var page parkedJSON
+	if err := json.Unmarshal([]byte(cliOK(t, with("parked", "-o", "json", "--limit", "1")...)), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Entries) != 1 || page.NextAfter == nil || *page.NextAfter != "e1" || page.Entries[0].LastError != "broker said\nno: e1" || page.Entries[0].Attempts != 1 {
+		t.Fatalf("parked -o json --limit 1: %+v", page)
+	}
+
+	// show: payload as JSON, text or hex; headers; the full error.
+	if canLook {
+		got = cliOK(t, with("show", "e0")...)
+		for _, w := range []string{"state       pending", "source: checkout", "payload     30 bytes, JSON", "  \"order\": 42,", "last error  (none)"} {
+			if !strings.Contains(got, w) {
+				t.Fatalf("show e0 lacks %q:\n%s", w, got)
+			}
+		}
+		got = cliOK(t, with("show", "e1")...)
+		if !strings.Contains(got, "state       parked") || !strings.Contains(got, "  broker said\n  no: e1\n") || !strings.Contains(got, "5 bytes, text\nhello\n") {
+			t.Fatalf("show e1:\n%s", got)
+		}
+		if got = cliOK(t, with("show", "e4")...); !strings.Contains(got, "binary, hex") || !strings.Contains(got, "00 01 02 ff 78") {
+			t.Fatalf("show e4:\n%s", got)
+		}
+		if got = cliOK(t, with("show", "e2")...); !strings.Contains(got, longError) {
+			t.Fatalf("show e2 must print the whole error:\n%s", got)
+		}
+		var j showJSON
+		if err := json.Unmarshal([]byte(cliOK(t, with("show", "e0", "-o", "json")...)), &j); err != nil {
+			t.Fatal(err)
+		}
+		var compact bytes.Buffer
+		_ = json.Compact(&compact, j.PayloadJSON)
+		if j.State != "pending" || j.DueAt == nil || j.PayloadText == nil || compact.String() != `{"order":42,"items":["a","b"]}` || j.Headers["source"] != "checkout" {
+			t.Fatalf("show -o json: %+v", j)
+		}
+		cliFails(t, 1, []string{`no pending or parked entry has ID "nope"`}, with("show", "nope")...)
+	} else {
+		t.Logf("%T does not implement outbox.Looker: show not checked", store)
+	}
+
+	// requeue: by ID with a result per ID; by filter, dry run first;
+	// --all needs a confirmation.
+	got = cliOK(t, with("requeue", "e1", "nope", "e0", "e1")...) // e1 twice: once
+	if canLook {
+		want := "nope: not found (already sent, cancelled, or never appended)\ne0: not parked (it is pending; requeue moves parked entries only)\ne1: requeued\nrequeued 1 entries\n"
+		if got != want {
+			t.Fatalf("requeue e1 nope e0 e1:\n%s\nwant:\n%s", got, want)
+		}
+	} else if !strings.HasSuffix(got, "requeued 1 entries\n") {
+		t.Fatalf("requeue e1 nope e0:\n%s", got)
+	}
+	if got := cliOK(t, with("requeue", "--topic", "payments", "--dry-run")...); got != "e2: would requeue\nwould requeue 1 entries (dry run: nothing changed)\n" {
+		t.Fatalf("requeue --dry-run: %q", got)
+	}
+	if s := statusOf(t, flags); s.Total.Parked != 2 {
+		t.Fatalf("after the dry run parked = %d, want 2", s.Total.Parked)
+	}
+	cliFails(t, 2, []string{"refusing to requeue all 2 parked entries", "pass --yes"}, with("requeue", "--all")...)
+	r := cliWith(t, cliIO{stdinTTY: true, stdin: "no\n"}, with("requeue", "--all")...)
+	if r.code != 1 || !strings.Contains(r.stderr, "Type yes to go on") || !strings.Contains(r.stderr, "not confirmed") {
+		t.Fatalf("requeue --all, declined: %v", r)
+	}
+	if s := statusOf(t, flags); s.Total.Parked != 2 {
+		t.Fatalf("after a declined requeue parked = %d, want 2", s.Total.Parked)
+	}
+	r = cliWith(t, cliIO{stdinTTY: true, stdin: "yes\n"}, with("requeue", "--all", "--limit", "1")...) // --limit: the old name of --batch
+	if r.code != 0 || r.stdout != "e2: requeued\ne3: requeued\nrequeued 2 entries\n" {
+		t.Fatalf("requeue --all, confirmed: %v", r)
+	}
+
+	// cancel: by ID; by filter over the parked entries, with --yes.
+	if got := cliOK(t, with("cancel", "e0", "nope")...); got != "e0: cancelled\nnope: not found (already sent, cancelled, or never appended)\ncancelled 1 entries, 1 not found\n" {
 		t.Fatalf("cancel: %q", got)
 	}
-	if got := admin(t, with("status")...); !strings.Contains(got, "pending  4\n") || !strings.Contains(got, "parked   0\n") {
-		t.Fatalf("status after requeue and cancel:\n%s", got)
+	lease, err = store.AcquireLease(ctx, store.Partitions()-1, "parker", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range store.Partitions() { // park e2 and e3 again
+		l := lease
+		if p != lease.Partition {
+			if l, err = store.AcquireLease(ctx, p, "parker", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch, err := store.FindPendingBatch(ctx, l, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fails []outbox.Failure
+		var rest []string
+		for _, e := range batch {
+			if e.ID == "e2" || e.ID == "e3" {
+				fails = append(fails, outbox.Failure{ID: e.ID, Error: "again", Park: true})
+			} else {
+				rest = append(rest, e.ID)
+			}
+		}
+		if err := store.MarkFailed(ctx, l, fails); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Release(ctx, l, rest); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.ReleaseLease(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cliFails(t, 2, []string{"refusing to cancel (delete) the 1 parked entries", `topic "payments"`, "--yes"}, with("cancel", "--topic", "payments")...)
+	if got := cliOK(t, with("cancel", "--all", "--dry-run")...); got != "e2: would cancel\ne3: would cancel\nwould cancel 2 entries (dry run: nothing changed)\n" {
+		t.Fatalf("cancel --all --dry-run: %q", got)
+	}
+	if got := cliOK(t, with("cancel", "--topic", "payments", "--yes")...); got != "e2: cancelled\ncancelled 1 entries\n" {
+		t.Fatalf("cancel --topic payments --yes: %q", got)
+	}
+	if got := cliOK(t, with("cancel", "--topic", "payments", "--yes")...); !strings.Contains(got, "no parked entries match topic \"payments\"") {
+		t.Fatalf("cancel with nothing left: %q", got)
+	}
+	s = statusOf(t, flags)
+	if s.Total.Pending != 3 || s.Total.Parked != 1 { // e1, e4, e5 pending; e3 parked
+		t.Fatalf("status at the end: %+v", s.Total)
 	}
 }
 
 func TestAdminOnPostgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testenv.PostgresURL()
-	pool, err := pgxpool.New(ctx, url)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		testenv.Unavailable(t, "PostgreSQL", "OUTBOX_POSTGRES_URL", err)
-	}
-	t.Cleanup(pool.Close) // after the schema is dropped (cleanups run last-in first-out)
-	schema := fmt.Sprintf("admin_test_%d", time.Now().UnixNano())
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("dropping the test's schema: %v", err)
-		}
-	})
-	opts := pgoutbox.Options{Schema: schema}
+	url, pool := cliPostgres(t)
+	schema := cliSchema(t, pool)
+	opts := pgoutbox.Options{Schema: schema, Partitions: 2}
 	if err := pgoutbox.Migrate(ctx, pool, opts); err != nil {
 		t.Fatal(err)
 	}
-	b, err := pgoutbox.New(pool, opts)
+	b, err := pgoutbox.New(ctx, pool, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	seed(t, b, func(e ...outbox.Entry) error {
+	seedAdmin(t, b, func(e ...outbox.Entry) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return b.AppendInTx(ctx, tx, e...) })
 	})
-	exerciseAdmin(t, "-postgres", url, "-schema", schema)
+	exerciseAdmin(t, b, "--store", url, "--schema", schema)
 }
 
 func TestAdminOnRedis(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testenv.RedisURL()
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := redis.NewClient(opts)
-	t.Cleanup(func() { _ = client.Close() }) // after the key cleanup below (cleanups run last-in first-out)
-	if err := client.Ping(ctx).Err(); err != nil {
-		testenv.Unavailable(t, "Redis", "OUTBOX_REDIS_URL", err)
-	}
-	prefix := fmt.Sprintf("{admin-test-%d}", time.Now().UnixNano())
-	t.Cleanup(func() {
-		var keys []string
-		iter := client.Scan(ctx, 0, "*"+prefix[1:len(prefix)-1]+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Errorf("listing the test's keys: %v", err)
-		}
-		if len(keys) > 0 {
-			if err := client.Del(ctx, keys...).Err(); err != nil {
-				t.Errorf("deleting the test's keys: %v", err)
-			}
-		}
-	})
-	b, err := redisoutbox.New(ctx, client, redisoutbox.Options{Prefix: prefix})
+	url, client := cliRedis(t)
+	prefix := cliPrefix(t, client)
+	b, err := redisoutbox.New(ctx, client, redisoutbox.Options{Prefix: prefix, Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	seed(t, b, func(e ...outbox.Entry) error { return b.Append(ctx, e...) })
-	exerciseAdmin(t, "-redis", url, "-prefix", prefix)
+	seedAdmin(t, b, func(e ...outbox.Entry) error { return b.Append(ctx, e...) })
+	exerciseAdmin(t, b, "--store", url, "--prefix", prefix)
 }
 
-func TestAdminNeedsExactlyOneOutbox(t *testing.T) {
+// TestPurgeArchive: purge deletes archived entries sent before --before,
+// asks first, and refuses Redis.
+func TestPurgeArchive(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
-	err := runAdmin("status", []string{"-postgres", "x", "-redis", "y"}, &out)
-	if err == nil || !strings.Contains(err.Error(), "exactly one") {
-		t.Fatalf("err = %v", err)
+	ctx := context.Background()
+	url, pool := cliPostgres(t)
+	schema := cliSchema(t, pool)
+	opts := pgoutbox.Options{Schema: schema, Partitions: 1, Archive: true}
+	if err := pgoutbox.Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
 	}
-	err = runAdmin("status", nil, &out)
-	if err == nil || !strings.Contains(err.Error(), "-postgres URL") {
-		t.Fatalf("err = %v", err)
+	b, err := pgoutbox.New(ctx, pool, opts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	err = runAdmin("status", []string{"-postgres", "postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=1"}, &out)
-	if err == nil || strings.Contains(err.Error(), "s3cret") {
-		t.Fatalf("an unreachable database must fail without printing the password: %v", err)
+	defer b.Close()
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return b.AppendInTx(ctx, tx, outbox.Entry{ID: "a1", Topic: "t"}, outbox.Entry{ID: "a2", Topic: "t"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := b.AcquireLease(ctx, 0, "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkSent(ctx, lease, []string{"a1", "a2"}); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--store", url, "--schema", schema}
+	cliFails(t, 2, []string{"refusing to delete the entries of", "outbox_archive", "--yes"}, append([]string{"purge", "--before", "1h"}, flags...)...)
+	if got := cliOK(t, append([]string{"purge", "--before", "1h", "--yes"}, flags...)...); !strings.HasPrefix(got, "purged 0 archived entries sent before") {
+		t.Fatalf("purge of an hour ago: %q", got)
+	}
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	if got := cliOK(t, append([]string{"purge", "--before", future, "--yes", "--batch", "1"}, flags...)...); !strings.HasPrefix(got, "purged 2 archived entries") {
+		t.Fatalf("purge: %q", got)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "outbox_archive"}.Sanitize()).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("archive rows after purge: %d, %v", n, err)
+	}
+	cliFails(t, 2, []string{"a Redis outbox has no archive"}, "purge", "--before", "1h", "--store", "redis://127.0.0.1:1")
+}
+
+// narrowStore is a store with the Inspector and Canceler of a backend but
+// none of its other optional interfaces, as a minimal conforming backend
+// would have.
+type narrowStore struct {
+	outbox.Store
+	outbox.Inspector
+	outbox.Canceler
+}
+
+// TestAdminOnANarrowBackend: without PartitionInspector and Looker the
+// commands still work from what the backend has, and say what they lack.
+func TestAdminOnANarrowBackend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := memory.New(memory.Options{Partitions: 2})
+	seedAdmin(t, mem, func(e ...outbox.Entry) error { return mem.Append(ctx, e...) })
+	narrow := narrowStore{Store: mem, Inspector: mem, Canceler: mem}
+	o := &Opened{Store: narrow, Kind: "memory", Outbox: "memory"}
+	var out, errs strings.Builder
+	app := &App{Stdout: &out, Stderr: &errs}
+
+	if err := (&StatusCmd{}).report(ctx, app, o, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "all        3        2    3") || !strings.Contains(out.String(), "does not implement outbox.PartitionInspector") {
+		t.Fatalf("status:\n%s", out.String())
+	}
+	if err := (&ShowCmd{ID: "e0"}).show(ctx, app, o); err == nil || !strings.Contains(err.Error(), "does not implement outbox.Looker") {
+		t.Fatalf("show without a Looker: %v", err)
+	}
+	out.Reset()
+	sel := selection{ids: []string{"e1", "e0"}}
+	if err := (&RequeueCmd{SelectFlags: SelectFlags{Batch: 10}}).requeue(ctx, app, o, sel); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "e1: requeued, or not parked (1 of this batch of 2 were requeued; this backend") || !strings.HasSuffix(out.String(), "requeued 1 entries\n") {
+		t.Fatalf("requeue without a Looker:\n%s", out.String())
+	}
+}
+
+// TestBulkProgress: long bulk work draws a progress bar on stderr when it
+// is a terminal, and never otherwise; the per-ID results go to stdout.
+func TestBulkProgress(t *testing.T) {
+	t.Parallel()
+	for _, tty := range []bool{false, true} {
+		t.Run(fmt.Sprint("terminal=", tty), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			mem := memory.New(memory.Options{})
+			var entries []outbox.Entry
+			for i := range progressMin + 50 {
+				entries = append(entries, outbox.Entry{ID: fmt.Sprintf("p%04d", i), Topic: "t", Key: fmt.Sprint(i)})
+			}
+			if err := mem.Append(ctx, entries...); err != nil {
+				t.Fatal(err)
+			}
+			lease, err := mem.AcquireLease(ctx, 0, "o", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch, err := mem.FindPendingBatch(ctx, lease, len(entries))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fails []outbox.Failure
+			for _, e := range batch {
+				fails = append(fails, outbox.Failure{ID: e.ID, Error: "x", Park: true})
+			}
+			if err := mem.MarkFailed(ctx, lease, fails); err != nil {
+				t.Fatal(err)
+			}
+			var out, errs strings.Builder
+			app := &App{Stdout: &out, Stderr: &errs, StderrTerminal: tty}
+			o := &Opened{Store: mem, Kind: "memory", Outbox: "memory"}
+			c := &RequeueCmd{SelectFlags: SelectFlags{All: true, Yes: true, Batch: 50}}
+			if err := c.requeue(ctx, app, o, selection{all: true}); err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(out.String(), ": requeued\n"); n != len(entries) || !strings.HasSuffix(out.String(), fmt.Sprintf("requeued %d entries\n", len(entries))) {
+				t.Fatalf("stdout has %d result lines:\n%.500s", n, out.String())
+			}
+			if drawn := strings.Contains(errs.String(), fmt.Sprintf("%d/%d", len(entries), len(entries))); drawn != tty {
+				t.Fatalf("progress bar drawn = %v with a terminal = %v; stderr:\n%q", drawn, tty, errs.String())
+			}
+		})
 	}
 }

@@ -1,17 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -22,269 +25,590 @@ import (
 	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
 )
 
-type demoConfig struct {
-	entries    int
-	keys       int
-	partitions int
-	batch      int
-	failRate   float64
-	poison     int
-	rollback   float64
-	seed       uint64
-	timeout    time.Duration
-	progress   time.Duration
-	backend    string
-	postgres   string
-	redisURL   string
+// DemoCmd is outbox demo. Store's default is resolved when the demo runs
+// (from the environment, by backend), so the help never shows a URL. The
+// demo reads neither the --config file (its flags are noconfig) nor
+// OUTBOX_STORE: a file or variable meant for the relay and the admin
+// commands must not point it at a production store.
+type DemoCmd struct {
+	Entries    int           `default:"5000" noconfig:"" help:"Entries to append in committed transactions (the rolled-back ones come on top)."`
+	Keys       int           `default:"50" noconfig:"" help:"Distinct keys (aggregates) the entries are spread over."`
+	Partitions int           `default:"4" noconfig:"" help:"Partitions of the demo's outbox (at least 2)."`
+	Batch      int           `default:"100" noconfig:"" help:"Relay batch size."`
+	FailRate   float64       `default:"0.1" noconfig:"" help:"Share of publish attempts that fail with a transient broker error, in [0, 0.9)."`
+	Poison     int           `default:"5" noconfig:"" help:"Committed entries the broker rejects permanently, so they end parked (at most half of --entries)."`
+	Rollback   float64       `default:"0.05" noconfig:"" help:"Share of appending transactions that roll back, in [0, 1)."`
+	Seed       uint64        `default:"1" noconfig:"" help:"Seed of the keys, transactions, rollbacks, poison entries and injected failures: the same seed and flags give the same counts. 0 picks a seed at random (the header prints it)."`
+	Timeout    time.Duration `default:"2m" noconfig:"" help:"Give up (exit 1) after this long."`
+	Progress   time.Duration `default:"500ms" noconfig:"" help:"Interval of the progress line; 0 prints none."`
+	Backend    string        `placeholder:"NAME" noconfig:"" help:"Outbox backend: memory, postgres or redis; the last two in a fresh schema or key prefix that is removed at the end, also on Ctrl-C. Default: the kind of --store when given, else memory."`
+	Store      string        `placeholder:"URL" noconfig:"" help:"PostgreSQL or Redis URL for --backend postgres or redis. Default: $OUTBOX_POSTGRES_URL or $OUTBOX_REDIS_URL by backend, else the local server (port 5432 as user postgres; port 6379)."`
 }
 
-func runDemo(args []string, out io.Writer) error {
-	var c demoConfig
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.IntVar(&c.entries, "entries", 5000, "entries to append")
-	fs.IntVar(&c.keys, "keys", 50, "distinct keys (aggregates) the entries are spread over")
-	fs.IntVar(&c.partitions, "partitions", 4, "outbox partitions")
-	fs.IntVar(&c.batch, "batch", 100, "relay batch size")
-	fs.Float64Var(&c.failRate, "fail-rate", 0.1, "probability that a publish attempt fails with a transient broker error")
-	fs.IntVar(&c.poison, "poison", 5, "entries the broker rejects permanently (they end parked)")
-	fs.Float64Var(&c.rollback, "rollback", 0.05, "probability that an appending transaction rolls back")
-	fs.Uint64Var(&c.seed, "seed", 1, "random seed for keys and injected failures")
-	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up (and fail) after this long")
-	fs.DurationVar(&c.progress, "progress", 500*time.Millisecond, "interval of the progress line")
-	fs.StringVar(&c.backend, "backend", "memory", "outbox backend: memory, postgres or redis (these two in a fresh schema / key prefix, removed afterwards)")
-	fs.StringVar(&c.postgres, "postgres", envOr("OUTBOX_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL for -backend postgres")
-	fs.StringVar(&c.redisURL, "redis", envOr("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL for -backend redis")
-	fs.SetOutput(out)
-	if err := fs.Parse(args); err != nil {
+// Help is the demo's description in outbox demo --help.
+func (c *DemoCmd) Help() string {
+	return `The demo appends entries in transactions, some of which roll back, to an outbox; runs two relays that publish them through the Kafka sink to an in-process Kafka (franz-go's kfake) while broker failures are injected; stops one relay halfway for a third to take its partitions over; consumes the topic back; and checks that every committed entry arrived or was parked as planned, in per-key order, and that nothing rolled back was published.
+
+Exit status: 0 when every check passes; 1 when one fails, on an error or on --timeout; 130 on SIGINT (Ctrl-C) and 143 on SIGTERM, after stopping the relays and removing the demo's schema or keys (a second signal quits at once and leaves them).
+
+The demo reads neither the --config file nor OUTBOX_STORE: the store comes from --store or, by backend, OUTBOX_POSTGRES_URL or OUTBOX_REDIS_URL.
+
+Behind PgBouncer in transaction pooling mode, add default_query_exec_mode=simple_protocol to the PostgreSQL URL. LISTEN does not work through such a pooler; the demo's relays poll every 50ms, so it runs without wake-ups.`
+}
+
+const (
+	demoTopic = "orders"
+	// demoMaxAttempts is the relays' attempt limit: an entry that fails
+	// this many times is parked.
+	demoMaxAttempts = 20
+	// demoPoll is the relays' poll interval: it paces retries (a retried
+	// entry is fetched again by a poll) and replaces wake-ups where LISTEN
+	// does not work (PgBouncer in transaction mode).
+	demoPoll = 50 * time.Millisecond
+	// demoStopTimeout bounds stopping a relay; demoCleanupTimeout bounds
+	// removing the demo's schema or keys (also after a signal).
+	demoStopTimeout    = 10 * time.Second
+	demoCleanupTimeout = 10 * time.Second
+)
+
+// Default stores when neither --store nor the variable is set.
+const (
+	demoDefaultPostgres = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	demoDefaultRedis    = "redis://127.0.0.1:6379/0"
+)
+
+// Run runs the demo until it is done, fails, times out or is interrupted.
+func (c *DemoCmd) Run(app *App) error {
+	cfg, err := c.resolve(os.Getenv)
+	if err != nil {
 		return err
 	}
-	switch {
-	case c.entries < 1 || c.keys < 1 || c.partitions < 2 || c.batch < 1:
-		return errors.New("demo: -entries, -keys and -batch must be positive and -partitions at least 2")
-	case c.poison > c.entries/2:
-		return errors.New("demo: -poison must be at most half of -entries")
-	case c.failRate < 0 || c.failRate >= 0.9 || c.rollback < 0 || c.rollback >= 1:
-		return errors.New("demo: -fail-rate must be in [0, 0.9) and -rollback in [0, 1)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, stop := notifyInterrupt(context.Background())
+	defer stop()
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeout, errDemoTimeout)
 	defer cancel()
-	return demo(ctx, c, out)
+	err = demo(ctx, cfg, app.Stdout)
+	if err == nil {
+		return nil
+	}
+	var in interruption
+	if errors.As(context.Cause(ctx), &in) {
+		var left *leftBehindError
+		if errors.As(err, &left) {
+			err = fmt.Errorf("demo %v, and %w", in, left)
+		} else {
+			err = fmt.Errorf("demo %v: it stopped and left nothing behind", in)
+		}
+		err = &exitError{code: in.code(), err: err}
+	}
+	return pgBouncerHint(redact(err, cfg.Store))
 }
 
-const demoTopic = "orders"
+// resolve checks the flags and fills in the backend and the store; getenv
+// reads the environment.
+func (c *DemoCmd) resolve(getenv func(string) string) (*DemoCmd, error) {
+	r := *c
+	switch {
+	case r.Entries < 1 || r.Keys < 1 || r.Batch < 1:
+		return nil, usageError("demo: --entries, --keys and --batch must be at least 1")
+	case r.Partitions < 2:
+		return nil, usageError("demo: --partitions must be at least 2")
+	case r.Poison < 0 || r.Poison > r.Entries/2:
+		return nil, usageError("demo: --poison must be between 0 and half of --entries (%d)", r.Entries/2)
+	case !(r.FailRate >= 0 && r.FailRate < 0.9):
+		return nil, usageError("demo: --fail-rate must be in [0, 0.9)")
+	case !(r.Rollback >= 0 && r.Rollback < 1):
+		return nil, usageError("demo: --rollback must be in [0, 1)")
+	case r.Timeout <= 0:
+		return nil, usageError("demo: --timeout must be positive")
+	case r.Progress < 0:
+		return nil, usageError("demo: --progress must not be negative (0 prints no progress lines)")
+	}
+	if r.Seed == 0 {
+		r.Seed = rand.Uint64() | 1
+	}
+	kind := ""
+	if r.Store != "" {
+		scheme, _, ok := strings.Cut(r.Store, "://")
+		switch {
+		case !ok:
+			return nil, usageError("demo: the --store URL has no scheme; write it as postgres://user@host/db or redis://host:6379/0")
+		case scheme == "postgres" || scheme == "postgresql":
+			kind = "postgres"
+		case scheme == "redis" || scheme == "rediss":
+			kind = "redis"
+		default:
+			return nil, usageError("demo: --store with scheme %q: the demo runs on postgres://, postgresql://, redis:// or rediss:// URLs", scheme)
+		}
+	}
+	switch {
+	case r.Backend == "":
+		r.Backend = kind
+		if kind == "" {
+			r.Backend = "memory"
+		}
+	case r.Backend != "memory" && r.Backend != "postgres" && r.Backend != "redis":
+		return nil, usageError("demo: --backend %q: use memory, postgres or redis", r.Backend)
+	case kind != "" && r.Backend != kind:
+		return nil, usageError("demo: --backend %s with a %s --store URL; give a %s URL or --backend %s", r.Backend, kind, r.Backend, kind)
+	}
+	if r.Store == "" {
+		switch r.Backend {
+		case "postgres":
+			r.Store = cmp.Or(getenv("OUTBOX_POSTGRES_URL"), demoDefaultPostgres)
+		case "redis":
+			r.Store = cmp.Or(getenv("OUTBOX_REDIS_URL"), demoDefaultRedis)
+		}
+	}
+	return &r, nil
+}
 
-func demo(ctx context.Context, c demoConfig, out io.Writer) error {
+// interruption is the cause of a run cancelled by a signal.
+type interruption struct{ sig os.Signal }
+
+func (i interruption) Error() string {
+	if s, ok := i.sig.(syscall.Signal); ok && s == syscall.SIGTERM {
+		return "interrupted by SIGTERM"
+	}
+	return "interrupted by SIGINT"
+}
+
+// code is the exit status: 128 plus the signal number, as shells report it.
+func (i interruption) code() int {
+	if s, ok := i.sig.(syscall.Signal); ok && s == syscall.SIGTERM {
+		return 143
+	}
+	return 130
+}
+
+var errDemoTimeout = errors.New("--timeout reached")
+
+// notifyInterrupt returns a context cancelled, with an interruption as its
+// cause, by the first SIGINT or SIGTERM. After that signal the default
+// action is restored, so a second one ends the process at once.
+func notifyInterrupt(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-ch:
+			signal.Stop(ch)
+			cancel(interruption{sig})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(context.Canceled)
+	}
+}
+
+// demo runs the demo on the resolved configuration c. Everything it
+// started is stopped, and the demo's schema or keys removed, before it
+// returns, whatever the outcome.
+func demo(ctx context.Context, c *DemoCmd, out io.Writer) (err error) {
 	start := time.Now()
-	logger := slog.New(slog.DiscardHandler)
+	plan := planDemo(c)
+	w := newWorld(plan)
+	// The run ends early on the first error (an append, or a relay's
+	// store error the demo cannot get past) or with ctx.
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(context.Canceled)
+	logs := &relayLog{fatal: cancelRun}
+	logger := slog.New(logs)
 
 	// An in-process Kafka speaking the real protocol.
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, demoTopic))
 	if err != nil {
-		return fmt.Errorf("starting the in-process Kafka: %w", err)
+		return fmt.Errorf("demo: starting the in-process Kafka: %w", err)
 	}
 	defer cluster.Close()
 	kafka, err := kafkasink.Dial(cluster.ListenAddrs(), kafkasink.Options{})
 	if err != nil {
-		return err
+		return fmt.Errorf("demo: connecting to the in-process Kafka: %w", err)
 	}
 	defer kafka.Close()
 
-	db, err := openDemoBackend(ctx, c)
+	db, err := openDemoBackend(runCtx, c, logger)
 	if err != nil {
 		return err
 	}
-	defer db.close()
-	backend := db.store
+	defer func() {
+		if cerr := db.close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		} else if db.what != "" {
+			fmt.Fprintf(out, "removed    %s\n", db.what)
+		}
+	}()
 
-	w := newWorld(c)
-	fmt.Fprintf(out, "outbox demo: %s backend with %d partitions, in-process Kafka (kfake), 2 relays; "+
-		"%d entries over %d keys, %.0f%% of attempts fail, %d poison entries\n",
-		db.name, c.partitions, c.entries, c.keys, c.failRate*100, c.poison)
+	fmt.Fprintf(out, "outbox demo: %s, %d partitions, 2 relays, in-process Kafka (kfake); seed %d\n", db.name, c.Partitions, c.Seed)
+	fmt.Fprintf(out, "plan: %s\n", plan.describe(c))
 
-	// Consume the topic back and check what arrived.
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(demoTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		return err
+		return fmt.Errorf("demo: creating the consumer: %w", err)
 	}
 	defer consumer.Close()
-	consumeCtx, stopConsuming := context.WithCancel(ctx)
-	defer stopConsuming()
-	var consumed sync.WaitGroup
-	consumed.Go(func() { w.consume(consumeCtx, consumer) })
 
 	sink := &faultySink{next: kafka, w: w}
 	relayOpts := func(owner string) outbox.RelayOptions {
 		return outbox.RelayOptions{
-			Owner: owner, BatchSize: c.batch, PollInterval: 200 * time.Millisecond,
-			LeaseTTL: 3 * time.Second, MaxPartitions: (c.partitions + 1) / 2, AcquireInterval: 100 * time.Millisecond,
-			Backoff: backoff.Policy{Base: 20 * time.Millisecond, Max: 500 * time.Millisecond}, Logger: logger,
+			Owner: owner, BatchSize: c.Batch, PollInterval: demoPoll,
+			LeaseTTL: 3 * time.Second, AcquireInterval: 100 * time.Millisecond,
+			Backoff:         backoff.Policy{Base: 20 * time.Millisecond, Max: 500 * time.Millisecond, MaxAttempts: demoMaxAttempts},
+			BreakerCooldown: 500 * time.Millisecond, StatsInterval: -1, Logger: logger,
 		}
 	}
 	relays := map[string]*outbox.Relay{}
-	for _, name := range []string{"relay-A", "relay-B"} {
-		r, err := outbox.NewRelay(backend, sink, relayOpts(name))
-		if err != nil {
-			return err
+	order := []string{}
+	var appending, consuming sync.WaitGroup
+	// Stop in this order: appenders, relays, consumer; the deferred
+	// close above then removes the schema or keys.
+	defer func() {
+		cancelRun(context.Canceled)
+		appending.Wait()
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), demoStopTimeout)
+		defer cancel()
+		var stopping sync.WaitGroup
+		for _, r := range relays {
+			stopping.Go(func() { _ = r.Stop(stopCtx) })
 		}
-		if err := r.Start(ctx); err != nil {
-			return err
+		stopping.Wait()
+		consuming.Wait()
+	}()
+	startRelay := func(name string) error {
+		r, err := outbox.NewRelay(db.store, sink, relayOpts(name))
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		if err := r.Start(runCtx); err != nil {
+			return fmt.Errorf("demo: %w", err)
 		}
 		relays[name] = r
+		order = append(order, name)
+		return nil
+	}
+	relaysParked := func() (n int64) {
+		for _, r := range relays {
+			n += r.Stats().Parked
+		}
+		return n
 	}
 
-	// Append in transactions from four goroutines.
-	var appending sync.WaitGroup
+	consuming.Go(func() { w.consume(runCtx, consumer) })
+	for _, name := range []string{"relay-A", "relay-B"} {
+		if err := startRelay(name); err != nil {
+			return err
+		}
+	}
 	for g := range 4 {
-		appending.Go(func() { w.appendLoop(ctx, db.appendTx, g) })
+		appending.Go(func() {
+			if err := w.appendLoop(runCtx, db.appendTx, g); err != nil {
+				cancelRun(fmt.Errorf("demo: appending a transaction: %w", err))
+			}
+		})
 	}
 
 	// Halfway, relay A stops and relay C takes its partitions over.
 	handover := ""
-	tick := time.NewTicker(c.progress)
-	defer tick.Stop()
-	appendDone := make(chan struct{})
-	go func() { appending.Wait(); close(appendDone) }()
+	var progress <-chan time.Time
+	if c.Progress > 0 {
+		tick := time.NewTicker(c.Progress)
+		defer tick.Stop()
+		progress = tick.C
+	}
 	check := time.NewTicker(20 * time.Millisecond)
 	defer check.Stop()
-	appended := false
 	for {
 		select {
-		case <-ctx.Done():
-			fmt.Fprintln(out)
-			return fmt.Errorf("timed out: %s", w.progress())
-		case <-appendDone:
-			appended, appendDone = true, nil
-		case <-tick.C:
-			fmt.Fprintf(out, "  %s\n", w.progress())
+		case <-runCtx.Done():
+			return w.abort(runCtx, c, out, db, logs, relaysParked())
+		case <-progress:
+			fmt.Fprintf(out, "  %s\n", w.progress(relaysParked()))
 		case <-check.C:
 		}
-		if handover == "" && w.firstDelivered.Load() > int64(c.entries/2) {
+		if handover == "" && w.arrived.Load() > int64(plan.arrivals()/2) {
 			a := relays["relay-A"]
 			held := a.Stats().PartitionsHeld
-			if err := a.Stop(ctx); err != nil {
-				return err
-			}
-			r, err := outbox.NewRelay(backend, sink, relayOpts("relay-C"))
+			stopCtx, cancel := context.WithTimeout(runCtx, demoStopTimeout)
+			err := a.Stop(stopCtx)
+			cancel()
 			if err != nil {
+				if runCtx.Err() != nil {
+					continue // the select above reports why
+				}
+				return fmt.Errorf("demo: stopping relay-A: %w", err)
+			}
+			if err := startRelay("relay-C"); err != nil {
 				return err
 			}
-			if err := r.Start(ctx); err != nil {
-				return err
-			}
-			relays["relay-C"] = r
-			handover = fmt.Sprintf("relay-A stopped after %d deliveries holding %d partitions; relay-C took them over",
-				w.firstDelivered.Load(), held)
+			handover = fmt.Sprintf("relay-A stopped after %d arrivals holding %d partitions; relay-C took them over",
+				w.arrived.Load(), held)
 			fmt.Fprintf(out, "  %s\n", handover)
 		}
-		if appended && w.settled() {
+		if w.appendedAll() && w.arrived.Load()+relaysParked() >= int64(plan.committed) {
 			break
 		}
 	}
-	for name, r := range relays {
-		if err := r.Stop(ctx); err != nil {
-			return fmt.Errorf("stopping %s: %w", name, err)
+	stopCtx, cancel := context.WithTimeout(runCtx, demoStopTimeout)
+	defer cancel()
+	for _, name := range order {
+		if err := relays[name].Stop(stopCtx); err != nil {
+			return fmt.Errorf("demo: stopping %s: %w", name, err)
 		}
 	}
-	stopConsuming()
-	consumed.Wait()
-	return w.report(ctx, out, db.inspector, relays, handover, time.Since(start))
+	cancelRun(context.Canceled) // the consumer has seen what it will see
+	consuming.Wait()
+	var stats outbox.RelayStats
+	for _, r := range relays {
+		s := r.Stats()
+		stats.Published += s.Published
+		stats.Retried += s.Retried
+		stats.Parked += s.Parked
+	}
+	reportCtx, cancelReport := context.WithTimeout(ctx, demoStopTimeout)
+	defer cancelReport()
+	return w.report(reportCtx, out, db, stats, handover, time.Since(start))
 }
 
-// world holds what the demo appended and what arrived.
+// abort prints where the run stood and returns why it ended.
+func (w *world) abort(runCtx context.Context, c *DemoCmd, out io.Writer, db *demoBackend, logs *relayLog, parked int64) error {
+	cause := context.Cause(runCtx)
+	var in interruption
+	switch {
+	case errors.As(cause, &in):
+		what := ""
+		if db.what != "" {
+			what = " and removing " + db.what + " (a second signal quits at once and leaves them behind)"
+		}
+		fmt.Fprintf(out, "\n%v: stopping the relays%s\n", in, what)
+		fmt.Fprintf(out, "  %s\n", w.progress(parked))
+		return in
+	case errors.Is(cause, errDemoTimeout):
+		msg := fmt.Sprintf("demo: timed out after %v (raise --timeout): %s", c.Timeout, w.progress(parked))
+		if last := logs.lastError(); last != "" {
+			msg += "; the relays last reported: " + last
+		}
+		return errors.New(msg)
+	}
+	return cause
+}
+
+// demoTx is one planned transaction: entries[first:first+n].
+type demoTx struct {
+	first, n int
+	rollback bool
+}
+
+// demoEntry is one planned entry.
+type demoEntry struct {
+	id  string
+	key string
+	// seq numbers the committed entries of a key in commit order (-1 for
+	// entries of rolled-back transactions).
+	seq      int
+	rollback bool
+	// poison entries are refused permanently by the broker: parked.
+	poison bool
+	// failures counts the injected transient failures before the entry's
+	// first successful publish; demoMaxAttempts means it never gets one and
+	// is parked.
+	failures int
+}
+
+// demoPlan is what a run will do, a pure function of the seed and the
+// flags (only the entry IDs, UUIDv7, differ from run to run): the
+// transactions, their keys, which roll back, which entries are poison, and
+// which publish attempts fail (failsOnPurpose). Concurrency decides only
+// the interleaving, so every count the demo prints is the plan's.
+type demoPlan struct {
+	seed     uint64
+	failRate float64
+	entries  []demoEntry
+	txs      []demoTx
+	byID     map[string]int
+
+	committed, committedTxs   int // entries and transactions that commit
+	rolledBack, rolledBackTxs int // and that roll back
+	keys                      int // distinct keys of committed entries
+	poison                    int // committed poison entries
+	failures                  int // injected transient failures in all
+	exhausted                 int // entries parked after demoMaxAttempts failures
+}
+
+func planDemo(c *DemoCmd) *demoPlan {
+	rng := rand.New(rand.NewPCG(c.Seed, 0x6f7574626f78)) // consumed in one fixed order below
+	p := &demoPlan{seed: c.Seed, failRate: c.FailRate, byID: map[string]int{}}
+	nextSeq := map[string]int{}
+	var committed []int
+	for p.committed < c.Entries {
+		n := 1 + rng.IntN(8)
+		tx := demoTx{first: len(p.entries), rollback: rng.Float64() < c.Rollback}
+		if !tx.rollback {
+			n = min(n, c.Entries-p.committed)
+		}
+		tx.n = n
+		for range n {
+			e := demoEntry{id: outbox.NewID(), key: "order-" + strconv.Itoa(rng.IntN(c.Keys)), seq: -1, rollback: tx.rollback}
+			if !tx.rollback {
+				e.seq = nextSeq[e.key]
+				nextSeq[e.key]++
+				committed = append(committed, len(p.entries))
+			}
+			p.byID[e.id] = len(p.entries)
+			p.entries = append(p.entries, e)
+		}
+		p.txs = append(p.txs, tx)
+		if tx.rollback {
+			p.rolledBack, p.rolledBackTxs = p.rolledBack+n, p.rolledBackTxs+1
+		} else {
+			p.committed, p.committedTxs = p.committed+n, p.committedTxs+1
+		}
+	}
+	p.keys = len(nextSeq)
+	// Poison: c.Poison distinct committed entries (a partial shuffle).
+	for i := range c.Poison {
+		j := i + rng.IntN(len(committed)-i)
+		committed[i], committed[j] = committed[j], committed[i]
+		p.entries[committed[i]].poison = true
+	}
+	p.poison = c.Poison
+	for i := range p.entries {
+		e := &p.entries[i]
+		if e.rollback || e.poison {
+			continue
+		}
+		for e.failures < demoMaxAttempts && p.failsOnPurpose(i, e.failures) {
+			e.failures++
+		}
+		p.failures += e.failures
+		if e.failures == demoMaxAttempts {
+			p.exhausted++
+		}
+	}
+	return p
+}
+
+// failsOnPurpose reports whether the publish attempt of entry (its index
+// in the plan) that follows attempt earlier failures fails: a pure
+// function of (seed, entry, attempt), so it does not matter which relay
+// tries when, or how often an attempt is repeated.
+func (p *demoPlan) failsOnPurpose(entry, attempt int) bool {
+	h := splitmix(splitmix(splitmix(p.seed)^uint64(entry)) ^ uint64(attempt))
+	return float64(h>>11)/(1<<53) < p.failRate
+}
+
+// splitmix is SplitMix64's output function, a bijective mixer.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// parked is the number of entries the plan parks; arrivals the number it
+// delivers.
+func (p *demoPlan) parked() int   { return p.poison + p.exhausted }
+func (p *demoPlan) arrivals() int { return p.committed - p.parked() }
+
+func (p *demoPlan) describe(c *DemoCmd) string {
+	s := fmt.Sprintf("%d entries in %d transactions over %d keys, and %d transactions (%d entries) that roll back; "+
+		"%d poison entries; %.4g%% of publish attempts fail on purpose: %d failures",
+		p.committed, p.committedTxs, p.keys, p.rolledBackTxs, p.rolledBack, p.poison, c.FailRate*100, p.failures)
+	if p.exhausted > 0 {
+		s += fmt.Sprintf(", so %d entries fail %d times and are parked", p.exhausted, demoMaxAttempts)
+	}
+	return s
+}
+
+// world is what the demo appended and what arrived, checked against the
+// plan.
 type world struct {
-	c demoConfig
+	plan *demoPlan
 
 	mu         sync.Mutex
-	rng        *rand.Rand
-	nextSeq    map[string]int       // per key, the next sequence number
-	committed  map[string]entryInfo // by ID
-	rolledBack map[string]bool
-	poison     map[string]bool
-	txs, rbTxs int
-	arrivals   map[string]int // by ID: how many times it arrived
-	lastSeq    map[string]int // per key: the seq of the last first arrival
+	nextTx     int
+	committed  []bool // by entry index: its transaction committed
+	arrivals   []int  // by entry index: how many times it arrived
+	lastSeq    map[string]int
 	violations []string
+	failedAt   map[[2]int]bool // injected failures seen: (entry, attempt)
 
-	appendedN      atomic.Int64
-	firstDelivered atomic.Int64
-	attempts       atomic.Int64
-	injected       atomic.Int64
+	appended, rolledBack atomic.Int64 // entries
+	appendedTxs, rbTxs   atomic.Int64 // transactions
+	arrived              atomic.Int64 // first arrivals
+	attempts, injected   atomic.Int64 // publish attempts, failures injected
+	unknown              atomic.Int64 // records with an ID not in the plan
 }
 
-type entryInfo struct {
-	key string
-	seq int
-}
-
-func newWorld(c demoConfig) *world {
+func newWorld(p *demoPlan) *world {
 	return &world{
-		c:          c,
-		rng:        rand.New(rand.NewPCG(c.seed, 42)),
-		nextSeq:    map[string]int{},
-		committed:  map[string]entryInfo{},
-		rolledBack: map[string]bool{},
-		poison:     map[string]bool{},
-		arrivals:   map[string]int{},
-		lastSeq:    map[string]int{},
+		plan:      p,
+		committed: make([]bool, len(p.entries)),
+		arrivals:  make([]int, len(p.entries)),
+		lastSeq:   map[string]int{},
+		failedAt:  map[[2]int]bool{},
 	}
 }
 
-// appendLoop appends transactions of 1-8 entries until the quota is used.
-// Sequence numbers are assigned and the transaction committed under one
-// lock, so per key, sequence order is commit order, the order the outbox
-// must keep.
-func (w *world) appendLoop(ctx context.Context, appendTx func(context.Context, []outbox.Entry, bool) error, g int) {
+func (w *world) appendedAll() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nextTx == len(w.plan.txs)
+}
+
+// appendLoop appends the plan's transactions in plan order until none is
+// left. A transaction is committed and recorded under one lock, so per key
+// the plan's sequence order is commit order, the order the outbox must
+// keep. The pause between transactions spreads the appends over the run.
+func (w *world) appendLoop(ctx context.Context, appendTx func(context.Context, []outbox.Entry, bool) error, g int) error {
+	pace := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
 	for ctx.Err() == nil {
 		w.mu.Lock()
-		remaining := w.c.entries - len(w.committed)
-		if remaining <= 0 {
+		if w.nextTx == len(w.plan.txs) {
 			w.mu.Unlock()
-			return
+			return nil
 		}
-		n := min(1+w.rng.IntN(8), remaining)
-		rollback := w.rng.Float64() < w.c.rollback
-		entries := make([]outbox.Entry, n)
-		infos := make([]entryInfo, n)
+		tx := w.plan.txs[w.nextTx]
+		entries := make([]outbox.Entry, tx.n)
 		for i := range entries {
-			key := "order-" + strconv.Itoa(w.rng.IntN(w.c.keys))
-			infos[i] = entryInfo{key: key, seq: w.nextSeq[key]}
-			if !rollback {
-				w.nextSeq[key]++
-			}
+			e := w.plan.entries[tx.first+i]
 			entries[i] = outbox.Entry{
-				ID:      outbox.NewID(),
+				ID:      e.id,
 				Topic:   demoTopic,
-				Key:     key,
-				Payload: fmt.Appendf(nil, `{"order":%q,"seq":%d,"writer":%d}`, key, infos[i].seq, g),
+				Key:     e.key,
+				Payload: fmt.Appendf(nil, `{"order":%q,"seq":%d,"writer":%d}`, e.key, e.seq, g),
 				Headers: map[string]string{"content-type": "application/json"},
 			}
 		}
-		err := appendTx(ctx, entries, rollback)
+		err := appendTx(ctx, entries, tx.rollback)
 		if err == nil {
-			w.txs++
-			for i, e := range entries {
-				if rollback {
-					w.rolledBack[e.ID] = true
-					continue
-				}
-				w.committed[e.ID] = infos[i]
-				if len(w.poison) < w.c.poison && w.rng.IntN(w.c.entries) < 2*w.c.poison {
-					w.poison[e.ID] = true
-				}
-			}
-			if rollback {
-				w.rbTxs++
+			w.nextTx++
+			if tx.rollback {
+				w.rolledBack.Add(int64(tx.n))
+				w.rbTxs.Add(1)
 			} else {
-				w.appendedN.Add(int64(n))
+				for i := range tx.n {
+					w.committed[tx.first+i] = true
+				}
+				w.appended.Add(int64(tx.n))
+				w.appendedTxs.Add(1)
 			}
 		}
 		w.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			panic(fmt.Sprintf("demo: append failed: %v", err))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // the run ended; its cause is reported
+			}
+			return err
 		}
-		time.Sleep(time.Duration(w.rng.IntN(300)) * time.Microsecond)
+		time.Sleep(time.Duration(pace.IntN(300)) * time.Microsecond)
 	}
+	return nil
 }
 
 func (w *world) consume(ctx context.Context, cl *kgo.Client) {
@@ -295,133 +619,228 @@ func (w *world) consume(ctx context.Context, cl *kgo.Client) {
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
 			id := kafkasink.EntryID(rec)
+			i, ok := w.plan.byID[id]
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			w.arrivals[id]++
-			if w.arrivals[id] > 1 {
+			if !ok {
+				w.unknown.Add(1)
+				w.violations = append(w.violations, fmt.Sprintf("a record with unknown entry ID %q arrived", id))
+				return
+			}
+			w.arrivals[i]++
+			if w.arrivals[i] > 1 {
 				return // a duplicate: consumers dedupe by the entry ID
 			}
-			info, ok := w.committed[id]
+			e := w.plan.entries[i]
 			switch {
-			case w.rolledBack[id]:
+			case e.rollback:
 				w.violations = append(w.violations, "entry "+id+" of a rolled-back transaction arrived")
-			case !ok:
-				w.violations = append(w.violations, "unknown entry "+id+" arrived")
-			case string(rec.Key) != info.key:
-				w.violations = append(w.violations, fmt.Sprintf("entry %s arrived with key %q, want %q", id, rec.Key, info.key))
+			case !w.committed[i]:
+				w.violations = append(w.violations, "entry "+id+" arrived before its transaction committed")
+			case e.poison || e.failures == demoMaxAttempts:
+				w.violations = append(w.violations, "entry "+id+" arrived although the broker refused every attempt")
+			case string(rec.Key) != e.key:
+				w.violations = append(w.violations, fmt.Sprintf("entry %s arrived with key %q, want %q", id, rec.Key, e.key))
 			default:
-				if last, seen := w.lastSeq[info.key]; seen && info.seq < last {
-					w.violations = append(w.violations, fmt.Sprintf("key %s: seq %d arrived after seq %d", info.key, info.seq, last))
+				if last, seen := w.lastSeq[e.key]; seen && e.seq < last {
+					w.violations = append(w.violations, fmt.Sprintf("key %s: seq %d arrived after seq %d", e.key, e.seq, last))
 				}
-				w.lastSeq[info.key] = info.seq
-				w.firstDelivered.Add(1)
+				w.lastSeq[e.key] = e.seq
+				w.arrived.Add(1)
 			}
 		})
 	}
 }
 
-// settled reports whether every committed entry arrived or is poison.
-func (w *world) settled() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.committed) == w.c.entries && int(w.firstDelivered.Load())+len(w.poison) >= w.c.entries
+// progress is the progress line; parked is the relays' parked count.
+func (w *world) progress(parked int64) string {
+	p := w.plan
+	return fmt.Sprintf("appended %d/%d, arrived %d/%d, parked %d/%d, publish attempts %d (%d failed on purpose)",
+		w.appended.Load(), p.committed, w.arrived.Load(), p.arrivals(), parked, p.parked(), w.attempts.Load(), w.injected.Load())
 }
 
-func (w *world) progress() string {
-	return fmt.Sprintf("appended %d/%d, arrived in Kafka %d, publish attempts %d (%d failed on purpose)",
-		w.appendedN.Load(), w.c.entries, w.firstDelivered.Load(), w.attempts.Load(), w.injected.Load())
-}
-
-func (w *world) report(ctx context.Context, out io.Writer, b outbox.Inspector, relays map[string]*outbox.Relay, handover string, took time.Duration) error {
+// report prints the summary and checks every count against the plan.
+func (w *world) report(ctx context.Context, out io.Writer, db *demoBackend, s outbox.RelayStats, handover string, took time.Duration) error {
+	p := w.plan
+	var parked []outbox.Entry
+	for after := ""; ; {
+		page, err := db.inspector.Parked(ctx, after, 500)
+		if err != nil {
+			return fmt.Errorf("demo: listing the parked entries: %w", err)
+		}
+		parked = append(parked, page...)
+		if len(page) < 500 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var published, retried, parked int64
-	for _, r := range relays {
-		s := r.Stats()
-		published, retried, parked = published+s.Published, retried+s.Retried, parked+s.Parked
-	}
-	parkedEntries, err := b.Parked(ctx, "", 10*w.c.poison+10)
-	if err != nil {
-		return err
-	}
-	parkedOK := len(parkedEntries) == len(w.poison)
-	for _, e := range parkedEntries {
-		parkedOK = parkedOK && w.poison[e.ID]
+	var problems []string
+	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	parkedPoison, parkedExhausted, parkedOther := 0, 0, 0
+	isParked := map[int]bool{}
+	for _, e := range parked {
+		i, ok := p.byID[e.ID]
+		switch {
+		case !ok || p.entries[i].rollback:
+			parkedOther++
+		case p.entries[i].poison:
+			parkedPoison++
+		case p.entries[i].failures == demoMaxAttempts:
+			parkedExhausted++
+		default:
+			parkedOther++
+		}
+		if ok {
+			isParked[i] = true
+		}
 	}
 	duplicates, lost := 0, 0
-	for id := range w.committed {
-		switch n := w.arrivals[id]; {
-		case n == 0 && !w.poison[id]:
+	for i, e := range p.entries {
+		switch n := w.arrivals[i]; {
+		case n == 0 && !e.rollback && !isParked[i]:
 			lost++
 		case n > 1:
 			duplicates += n - 1
 		}
 	}
-	rbEntries := len(w.rolledBack)
+	distinctFailures := len(w.failedAt)
 
-	fmt.Fprintf(out, "\nappended   %d entries in %d committed transactions across %d keys (%d transactions with %d entries rolled back)\n",
-		len(w.committed), w.txs-w.rbTxs, w.c.keys, w.rbTxs, rbEntries)
-	fmt.Fprintf(out, "published  %d entries acknowledged by Kafka; %d arrived, %d duplicates (deduped by the outbox-id header)\n",
-		published, int(w.firstDelivered.Load()), duplicates)
-	fmt.Fprintf(out, "retried    %d failed attempts re-scheduled with backoff (%d injected broker errors)\n", retried, w.injected.Load())
-	fmt.Fprintf(out, "parked     %d entries after a permanent error (%d poison entries injected)\n", parked, len(w.poison))
+	fmt.Fprintf(out, "\nappended   %d entries in %d transactions over %d keys; %d transactions (%d entries) rolled back\n",
+		w.appended.Load(), w.appendedTxs.Load(), p.keys, w.rbTxs.Load(), w.rolledBack.Load())
+	fmt.Fprintf(out, "published  %d entries acknowledged by Kafka and marked sent by the relays; %d arrived, plus %d duplicates (consumers dedupe by the outbox-id header)\n",
+		s.Published, w.arrived.Load(), duplicates)
+	fmt.Fprintf(out, "failed     %d publish attempts failed on purpose (%d distinct by entry and attempt); the relays retried %d with backoff\n",
+		w.injected.Load(), distinctFailures, s.Retried)
+	parkedLine := fmt.Sprintf("parked     %d entries: %d poison", len(parked), parkedPoison)
+	if parkedExhausted > 0 || p.exhausted > 0 {
+		parkedLine += fmt.Sprintf(", %d out of attempts", parkedExhausted)
+	}
+	if parkedOther > 0 {
+		parkedLine += fmt.Sprintf(", %d not planned", parkedOther)
+	}
+	fmt.Fprintln(out, parkedLine)
 	if handover != "" {
 		fmt.Fprintf(out, "handover   %s\n", handover)
 	}
 	fmt.Fprintf(out, "order      per-key order checked over %d keys: %d violations\n", len(w.lastSeq), len(w.violations))
 	fmt.Fprintf(out, "lost       %d\n", lost)
 	fmt.Fprintf(out, "took       %v\n", took.Round(time.Millisecond))
-	var problems []string
+
 	if lost > 0 {
-		problems = append(problems, fmt.Sprintf("%d entries lost", lost))
+		problem("%d committed entries neither arrived nor were parked", lost)
 	}
-	if !parkedOK {
-		problems = append(problems, fmt.Sprintf("parked entries (%d) are not exactly the poison entries (%d)", len(parkedEntries), len(w.poison)))
+	if n := w.appended.Load(); n != int64(p.committed) || w.rolledBack.Load() != int64(p.rolledBack) {
+		problem("appended %d and rolled back %d entries; the plan says %d and %d", n, w.rolledBack.Load(), p.committed, p.rolledBack)
+	}
+	if n := w.arrived.Load(); n != int64(p.arrivals()) {
+		problem("%d entries arrived; the plan delivers %d", n, p.arrivals())
+	}
+	if parkedPoison != p.poison || parkedExhausted != p.exhausted || parkedOther > 0 {
+		problem("parked %d poison and %d out-of-attempts entries and %d others; the plan parks %d poison and %d out-of-attempts entries",
+			parkedPoison, parkedExhausted, parkedOther, p.poison, p.exhausted)
+	}
+	if s.Parked != int64(len(parked)) {
+		problem("the relays counted %d parked entries, the store holds %d", s.Parked, len(parked))
+	}
+	if distinctFailures != p.failures {
+		problem("%d distinct publish attempts failed on purpose; the plan fails %d", distinctFailures, p.failures)
 	}
 	for i, v := range w.violations {
 		if i == 5 {
-			problems = append(problems, fmt.Sprintf("... and %d more", len(w.violations)-5))
+			problem("... and %d more", len(w.violations)-5)
 			break
 		}
-		problems = append(problems, v)
+		problem("%s", v)
 	}
 	if len(problems) > 0 {
 		fmt.Fprintln(out, "FAILED")
-		return errors.New(strings.Join(problems, "; "))
+		return errors.New("demo: " + strings.Join(problems, "; "))
 	}
-	fmt.Fprintln(out, "OK: every committed entry was delivered or parked, in per-key order; nothing rolled back was published")
+	fmt.Fprintln(out, "OK: every committed entry was delivered or parked as planned, in per-key order; nothing rolled back was published")
 	return nil
 }
 
-// faultySink injects broker failures in front of the Kafka sink: transient
-// errors at random, permanent ones for the poison entries.
+// errInjected marks the failures the demo injects.
+var errInjected = errors.New("injected")
+
+// faultySink injects broker failures in front of the Kafka sink:
+// permanent ones for the poison entries, transient ones where the plan
+// says (failsOnPurpose, by entry and attempt).
 type faultySink struct {
 	next outbox.Sink
 	w    *world
 }
 
 func (s *faultySink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
+	p := s.w.plan
 	errs := make([]error, len(msgs))
 	var pass []outbox.Entry
 	var at []int
-	s.w.mu.Lock()
 	for i, m := range msgs {
 		s.w.attempts.Add(1)
+		idx, ok := p.byID[m.ID]
 		switch {
-		case s.w.poison[m.ID]:
-			errs[i] = backoff.Permanent(errors.New("broker: record rejected (injected poison entry)"))
-		case s.w.rng.Float64() < s.w.c.failRate:
+		case ok && p.entries[idx].poison:
+			errs[i] = backoff.Permanent(fmt.Errorf("broker: record rejected (%w poison entry)", errInjected))
+		case ok && p.failsOnPurpose(idx, m.Attempts):
 			s.w.injected.Add(1)
-			errs[i] = errors.New("broker: NOT_LEADER_OR_FOLLOWER (injected)")
+			s.w.mu.Lock()
+			s.w.failedAt[[2]int{idx, m.Attempts}] = true
+			s.w.mu.Unlock()
+			errs[i] = fmt.Errorf("broker: NOT_LEADER_OR_FOLLOWER (%w)", errInjected)
 		default:
 			pass, at = append(pass, m), append(at, i)
 		}
 	}
-	s.w.mu.Unlock()
 	if len(pass) > 0 {
 		for j, err := range s.next.Publish(ctx, pass) {
 			errs[at[j]] = err
 		}
 	}
 	return errs
+}
+
+// relayLog receives the relays' and backends' warnings and errors (they
+// print nothing): it remembers the last one that is not about an injected
+// failure, for the timeout message, and ends the run on an error the
+// relays would otherwise retry forever (a prepared statement PgBouncer
+// lost).
+type relayLog struct {
+	fatal func(error)
+
+	mu   sync.Mutex
+	last string
+}
+
+func (h *relayLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *relayLog) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *relayLog) WithGroup(string) slog.Handler                { return h }
+
+func (h *relayLog) Handle(_ context.Context, r slog.Record) error {
+	var err error
+	r.Attrs(func(a slog.Attr) bool {
+		if e, ok := a.Value.Any().(error); ok && a.Key == "err" {
+			err = e
+		}
+		return true
+	})
+	if err == nil || errors.Is(err, errInjected) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if isPreparedStatementError(err) {
+		h.fatal(fmt.Errorf("demo: %s: %w", r.Message, err))
+	}
+	h.mu.Lock()
+	h.last = r.Message + ": " + err.Error()
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *relayLog) lastError() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
 }
