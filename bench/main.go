@@ -1,5 +1,5 @@
 // Command bench is the benchmark harness of the outbox: it measures the
-// Postgres and Redis backends (workloads W1-W5 of docs/benchmarks.md) side
+// Postgres and Redis backends (workloads W1-W6 of docs/benchmarks.md) side
 // by side with River, Watermill SQL, asynq and the raw limits of the same
 // servers, in one run, with the same payloads, and writes the tables.
 //
@@ -53,7 +53,7 @@ type Config struct {
 func main() {
 	var (
 		cfg   Config
-		only  = flag.String("only", "", "run only the systems/workloads whose name matches this regexp (e.g. 'river|raw')")
+		only  = flag.String("only", "", "run only the systems/workloads whose name matches this regexp (e.g. 'river|raw'; 'W5' runs W5 of both our backends, 'postgres W5' or 'fleet' part of it)")
 		skip  = flag.String("skip", "", "skip the systems/workloads whose name matches this regexp")
 		out   = flag.String("out", "", "directory for benchmarks.md and results.json (default: ../docs and . in a full run, a temporary directory with -quick)")
 		n     = flag.Int("n", 0, "entries per backlog and per batched-append workload (default 100000, 2000 with -quick)")
@@ -164,7 +164,7 @@ func run(ctx context.Context, cfg Config) int {
 	for run := range cfg.Runs {
 		s.run = run
 		for _, w := range s.workloads() {
-			if ctx.Err() != nil || failed[w.name] || !s.selected(w.name) {
+			if ctx.Err() != nil || failed[w.name] || !s.selectedWorkload(w) {
 				continue
 			}
 			t0 := time.Now()

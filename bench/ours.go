@@ -67,7 +67,7 @@ func (s *Suite) postgresTarget() target {
 		if err != nil {
 			return nil, err
 		}
-		b, err := pgoutbox.New(relayPool, opts)
+		b, err := pgoutbox.New(ctx, relayPool, opts)
 		if err != nil {
 			relayPool.Close()
 			return nil, err
@@ -85,7 +85,7 @@ func (s *Suite) postgresTarget() target {
 				relayPool.Close()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				for _, suffix := range []string{"", "_lease", "_archive", "_migrations"} {
+				for _, suffix := range []string{"", "_lease", "_archive", "_meta", "_member", "_migrations"} {
 					if _, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{schemaOurs, opts.Table + suffix}.Sanitize()); err != nil {
 						s.logf("cleanup %s: %v", opts.Table, err)
 					}
@@ -278,26 +278,54 @@ func (s *Suite) drainRelay(ctx context.Context, store outbox.Store, sink outbox.
 	return el, werr
 }
 
-// ours runs W1-W5 on one of our backends.
-func (s *Suite) ours(ctx context.Context, t target) error {
-	var errs []error
-	for _, w := range []struct {
-		name string
-		fn   func(context.Context, target) error
-	}{
+// oursWorkload is one of the workloads run on each of our backends; its
+// name, after the backend's ("postgres W5 relays"), is what -only and
+// -skip match.
+type oursWorkload struct {
+	name string
+	fn   func(context.Context, target) error
+}
+
+func (s *Suite) oursWorkloads() []oursWorkload {
+	return []oursWorkload{
 		{"W1+W2 append and drain", s.w1w2},
 		{"W3 latency", s.w3},
 		{"W4 backlog", s.w4},
 		{"W5 relays", s.w5},
-	} {
+		{"W5 relays fleet", s.w5fleet},
+		{"W6 poison", s.poison},
+	}
+}
+
+// oursSubs names the workloads of our backend name as -only and -skip
+// see them.
+func (s *Suite) oursSubs(name string) []string {
+	var subs []string
+	for _, w := range s.oursWorkloads() {
+		subs = append(subs, name+" "+w.name)
+	}
+	return subs
+}
+
+// oursSelected reports whether a workload of our backend runs: -only
+// matches it or the backend ("outbox/postgres"), and -skip does not match
+// it.
+func (s *Suite) oursSelected(backend, sub string) bool {
+	if s.cfg.Skip != nil && s.cfg.Skip.MatchString(sub) {
+		return false
+	}
+	return s.cfg.Only == nil || s.cfg.Only.MatchString(sub) || s.cfg.Only.MatchString("outbox/"+backend)
+}
+
+// ours runs W1-W5 on one of our backends.
+func (s *Suite) ours(ctx context.Context, t target) error {
+	var errs []error
+	for _, w := range s.oursWorkloads() {
 		if ctx.Err() != nil {
 			break
 		}
 		sub := t.name + " " + w.name
-		if s.cfg.Skip != nil && s.cfg.Skip.MatchString(sub) {
-			continue
-		}
-		if s.cfg.Only != nil && !s.cfg.Only.MatchString(sub) && !s.cfg.Only.MatchString("outbox/"+t.name) {
+		if !s.oursSelected(t.name, sub) {
 			continue
 		}
 		t0 := time.Now()
@@ -782,12 +810,11 @@ func (s *Suite) w5(ctx context.Context, t target) error {
 				return err
 			}
 			tr := newTracker(n)
+			// The relays share the partitions through the store's
+			// Membership; no MaxPartitions is needed.
 			el, err := s.drainRelay(ctx, in.store, countSink{tr}, tr, relays, func(i int, o *outbox.RelayOptions) {
 				o.Owner = fmt.Sprintf("bench-relay-%d", i)
 				o.AcquireInterval = 100 * time.Millisecond
-				if relays > 1 {
-					o.MaxPartitions = 4 / relays
-				}
 			})
 			c := tr.counts_()
 			if err == nil {

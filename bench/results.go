@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Result is one figure: the runs of one workload on one system.
@@ -94,11 +95,13 @@ func fmtFigure(r *Result) string {
 // comparison is one row of the targets table: ours / other (or ours
 // against an absolute bound when other is empty).
 type comparison struct {
-	group  string
-	ours   string
-	other  string
-	target float64 // ratio target (ours/other ≥ target); 0 = no target
-	abs    float64 // absolute upper bound for ours (latency); 0 = none
+	group   string
+	ours    string
+	other   string
+	target  float64 // ratio target (ours/other ≥ target); 0 = no target
+	abs     float64 // absolute upper bound for ours; 0 = none
+	atLeast float64 // absolute lower bound for ours; 0 = none
+	unit    string  // the unit of abs and atLeast; default "ms"
 }
 
 var comparisons = []comparison{
@@ -132,7 +135,32 @@ var comparisons = []comparison{
 	{group: "Redis raw claim-and-delete, big backlog vs small", ours: "raw.redis.backlog.big.rate", other: "raw.redis.backlog.small.rate"},
 	{group: "Postgres, 4 relays vs 1 on 4 partitions", ours: "ours.pg.relays.4", other: "ours.pg.relays.1", target: 0.9},
 	{group: "Redis, 4 relays vs 1 on 4 partitions", ours: "ours.redis.relays.4", other: "ours.redis.relays.1", target: 0.9},
+	{group: "Postgres, 20 relays on 100 partitions: fewest partitions per relay, converged", ours: "ours.pg.fleet.spread.min", atLeast: fleetFloor, unit: "partitions"},
+	{group: "Postgres, 20 relays on 100 partitions: most partitions per relay, converged", ours: "ours.pg.fleet.spread.max", abs: fleetCeil, unit: "partitions"},
+	{group: "Postgres, 20 relays on 100 partitions: Start to converged", ours: "ours.pg.fleet.converge"},
+	{group: "Postgres, 20 relays vs 1 on 100 partitions, converged drain", ours: "ours.pg.fleet.rate.20", other: "ours.pg.fleet.rate.1", target: 0.9},
+	{group: "Postgres, 20 relays vs 1 on 100 partitions, cold-start drain", ours: "ours.pg.fleet.cold.20", other: "ours.pg.fleet.cold.1"},
+	{group: "Postgres, 20 relays on 100 partitions: a relay cut off, until its partitions deliver again (LeaseTTL 3 s)", ours: "ours.pg.fleet.recovery", abs: fleetRecoveryMS},
+	{group: "Postgres, 4 relays on 64 partitions: fetches per append at 100 appends/s, PollInterval 1 h", ours: "ours.pg.fleet.fetches", abs: 1.1, unit: "fetches/append"},
+	{group: "Redis, 20 relays on 100 partitions: fewest partitions per relay, converged", ours: "ours.redis.fleet.spread.min", atLeast: fleetFloor, unit: "partitions"},
+	{group: "Redis, 20 relays on 100 partitions: most partitions per relay, converged", ours: "ours.redis.fleet.spread.max", abs: fleetCeil, unit: "partitions"},
+	{group: "Redis, 20 relays on 100 partitions: Start to converged", ours: "ours.redis.fleet.converge"},
+	{group: "Redis, 20 relays vs 1 on 100 partitions, converged drain", ours: "ours.redis.fleet.rate.20", other: "ours.redis.fleet.rate.1", target: 0.9},
+	{group: "Redis, 20 relays vs 1 on 100 partitions, cold-start drain", ours: "ours.redis.fleet.cold.20", other: "ours.redis.fleet.cold.1"},
+	{group: "Redis, 20 relays on 100 partitions: a relay cut off, until its partitions deliver again (LeaseTTL 3 s)", ours: "ours.redis.fleet.recovery", abs: fleetRecoveryMS},
+	{group: "Redis, 4 relays on 64 partitions: fetches per append at 100 appends/s, PollInterval 1 h", ours: "ours.redis.fleet.fetches", abs: 1.1, unit: "fetches/append"},
+	{group: "Postgres, 20k permanently failing entries over 7 keys: parked per second (10× the 206/s before)", ours: "ours.pg.poison", atLeast: 10 * poisonOldPG, unit: "parked/s"},
+	{group: "Redis, 20k permanently failing entries over 7 keys: parked per second (10× the 250/s before)", ours: "ours.redis.poison", atLeast: 10 * poisonOldRedis, unit: "parked/s"},
 }
+
+// The fleet targets: each of the 20 relays holds ⌊100/20⌋ to ⌈100/20⌉
+// partitions, and a cut-off relay's partitions deliver again within
+// LeaseTTL + 1 s.
+const (
+	fleetFloor      = float64(fleetPartitions / fleetRelays)
+	fleetCeil       = float64((fleetPartitions + fleetRelays - 1) / fleetRelays)
+	fleetRecoveryMS = float64((fleetTTL + time.Second) / time.Millisecond)
+)
 
 //go:embed analysis.md
 var analysisMD string
@@ -150,15 +178,15 @@ func (s *Suite) markdownTables() string {
 			fmt.Fprintf(&b, "| %s | not measured | | | | %s | — |\n", c.group, targetText(c))
 			continue
 		}
-		if c.abs > 0 || c.other == "" {
+		if c.other == "" {
 			met := "yes"
 			switch {
-			case c.abs == 0:
+			case c.abs == 0 && c.atLeast == 0:
 				met = "—"
-			case o.Median > c.abs:
+			case c.abs > 0 && o.Median > c.abs, c.atLeast > 0 && o.Median < c.atLeast:
 				met = "**no**"
 			}
-			fmt.Fprintf(&b, "| %s | %s | — | — | %s | %s | %s |\n", c.group, fmtFigure(o), joinNums(o.Runs, " ms"), targetText(c), met)
+			fmt.Fprintf(&b, "| %s | %s | — | — | %s | %s | %s |\n", c.group, fmtFigure(o), joinNums(o.Runs, " "+o.Unit), targetText(c), met)
 			continue
 		}
 		x := s.result(c.other)
@@ -235,9 +263,15 @@ func (s *Suite) drainTitle(backend, sink string) string {
 }
 
 func targetText(c comparison) string {
+	unit := c.unit
+	if unit == "" {
+		unit = "ms"
+	}
 	switch {
 	case c.abs > 0:
-		return fmt.Sprintf("≤ %g ms", c.abs)
+		return fmt.Sprintf("≤ %g %s", c.abs, unit)
+	case c.atLeast > 0:
+		return fmt.Sprintf("≥ %g %s", c.atLeast, unit)
 	case c.target > 0:
 		return fmt.Sprintf("≥ %g×", c.target)
 	}
@@ -296,7 +330,7 @@ func (s *Suite) writeDoc() error {
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
 	b.WriteString("<!-- Generated by `cd bench && go run .`; edit bench/analysis.md, not this file. -->\n\n")
-	b.WriteString("Reproduce: `cd bench && go run .` (about 6 minutes on a quiet 2-core machine, 12 when it is shared; `-only REGEXP` / `-skip REGEXP` pick systems,\n")
+	b.WriteString("Reproduce: `cd bench && go run .` (about 10 minutes on a 2-core machine, the W5 fleet included; `-only REGEXP` / `-skip REGEXP` pick systems,\n")
 	b.WriteString("`-n`, `-runs` change the size). `go run . -quick` runs every workload at small N in well under\n")
 	b.WriteString("two minutes and only checks that the harness works and that every count is right; it writes its\n")
 	b.WriteString("report to a temporary directory (or `-out DIR`), never to this file, so CI leaves the tree clean.\n\n")

@@ -111,6 +111,10 @@ func newSuite(ctx context.Context, cfg Config) (*Suite, error) {
 	}
 	s := &Suite{cfg: cfg, pool: pool, rdb: rdb, drainRate: map[string]float64{}, acc: map[string]*series{}, keep: map[string]any{}}
 	s.info = machineInfo(ctx, s)
+	// What an interrupted run left behind: an outbox stores its partition
+	// count, so a leftover table or key prefix that a new instance's name
+	// meets would refuse the new count.
+	s.dropAll()
 	return s, nil
 }
 
@@ -118,6 +122,13 @@ func (s *Suite) close() {
 	for _, f := range s.cleanups {
 		f()
 	}
+	s.dropAll()
+	s.rdb.Close()
+	s.pool.Close()
+}
+
+// dropAll drops the harness's schemas and deletes its Redis keys.
+func (s *Suite) dropAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, schema := range allSchemas {
@@ -130,8 +141,6 @@ func (s *Suite) close() {
 			s.logf("cleanup: deleting %s: %v", pattern, err)
 		}
 	}
-	s.rdb.Close()
-	s.pool.Close()
 }
 
 // allSchemas and allRedisPatterns are everything the harness creates; they
@@ -156,6 +165,25 @@ func (s *Suite) workloads() []workload {
 		{"outbox/postgres", func(ctx context.Context) error { return s.ours(ctx, s.postgresTarget()) }},
 		{"outbox/redis", func(ctx context.Context) error { return s.ours(ctx, s.redisTarget()) }},
 	}
+}
+
+// selectedWorkload reports whether w runs: by its name, or, for one of
+// our backends ("outbox/postgres"), because -only names one of its parts
+// ("postgres W5 relays"); -skip naming the workload leaves it out.
+func (s *Suite) selectedWorkload(w workload) bool {
+	if s.selected(w.name) {
+		return true
+	}
+	backend, ours := strings.CutPrefix(w.name, "outbox/")
+	if !ours || s.cfg.Only == nil || (s.cfg.Skip != nil && s.cfg.Skip.MatchString(w.name)) {
+		return false
+	}
+	for _, sub := range s.oursSubs(backend) {
+		if s.cfg.Only.MatchString(sub) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Suite) selected(name string) bool {

@@ -4,6 +4,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backends/memory"
 )
 
 func TestPayloadRoundTrip(t *testing.T) {
@@ -141,5 +144,130 @@ func TestRawBacklogSelectedLikeOurW4(t *testing.T) {
 				t.Errorf("-only %q -skip %q: selected(%q) = %v, want %v", c.only, c.skip, n, got, c.want)
 			}
 		}
+	}
+}
+
+func TestOnlyPicksPartsOfOurWorkloads(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		only, skip string
+		workload   string
+		want       bool
+		subs       []string // the parts of workload that run
+	}{
+		{"W5", "", "outbox/postgres", true, []string{"postgres W5 relays", "postgres W5 relays fleet"}},
+		{"W5", "", "outbox/redis", true, []string{"redis W5 relays", "redis W5 relays fleet"}},
+		{"W5", "", "river", false, nil},
+		{"fleet", "", "outbox/redis", true, []string{"redis W5 relays fleet"}},
+		{"postgres W5", "", "outbox/redis", false, nil},
+		{"outbox/redis", "", "outbox/redis", true, []string{"redis W1+W2 append and drain", "redis W3 latency", "redis W4 backlog", "redis W5 relays", "redis W5 relays fleet", "redis W6 poison"}},
+		{"poison", "", "outbox/postgres", true, []string{"postgres W6 poison"}},
+		{"W5", "fleet", "outbox/redis", true, []string{"redis W5 relays"}},
+		{"W5", "outbox/redis", "outbox/redis", false, nil},
+	} {
+		s := &Suite{}
+		if c.only != "" {
+			s.cfg.Only = regexp.MustCompile(c.only)
+		}
+		if c.skip != "" {
+			s.cfg.Skip = regexp.MustCompile(c.skip)
+		}
+		if got := s.selectedWorkload(workload{name: c.workload}); got != c.want {
+			t.Errorf("-only %q -skip %q: selectedWorkload(%q) = %v, want %v", c.only, c.skip, c.workload, got, c.want)
+		}
+		if !c.want {
+			continue
+		}
+		backend := strings.TrimPrefix(c.workload, "outbox/")
+		var subs []string
+		for _, sub := range s.oursSubs(backend) {
+			if s.oursSelected(backend, sub) {
+				subs = append(subs, sub)
+			}
+		}
+		if strings.Join(subs, "|") != strings.Join(c.subs, "|") {
+			t.Errorf("-only %q -skip %q: %s runs %q, want %q", c.only, c.skip, c.workload, subs, c.subs)
+		}
+	}
+}
+
+func TestLeaseLedgerCountsTakeoversWithoutRelease(t *testing.T) {
+	t.Parallel()
+	lg := newLeaseLedger()
+	lease := func(p int, owner string, v int64) outbox.Lease {
+		return outbox.Lease{Partition: p, Owner: owner, Version: v}
+	}
+	// A first lease, released, then taken by another relay: clean.
+	lg.acquired(lease(0, "a", 1))
+	lg.released(lease(0, "a", 1))
+	lg.acquired(lease(0, "b", 2))
+	// A release of a lease no longer current changes nothing.
+	lg.released(lease(0, "a", 1))
+	if n := lg.takeoverCount(); n != 0 {
+		t.Fatalf("takeovers = %d after clean handovers, want 0", n)
+	}
+	// b's lease expires and c takes it: one takeover.
+	lg.acquired(lease(0, "c", 3))
+	// c abandons it and takes it again at the same version, then releases
+	// and acquires once more: one more takeover, then a clean one.
+	lg.acquired(lease(0, "c", 3))
+	lg.released(lease(0, "c", 3))
+	lg.acquired(lease(0, "c", 4))
+	// A release that failed is taken back.
+	undo := lg.released(lease(0, "c", 4))
+	undo()
+	lg.acquired(lease(0, "d", 5))
+	if n := lg.takeoverCount(); n != 3 {
+		t.Fatalf("takeovers = %d, want 3", n)
+	}
+	lg.acquired(lease(1, "d", 1))
+	lg.acquired(lease(2, "e", 1))
+	if got := lg.heldBy("d"); len(got) != 2 || got[0] != 0 || got[1] != 1 {
+		t.Fatalf("heldBy(d) = %v, want [0 1]", got)
+	}
+}
+
+func TestTargetsTableJudgesBoundsInTheirUnit(t *testing.T) {
+	t.Parallel()
+	s := &Suite{}
+	for _, r := range []*Result{
+		{Key: "ours.pg.fleet.spread.min", Unit: "partitions", Runs: []float64{4}, Median: 4},
+		{Key: "ours.pg.fleet.spread.max", Unit: "partitions", Runs: []float64{5}, Median: 5},
+		{Key: "ours.pg.fleet.fetches", Unit: "fetches/append", Runs: []float64{1.5}, Median: 1.5},
+		{Key: "ours.pg.fleet.recovery", Unit: "ms", Runs: []float64{3500}, Median: 3500},
+	} {
+		s.results = append(s.results, r)
+	}
+	table := s.markdownTables()
+	for _, want := range []string{
+		"fewest partitions per relay, converged | 4.00 partitions | — | — | 4.00 partitions | ≥ 5 partitions | **no** |",
+		"most partitions per relay, converged | 5.00 partitions | — | — | 5.00 partitions | ≤ 5 partitions | yes |",
+		"PollInterval 1 h | 1.50 fetches/append | — | — | 1.50 fetches/append | ≤ 1.1 fetches/append | **no** |",
+		"(LeaseTTL 3 s) | 3.5k ms | — | — | 3500.00 ms | ≤ 4000 ms | yes |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the targets table has no row ending %q", want)
+		}
+	}
+}
+
+func TestFleetBoundsDuplicatesByTakeoversTimesBatch(t *testing.T) {
+	t.Parallel()
+	b := memory.New(memory.Options{Partitions: 4})
+	defer b.Close()
+	f, err := newFleet(b, countSink{newTracker(1)}, 2, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ledger.acquired(outbox.Lease{Partition: 0, Owner: "a", Version: 1})
+	f.ledger.acquired(outbox.Lease{Partition: 0, Owner: "b", Version: 2}) // a's lease expired, b took it
+	ok := Counts{Expected: 10, Delivered: 10, Duplicates: 500}
+	if err := f.check(ok); err != nil {
+		t.Errorf("one takeover, 500 duplicates (one default batch): %v", err)
+	}
+	over := ok
+	over.Duplicates = 501
+	if err := f.check(over); err == nil {
+		t.Error("one takeover, 501 duplicates: no error")
 	}
 }
