@@ -158,6 +158,43 @@ type Store interface {
 	Close() error
 }
 
+// BatchFetcher is an optional interface of a [Store] that parks, inside
+// FindPendingBatch, the entries whose stored data it cannot decode (a
+// column or field changed by hand, a format it does not know), so that one
+// such entry never stalls its partition. FetchBatch reports those parks;
+// the relay calls it instead of FindPendingBatch when a store implements
+// it, and logs and counts each reported park like a park of its own.
+type BatchFetcher interface {
+	// FetchBatch does exactly what FindPendingBatch does, and reports in
+	// Batch.Parked each entry this call parked because its stored data
+	// could not be decoded. A parked entry is parked as MarkFailed parks
+	// (Attempts grows by one, LastError is the reason, it stops holding
+	// back its key), it is not in Batch.Entries, and a later call does not
+	// report it again.
+	FetchBatch(ctx context.Context, lease Lease, limit int) (Batch, error)
+}
+
+// Batch is what [BatchFetcher.FetchBatch] returns.
+type Batch struct {
+	// Entries are the claimed entries, as FindPendingBatch returns them.
+	Entries []Entry
+	// Parked are the entries the call parked because their stored data
+	// could not be decoded, in the order it met them.
+	Parked []CorruptEntry
+}
+
+// CorruptEntry is an entry a backend parked because its stored data could
+// not be decoded.
+type CorruptEntry struct {
+	// ID identifies the entry.
+	ID string
+	// Topic and Key are what could be read of them ("" when nothing could).
+	Topic, Key string
+	// Reason names the field that did not decode and why; it is the
+	// entry's LastError.
+	Reason string
+}
+
 // Lease is a time-limited, exclusive right of one owner to relay one
 // partition. A lease is identified by (Partition, Owner, Version): Version
 // grows each time the partition changes hands, so a holder that lost its
@@ -287,6 +324,11 @@ type Inspector interface {
 	// it reports how many entries were requeued. A requeued entry is
 	// ordered as if appended now: it comes after the entries of its key
 	// that are already due.
+	//
+	// An entry that can never be published as stored (it has no topic, or
+	// its stored data does not decode) stays parked: Requeue requeues the
+	// others and returns their count with a [*RequeueRefusedError] naming
+	// each refused entry and why.
 	Requeue(ctx context.Context, ids ...string) (int, error)
 }
 

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -112,4 +113,44 @@ func TruncateUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// RequeueRefusedError is the error [Inspector.Requeue] returns, together
+// with the count of the entries it did requeue, when it left parked entries
+// parked because they can never be published as stored: no topic, or
+// stored data that does not decode. Fix such an entry in the store and
+// requeue it again, or cancel it. It wraps [ErrNotRequeueable].
+type RequeueRefusedError struct {
+	// Refused are the entries left parked, in the order of the IDs given.
+	Refused []Refusal
+}
+
+// Refusal is one entry [Inspector.Requeue] left parked, and why.
+type Refusal struct {
+	ID     string
+	Reason string
+}
+
+func (e *RequeueRefusedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "outbox: %d parked %s left parked: %s can never be published as stored (fix the stored data and requeue again, or cancel)",
+		len(e.Refused), plural(len(e.Refused), "entry", "entries"), plural(len(e.Refused), "it", "they"))
+	for i, r := range e.Refused {
+		if i == 10 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Refused)-i)
+			break
+		}
+		fmt.Fprintf(&b, "; %q: %s", r.ID, r.Reason)
+	}
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrNotRequeueable) true.
+func (e *RequeueRefusedError) Unwrap() error { return ErrNotRequeueable }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

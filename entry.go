@@ -81,6 +81,10 @@ var (
 	// range (a non-positive limit or TTL, an empty owner, a partition out
 	// of range).
 	ErrInvalidArgument = errors.New("outbox: invalid argument")
+	// ErrNotRequeueable means Inspector.Requeue left a parked entry parked
+	// because it can never be published as stored; the error is a
+	// [*RequeueRefusedError] naming the entries and why.
+	ErrNotRequeueable = errors.New("outbox: entry cannot be requeued")
 )
 
 // NewID returns a new entry ID: a UUIDv7, which sorts by creation time.

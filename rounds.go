@@ -22,6 +22,12 @@ import (
 // MarkFailed) before any of those entries is published.
 func (w *worker) process(ctx context.Context, batch []Entry) {
 	r := w.r
+	var out outcomes
+	defer w.summarizeParks(&out, len(batch))
+	batch, ok := w.parkTopicless(ctx, batch, &out)
+	if !ok {
+		return
+	}
 	rounds := planRounds(batch, r.opts.Unordered, r.opts.MaxInFlight)
 	// lastRound is the last round holding each key (ordered mode only:
 	// unordered publishing holds nothing back).
@@ -36,8 +42,6 @@ func (w *worker) process(ctx context.Context, batch []Entry) {
 		}
 	}
 	failedKeys := map[string]bool{}
-	var out outcomes
-	defer w.summarizeParks(&out, len(batch))
 	for i, round := range rounds {
 		// Drop entries whose key failed earlier in this batch.
 		live := round[:0:0]
@@ -68,6 +72,31 @@ func (w *worker) process(ctx context.Context, batch []Entry) {
 	if w.holding.Load() {
 		w.record(ctx, &out)
 	}
+}
+
+// parkTopicless parks the entries of batch that have no topic, which no
+// sink can publish (append refuses them, so one comes only from stored data
+// changed by hand or a backend that lets it through), and returns the
+// rest. The parks are recorded at once, before any later entry of their
+// keys is published; when that write fails the lease has been given up
+// (see mark) and it reports false.
+func (w *worker) parkTopicless(ctx context.Context, batch []Entry, out *outcomes) ([]Entry, bool) {
+	var parks []Failure
+	for _, e := range batch {
+		if e.Topic == "" {
+			parks = append(parks, Failure{ID: e.ID, Park: true,
+				Error: "outbox relay: the entry has no topic, so no sink can publish it (its stored data was changed or not written by the outbox); inspect it (outbox show ID), cancel it, and append it again with a topic"})
+		}
+	}
+	if len(parks) == 0 {
+		return batch, true
+	}
+	r := w.r
+	if !w.mark(ctx, "MarkFailed", func(ctx context.Context) error { return r.store.MarkFailed(ctx, w.lease, parks) }, true) {
+		return nil, false
+	}
+	w.countFailures(ctx, parks, out)
+	return slices.DeleteFunc(slices.Clone(batch), func(e Entry) bool { return e.Topic == "" }), true
 }
 
 // outcomes are a batch's results waiting to be recorded.

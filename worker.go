@@ -81,7 +81,7 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 		case <-w.wake:
 		default:
 		}
-		batch, err := r.store.FindPendingBatch(hardCtx, w.lease, r.opts.BatchSize)
+		batch, corrupt, err := w.fetch(hardCtx)
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			w.lost(err)
@@ -93,13 +93,15 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			r.log.Warn("outbox relay: fetching a batch failed", "partition", w.partition, "err", err)
 			w.idle(ctx, min(r.opts.PollInterval, w.renewIn()))
 			continue
-		case len(batch) == 0:
+		case len(batch) == 0 && corrupt == 0:
 			w.idle(ctx, min(r.opts.PollInterval, w.renewIn()))
 			continue
 		}
-		r.batches.Add(1)
-		w.process(hardCtx, batch)
-		if len(batch) < r.opts.BatchSize {
+		if len(batch) > 0 {
+			r.batches.Add(1)
+			w.process(hardCtx, batch)
+		}
+		if len(batch)+corrupt < r.opts.BatchSize {
 			// The store had nothing more that was due: wait for a
 			// wake-up (one that arrived meanwhile returns at once) or
 			// the poll, instead of an empty fetch per batch.
@@ -107,6 +109,41 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 		}
 	}
 }
+
+// fetch claims the next batch. From a [BatchFetcher] it also learns the
+// entries the store parked because they do not decode: each is logged
+// (the first maxCorruptLogs of a fetch one by one, the rest in one line)
+// and counted like a park of the relay's own; it reports how many there
+// were.
+func (w *worker) fetch(ctx context.Context) ([]Entry, int, error) {
+	r := w.r
+	bf, ok := r.store.(BatchFetcher)
+	if !ok {
+		batch, err := r.store.FindPendingBatch(ctx, w.lease, r.opts.BatchSize)
+		return batch, 0, err
+	}
+	b, err := bf.FetchBatch(ctx, w.lease, r.opts.BatchSize)
+	if err != nil {
+		return nil, 0, err
+	}
+	for i, c := range b.Parked {
+		r.parked.Add(1)
+		r.metrics.outcome(ctx, w.partition, "parked", 1)
+		if i < maxCorruptLogs {
+			r.log.Warn("outbox relay: the store parked an entry whose stored data does not decode; inspect it (outbox show ID), then fix it and requeue it, or cancel it",
+				"partition", w.partition, "id", c.ID, "topic", c.Topic, "key", c.Key, "reason", c.Reason)
+		}
+	}
+	if n := len(b.Parked); n > maxCorruptLogs {
+		r.log.Warn("outbox relay: the store parked more entries whose stored data does not decode (outbox parked lists them)",
+			"partition", w.partition, "more", n-maxCorruptLogs)
+	}
+	return b.Entries, len(b.Parked), nil
+}
+
+// maxCorruptLogs is how many parks of undecodable entries one fetch logs
+// one by one.
+const maxCorruptLogs = 20
 
 // wakeUp tells the worker that entries may have been appended. It never
 // blocks.

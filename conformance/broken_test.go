@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -88,6 +89,9 @@ var variants = []variant{
 	{"lookup-misses-claimed", "Lookup reports ErrNotFound for an entry claimed by a lease (looking only where unclaimed entries are)", []string{"Looker/ClaimedAndHeldBackEntriesAreFound"}},
 	{"mark-failed-ignores-delay", "MarkFailed makes every failed entry due at once, ignoring Delay", []string{"Relay/RetriesWaitByStoreClockWithRelayClockAhead", "Relay/RetriesWaitByStoreClockWithRelayClockBehind", "Outcome/MarkFailedReschedulesAfterDelay"}},
 	{"fetch-repeats-entry", "FindPendingBatch repeats the last entry of a batch that holds an attempted entry and has room (as the Redis claim did when it paged by an offset while moving held-back entries)", []string{"Fetch/EachEntryOnceAroundADueRetry", "Outcome/SentNeverFetchedAgain"}},
+	{"corrupt-stalls", "FetchBatch (and FindPendingBatch) fails with the decoding error of a damaged entry at every call, so its partition stalls", []string{"Corrupt/ParkedWithReasonAndPartitionFlows", "Corrupt/RunLongerThanABatchDoesNotStall", "Corrupt/ReportedOnceByFetchBatch", "Corrupt/RequeueRefused"}},
+	{"corrupt-parked-quietly", "FetchBatch parks a damaged entry but does not report it, so the relay neither logs nor counts the park", []string{"Corrupt/ReportedOnceByFetchBatch"}},
+	{"corrupt-requeue-allowed", "Requeue moves a damaged entry back to pending, where it can never be published", []string{"Corrupt/RequeueRefused"}},
 	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
@@ -113,6 +117,7 @@ type broken struct {
 	claimed   map[string]bool             // lookup-misses-claimed: IDs fetched and not finished
 	lent      map[string]outbox.EntryInfo // lookup-shares-payload: the first Lookup of each ID
 	released  map[string]bool             // sent-released-come-back: IDs released so far
+	corrupt   map[string]string           // IDs damaged through the brokenHarness's Corrupter, with the way
 }
 
 // keptFailure is a failure the hold-back-ignored variant keeps to itself,
@@ -130,7 +135,7 @@ func newBroken(variant string, b *memory.Backend) *broken {
 		keys: map[string]string{}, failing: map[string]keptFailure{}, attempts: map[string]int{},
 		subs: map[chan int]struct{}{}, given: map[string][]int{},
 		shown: map[int]outbox.Lease{}, fetched: map[string]outbox.Entry{}, claimed: map[string]bool{}, lent: map[string]outbox.EntryInfo{},
-		released: map[string]bool{},
+		released: map[string]bool{}, corrupt: map[string]string{},
 	}
 }
 
@@ -309,7 +314,52 @@ func (w *broken) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	return err
 }
 
+// FindPendingBatch is FetchBatch without the report of parks.
 func (w *broken) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
+	b, err := w.FetchBatch(ctx, lease, limit)
+	return b.Entries, err
+}
+
+// FetchBatch simulates a backend that decodes what it stores: the entries
+// the brokenHarness damaged (as its Corrupter) do not decode, so they are
+// parked, with a reason, and reported, as the Postgres and Redis backends
+// do. The corrupt-* variants break that.
+func (w *broken) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
+	batch, err := w.fetchRaw(ctx, lease, limit)
+	if err != nil {
+		return outbox.Batch{}, err
+	}
+	w.mu.Lock()
+	damaged := maps.Clone(w.corrupt)
+	w.mu.Unlock()
+	var out outbox.Batch
+	var parks []outbox.Failure
+	for _, e := range batch {
+		how, ok := damaged[e.ID]
+		if !ok {
+			out.Entries = append(out.Entries, e)
+			continue
+		}
+		reason := fmt.Sprintf("simulated decoder: entry %s: its %s does not decode", e.ID, how)
+		if w.variant == "corrupt-stalls" {
+			return outbox.Batch{}, errors.New(reason)
+		}
+		parks = append(parks, outbox.Failure{ID: e.ID, Park: true, Error: reason})
+		if w.variant != "corrupt-parked-quietly" {
+			out.Parked = append(out.Parked, outbox.CorruptEntry{ID: e.ID, Topic: e.Topic, Key: e.Key, Reason: reason})
+		}
+	}
+	if len(parks) > 0 {
+		if err := w.Backend.MarkFailed(w.ctx(ctx), w.real(lease), parks); err != nil {
+			return outbox.Batch{}, err
+		}
+	}
+	return out, nil
+}
+
+// fetchRaw is the memory backend's FindPendingBatch, broken as the
+// variant says.
+func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
 	ctx = w.ctx(ctx)
 	lease = w.real(lease)
 	switch w.variant {
@@ -646,11 +696,39 @@ func (w *broken) Parked(ctx context.Context, after string, limit int) ([]outbox.
 	return w.Backend.Parked(w.ctx(ctx), after, limit)
 }
 
+// Requeue refuses the damaged entries (see FetchBatch), unless the
+// variant is corrupt-requeue-allowed.
 func (w *broken) Requeue(ctx context.Context, ids ...string) (int, error) {
 	if w.emptyOK(len(ids)) {
 		return 0, nil
 	}
-	return w.Backend.Requeue(w.ctx(ctx), ids...)
+	var refused []outbox.Refusal
+	if w.variant != "corrupt-requeue-allowed" {
+		w.mu.Lock()
+		keep := ids[:0:0]
+		for _, id := range ids {
+			if how, ok := w.corrupt[id]; ok {
+				refused = append(refused, outbox.Refusal{ID: id, Reason: "simulated decoder: its " + how + " does not decode"})
+				continue
+			}
+			keep = append(keep, id)
+		}
+		w.mu.Unlock()
+		ids = keep
+	}
+	n, err := w.Backend.Requeue(w.ctx(ctx), ids...)
+	if err == nil && len(refused) > 0 {
+		err = &outbox.RequeueRefusedError{Refused: refused}
+	}
+	return n, err
+}
+
+// Corrupt marks the stored entry id as damaged in the named way (the
+// brokenHarness's Corrupter).
+func (w *broken) Corrupt(id, how string) {
+	w.mu.Lock()
+	w.corrupt[id] = how
+	w.mu.Unlock()
 }
 
 func (w *broken) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, error) {
@@ -743,9 +821,11 @@ func TestBrokenChild(t *testing.T) {
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[*memory.Tx] {
 		b := memory.New(memory.Options{Partitions: cfg.Partitions})
 		t.Cleanup(func() { _ = b.Close() })
+		w := newBroken(name, b)
 		return brokenHarness{
-			reopenHarness: reopenHarness{memoryHarness: memoryHarness{b: newBroken(name, b), begin: b.Begin}, mem: b},
+			reopenHarness: reopenHarness{memoryHarness: memoryHarness{b: w, begin: b.Begin}, mem: b},
 			variant:       name,
+			w:             w,
 		}
 	})
 }
@@ -756,6 +836,23 @@ func TestBrokenChild(t *testing.T) {
 type brokenHarness struct {
 	reopenHarness
 	variant string
+	w       *broken
+}
+
+// Corruptions and Corrupt make brokenHarness a conformance.Corrupter over
+// the simulated decoder of broken.FetchBatch: the memory backend stores
+// typed values, so nothing in it can be damaged by hand, and TestMemory
+// runs without a Corrupter (the suite skips the Corrupt cases there). The
+// Corrupt cases run on it (TestSimulatedCorruption, and the corrupt-*
+// variants) prove the cases, not the memory backend.
+func (h brokenHarness) Corruptions() []string { return []string{"payload encoding", "headers field"} }
+
+func (h brokenHarness) Corrupt(ctx context.Context, id, how string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.w.Corrupt(id, how)
+	return nil
 }
 
 func (h brokenHarness) Reopen(ctx context.Context, partitions int) (outbox.Store, error) {

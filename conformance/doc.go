@@ -78,6 +78,16 @@
 //     count, reads the stored one when configured with 0, refuses another
 //     with an [outbox.PartitionMismatchError] naming both counts, and sees
 //     the entries appended through the first store in their partitions.
+//   - Corrupt: a stored entry damaged by hand (the harness implements
+//     [Corrupter] and names the ways; skipped, saying so, when it does
+//     not), once for each way: it is parked with a reason and one attempt,
+//     never handed to the relay, and the rest of its partition, its own key
+//     included, is delivered in order (also behind a run of damaged
+//     entries longer than a batch); an [outbox.BatchFetcher] reports each
+//     such park once, with the reason that became its LastError; an
+//     [outbox.Inspector] refuses to requeue it with an
+//     [outbox.RequeueRefusedError] while requeueing the healthy entries of
+//     the same call.
 //   - Relay: [outbox.Relay] over the backend with injected transient and
 //     permanent sink failures, a relay crashing between publish and mark,
 //     several appenders and relays running together, and a relay whose

@@ -45,3 +45,23 @@ type Config struct {
 // cleanup with t.Cleanup and fails t (t.Fatal) if the backend cannot be
 // set up.
 type NewHarness[Tx any] func(t *testing.T, cfg Config) Harness[Tx]
+
+// Corrupter is an optional interface of a Harness whose backend stores
+// entries in a form that can be changed by hand so that it no longer
+// decodes, or no longer names a topic (a column, a hash field, a value of
+// the wrong shape). The suite's Corrupt cases damage entries through it
+// and check that the backend parks each one with a reason and keeps
+// serving the partition, reports the park when it implements
+// outbox.BatchFetcher, and refuses to requeue it when it implements
+// outbox.Inspector.
+type Corrupter interface {
+	// Corruptions names the ways Corrupt can damage a stored entry, such
+	// as "headers column" (at least one). The suite runs its Corrupt
+	// cases once for each.
+	Corruptions() []string
+	// Corrupt damages the stored entry with the given ID, pending and
+	// never attempted, in the named way, in place: the entry keeps its ID
+	// and its place in its partition's order, and the backend can no
+	// longer decode it or no longer publish it.
+	Corrupt(ctx context.Context, id, how string) error
+}

@@ -142,6 +142,21 @@ func (r *reopenedStore) Release(ctx context.Context, lease outbox.Lease, ids []s
 // nothing) and requires every one of them to pass, not skip: they must not
 // fail a backend that keeps the contract.
 func TestSimulatedReopen(t *testing.T) {
+	requirePassOnVariantNone(t, "PartitionCount", "the simulated reopen")
+}
+
+// TestSimulatedCorruption runs the Corrupt cases on brokenHarness's
+// simulated decoder (in a TestBrokenChild subprocess with the variant
+// "none") and requires every one of them to pass, not skip.
+func TestSimulatedCorruption(t *testing.T) {
+	requirePassOnVariantNone(t, "Corrupt", "the simulated decoder")
+}
+
+// requirePassOnVariantNone runs the cases of area in a TestBrokenChild
+// subprocess with the variant "none" and fails t unless they all run and
+// pass.
+func requirePassOnVariantNone(t *testing.T, area, what string) {
+	t.Helper()
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("inside a TestBrokenChild subprocess")
 	}
@@ -151,13 +166,14 @@ func TestSimulatedReopen(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestBrokenChild$/^PartitionCount$", "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestBrokenChild$/^"+area+"$", "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
 	cmd.Env = append(os.Environ(), brokenEnv+"=none")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("the PartitionCount cases failed on the simulated reopen, which keeps the contract (%v):\n%s", err, tail(string(out), 60))
+		t.Fatalf("the %s cases failed on %s, which keeps the contract (%v):\n%s", area, what, err, tail(string(out), 60))
 	}
-	if strings.Contains(string(out), "--- SKIP: TestBrokenChild/PartitionCount/") || !strings.Contains(string(out), "--- PASS: TestBrokenChild/PartitionCount/") {
-		t.Fatalf("the PartitionCount cases must run and pass on the simulated reopen, not skip:\n%s", tail(string(out), 60))
+	prefix := "TestBrokenChild/" + area + "/"
+	if strings.Contains(string(out), "--- SKIP: "+prefix) || !strings.Contains(string(out), "--- PASS: "+prefix) {
+		t.Fatalf("the %s cases must run and pass on %s, not skip:\n%s", area, what, tail(string(out), 60))
 	}
 }

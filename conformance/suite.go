@@ -55,8 +55,9 @@ type testCase[Tx any] struct {
 // Cases for the optional interfaces ([outbox.Notifier], [outbox.Canceler],
 // [outbox.Inspector], [outbox.Membership], [outbox.PartitionInspector],
 // [outbox.Looker]) are skipped, saying so, when the backend does not
-// implement them, and the "PartitionCount" cases when the
-// Harness does not implement [Reopener]. The "Relay" area runs
+// implement them, the "PartitionCount" cases when the
+// Harness does not implement [Reopener], and the "Corrupt" cases when it
+// does not implement [Corrupter]. The "Relay" area runs
 // [outbox.Relay] against the backend with a sink under the suite's
 // control, with injected failures, several relays, lease takeovers and a
 // relay whose clock is off.
@@ -88,6 +89,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, partitionInspectorCases[Tx]()...)
 	cases = append(cases, lookerCases[Tx]()...)
 	cases = append(cases, partitionCountCases[Tx]()...)
+	cases = append(cases, corruptCases[Tx]()...)
 	cases = append(cases, relayCases[Tx]()...)
 
 	var groups []string
