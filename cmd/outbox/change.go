@@ -192,18 +192,30 @@ func (c *RequeueCmd) requeue(ctx context.Context, app *App, o *Opened, sel selec
 	pr := newProgress(app, len(ids), "requeue")
 	defer pr.done()
 	_, canLook := o.Store.(outbox.Looker)
-	total := 0
+	total, refusedAll := 0, 0
 	for _, chunk := range chunks(ids, c.Batch) {
 		n, err := in.Requeue(ctx, chunk...)
-		if err != nil {
+		var refused *outbox.RequeueRefusedError
+		if err != nil && !errors.As(err, &refused) {
 			pr.done()
 			fmt.Fprintf(out, "requeued %d entries before the error\n", total)
 			return o.explain(err)
 		}
 		total += n
+		why := map[string]string{}
+		if refused != nil {
+			for _, r := range refused.Refused {
+				why[r.ID] = r.Reason
+			}
+			refusedAll += len(why)
+		}
 		for _, id := range chunk {
+			if reason, ok := why[id]; ok {
+				pr.line("%s: refused, left parked: %s", cell(id), cell(reason))
+				continue
+			}
 			switch {
-			case n == len(chunk):
+			case n == len(chunk)-len(why):
 				pr.line("%s: requeued", cell(id))
 			case canLook:
 				pr.line("%s: requeued, or no longer parked (%d of this batch of %d were requeued; the others changed state meanwhile)", cell(id), n, len(chunk))
@@ -215,6 +227,10 @@ func (c *RequeueCmd) requeue(ctx context.Context, app *App, o *Opened, sel selec
 	}
 	pr.done()
 	fmt.Fprintf(out, "requeued %d entries\n", total)
+	if refusedAll > 0 {
+		return fmt.Errorf("%d %s left parked: %s can never be published as stored (see each one's reason above; inspect with outbox show ID, then fix the stored data and requeue again, or cancel)",
+			refusedAll, plural(refusedAll, "entry was", "entries were"), plural(refusedAll, "it", "they"))
+	}
 	return nil
 }
 
@@ -364,4 +380,12 @@ func (c *PurgeCmd) Run(app *App) error {
 	}
 	fmt.Fprintf(app.Stdout, "purged %d archived entries sent before %s from %s\n", n, before.UTC().Format(time.RFC3339), archive)
 	return nil
+}
+
+// plural picks one or many by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
