@@ -35,6 +35,12 @@ const (
 	// request's own timeout before it drops the connection as dead, and
 	// all it allows requests without one (metadata, for one).
 	dialRequestTimeoutOverhead = 2 * time.Second
+	// kgo.MetadataMinAge (kgo: 5s): after a retriable produce error kgo
+	// holds the partition's records until it has refreshed metadata, and
+	// it refreshes at most once per MetadataMinAge, so with kgo's default
+	// each such error cost up to 5s (and, PublishTimeout being 5s too, a
+	// timed-out Publish). 100ms is the Java producer's retry.backoff.ms.
+	dialMetadataMinAge = 100 * time.Millisecond
 )
 
 // Options configures a [Sink]. The zero value is usable: every zero field
@@ -160,7 +166,11 @@ const LandingUnbounded time.Duration = -1
 // kgo's defaults retry retriable errors without limit, so a retriable
 // broker error surfaces only as PublishTimeout's semi-transient error.
 // Set kgo.RecordRetries (as [Dial] does) to see them as transient errors
-// sooner. With kgo's defaults, a record Publish gave up on can still be
+// sooner. kgo retries such a record only after a metadata refresh, at most
+// one per kgo.MetadataMinAge (default 5s): with the default, every
+// retriable broker error holds the partition's records for up to 5s, as
+// long as the default PublishTimeout. Set kgo.MetadataMinAge(100ms), as
+// Dial does. With kgo's defaults, a record Publish gave up on can still be
 // written any time later ([Sink.LandingBound] is [LandingUnbounded]);
 // kgo.AllowIdempotentProduceCancellation and kgo.RecordDeliveryTimeout
 // bound it, as Dial sets them.
@@ -202,6 +212,11 @@ func checkClient(client *kgo.Client, transactional bool) error {
 //
 //   - kgo.RecordRetries(10), so retriable broker errors come back as
 //     transient errors instead of being retried until PublishTimeout;
+//   - kgo.MetadataMinAge(100ms) (kgo's default is 5s): kgo retries a
+//     record that failed with a retriable error (NOT_ENOUGH_REPLICAS,
+//     NOT_LEADER_FOR_PARTITION, ...) only after a metadata refresh, and
+//     refreshes at most once per MetadataMinAge, so this is what one such
+//     error delays a partition's records by;
 //   - kgo.RecordDeliveryTimeout(PublishTimeout) when PublishTimeout is
 //     positive;
 //   - unless transactional (kgo does not allow it there),
@@ -239,6 +254,7 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.RecordRetries(10),
+		kgo.MetadataMinAge(dialMetadataMinAge),
 		kgo.WithHooks(conn),
 	}
 	if opts.PublishTimeout > 0 {

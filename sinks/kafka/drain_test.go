@@ -1,0 +1,153 @@
+package kafkasink_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backends/memory"
+	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
+)
+
+// drainRun describes one relay drain into kfake through a sink Dial built
+// with default options.
+type drainRun struct {
+	keys, perKey int           // entries: perKey entries of each of keys keys
+	faults       int           // NOT_ENOUGH_REPLICAS answers to produce requests
+	deadline     time.Duration // give up after this long
+}
+
+type drainResult struct {
+	took  time.Duration
+	hits  int // faults answered
+	stats outbox.RelayStats
+	c     *kfake.Cluster
+}
+
+// drain appends r's entries to a memory backend (two partitions), runs a
+// relay with default options over them into a 3-partition kfake topic
+// whose first r.faults produce requests fail with NOT_ENOUGH_REPLICAS, and
+// returns how long the relay took to publish them all. It fails t when the
+// entries are not all sent (none parked) within r.deadline.
+func drain(t testing.TB, r drainRun) drainResult {
+	t.Helper()
+	c := newCluster(t, 3, []string{"events"})
+	sink, err := kafkasink.Dial(c.ListenAddrs(), kafkasink.Options{})
+	require.NoError(t, err)
+	defer sink.Close()
+	// Warm the client up (metadata, producer ID) so the faults hit
+	// records of the relay and not the first connection.
+	require.NoError(t, sink.Publish(context.Background(), []outbox.Entry{entry("warm-up", "events", "", "")})[0])
+
+	b := memory.New(memory.Options{Partitions: 2})
+	defer b.Close()
+	ctx := context.Background()
+	tx := b.Begin()
+	var es []outbox.Entry
+	for s := range r.perKey {
+		for k := range r.keys {
+			es = append(es, outbox.Entry{
+				ID: fmt.Sprintf("k%04d-%03d", k, s), Topic: "events", Key: fmt.Sprintf("key-%04d", k),
+				Payload: []byte(strconv.Itoa(s)),
+			})
+		}
+	}
+	require.NoError(t, b.AppendInTx(ctx, tx, es...))
+	require.NoError(t, tx.Commit())
+
+	var h *kfake.FaultHandle
+	if r.faults > 0 {
+		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "events", Err: kerr.NotEnoughReplicas, Count: r.faults})
+	}
+	relay, err := outbox.NewRelay(b, sink, outbox.RelayOptions{
+		PollInterval: 20 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, relay.Start(rctx))
+	defer func() { _ = relay.Stop(context.Background()) }()
+	for {
+		st, err := b.Stats(ctx)
+		require.NoError(t, err)
+		if st.Pending == 0 && st.Parked == 0 {
+			break
+		}
+		require.Zero(t, st.Parked, "nothing parks")
+		if time.Since(start) > r.deadline {
+			t.Fatalf("%d faults: entries still pending after %v: %+v, relay %+v", r.faults, r.deadline, st, relay.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res := drainResult{took: time.Since(start), stats: relay.Stats(), c: c}
+	if h != nil {
+		res.hits = h.Hits()
+	}
+	return res
+}
+
+// TestRelayDrainsThroughTransientFaults drains entries of many keys
+// through the relay while produce requests fail with NOT_ENOUGH_REPLICAS:
+// everything arrives, nothing parks, and the first delivery of each
+// key's entries is in append order. It logs the drain times (compare
+// them with BenchmarkRelayDrainUnderFaults); it asserts none.
+func TestRelayDrainsThroughTransientFaults(t *testing.T) {
+	t.Parallel()
+	for _, faults := range []int{0, 3, 20} {
+		t.Run(fmt.Sprintf("faults=%d", faults), func(t *testing.T) {
+			t.Parallel()
+			const keys, perKey = 200, 5
+			res := drain(t, drainRun{keys: keys, perKey: perKey, faults: faults, deadline: 3 * time.Minute})
+			assert.Equal(t, faults, res.hits, "every fault was hit")
+			recs := consumeQuiet(t, res.c, []string{"events"})
+			next := map[string]int{}
+			seen := map[string]bool{}
+			for _, rec := range recs {
+				id := kafkasink.EntryID(rec)
+				if id == "warm-up" || seen[id] {
+					continue
+				}
+				seen[id] = true
+				seq, err := strconv.Atoi(string(rec.Value))
+				require.NoError(t, err)
+				key := string(rec.Key)
+				assert.Equal(t, next[key], seq, "key %s: first deliveries out of order", key)
+				next[key] = seq + 1
+			}
+			assert.Len(t, seen, keys*perKey, "every entry arrives")
+			t.Logf("%d faults: drained %d entries in %v (%d records, relay %+v)", faults, keys*perKey, res.took.Round(time.Millisecond), len(recs), res.stats)
+		})
+	}
+}
+
+// BenchmarkRelayDrainUnderFaults measures the issue-11 scenario: a relay
+// with default options drains 2,000 entries of distinct keys from the
+// memory backend into kfake through a sink Dial built with default
+// options, while the first N produce requests fail with
+// NOT_ENOUGH_REPLICAS. It reports the drain time.
+//
+//	go test -run '^$' -bench RelayDrainUnderFaults -benchtime 1x ./sinks/kafka/
+func BenchmarkRelayDrainUnderFaults(b *testing.B) {
+	for _, faults := range []int{0, 1, 3, 8, 20} {
+		b.Run(fmt.Sprintf("faults=%d", faults), func(b *testing.B) {
+			var total time.Duration
+			for b.Loop() {
+				total += drain(b, drainRun{keys: 2000, perKey: 1, faults: faults, deadline: 3 * time.Minute}).took
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N), "s/drain")
+		})
+	}
+}
