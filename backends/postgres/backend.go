@@ -31,6 +31,7 @@ var (
 
 	_ outbox.PartitionInspector = (*Backend)(nil)
 	_ outbox.Looker             = (*Backend)(nil)
+	_ outbox.BatchFetcher       = (*Backend)(nil)
 )
 
 //go:embed queries/*.sql
@@ -41,8 +42,9 @@ const maxErrorLen = 4096
 
 // Backend is the PostgreSQL outbox backend: an [outbox.Backend] over a
 // pgx pool, also an [outbox.Notifier], [outbox.Canceler],
-// [outbox.Inspector], [outbox.PartitionInspector], [outbox.Looker] and
-// [outbox.Membership]. Make one with [New]. It is safe for concurrent use.
+// [outbox.Inspector], [outbox.PartitionInspector], [outbox.Looker],
+// [outbox.BatchFetcher] and [outbox.Membership]. Make one with [New]. It
+// is safe for concurrent use.
 type Backend struct {
 	pool  *pgxpool.Pool
 	opts  Options
@@ -52,6 +54,7 @@ type Backend struct {
 	qAppend, qAppendOne                     [numTails]string
 	qAcquire, qRenew, qReleaseLease         string
 	qFind, qMarkSent, qMarkFailed, qRelease string
+	qParkCorrupt, qRequeueCheck             string
 	qCancel, qStats, qParked, qRequeue      string
 	qPartitionStats, qLookup                string
 	qPurge, qNotifyCommitted                string
@@ -139,6 +142,8 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qFind = load("find_pending_batch")
 	b.qMarkSent = load("mark_sent")
 	b.qMarkFailed = load("mark_failed")
+	b.qParkCorrupt = load("park_corrupt")
+	b.qRequeueCheck = load("requeue_check")
 	b.qRelease = load("release")
 	b.qCancel = load("cancel")
 	b.qStats = load("stats")

@@ -2,6 +2,7 @@ package pgoutbox_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -33,6 +34,40 @@ func (h harness) Reopen(ctx context.Context, partitions int) (outbox.Store, erro
 	o.Partitions = partitions
 	return pgoutbox.New(ctx, h.pool, o)
 }
+
+// Corruptions names the columns Corrupt damages (conformance.Corrupter);
+// each is a way a hand-made UPDATE stops an entry from being published,
+// which FetchBatch parks (see docs/postgres.md, "Corrupt rows").
+func (h harness) Corruptions() []string {
+	return []string{"headers column", "empty topic column"}
+}
+
+// Corrupt damages the row of id with a real UPDATE of the harness's
+// table: bytes DecodeHeaders does not accept in headers (a length running
+// past the end, as in issue 18), or an empty topic.
+func (h harness) Corrupt(ctx context.Context, id, how string) error {
+	name := h.opts.Table
+	if name == "" {
+		name = "outbox"
+	}
+	table := pgx.Identifier{h.opts.Schema, name}.Sanitize()
+	var set string
+	switch how {
+	case "headers column":
+		set = `headers = '\xdeadbeef00ff'::bytea`
+	case "empty topic column":
+		set = `topic = ''`
+	default:
+		return fmt.Errorf("harness: unknown corruption %q", how)
+	}
+	tag, err := h.pool.Exec(ctx, "UPDATE "+table+" SET "+set+" WHERE id = $1", id)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("harness: no row has id %q", id)
+	}
+	return err
+}
+
+var _ conformance.Corrupter = harness{}
 
 func runConformance(t *testing.T, mode pgx.QueryExecMode, opts pgoutbox.Options) {
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {

@@ -97,6 +97,17 @@
 // in one statement (index-only over the due index), and [Backend.Lookup]
 // reads one entry by primary key.
 //
+// # Corrupt rows
+//
+// A row changed by hand so that it cannot be published (headers that
+// [DecodeHeaders] does not accept, an empty topic) is parked by the fetch
+// that reads it, with a reason naming the column and the fix, and
+// reported by [Backend.FetchBatch] ([outbox.BatchFetcher]); the rest of
+// its partition keeps flowing. [Backend.Requeue] refuses such a row, and
+// one whose partition is out of range, with an
+// [*outbox.RequeueRefusedError] until the column is fixed. Every column is
+// covered in docs/postgres.md, "Corrupt rows".
+//
 // # Tuning
 //
 // The table is created with aggressive autovacuum settings for its

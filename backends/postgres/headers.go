@@ -64,22 +64,10 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 // corruptHeadersPrefix starts every error of [DecodeHeaders].
 const corruptHeadersPrefix = "pgoutbox: corrupt headers column: "
 
-// corruptHeadersReason is the last error stored with (and shown for) an
-// entry whose headers column does not decode: it names the column, what
-// the decoder found and what to do.
+// corruptHeadersReason is the reason an entry whose headers column does
+// not decode is parked with (and refused requeueing for): it names the
+// column, what the decoder found and what to do.
 func corruptHeadersReason(err error) string {
 	return corruptHeadersPrefix + strings.TrimPrefix(err.Error(), corruptHeadersPrefix) +
-		"; the stored bytes cannot be decoded, so the entry cannot be published: inspect it (outbox show ID), fix or cancel it"
-}
-
-// withCorruptHeaders is the LastError that Parked and Lookup show for an
-// entry whose headers do not decode: the reason, followed by the stored
-// last error when that is something else (an entry corrupted after it was
-// parked for another reason, or requeued and not yet fetched again).
-func withCorruptHeaders(stored string, err error) string {
-	reason := corruptHeadersReason(err)
-	if stored == "" || stored == reason {
-		return reason
-	}
-	return reason + " (stored last error: " + stored + ")"
+		"; the stored bytes cannot be decoded, so the entry cannot be published; " + fixAdvice
 }

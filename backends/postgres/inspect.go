@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -39,7 +40,10 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 }
 
 // Stats counts pending, due and parked entries in one scan of the table.
-// See [outbox.Inspector].
+// It counts every row, also those whose partition column is outside
+// 0..Partitions()-1 (which no relay fetches: their age shows in
+// OldestDue) and which [Backend.PartitionStats] does not list. OldestDue
+// leaves out next_at values of '-infinity'. See [outbox.Inspector].
 func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 	const op = "Stats"
 	if err := b.checkOpen(op); err != nil {
@@ -50,17 +54,18 @@ func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 	if err := b.pool.QueryRow(ctx, b.qStats).Scan(&s.Pending, &s.Due, &s.Parked, &oldest); err != nil {
 		return outbox.Stats{}, b.interpretError(op, err)
 	}
-	if oldest.Valid {
-		s.OldestDue = oldest.Time
-	}
+	s.OldestDue = timeOf(oldest)
 	return s, nil
 }
 
 // Parked lists parked entries by ID, after the ID after, at most limit.
-// An entry whose headers column does not decode is listed with nil
-// Headers and LastError saying so (the reason FindPendingBatch parks such
-// an entry with, followed by the stored last error when that differs).
-// See [outbox.Inspector].
+// An entry that cannot be published as stored (its headers column does not
+// decode, its topic column is empty, its partition column is outside
+// 0..Partitions()-1) is listed with what could be read (ID, topic, key,
+// payload; nil Headers when they do not decode) and a LastError naming the
+// column and the fix, followed by the stored last error when that is
+// something else. A negative attempts column reads as 0 and an infinite
+// timestamp as the zero time. See [outbox.Inspector].
 func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox.Entry, error) {
 	const op = "Parked"
 	if err := b.checkOpen(op); err != nil {
@@ -81,19 +86,17 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 			key     []byte
 			headers []byte
 			notBef  pgtype.Timestamptz
+			created pgtype.Timestamptz
 			part    int32
 			att     int32
 		)
-		if err := rows.Scan(&e.ID, &part, &e.Topic, &key, &e.Payload, &headers, &notBef, &att, &e.LastError, &e.CreatedAt); err != nil {
+		if err := rows.Scan(&e.ID, &part, &e.Topic, &key, &e.Payload, &headers, &notBef, &att, &e.LastError, &created); err != nil {
 			return nil, b.interpretError(op, err)
 		}
-		e.Key, e.Partition, e.Attempts = string(key), int(part), int(att)
-		if notBef.Valid {
-			e.NotBefore = notBef.Time
-		}
-		if e.Headers, err = DecodeHeaders(headers); err != nil {
-			e.LastError = withCorruptHeaders(e.LastError, err)
-		}
+		e.Key, e.Partition, e.Attempts = string(key), int(part), attemptsOf(att)
+		e.NotBefore, e.CreatedAt = timeOf(notBef), timeOf(created)
+		c := checkRow(e.Topic, headers, part, b.opts.Partitions)
+		e.Headers, e.LastError = c.headers, withReason(e.LastError, c.reason)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
@@ -103,26 +106,85 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 }
 
 // Requeue moves parked entries back to pending, due now, attempts reset
-// and last error kept, in one statement. An entry whose headers column
-// does not decode is requeued like any other and parked again, with the
-// same reason, by the next FindPendingBatch that reads it. A requeued entry is ordered as if
-// appended now: it gets a new seq (entries requeued together keep their
-// order among themselves), so it comes after the entries of its key
-// appended before, and an earlier entry of its key that is failing holds
-// it back. It needs migration 3. See [outbox.Inspector].
+// and last error kept, in one transaction of two statements: the first
+// locks the parked rows among ids and reads their topic, headers and
+// partition columns; the second requeues those that can be published as
+// stored. An entry that cannot (its topic column is empty, its headers column
+// does not decode, or its partition column is outside 0..Partitions()-1:
+// only a hand-made UPDATE writes such values) stays parked: Requeue
+// returns the count of the others with an [*outbox.RequeueRefusedError]
+// (wrapping [outbox.ErrNotRequeueable]) whose Refused lists each such
+// entry once, in the order of ids, with a reason naming the column and the
+// fix. Fix the column by hand and requeue it again, or cancel it. IDs that
+// name no parked entry (pending, sent, unknown, or unstorable as text) are
+// skipped and not counted. An empty ids does nothing and returns 0, nil;
+// Requeue does not keep ids.
+//
+// A requeued entry is ordered as if appended now: it gets a new seq
+// (entries requeued together keep their order among themselves), so it
+// comes after the entries of its key appended before, and an earlier entry
+// of its key that is failing holds it back. It needs migration 3. Safe
+// for concurrent use; after Close it returns [outbox.ErrClosed]. See
+// [outbox.Inspector].
 func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	const op = "Requeue"
 	if err := b.checkOpen(op); err != nil {
 		return 0, err
 	}
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !storableText(id) })
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := b.pool.Exec(ctx, b.qRequeue, ids, b.names.outbox)
+	var n int
+	reasons := map[string]string{}
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, b.qRequeueCheck, ids)
+		if err != nil {
+			return err
+		}
+		var ok []string
+		for rows.Next() {
+			var (
+				id, topic string
+				headers   []byte
+				part      int32
+			)
+			if err := rows.Scan(&id, &topic, &headers, &part); err != nil {
+				rows.Close()
+				return err
+			}
+			if c := checkRow(topic, headers, part, b.opts.Partitions); c.reason != "" {
+				reasons[id] = c.reason
+				continue
+			}
+			ok = append(ok, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(ok) == 0 {
+			return nil
+		}
+		tag, err := tx.Exec(ctx, b.qRequeue, ok, b.names.outbox)
+		n = int(tag.RowsAffected())
+		return err
+	})
 	if err != nil {
 		return 0, b.interpretError(op, err)
 	}
-	return int(tag.RowsAffected()), nil
+	if len(reasons) == 0 {
+		return n, nil
+	}
+	refused := &outbox.RequeueRefusedError{}
+	for _, id := range ids {
+		if r, ok := reasons[id]; ok {
+			refused.Refused = append(refused.Refused, outbox.Refusal{ID: id, Reason: r})
+			delete(reasons, id)
+		}
+	}
+	// Returned as is, not wrapped: the reasons name the package, and
+	// callers may assert the type as the SPI documents it.
+	return n, refused
 }
 
 // PurgeArchive deletes archived entries sent before the given time, in
@@ -164,7 +226,9 @@ func (b *Backend) PurgeArchive(ctx context.Context, before time.Time, batchSize 
 // and the lease from the lease row, judged by the database's clock. A
 // partition whose lease row is free or expired has a zero Lease. Its cost
 // grows with the number of pending entries, as Stats's does;
-// docs/postgres.md has a measurement. See [outbox.PartitionInspector].
+// docs/postgres.md has a measurement. Rows whose partition column is
+// outside 0..Partitions()-1 are in no partition's counts (Stats counts
+// them). See [outbox.PartitionInspector].
 func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, error) {
 	const op = "PartitionStats"
 	if err := b.checkOpen(op); err != nil {
@@ -187,9 +251,7 @@ func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, 
 			return nil, b.interpretError(op, err)
 		}
 		s.Partition = int(part)
-		if oldest.Valid {
-			s.OldestDue = oldest.Time
-		}
+		s.OldestDue = timeOf(oldest)
 		if s.Lease.Owner != "" {
 			s.Lease.Partition, s.Lease.Expires = s.Partition, expires.Time
 		}
@@ -207,9 +269,13 @@ func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, 
 // the retry time MarkFailed stored), zero when it is parked. An ID no
 // entry can have (one holding a NUL byte or invalid UTF-8, which
 // PostgreSQL text cannot store) is not found without a query. A stored
-// entry whose headers do not decode is returned with nil Headers and
-// LastError saying what is wrong with the column, as [Backend.Parked]
-// does, not an error. See [outbox.Looker].
+// entry that cannot be published as stored (headers that do not decode,
+// an empty topic, a partition outside 0..Partitions()-1, which no relay
+// fetches) is returned, not an error, with what could be read and a
+// LastError naming the column and the fix, as [Backend.Parked] does. A
+// negative attempts column reads as 0 and an infinite timestamp as the
+// zero time (so a pending entry whose next_at is 'infinity' has a zero
+// DueAt). See [outbox.Looker].
 func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
 	const op = "Lookup"
 	if err := b.checkOpen(op); err != nil {
@@ -226,25 +292,23 @@ func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, erro
 		key     []byte
 		headers []byte
 		notBef  pgtype.Timestamptz
-		nextAt  time.Time
+		created pgtype.Timestamptz
+		nextAt  pgtype.Timestamptz
 	)
 	err := b.pool.QueryRow(ctx, b.qLookup, id).Scan(&part, &info.Topic, &key, &info.Payload, &headers, &notBef,
-		&att, &info.LastError, &info.CreatedAt, &info.Parked, &nextAt)
+		&att, &info.LastError, &created, &info.Parked, &nextAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.EntryInfo{}, notFound
 	}
 	if err != nil {
 		return outbox.EntryInfo{}, b.interpretError(op, err)
 	}
-	if info.Headers, err = DecodeHeaders(headers); err != nil {
-		info.LastError = withCorruptHeaders(info.LastError, err)
-	}
-	info.Key, info.Partition, info.Attempts = string(key), int(part), int(att)
-	if notBef.Valid {
-		info.NotBefore = notBef.Time
-	}
+	c := checkRow(info.Topic, headers, part, b.opts.Partitions)
+	info.Headers, info.LastError = c.headers, withReason(info.LastError, c.reason)
+	info.Key, info.Partition, info.Attempts = string(key), int(part), attemptsOf(att)
+	info.NotBefore, info.CreatedAt = timeOf(notBef), timeOf(created)
 	if !info.Parked {
-		info.DueAt = nextAt
+		info.DueAt = timeOf(nextAt)
 	}
 	return info, nil
 }

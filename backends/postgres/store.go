@@ -90,46 +90,104 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 // the relay finishes every batch before fetching the next). See
 // [outbox.Store.FindPendingBatch].
 //
-// A row whose headers column does not decode (see [DecodeHeaders]) is not
-// returned: it is parked in the store, fenced by the lease like
-// [Backend.MarkFailed] (attempts + 1, the reason, naming the column, as its
-// last error), and the rest of the batch is returned, so one corrupt row
-// never stalls its partition. When every row read was corrupt, the fetch
-// is run again (at most maxCorruptRounds times) so that a run of corrupt
-// rows does not read as an empty partition.
+// A row that cannot be published as stored is parked, not returned, as
+// [Backend.FetchBatch] does; FindPendingBatch does not report those parks
+// nor count them against limit (after a round of only parks it reads up
+// to limit entries again).
 func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
-	const op = "FindPendingBatch"
+	batch, err := b.fetchBatch(ctx, "FindPendingBatch", lease, limit, false)
+	return batch.Entries, err
+}
+
+// FetchBatch is [Backend.FindPendingBatch] that also reports the rows it
+// parked (see [outbox.BatchFetcher]). A row whose headers column does not
+// decode (see [DecodeHeaders]) or whose topic column is empty (both only a
+// hand-made UPDATE writes) is not returned: it is parked in the store,
+// fenced by the lease like [Backend.MarkFailed] (attempts + 1, the reason,
+// naming the column and the fix, as its last error), and reported in
+// Batch.Parked with its ID, topic and key, in the order the fetch read
+// them; the rest of the batch is returned, so such a row never stalls its
+// partition, and entries of its key behind it are released as by any
+// park. A row is reported by the call that parked it only, and entries
+// and parks together are at most limit. With a lost lease nothing is
+// parked and the error wraps [outbox.ErrLeaseLost]. When every row read
+// was parked and fewer than limit were, the fetch is run again for the
+// rest of the limit (at most maxCorruptRounds times), so that a run of
+// such rows does not read as an empty partition. A negative attempts
+// column reads as 0, and 'infinity' in a timestamp column as the zero
+// time (see docs/postgres.md, "Corrupt rows"). Safe for concurrent use;
+// after Close it returns [outbox.ErrClosed].
+func (b *Backend) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
+	return b.fetchBatch(ctx, "FetchBatch", lease, limit, true)
+}
+
+// fetchBatch serves FetchBatch and FindPendingBatch. bounded counts the
+// parks against limit (FetchBatch reports them); FindPendingBatch, which
+// drops them, reads up to limit entries again after a round of parks only.
+func (b *Backend) fetchBatch(ctx context.Context, op string, lease outbox.Lease, limit int, bounded bool) (outbox.Batch, error) {
 	if err := b.checkOpen(op); err != nil {
-		return nil, err
+		return outbox.Batch{}, err
 	}
 	if err := outbox.CheckFetch(b.opts.Partitions, lease, limit); err != nil {
-		return nil, argErr(op, err)
+		return outbox.Batch{}, argErr(op, err)
 	}
+	var parked []outbox.CorruptEntry
 	for round := 1; ; round++ {
-		out, corrupt, err := b.findPending(ctx, op, lease, limit)
+		n := limit
+		if bounded {
+			n -= len(parked)
+		}
+		out, corrupt, err := b.findPending(ctx, op, lease, n)
 		if err != nil {
-			return nil, err
+			return outbox.Batch{}, err
 		}
 		if len(corrupt) == 0 {
-			return out, nil
+			return outbox.Batch{Entries: out, Parked: parked}, nil
 		}
-		if err := b.MarkFailed(ctx, lease, corrupt); err != nil {
-			return nil, fmt.Errorf("pgoutbox: %s: parking %d entries whose headers column does not decode: %w", op, len(corrupt), err)
+		done, err := b.parkCorrupt(ctx, op, lease, corrupt)
+		if err != nil {
+			return outbox.Batch{}, err
 		}
-		if len(out) > 0 || round == maxCorruptRounds {
-			return out, nil
+		parked = append(parked, done...)
+		if len(out) > 0 || round == maxCorruptRounds || (bounded && len(parked) >= limit) {
+			return outbox.Batch{Entries: out, Parked: parked}, nil
 		}
 	}
 }
 
-// maxCorruptRounds bounds how often one FindPendingBatch fetches again
-// after a batch in which every row was corrupt (and has been parked).
+// maxCorruptRounds bounds how often one FetchBatch fetches again after a
+// batch in which every row was parked.
 const maxCorruptRounds = 10
 
-// findPending runs the fetch statement once. It returns the decodable
-// entries in order and, as parking failures, the rows whose headers do not
-// decode.
-func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease, limit int) ([]outbox.Entry, []outbox.Failure, error) {
+// parkCorrupt parks the rows findPending could not return, in one
+// statement fenced by the lease (queries/park_corrupt.sql), and returns
+// those it parked (a row cancelled meanwhile is not), in the given order.
+func (b *Backend) parkCorrupt(ctx context.Context, op string, lease outbox.Lease, corrupt []outbox.CorruptEntry) ([]outbox.CorruptEntry, error) {
+	ids, reasons := make([]string, len(corrupt)), make([]string, len(corrupt))
+	for i, c := range corrupt {
+		ids[i], reasons[i] = c.ID, cleanError(c.Reason)
+	}
+	var held bool
+	var parked []string
+	if err := b.pool.QueryRow(ctx, b.qParkCorrupt, lease.Partition, lease.Owner, lease.Version, ids, reasons).Scan(&held, &parked); err != nil {
+		return nil, b.interpretError(op, fmt.Errorf("parking %d entries that cannot be published as stored: %w", len(corrupt), err))
+	}
+	if !held {
+		return nil, leaseLost(op, lease)
+	}
+	out := make([]outbox.CorruptEntry, 0, len(parked))
+	for _, c := range corrupt {
+		if slices.Contains(parked, c.ID) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// findPending runs the fetch statement once. It returns the publishable
+// entries in order and the rows that cannot be published as stored (to
+// park), in the order read.
+func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease, limit int) ([]outbox.Entry, []outbox.CorruptEntry, error) {
 	rows, err := b.pool.Query(ctx, b.qFind, lease.Partition, lease.Owner, lease.Version, limit)
 	if err != nil {
 		return nil, nil, b.interpretError(op, err)
@@ -137,7 +195,7 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 	defer rows.Close()
 	leaseOK := false
 	var out []outbox.Entry
-	var corrupt []outbox.Failure
+	var corrupt []outbox.CorruptEntry
 	type position struct {
 		next time.Time
 		seq  int64
@@ -167,15 +225,14 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 			continue
 		}
 		e.ID, e.Topic, e.Key, e.Partition = id.String, topic.String, string(key), lease.Partition
-		e.Attempts, e.LastError = int(attempts.Int32), lastErr.String
-		e.CreatedAt = created.Time
-		if notBef.Valid {
-			e.NotBefore = notBef.Time
-		}
-		if e.Headers, err = DecodeHeaders(headers); err != nil {
-			corrupt = append(corrupt, outbox.Failure{ID: e.ID, Error: corruptHeadersReason(err), Park: true})
+		e.Attempts, e.LastError = attemptsOf(attempts.Int32), lastErr.String
+		e.CreatedAt, e.NotBefore = timeOf(created), timeOf(notBef)
+		c := checkRow(e.Topic, headers, int32(lease.Partition), 0)
+		if c.reason != "" {
+			corrupt = append(corrupt, outbox.CorruptEntry{ID: e.ID, Topic: e.Topic, Key: e.Key, Reason: c.reason})
 			continue
 		}
+		e.Headers = c.headers
 		out = append(out, e)
 		order = append(order, position{pos.next.Time, pos.seq.Int64})
 	}

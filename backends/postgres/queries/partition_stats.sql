@@ -16,7 +16,7 @@ WITH p AS (
     SELECT partition,
            count(*) AS pending,
            count(*) FILTER (WHERE next_at <= now()) AS due,
-           min(next_at) FILTER (WHERE next_at <= now()) AS oldest
+           min(next_at) FILTER (WHERE next_at <= now() AND isfinite(next_at)) AS oldest
     FROM {outbox}
     WHERE state = 'pending'
     GROUP BY partition
