@@ -504,67 +504,6 @@ func produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, err
 	}
 }
 
-// isolateTooLarge produces again, one at a time, the records that failed
-// as too large: a broker rejects a whole Kafka batch when it is over its
-// limit, so the records that shared the batch with an oversize one failed
-// with it. They go through a separate client (built once from client's
-// options) that produces one record at a time, so each is alone in its
-// batch for certain: the main client may be batching the records of other
-// Publish calls with it. A record that fails alone is too large by itself.
-func (s *Sink) isolateTooLarge(ctx context.Context, client *kgo.Client, recs []*kgo.Record, errs []error) {
-	for i, err := range errs {
-		if recs[i] == nil || !tooLarge(err) || ctx.Err() != nil {
-			continue
-		}
-		r := recs[i]
-		errs[i] = s.solo.produce(ctx, client, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers})
-	}
-}
-
-// soloProducer produces one record at a time through a client of its own.
-type soloProducer struct {
-	once   sync.Once
-	turn   chan struct{} // holds a token while a record is being produced
-	mu     sync.Mutex    // guards client and err
-	client *kgo.Client
-	err    error
-}
-
-// produce produces rec alone, waiting for its turn at most until ctx ends.
-func (p *soloProducer) produce(ctx context.Context, like *kgo.Client, rec *kgo.Record) error {
-	p.once.Do(func() { p.turn = make(chan struct{}, 1) })
-	select {
-	case p.turn <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-p.turn }()
-	p.mu.Lock()
-	if p.client == nil && p.err == nil {
-		p.client, p.err = kgo.NewClient(like.Opts()...)
-	}
-	cl, err := p.client, p.err
-	p.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("kafkasink: build the client that retries oversize records alone: %w", err)
-	}
-	errs := []error{nil}
-	produceAll(ctx, cl, []*kgo.Record{rec}, errs)
-	return errs[0]
-}
-
-func (p *soloProducer) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.client != nil {
-		p.client.Close()
-		p.client = nil
-	}
-	if p.err == nil {
-		p.err = fmt.Errorf("sink closed: %w", outbox.ErrClosed)
-	}
-}
-
 func tooLarge(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
