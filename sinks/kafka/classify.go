@@ -17,9 +17,12 @@ import (
 )
 
 // permanent lists the Kafka errors no retry can fix: the relay parks the
-// entry. UNKNOWN_TOPIC_OR_PARTITION is retriable to Kafka, but kgo only
-// hands it back after UnknownTopicRetries metadata refreshes found no such
-// topic (with automatic topic creation off, or refused by the broker).
+// entry. None of them is caused by a topic being created or a leader
+// moving (see docs/kafka.md, "Error classification", for each one's
+// reason). The errors of a topic the brokers do not know yet
+// (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, INCONSISTENT_TOPIC_ID)
+// are not here: they are transient, and the sink parks their entries only
+// after Options.UnknownTopicTimeout.
 var permanent = map[int16]bool{
 	kerr.MessageTooLarge.Code:                    true,
 	kerr.RecordListTooLarge.Code:                 true,
@@ -27,8 +30,6 @@ var permanent = map[int16]bool{
 	kerr.TopicAuthorizationFailed.Code:           true,
 	kerr.ClusterAuthorizationFailed.Code:         true,
 	kerr.TransactionalIDAuthorizationFailed.Code: true,
-	kerr.UnknownTopicOrPartition.Code:            true,
-	kerr.UnknownTopicID.Code:                     true,
 	kerr.InvalidRecord.Code:                      true,
 	kerr.InvalidRequiredAcks.Code:                true,
 	kerr.PolicyViolation.Code:                    true,
@@ -58,10 +59,8 @@ var semiTransient = map[int16]bool{
 //   - permanent: MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
 //     INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED,
 //     CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-//     UNKNOWN_TOPIC_OR_PARTITION and UNKNOWN_TOPIC_ID (after kgo's
-//     UnknownTopicRetries), INVALID_RECORD, INVALID_REQUIRED_ACKS,
-//     POLICY_VIOLATION, UNSUPPORTED_FOR_MESSAGE_FORMAT,
-//     UNSUPPORTED_COMPRESSION_TYPE;
+//     INVALID_RECORD, INVALID_REQUIRED_ACKS, POLICY_VIOLATION,
+//     UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_COMPRESSION_TYPE;
 //   - semi-transient: context.DeadlineExceeded, kgo.ErrRecordTimeout,
 //     REQUEST_TIMED_OUT, BROKER_NOT_AVAILABLE, THROTTLING_QUOTA_EXCEEDED,
 //     SASL_AUTHENTICATION_FAILED, INVALID_TIMESTAMP (the sink's
@@ -71,7 +70,13 @@ var semiTransient = map[int16]bool{
 //     kgo.ErrFirstReadEOF and kgo.ErrClientClosed;
 //   - transient: every other error, including every other Kafka error,
 //     retriable or not (the relay's attempt limit parks an entry that
-//     keeps failing) and context.Canceled.
+//     keeps failing) and context.Canceled. Among them the errors of a
+//     leader moving (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE,
+//     FENCED_LEADER_EPOCH, NOT_ENOUGH_REPLICAS, ...) and of a topic the
+//     brokers do not know (yet): UNKNOWN_TOPIC_OR_PARTITION,
+//     UNKNOWN_TOPIC_ID and INCONSISTENT_TOPIC_ID, whose entries a [Sink]
+//     parks only once the topic has stayed unknown for
+//     [Options.UnknownTopicTimeout].
 //
 // An error already marked with a class (backoff.Mark) keeps it.
 func Classify(err error) backoff.Class {
@@ -114,7 +119,7 @@ func hint(err error, class backoff.Class, conn *connWatch) string {
 	switch {
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return " (the record alone is over the broker's or topic's max.message.bytes or the client's ProducerBatchMaxBytes; shrink the payload or raise the limits)"
-	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+	case topicUnknown(err) && class == backoff.ClassPermanent:
 		return " (the topic does not exist and was not created automatically; create it, then requeue the parked entry)"
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
 		return " (grant the relay's principal WRITE on the topic, and IDEMPOTENT_WRITE on the cluster before Kafka 3.0, then requeue)"

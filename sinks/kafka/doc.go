@@ -35,11 +35,15 @@
 // Every error Publish returns is marked with a [backoff.Class] by
 // [Classify]: retriable Kafka errors are transient, timeouts and
 // unreachable brokers semi-transient, and errors no retry can fix (record
-// too large, invalid or unknown topic, authorization denied, invalid
-// record) permanent, so the relay parks the entry. A record the broker
-// rejects as too large is retried once on its own before it is declared
-// permanent, so one oversize record never parks the records that shared
-// its Kafka batch.
+// too large, invalid topic name, authorization denied, invalid record)
+// permanent, so the relay parks the entry. A record the broker rejects as
+// too large is retried once on its own before it is declared permanent,
+// so one oversize record never parks the records that shared its Kafka
+// batch. A topic the brokers do not know (not created yet, or deleted and
+// created again) is transient: the relay retries its entries with backoff,
+// holding back the later entries of their keys, and they park only once
+// the topic has stayed unknown for [Options.UnknownTopicTimeout] (1m),
+// with a reason that names the topic.
 //
 // # Delivery
 //

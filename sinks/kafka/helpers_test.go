@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -104,4 +107,50 @@ func randomBytes(n int) []byte {
 var fastRetry = []kgo.Opt{
 	kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }),
 	kgo.MetadataMinAge(50 * time.Millisecond),
+}
+
+// createTopic creates topic with partitions partitions in c.
+func createTopic(t testing.TB, c *kfake.Cluster, topic string, partitions int32) {
+	t.Helper()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), newClient(t, c))
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+}
+
+// deleteTopic deletes topic from c.
+func deleteTopic(t testing.TB, c *kfake.Cluster, topic string) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.TopicNames = []string{topic}
+	resp, err := req.RequestWith(context.Background(), newClient(t, c))
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+}
+
+// fakeClock is a clock for Options.Now that moves only when told; its
+// zero value reads 2026-01-01 00:00 UTC.
+type fakeClock struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+// Now returns the clock's time.
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(c.d)
+}
+
+// Advance moves the clock forward by d.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.d += d
 }

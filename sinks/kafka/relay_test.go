@@ -34,7 +34,7 @@ func TestRelayEndToEndUnderFaults(t *testing.T) {
 		kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "events", Err: kerr.NotLeaderForPartition, Count: 10},
 		kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "events", Partitions: []int32{1}, Err: kerr.RequestTimedOut, Count: 3},
 	)
-	sink, err := kafkasink.Dial(c.ListenAddrs(), kafkasink.Options{PublishTimeout: 2 * time.Second},
+	sink, err := kafkasink.Dial(c.ListenAddrs(), kafkasink.Options{PublishTimeout: 2 * time.Second, UnknownTopicTimeout: 500 * time.Millisecond},
 		append(fastRetry, kgo.RecordRetries(1), kgo.UnknownTopicRetries(1))...)
 	require.NoError(t, err)
 	defer sink.Close()
@@ -97,6 +97,10 @@ func TestRelayEndToEndUnderFaults(t *testing.T) {
 	for _, e := range parked {
 		got = append(got, e.ID)
 		assert.NotEmpty(t, e.LastError)
+		if e.ID == "poison-topic" {
+			assert.Contains(t, e.LastError, `topic "no-such-topic"`)
+			assert.Contains(t, e.LastError, "UnknownTopicTimeout")
+		}
 	}
 	assert.Equal(t, parkIDs, got)
 

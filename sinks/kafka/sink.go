@@ -79,9 +79,30 @@ type Options struct {
 	PublishTimeout time.Duration
 
 	// Classify decides the class of a produce error. Default [Classify].
-	// Wrap it to change one case, for example to treat an unknown topic
-	// as transient while topics are created by hand.
+	// Wrap it to change one case, for example to park the entries of an
+	// unknown topic at once (return backoff.ClassPermanent for
+	// kerr.UnknownTopicOrPartition).
 	Classify func(error) backoff.Class
+
+	// UnknownTopicTimeout is how long a topic may stay unknown to the
+	// brokers (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID,
+	// INCONSISTENT_TOPIC_ID: a topic not created yet, or being created
+	// or created again) before its entries park. Until then such an
+	// entry fails with the class Classify gives the error (transient by
+	// default), so the relay retries it with backoff and holds back the
+	// later entries of its key; from then on it fails permanently, with a
+	// reason that names the topic. The time runs from the first publish
+	// that found the topic unknown since a record of it was last
+	// acknowledged, as this sink saw it (a new sink, or a relay
+	// restarted, starts again). Default [DefaultUnknownTopicTimeout]
+	// (1m); negative: never parked for it (the relay's attempt limit
+	// still parks). A Classify that returns permanent for the error parks
+	// at once.
+	UnknownTopicTimeout time.Duration
+
+	// Now is the sink's clock, read for UnknownTopicTimeout. Default
+	// time.Now; tests inject a fake one.
+	Now func() time.Time
 
 	// TransactionalIDPrefix turns on transactional publishing (only with
 	// [Dial]): each Publish call is one Kafka transaction of a producer
@@ -120,6 +141,12 @@ func (o Options) withDefaults() Options {
 	if o.Classify == nil {
 		o.Classify = Classify
 	}
+	if o.UnknownTopicTimeout == 0 {
+		o.UnknownTopicTimeout = DefaultUnknownTopicTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	if o.Topic == nil {
 		def := o.DefaultTopic
 		o.Topic = func(e outbox.Entry) string {
@@ -141,8 +168,9 @@ type Sink struct {
 	conn    *connWatch    // last connection error; nil for a caller's client
 	landing time.Duration // what LandingBound reports
 
-	txn  *txnClients // transactional mode only
-	solo soloProducer
+	txn    *txnClients // transactional mode only
+	solo   soloProducer
+	topics topicWatch // topics found unknown, for UnknownTopicTimeout
 }
 
 var _ outbox.Sink = (*Sink)(nil)
@@ -173,7 +201,10 @@ const LandingUnbounded time.Duration = -1
 // Dial does. With kgo's defaults, a record Publish gave up on can still be
 // written any time later ([Sink.LandingBound] is [LandingUnbounded]);
 // kgo.AllowIdempotentProduceCancellation and kgo.RecordDeliveryTimeout
-// bound it, as Dial sets them.
+// bound it, as Dial sets them. Unlike Dial's, a caller's client is not
+// purged of a topic that was deleted and created again: kgo fails such a
+// topic with UNKNOWN_TOPIC_ID until the caller calls
+// Client.PurgeTopicsFromProducing for it.
 func New(client *kgo.Client, opts Options) (*Sink, error) {
 	if client == nil {
 		return nil, errors.New("kafkasink: New needs a non-nil *kgo.Client")
@@ -238,6 +269,13 @@ func checkClient(client *kgo.Client, transactional bool) error {
 //     in the relay;
 //   - a connection hook that remembers the last failed connection, so a
 //     publish that times out says why.
+//
+// A sink Dial built (not transactional) also purges a topic from its
+// client's producer state (kgo's Client.PurgeTopicsFromProducing) when a
+// record of it failed with UNKNOWN_TOPIC_ID or INCONSISTENT_TOPIC_ID: kgo
+// keeps the topic ID it first saw, so a topic deleted and created again
+// would otherwise fail until the client is rebuilt. The entries come back
+// as transient failures and the next attempt loads the new topic ID.
 //
 // With [Options.TransactionalIDPrefix] set, Dial builds one client per
 // outbox partition on first use, each with kgo.TransactionalID(prefix +
@@ -439,8 +477,17 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	}
 	produceAll(pctx, s.client, recs, errs)
 	s.isolateTooLarge(pctx, s.client, recs, errs)
+	var recreated []string
 	for i := range errs {
-		errs[i] = s.finish(ctx, pctx, &msgs[i], errs[i])
+		if s.owned && recs[i] != nil && topicRecreated(errs[i]) && !slices.Contains(recreated, recs[i].Topic) {
+			recreated = append(recreated, recs[i].Topic)
+		}
+		errs[i] = s.finish(ctx, pctx, &msgs[i], recs[i], errs[i])
+	}
+	if len(recreated) > 0 {
+		// kgo keeps the topic ID it first saw and fails the topic with
+		// UNKNOWN_TOPIC_ID until the topic is purged from producing.
+		s.client.PurgeTopicsFromProducing(recreated...)
 	}
 	return errs
 }
@@ -538,10 +585,14 @@ func (s *Sink) record(e *outbox.Entry) (*kgo.Record, error) {
 	return rec, nil
 }
 
-// finish turns a produce outcome into the error Publish returns for e.
-// ctx is the caller's context, pctx the one bounded by PublishTimeout.
-func (s *Sink) finish(ctx, pctx context.Context, e *outbox.Entry, err error) error {
+// finish turns a produce outcome into the error Publish returns for e,
+// whose record is rec (nil when it could not become one). ctx is the
+// caller's context, pctx the one bounded by PublishTimeout.
+func (s *Sink) finish(ctx, pctx context.Context, e *outbox.Entry, rec *kgo.Record, err error) error {
 	if err == nil {
+		if rec != nil {
+			s.topics.ok(rec.Topic)
+		}
 		return nil
 	}
 	var c backoff.Classifier
@@ -565,6 +616,9 @@ func (s *Sink) finish(ctx, pctx context.Context, e *outbox.Entry, err error) err
 		return backoff.SemiTransient(err)
 	}
 	class := s.opts.Classify(err)
+	if rec != nil && class != backoff.ClassPermanent && topicUnknown(err) {
+		return s.unknownTopic(e, rec.Topic, err, class)
+	}
 	err = fmt.Errorf("kafkasink: publish entry %s: %w%s", e.ID, err, hint(err, class, s.conn))
 	return backoff.Mark(err, class)
 }

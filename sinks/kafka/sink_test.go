@@ -177,6 +177,11 @@ func TestInjectedProduceErrorsAreClassified(t *testing.T) {
 		class backoff.Class
 	}{
 		{kerr.NotEnoughReplicas, backoff.ClassTransient},
+		{kerr.NotLeaderForPartition, backoff.ClassTransient},
+		{kerr.LeaderNotAvailable, backoff.ClassTransient},
+		{kerr.FencedLeaderEpoch, backoff.ClassTransient},
+		{kerr.UnknownTopicOrPartition, backoff.ClassTransient}, // until Options.UnknownTopicTimeout
+		{kerr.UnknownTopicID, backoff.ClassTransient},
 		{kerr.KafkaStorageError, backoff.ClassTransient},
 		{kerr.CorruptMessage, backoff.ClassTransient},
 		{kerr.UnknownServerError, backoff.ClassTransient},
@@ -288,19 +293,106 @@ func TestOversizeRecordFailsOnlyItself(t *testing.T) {
 	})
 }
 
-func TestUnknownTopicWithoutAutoCreateIsPermanent(t *testing.T) {
+// TestUnknownTopicParksAfterTimeout: with auto-create off, an entry of a
+// topic the brokers do not know fails as transient, naming the topic,
+// until the topic has been unknown for UnknownTopicTimeout (on the sink's
+// clock), and permanently from then on; an entry of a known topic in the
+// same call succeeds each time.
+func TestUnknownTopicParksAfterTimeout(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 1, []string{"exists"}) // auto-create off (kfake's default)
-	sink, err := kafkasink.New(newClient(t, c, kgo.AllowAutoTopicCreation()), kafkasink.Options{})
-	require.NoError(t, err)
-	errs := sink.Publish(context.Background(), []outbox.Entry{
-		entry("a", "missing", "k1", "x"),
-		entry("b", "exists", "k2", "y"),
+	publish := func(sink *kafkasink.Sink, id string) error {
+		t.Helper()
+		errs := sink.Publish(context.Background(), []outbox.Entry{
+			entry(id, "missing", "k1", "x"),
+			entry(id+"-ok", "exists", "k2", "y"),
+		})
+		require.NoError(t, errs[1])
+		require.ErrorIs(t, errs[0], kerr.UnknownTopicOrPartition)
+		assert.Contains(t, errs[0].Error(), `topic "missing"`)
+		assert.Contains(t, errs[0].Error(), id)
+		return errs[0]
+	}
+
+	t.Run("Default", func(t *testing.T) {
+		t.Parallel()
+		clock := &fakeClock{}
+		sink, err := kafkasink.New(newClient(t, c, append(fastRetry, kgo.AllowAutoTopicCreation())...), kafkasink.Options{UnknownTopicTimeout: time.Minute, Now: clock.Now})
+		require.NoError(t, err)
+		err = publish(sink, "a")
+		assert.Equal(t, backoff.ClassTransient, backoff.ClassOf(err), "%v", err)
+		assert.Contains(t, err.Error(), "for 0s so far")
+		clock.Advance(59 * time.Second)
+		err = publish(sink, "b")
+		assert.Equal(t, backoff.ClassTransient, backoff.ClassOf(err), "%v", err)
+		assert.Contains(t, err.Error(), "for 59s so far")
+		clock.Advance(time.Second)
+		err = publish(sink, "c")
+		assert.Equal(t, backoff.ClassPermanent, backoff.ClassOf(err), "%v", err)
+		assert.Contains(t, err.Error(), "for 1m0s")
+		assert.Contains(t, err.Error(), "create the topic")
 	})
-	require.ErrorIs(t, errs[0], kerr.UnknownTopicOrPartition)
-	assert.Equal(t, backoff.ClassPermanent, backoff.ClassOf(errs[0]))
-	assert.Contains(t, errs[0].Error(), "create it")
-	assert.NoError(t, errs[1])
+	t.Run("Negative", func(t *testing.T) {
+		t.Parallel()
+		clock := &fakeClock{}
+		sink, err := kafkasink.New(newClient(t, c, fastRetry...), kafkasink.Options{UnknownTopicTimeout: -1, Now: clock.Now})
+		require.NoError(t, err)
+		err = publish(sink, "d")
+		assert.Equal(t, backoff.ClassTransient, backoff.ClassOf(err), "%v", err)
+		clock.Advance(24 * time.Hour)
+		err = publish(sink, "e")
+		assert.Equal(t, backoff.ClassTransient, backoff.ClassOf(err), "%v", err)
+		assert.Contains(t, err.Error(), "attempt limit")
+	})
+	t.Run("ClassifyPermanent", func(t *testing.T) {
+		t.Parallel()
+		classify := func(err error) backoff.Class {
+			if errors.Is(err, kerr.UnknownTopicOrPartition) {
+				return backoff.ClassPermanent
+			}
+			return kafkasink.Classify(err)
+		}
+		sink, err := kafkasink.New(newClient(t, c), kafkasink.Options{Classify: classify})
+		require.NoError(t, err)
+		errs := sink.Publish(context.Background(), []outbox.Entry{entry("f", "missing", "k1", "x")})
+		require.ErrorIs(t, errs[0], kerr.UnknownTopicOrPartition)
+		assert.Equal(t, backoff.ClassPermanent, backoff.ClassOf(errs[0]), "parks at once")
+		assert.Contains(t, errs[0].Error(), "create it")
+	})
+}
+
+// TestUnknownTopicClockRestartsOnceTheTopicWorks: a topic that was
+// unknown and then created is forgotten once one of its records is
+// acknowledged; if it becomes unknown again, its time starts again.
+func TestUnknownTopicClockRestartsOnceTheTopicWorks(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1, nil)
+	clock := &fakeClock{}
+	sink, err := kafkasink.Dial(c.ListenAddrs(), kafkasink.Options{UnknownTopicTimeout: time.Minute, Now: clock.Now}, fastRetry...)
+	require.NoError(t, err)
+	defer sink.Close()
+	ctx := context.Background()
+
+	err = sink.Publish(ctx, []outbox.Entry{entry("a", "late", "k", "x")})[0]
+	require.ErrorIs(t, err, kerr.UnknownTopicOrPartition)
+	assert.Equal(t, backoff.ClassTransient, backoff.ClassOf(err), "%v", err)
+
+	createTopic(t, c, "late", 1)
+	clock.Advance(2 * time.Minute) // past the timeout: only a success resets it
+	require.NoError(t, sink.Publish(ctx, []outbox.Entry{entry("a", "late", "k", "x")})[0])
+
+	deleteTopic(t, c, "late")
+	var last error
+	for range 50 { // kgo learns of the deletion at its next metadata refresh
+		last = sink.Publish(ctx, []outbox.Entry{entry("b", "late", "k", "y")})[0]
+		if last != nil {
+			break
+		}
+	}
+	require.Error(t, last)
+	require.True(t, errors.Is(last, kerr.UnknownTopicOrPartition) || errors.Is(last, kerr.UnknownTopicID), "%v", last)
+	assert.Equal(t, backoff.ClassTransient, backoff.ClassOf(last), "the clock started again: %v", last)
+	assert.Contains(t, last.Error(), "for 0s so far")
 }
 
 func TestUnknownTopicWithAutoCreateIsCreated(t *testing.T) {
@@ -418,7 +510,7 @@ func TestClassify(t *testing.T) {
 		{kgo.ErrClientClosed, backoff.ClassSemiTransient},
 		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, backoff.ClassSemiTransient},
 		{kerr.NotLeaderForPartition, backoff.ClassTransient},
-		{kerr.UnknownTopicOrPartition, backoff.ClassPermanent},
+		{kerr.UnknownTopicOrPartition, backoff.ClassTransient},
 		{fmt.Errorf("wrapped: %w", kerr.TopicAuthorizationFailed), backoff.ClassPermanent},
 		{kerr.SaslAuthenticationFailed, backoff.ClassSemiTransient},
 		{backoff.Permanent(errors.New("marked")), backoff.ClassPermanent},

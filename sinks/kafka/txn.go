@@ -114,9 +114,10 @@ func (s *Sink) publishPartitionTxn(ctx, pctx context.Context, partition int, msg
 		}
 	}
 	// Round 1: everything in one transaction. If it aborts because some
-	// records failed permanently (or as too large, which may be a
-	// neighbour's fault), round 2 gives each too-large record a
-	// transaction of its own and the rest another one.
+	// records failed permanently or for an unknown topic (those would
+	// fail again at once), or as too large (which may be a neighbour's
+	// fault), round 2 gives each too-large record a transaction of its
+	// own and the rest another one.
 	ok, fatal := s.txnRound(pctx, tc, recs, todo, errs)
 	if !ok && !fatal && pctx.Err() == nil {
 		var large, rest []int
@@ -124,7 +125,7 @@ func (s *Sink) publishPartitionTxn(ctx, pctx context.Context, partition int, msg
 			switch {
 			case tooLarge(errs[i]):
 				large = append(large, i)
-			case s.opts.Classify(errs[i]) != backoff.ClassPermanent:
+			case s.opts.Classify(errs[i]) != backoff.ClassPermanent && !topicUnknown(errs[i]):
 				rest = append(rest, i)
 			}
 		}
@@ -143,7 +144,7 @@ func (s *Sink) publishPartitionTxn(ctx, pctx context.Context, partition int, msg
 		s.txn.drop(partition, tc)
 	}
 	for _, i := range idx {
-		errs[i] = s.finish(ctx, pctx, &msgs[i], errs[i])
+		errs[i] = s.finish(ctx, pctx, &msgs[i], recs[i], errs[i])
 	}
 }
 
