@@ -106,7 +106,7 @@ func drain(t testing.TB, r drainRun) drainResult {
 // them with BenchmarkRelayDrainUnderFaults); it asserts none.
 func TestRelayDrainsThroughTransientFaults(t *testing.T) {
 	t.Parallel()
-	for _, faults := range []int{0, 3, 20} {
+	for _, faults := range []int{0, 3, 20, 50} {
 		t.Run(fmt.Sprintf("faults=%d", faults), func(t *testing.T) {
 			t.Parallel()
 			const keys, perKey = 200, 5
@@ -141,7 +141,7 @@ func TestRelayDrainsThroughTransientFaults(t *testing.T) {
 //
 //	go test -run '^$' -bench RelayDrainUnderFaults -benchtime 1x ./sinks/kafka/
 func BenchmarkRelayDrainUnderFaults(b *testing.B) {
-	for _, faults := range []int{0, 1, 3, 8, 20} {
+	for _, faults := range []int{0, 1, 3, 8, 20, 50, 100} {
 		b.Run(fmt.Sprintf("faults=%d", faults), func(b *testing.B) {
 			var total time.Duration
 			for b.Loop() {

@@ -41,6 +41,11 @@ const (
 	// each such error cost up to 5s (and, PublishTimeout being 5s too, a
 	// timed-out Publish). 100ms is the Java producer's retry.backoff.ms.
 	dialMetadataMinAge = 100 * time.Millisecond
+	// kgo.RecordRetries (kgo: unlimited): with dialMetadataMinAge, about
+	// 3s of retries, so kgo rides out a leader election of that long
+	// before the relay sees a transient error, and still hands the error
+	// back before PublishTimeout (5s).
+	dialRecordRetries = 30
 )
 
 // Options configures a [Sink]. The zero value is usable: every zero field
@@ -241,8 +246,9 @@ func checkClient(client *kgo.Client, transactional bool) error {
 //
 // The client gets these defaults before kopts (so kopts override them):
 //
-//   - kgo.RecordRetries(10), so retriable broker errors come back as
-//     transient errors instead of being retried until PublishTimeout;
+//   - kgo.RecordRetries(30), so retriable broker errors come back as
+//     transient errors instead of being retried until PublishTimeout
+//     (with the next option, 30 retries take about 3s);
 //   - kgo.MetadataMinAge(100ms) (kgo's default is 5s): kgo retries a
 //     record that failed with a retriable error (NOT_ENOUGH_REPLICAS,
 //     NOT_LEADER_FOR_PARTITION, ...) only after a metadata refresh, and
@@ -291,7 +297,7 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 	conn := &connWatch{}
 	base := []kgo.Opt{
 		kgo.SeedBrokers(seeds...),
-		kgo.RecordRetries(10),
+		kgo.RecordRetries(dialRecordRetries),
 		kgo.MetadataMinAge(dialMetadataMinAge),
 		kgo.WithHooks(conn),
 	}
