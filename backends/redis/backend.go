@@ -25,6 +25,7 @@ var (
 	_ outbox.Membership               = (*Backend)(nil)
 	_ outbox.PartitionInspector       = (*Backend)(nil)
 	_ outbox.Looker                   = (*Backend)(nil)
+	_ outbox.BatchFetcher             = (*Backend)(nil)
 )
 
 // Backend is the Redis outbox backend. It is safe for concurrent use. It
@@ -126,7 +127,7 @@ func (b *Backend) partitionCount(ctx context.Context) (int, error) {
 	configured := b.opts.Partitions
 	res, err := scriptMeta.Run(ctx, b.client, []string{b.meta}, configured).Result()
 	if err != nil {
-		return 0, b.wrap(ctx, "New", err)
+		return 0, b.fail(ctx, "New", err, b.meta)
 	}
 	if code, ok := res.(int64); ok && code == 0 {
 		return 0, b.noOutbox(ctx)
@@ -135,7 +136,13 @@ func (b *Backend) partitionCount(ctx context.Context) (int, error) {
 	if !ok || len(a) != 3 {
 		return 0, fmt.Errorf("redisoutbox: New: unexpected result %v from meta.lua", res)
 	}
-	stored, _ := a[0].(int64)
+	var stored int64
+	switch v := a[0].(type) {
+	case int64:
+		stored = v
+	case string:
+		stored, _ = strconv.ParseInt(v, 10, 64)
+	}
 	if stored < 1 || stored > maxPartitions {
 		return 0, fmt.Errorf("redisoutbox: New: the partition count stored in %q is %v, not a count in 1..%d, so it was not written by this backend: stop every process of the outbox and restore the count it was created with (HSET %s partitions N)",
 			b.meta, a[0], maxPartitions, b.meta)
@@ -433,18 +440,20 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 	groups := b.group(prepared)
 	if len(groups) == 1 {
 		ks, args := b.appendArgs(groups[0][0].Partition, groups[0])
-		return b.wrap(ctx, "Append", scriptAppend.Run(ctx, b.client, ks, args...).Err())
+		return b.fail(ctx, "Append", scriptAppend.Run(ctx, b.client, ks, args...).Err(), ks...)
 	}
 	run := b.client.TxPipelined
 	if b.cluster {
 		run = b.client.Pipelined
 	}
+	var all []string
 	_, err = run(ctx, func(pipe redis.Pipeliner) error {
 		for _, g := range groups {
 			ks, args := b.appendArgs(g[0].Partition, g)
+			all = append(all, ks...)
 			pipe.Eval(ctx, scriptAppend.src, ks, args...)
 		}
 		return nil
 	})
-	return b.wrap(ctx, "Append", err)
+	return b.fail(ctx, "Append", err, all...)
 }

@@ -20,7 +20,10 @@ type harness struct {
 	plain bool
 }
 
-var _ conformance.Reopener = (*harness)(nil)
+var (
+	_ conformance.Reopener  = (*harness)(nil)
+	_ conformance.Corrupter = (*harness)(nil)
+)
 
 func (h *harness) Backend() outbox.Backend[redis.Pipeliner] { return h.b }
 
@@ -50,6 +53,18 @@ func (h *harness) Reopen(ctx context.Context, partitions int) (outbox.Store, err
 		return nil, err
 	}
 	return b, nil
+}
+
+// Corruptions are the ways Corrupt damages an entry (conformance.Corrupter).
+// They must apply to any entry the suite appends, headers or not.
+func (h *harness) Corruptions() []string {
+	return []string{"truncated value", "unknown format version", "empty topic", "key length past the end", "header count past the end"}
+}
+
+// Corrupt writes the entry's hash field by hand (HSET) in the named way
+// (see corruptions in corrupt_test.go).
+func (h *harness) Corrupt(ctx context.Context, id, how string) error {
+	return corrupt(ctx, h.c, h.b, id, how)
 }
 
 func TestConformance(t *testing.T) {

@@ -81,6 +81,20 @@
 // looks in every partition: P script calls, pipelined (one round trip per
 // node); docs/redis.md has the measured cost.
 //
+// # Corrupt data
+//
+// A stored value the claim cannot use (it does not decode, or its topic is
+// empty) is parked, not returned, and does not stall its partition or
+// hold back its key: [Backend.FetchBatch] reports it once
+// ([outbox.BatchFetcher]) with the key and topic that could be read and a
+// reason naming the field. The value is quarantined (format 3: the
+// salvaged key and topic, the reason as LastError, the raw value as
+// Payload), so Parked and Lookup show it and Requeue refuses it with an
+// [*outbox.RequeueRefusedError]. A key of the outbox of the wrong type
+// fails the calls that use it, before any write, with an error naming the
+// key, its type and the fix. See docs/redis.md, "Corrupt data and
+// wrong-typed keys".
+//
 // # Ordering
 //
 // A pending member is the entry's 8-byte big-endian append sequence

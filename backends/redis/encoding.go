@@ -40,11 +40,20 @@ import (
 // (deriving the position from not-before or created-at) the first time they
 // touch it; see "Upgrading from format 1" in docs/redis.md.
 //
+// Format version 3 is a quarantined value: laid out exactly as version 2,
+// written only by the claim script when it parks a value it cannot use (it
+// does not decode, or its topic is empty). Its key and topic are what could
+// be read of the bad value ("" otherwise), its last error the reason, it
+// has no not-before and no headers, and its payload is the raw bad value.
+// decodeEntry reads it as version 2; the claim never hands it out and
+// Requeue refuses it (see quarantine in lib.lua).
+//
 // lib.lua's parse checks exactly the structure decodeEntry checks, so any
 // value the claim script hands out decodes in Go.
 const (
-	encodingV1 = 1
-	encodingV2 = 2
+	encodingV1          = 1
+	encodingV2          = 2
+	encodingQuarantined = 3
 )
 
 // headerLenV1 and fixedHeaderLen are the sizes of the script-managed
@@ -149,21 +158,22 @@ func (d *decoder) string(what string) string {
 	return string(d.bytes(d.uint32(what+" length"), what))
 }
 
-// decodeEntry decodes a stored entry. It never panics; a malformed value
-// gives an error wrapping errCorrupt. The returned entry does not share
-// memory with b.
+// decodeEntry decodes a stored entry (format 1, 2 or 3). It never panics;
+// a malformed value gives an error wrapping errCorrupt that names the field
+// and the byte, with the entry's ID, partition, and its key and topic when
+// they could be read. The returned entry does not share memory with b.
 func decodeEntry(id string, partition int, b []byte) (outbox.Entry, error) {
 	e := outbox.Entry{ID: id, Partition: partition}
 	if len(b) == 0 {
 		return e, fmt.Errorf("%w: empty value", errCorrupt)
 	}
-	if b[0] != encodingV1 && b[0] != encodingV2 {
+	if b[0] != encodingV1 && b[0] != encodingV2 && b[0] != encodingQuarantined {
 		return e, fmt.Errorf("%w: unknown format version %d (this build reads versions %d and %d; upgrade the relay)", errCorrupt, b[0], encodingV1, encodingV2)
 	}
 	d := decoder{b: b, off: 1}
 	d.uint64("sequence")
 	created := int64(d.uint64("created-at"))
-	if b[0] == encodingV2 {
+	if b[0] != encodingV1 {
 		d.uint64("position")
 	}
 	attempts := d.uint32("attempts")
@@ -189,7 +199,7 @@ func decodeEntry(id string, partition int, b []byte) (outbox.Entry, error) {
 		}
 	}
 	if d.err != nil {
-		return outbox.Entry{ID: id, Partition: partition}, d.err
+		return outbox.Entry{ID: id, Partition: partition, Key: e.Key, Topic: e.Topic}, d.err
 	}
 	if rest := b[d.off:]; len(rest) > 0 {
 		e.Payload = append([]byte(nil), rest...)

@@ -108,3 +108,49 @@ func TestDecodeFormat1(t *testing.T) {
 	assert.True(t, got.CreatedAt.Equal(created))
 	assert.True(t, got.NotBefore.Equal(in.NotBefore))
 }
+
+// A quarantined value (format 3, written by the claim when it parks a value
+// it cannot use) decodes as format 2 does.
+func TestDecodeQuarantined(t *testing.T) {
+	t.Parallel()
+	v := encodeEntry(&outbox.Entry{ID: "a", Topic: "t", Key: "k", Payload: []byte("raw")})
+	v[0] = encodingQuarantined
+	e, err := decodeEntry("a", 2, v)
+	require.NoError(t, err)
+	assert.Equal(t, "k", e.Key)
+	assert.Equal(t, "t", e.Topic)
+	assert.Equal(t, []byte("raw"), e.Payload)
+	_, ok := position(v)
+	assert.False(t, ok, "a quarantined value is never pending, it has no position to use")
+}
+
+// decodeEntry keeps the key and topic it could read of a malformed value,
+// and names the field.
+func TestDecodeKeepsWhatItRead(t *testing.T) {
+	t.Parallel()
+	v := encodeEntry(&outbox.Entry{ID: "a", Topic: "topic", Key: "k", Headers: map[string]string{"h": "v"}})
+	for _, cr := range corruptions {
+		t.Run(cr.name, func(t *testing.T) {
+			e, err := decodeEntry("a", 1, cr.damage(v))
+			if cr.name == "empty topic" {
+				require.NoError(t, err)
+				assert.Empty(t, e.Topic)
+				return
+			}
+			require.ErrorIs(t, err, errCorrupt)
+			assert.Contains(t, err.Error(), cr.want)
+			assert.Equal(t, "a", e.ID)
+			assert.Equal(t, 1, e.Partition)
+			if cr.key {
+				assert.Equal(t, "k", e.Key)
+			} else {
+				assert.Empty(t, e.Key)
+			}
+			if cr.topic {
+				assert.Equal(t, "topic", e.Topic)
+			} else {
+				assert.Empty(t, e.Topic)
+			}
+		})
+	}
+}

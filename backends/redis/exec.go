@@ -27,10 +27,17 @@ type ExecError struct {
 	// was already in the outbox before this EXEC is listed too (the append
 	// left that entry as it was).
 	Appended []string
+
+	// appendKeys are the keys of the failed command when it is an outbox
+	// append that Redis refused a key of (WRONGTYPE).
+	appendKeys []string
 }
 
 func (e *ExecError) Error() string {
 	msg := fmt.Sprintf("redisoutbox: EXEC ran the transaction but command %d (%s) failed: %v; Redis applied every other queued command", e.Index, e.Name, e.Err)
+	if len(e.appendKeys) > 0 {
+		msg += fmt.Sprintf("; that command is an outbox append and one of its keys (%s) is of the wrong type: Backend.Append of an entry with the same key names it and the fix", strings.Join(e.appendKeys, ", "))
+	}
 	if len(e.Appended) == 0 {
 		return msg + "; it held no outbox append"
 	}
@@ -91,6 +98,9 @@ func CheckExec(cmds []redis.Cmder, err error) error {
 		}
 		if ee == nil {
 			ee = &ExecError{Index: i, Name: c.Name(), Err: cerr}
+			if isKeyErr(cerr) {
+				ee.appendKeys = appendKeys(c)
+			}
 		}
 	}
 	if ee == nil {
@@ -105,6 +115,24 @@ func CheckExec(cmds []redis.Cmder, err error) error {
 		}
 	}
 	return ee
+}
+
+// appendKeys returns the keys of an append queued by AppendInTx, or nil
+// for any other command.
+func appendKeys(c redis.Cmder) []string {
+	args := c.Args()
+	if len(args) < 3 || !strings.EqualFold(fmt.Sprint(args[0]), "eval") || args[1] != scriptAppend.src {
+		return nil
+	}
+	nkeys, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if err != nil || len(args) < 3+nkeys {
+		return nil
+	}
+	ks := make([]string, nkeys)
+	for i := range ks {
+		ks[i] = fmt.Sprint(args[3+i])
+	}
+	return ks
 }
 
 // appendedIDs returns the entry IDs of an append queued by AppendInTx

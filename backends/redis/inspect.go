@@ -45,6 +45,12 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 // among them. Each partition is read atomically, the partitions one after
 // the other (on Cluster, on several nodes at once), so the counts of
 // different partitions may be a few moments apart.
+//
+// Pending members that name no entry (a value of their sequence), written
+// by hand, are neither the oldest due entry nor counted, as far as
+// stats.lua looks (the first 100 due members of each partition; see its
+// header), and each call that meets them logs a warning naming the key.
+// A key of the wrong type gives an error naming it.
 func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 	parts, err := b.partitionStats(ctx, "Stats", false)
 	if err != nil {
@@ -85,7 +91,7 @@ func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool)
 		return nil, err
 	}
 	cmds, err := b.runEach(ctx, op, scriptStats, func(k *keys) ([]string, []any) {
-		return []string{k.pending, k.parked, k.lease}, nil
+		return []string{k.pending, k.parked, k.lease, k.entries}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -93,7 +99,7 @@ func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool)
 	out := make([]outbox.PartitionStats, len(cmds))
 	for p, c := range cmds {
 		v, err := c.Slice()
-		if err != nil || len(v) != 7 {
+		if err != nil || len(v) != 8 {
 			return nil, fmt.Errorf("redisoutbox: %s: unexpected result %v (%v) of stats.lua on partition %d", op, c.Val(), err, p)
 		}
 		var n [5]int64
@@ -102,9 +108,17 @@ func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool)
 				return nil, fmt.Errorf("redisoutbox: %s: result %d of stats.lua on partition %d: %w", op, i, p, err)
 			}
 		}
+		garbage, err := asInt64(v[7])
+		if err != nil {
+			return nil, fmt.Errorf("redisoutbox: %s: result 7 of stats.lua on partition %d: %w", op, p, err)
+		}
+		if garbage > 0 {
+			b.opts.Logger.Warn("redisoutbox: the pending set holds members that name no entry (written by hand?); they are not counted, and FindPendingBatch removes them when it reaches them",
+				"key", b.parts[p].pending, "seen", garbage)
+		}
 		s := &out[p]
 		s.Partition = p
-		s.Pending, s.Due, s.Parked = n[0], n[1], n[2]
+		s.Pending, s.Due, s.Parked = max(0, n[0]-garbage), max(0, n[1]-garbage), n[2]
 		if n[3] >= 0 {
 			s.OldestDue = time.UnixMilli(n[3])
 		}
@@ -163,8 +177,11 @@ func asInt64(v any) (int64, error) {
 // retrying entry, the retry time MarkFailed stored. It is zero for a parked
 // entry. An ID appended under keys of two partitions (possible only across
 // partitions, since idempotency is per partition) reports the lowest one.
-// A stored value that does not decode gives an error naming the entry and
-// the problem. See [outbox.Looker].
+// A quarantined entry (parked by the claim because its stored value could
+// not be used) is reported parked, with the key and topic that could be
+// read, the reason as LastError and the raw value as Payload. A stored
+// value that does not decode gives an error naming the entry and the
+// field. See [outbox.Looker].
 func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
 	const op = "Lookup"
 	if err := b.check(ctx); err != nil {
@@ -222,9 +239,12 @@ func (b *Backend) entryInfo(op, id string, p int, raw []byte, state int64, score
 
 // Parked lists parked entries by ID (byte order) after the given ID, at
 // most limit of them: parked.lua pages each partition (one pipeline) and
-// the pages are merged. An entry that was parked because it was corrupt
-// comes back with its LastError saying why and its raw stored value as
-// Payload.
+// the pages are merged. An entry that was parked because its stored value
+// could not be used (quarantined by the claim) comes back with the key and
+// topic that could be read, its LastError saying why and its raw stored
+// value as Payload; a parked value that does not decode (damaged after it
+// was parked) likewise, with the decoder's error as LastError. A member of
+// the parked set without a value is skipped.
 func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox.Entry, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -269,6 +289,15 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 // requeued entry gets a new append sequence, so it orders after the entries
 // already due when it was requeued (requeued entries keep their order among
 // themselves).
+//
+// An entry that can never be published as stored stays parked: one
+// FindPendingBatch quarantined (its value did not decode, or its topic was
+// empty), one whose value does not decode, one with an empty topic. The
+// others are requeued in the same call, and the error is an
+// [*outbox.RequeueRefusedError] (wrapping [outbox.ErrNotRequeueable])
+// listing the refused entries in the order of ids, each with the reason.
+// When the script fails on a partition (a key of the wrong type, named in
+// the error), the other partitions were requeued and counted.
 func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	if err := b.check(ctx); err != nil {
 		return 0, err
@@ -283,13 +312,42 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	cmds, err := b.runEach(ctx, "Requeue", scriptRequeue, func(k *keys) ([]string, []any) {
 		return []string{k.entries, k.pending, k.parked, k.seq}, args
 	})
-	if err != nil {
+	if cmds == nil {
 		return 0, err
 	}
 	n := 0
-	for _, c := range cmds {
-		v, _ := c.Int64()
-		n += int(v)
+	why := map[string]string{}
+	for p, c := range cmds {
+		if c.Err() != nil {
+			continue
+		}
+		v, ok := c.Val().([]any)
+		if !ok || len(v) != 2 {
+			return n, fmt.Errorf("redisoutbox: Requeue: unexpected result %v of requeue.lua on partition %d", c.Val(), p)
+		}
+		m, _ := v[0].(int64)
+		n += int(m)
+		refused, _ := v[1].([]any)
+		for i := 0; i+1 < len(refused); i += 2 {
+			id, _ := refused[i].(string)
+			reason, _ := refused[i+1].(string)
+			if _, dup := why[id]; !dup {
+				why[id] = reason
+			}
+		}
 	}
-	return n, nil
+	if err != nil {
+		return n, err
+	}
+	if len(why) == 0 {
+		return n, nil
+	}
+	rerr := &outbox.RequeueRefusedError{}
+	for _, id := range ids {
+		if reason, ok := why[id]; ok {
+			rerr.Refused = append(rerr.Refused, outbox.Refusal{ID: id, Reason: reason})
+			delete(why, id)
+		}
+	}
+	return n, rerr
 }

@@ -28,11 +28,15 @@ func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string,
 	}
 	k := &b.parts[partition]
 	lease := outbox.Lease{Partition: partition, Owner: owner}
-	res, err := scriptAcquire.Run(ctx, b.client, []string{k.lease, k.leasever, k.pending, k.inflight}, owner, ttlMillis(ttl)).Result()
+	ks := []string{k.lease, k.leasever, k.pending, k.inflight}
+	res, err := scriptAcquire.Run(ctx, b.client, ks, owner, ttlMillis(ttl)).Result()
 	if err != nil {
-		return outbox.Lease{}, b.wrap(ctx, "AcquireLease", err)
+		return outbox.Lease{}, b.fail(ctx, "AcquireLease", err, ks...)
 	}
-	if code, ok := res.(int64); ok {
+	if code, ok := res.(int64); ok && code == -3 {
+		return outbox.Lease{}, fmt.Errorf("redisoutbox: AcquireLease: the lease key %q of partition %d holds a value that is not \"version:owner\": it was not written by redisoutbox; delete it (DEL %s) to free the partition",
+			k.lease, partition, k.lease)
+	} else if ok {
 		return outbox.Lease{}, codeErr("AcquireLease", lease, code)
 	}
 	v, exp, err := twoInts(res)
@@ -70,7 +74,7 @@ func (b *Backend) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.D
 	k := &b.parts[lease.Partition]
 	exp, err := scriptRenew.Run(ctx, b.client, []string{k.lease}, token(lease), ttlMillis(ttl)).Int64()
 	if err != nil {
-		return outbox.Lease{}, b.wrap(ctx, "RenewLease", err)
+		return outbox.Lease{}, b.fail(ctx, "RenewLease", err, k.lease)
 	}
 	if exp < 0 {
 		return outbox.Lease{}, codeErr("RenewLease", lease, exp)
@@ -95,64 +99,103 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 		return nil
 	}
 	err = scriptRelease.Run(ctx, b.client, []string{k.lease}, token(lease)).Err()
-	return b.wrap(ctx, "ReleaseLease", err)
+	return b.fail(ctx, "ReleaseLease", err, k.lease)
 }
 
-// FindPendingBatch runs claim.lua (one round trip): it returns up to limit
-// due entries of lease.Partition in (due time, append order), skipping
+// FindPendingBatch is [Backend.FetchBatch] without the report of the
+// entries it parked.
+func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
+	batch, err := b.fetch(ctx, "FindPendingBatch", lease, limit)
+	return batch.Entries, err
+}
+
+// FetchBatch runs claim.lua (one round trip): it returns up to limit due
+// entries of lease.Partition in (due time, append order), skipping
 // entries held back by a failing entry of their key. The lease is the
 // claim: the entries stay in pending, unchanged, until they are finished,
 // and a new holder (or this one, fetching again without finishing) reads
-// them again. Per-key order comes from the partition's
-// key-order set, never from scores: an entry with a key is claimed only
-// after every entry before it in its key's order was claimed and none of
-// those was attempted (docs/redis.md, "Ordering and hold-back"). A corrupt stored entry is parked by the script
-// with the reason as its LastError and is not returned. Errors wrap
-// [outbox.ErrLeaseLost] or [outbox.ErrInvalidArgument] (the checks of
-// [outbox.CheckFetch]: limit not positive, partition out of range).
-func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
+// them again. Per-key order comes from the partition's key-order set,
+// never from scores: an entry with a key is claimed only after every entry
+// before it in its key's order was claimed and none of those was attempted
+// (docs/redis.md, "Ordering and hold-back").
+//
+// An entry whose stored value cannot be used is parked by the script, not
+// returned, and reported in Batch.Parked (see [outbox.BatchFetcher]) with
+// the key and topic that could be read and the reason, which names the
+// field and the byte and is the entry's LastError: a value that does not
+// decode or has an empty topic is quarantined (kept, with the raw value as
+// its Payload, and refused by Requeue); a value whose pending member has
+// another sequence than the value (and no member of its own) is parked
+// as it is. A stray pending member is removed (docs/redis.md, "Corrupt
+// entries and wrong-typed keys"). A value the script accepts and Go does
+// not decode (none is expected) is parked through MarkFailed and reported
+// the same way. Errors wrap [outbox.ErrLeaseLost] or
+// [outbox.ErrInvalidArgument] (the checks of [outbox.CheckFetch]: limit
+// not positive, partition out of range); a key of the partition of the
+// wrong type gives an error naming it.
+func (b *Backend) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
+	return b.fetch(ctx, "FetchBatch", lease, limit)
+}
+
+func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limit int) (outbox.Batch, error) {
 	if err := b.check(ctx); err != nil {
-		return nil, err
+		return outbox.Batch{}, err
 	}
 	if err := outbox.CheckFetch(len(b.parts), lease, limit); err != nil {
-		return nil, argErr("FindPendingBatch", err)
+		return outbox.Batch{}, argErr(op, err)
 	}
 	k := &b.parts[lease.Partition]
 	budget := 2*limit + 256
-	res, err := scriptClaim.Run(ctx, b.client,
-		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked},
-		token(lease), limit, budget).Result()
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked}
+	res, err := scriptClaim.Run(ctx, b.client, ks, token(lease), limit, budget).Result()
 	if err != nil {
-		return nil, b.wrap(ctx, "FindPendingBatch", err)
+		return outbox.Batch{}, b.fail(ctx, op, err, ks...)
 	}
 	if code, ok := res.(int64); ok {
-		return nil, codeErr("FindPendingBatch", lease, code)
+		return outbox.Batch{}, codeErr(op, lease, code)
 	}
-	flat, ok := res.([]any)
-	if !ok || len(flat)%2 != 0 {
-		return nil, fmt.Errorf("redisoutbox: FindPendingBatch: unexpected script result %T", res)
+	two, ok := res.([]any)
+	if !ok || len(two) != 2 {
+		return outbox.Batch{}, fmt.Errorf("redisoutbox: %s: unexpected script result %T", op, res)
 	}
-	out := make([]outbox.Entry, 0, len(flat)/2)
+	flat, ok1 := two[0].([]any)
+	parked, ok2 := two[1].([]any)
+	if !ok1 || !ok2 || len(flat)%2 != 0 || len(parked)%4 != 0 {
+		return outbox.Batch{}, fmt.Errorf("redisoutbox: %s: unexpected script result %v", op, res)
+	}
+	var batch outbox.Batch
+	for i := 0; i < len(parked); i += 4 {
+		var f [4]string
+		for j := range f {
+			f[j], _ = parked[i+j].(string)
+		}
+		batch.Parked = append(batch.Parked, outbox.CorruptEntry{ID: f[0], Key: f[1], Topic: f[2], Reason: f[3]})
+	}
+	batch.Entries = make([]outbox.Entry, 0, len(flat)/2)
 	var corrupt []outbox.Failure
 	for i := 0; i < len(flat); i += 2 {
 		id, _ := flat[i].(string)
 		raw, _ := flat[i+1].(string)
 		e, err := decodeEntry(id, lease.Partition, []byte(raw))
+		if err == nil && e.Topic == "" {
+			err = fmt.Errorf("%w: topic is empty", errCorrupt)
+		}
 		if err != nil {
-			// The script validates the same structure, so this is a bug
-			// or a format this build does not know: park, never stall.
-			corrupt = append(corrupt, outbox.Failure{ID: id, Park: true, Error: err.Error()})
+			// The script checks the same structure, so this is a bug or a
+			// format this build does not know: park, never stall.
+			reason := outbox.TruncateUTF8(err.Error()+" (parked by "+op+" after Go's decoder refused it; the stored value is unchanged)", b.opts.MaxErrorLen)
+			corrupt = append(corrupt, outbox.Failure{ID: id, Park: true, Error: reason})
+			batch.Parked = append(batch.Parked, outbox.CorruptEntry{ID: id, Key: e.Key, Topic: e.Topic, Reason: reason})
 			continue
 		}
-		out = append(out, e)
+		batch.Entries = append(batch.Entries, e)
 	}
 	if len(corrupt) > 0 {
-		b.opts.Logger.Error("redisoutbox: parking entries that do not decode", "partition", lease.Partition, "count", len(corrupt), "first", corrupt[0].Error)
 		if err := b.MarkFailed(ctx, lease, corrupt); err != nil {
-			return nil, err
+			return outbox.Batch{}, err
 		}
 	}
-	return out, nil
+	return batch, nil
 }
 
 // fenced runs a lease-fenced script whose result is -1 (lease lost) or a
@@ -160,7 +203,7 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 func (b *Backend) fenced(ctx context.Context, op string, s script, lease outbox.Lease, ks []string, args []any) error {
 	n, err := s.Run(ctx, b.client, ks, args...).Int64()
 	if err != nil {
-		return b.wrap(ctx, op, err)
+		return b.fail(ctx, op, err, ks...)
 	}
 	if n < 0 {
 		return codeErr(op, lease, n)
@@ -251,21 +294,25 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 
 // runEach runs s once per partition in one pipeline (one round trip per
 // node), re-running with EVAL any call that met NOSCRIPT (after a restart
-// or SCRIPT FLUSH), which changed nothing.
+// or SCRIPT FLUSH), which changed nothing. When a call fails otherwise, it
+// returns the commands with the error (the other partitions' calls ran),
+// naming the key when Redis refused one (see fail).
 func (b *Backend) runEach(ctx context.Context, op string, s script, call func(k *keys) ([]string, []any)) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(b.parts))
+	ks := make([][]string, len(b.parts))
 	_, err := b.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for p := range b.parts {
-			ks, args := call(&b.parts[p])
-			cmds[p] = pipe.EvalSha(ctx, s.Hash(), ks, args...)
+			var args []any
+			ks[p], args = call(&b.parts[p])
+			cmds[p] = pipe.EvalSha(ctx, s.Hash(), ks[p], args...)
 		}
 		return nil
 	})
 	if err != nil {
 		retry := false
-		for _, c := range cmds {
+		for p, c := range cmds {
 			if c.Err() != nil && !isNoScript(c.Err()) {
-				return nil, b.wrap(ctx, op, c.Err())
+				return cmds, b.fail(ctx, op, c.Err(), ks[p]...)
 			}
 			retry = retry || isNoScript(c.Err())
 		}
@@ -275,13 +322,18 @@ func (b *Backend) runEach(ctx context.Context, op string, s script, call func(k 
 		_, err = b.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for p, c := range cmds {
 				if isNoScript(c.Err()) {
-					ks, args := call(&b.parts[p])
-					cmds[p] = pipe.Eval(ctx, s.src, ks, args...)
+					_, args := call(&b.parts[p])
+					cmds[p] = pipe.Eval(ctx, s.src, ks[p], args...)
 				}
 			}
 			return nil
 		})
 		if err != nil {
+			for p, c := range cmds {
+				if c.Err() != nil {
+					return nil, b.fail(ctx, op, c.Err(), ks[p]...)
+				}
+			}
 			return nil, b.wrap(ctx, op, err)
 		}
 	}

@@ -20,6 +20,11 @@
 -- This script is standalone (no lib.lua): AppendInTx sends its whole body
 -- with every EVAL and the server hashes it each time, so it holds only
 -- what an append needs. Layouts: see lib.lua.
+-- Fail before the first write when a key has the wrong type (Redis does
+-- not undo a failed script's writes: an entry without its pending member
+-- would be lost, and a retried append would skip it as present).
+redis.call('HLEN', KEYS[1])
+redis.call('ZCARD', KEYS[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowms = math.floor(now / 1000)

@@ -12,6 +12,8 @@
 -- attempted are made due at once (at their position if that is later), at
 -- most 1000 per call. Any rest, and attempted ones, stay due at that score:
 -- late, never early or out of order.
+hashes(KEYS[1])
+zsets(KEYS[2], KEYS[3], KEYS[4])
 local id = ARGV[1]
 local v = redis.call('HGET', KEYS[1], id)
 if not v then return 0 end

@@ -3,8 +3,13 @@
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset
 -- ARGV[1] token "version:owner"   ARGV[2] limit   ARGV[3] scan budget
--- Returns -1 when the lease is lost, else a flat array id1, value1, id2,
--- value2, ... of entries in (due, append) order.
+-- Returns -1 when the lease is lost, else {entries, parked}: entries is a
+-- flat array id1, value1, id2, value2, ... of entries in (due, append)
+-- order; parked is a flat array id, key, topic, reason, ... of the entries
+-- this call parked because their stored value could not be used, in the
+-- order it met them (key and topic as far as they could be read, '' when
+-- not; reason is the entry's last error now). Entries and parks together
+-- are at most ARGV[2].
 --
 -- The lease is the claim: only its holder reads the partition, so the
 -- entries returned stay in pending, unchanged, until the holder finishes
@@ -48,16 +53,33 @@
 -- scan is over (see above), so this call does not look at it again. Other
 -- held-back entries are skipped.
 --
--- Repairs, none expected in normal operation: a member without a value is
--- removed; a malformed value is parked, rewritten as a valid entry whose
--- payload is the raw value and whose last error says why; a key-order
--- member whose entry is not pending is removed when it would block; a
--- format 1 entry is converted to format 2 and marked.
+-- Repairs, none expected in normal operation:
+--   - a pending member without a value is removed;
+--   - a pending member whose sequence is not its value's (a stray member)
+--     is removed when the entry's own member is pending or the entry is
+--     parked; otherwise the entry is parked as it is (its value is sound:
+--     Requeue gives it a new sequence and member), with a reason naming
+--     both sequences;
+--   - a malformed value, or one with an empty topic (AppendInTx never
+--     writes one), is parked and quarantined: rewritten in format 3 (see
+--     quarantine in lib.lua) with what could be read of its key and topic,
+--     the reason as last error and the raw value as payload; Requeue
+--     refuses it;
+--   - a format 3 value met in pending (moved there by hand) is parked
+--     again as it is;
+--   - a key-order member whose entry is not pending, or too short to be a
+--     member, is removed when it would block;
+--   - a format 1 entry is converted to format 2 and marked.
+-- Every park is reported in the second array of the result.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
+zsets(KEYS[2], KEYS[4], KEYS[5])
+hashes(KEYS[3])
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local nowu = now_us()
 local now = math.floor(nowu / 1000)
 local out, got, scanned, skipped = {}, 0, 0, 0
+-- parked: id, key, topic, reason of each entry parked here.
+local parked = {}
 -- marked: whether the key-order set may hold members (checked once;
 -- members this call adds set it too).
 local marked = redis.call('EXISTS', KEYS[4]) == 1
@@ -92,8 +114,13 @@ local function blocker(key, pfx, km)
     if open[key] then lo = '(' .. open[key] end
     local r = redis.call('ZRANGEBYLEX', KEYS[4], lo, '[' .. pfx .. HIGH, 'LIMIT', 0, 1)
     local b = r[1]
-    if not b or b == km or not precedes(b, km, at) then return false end
-    if returned[b] then
+    if b and #b < at + 16 then
+      -- Too short to hold a position and a sequence: not a member any
+      -- script writes. Remove it rather than fail on it.
+      redis.call('ZREM', KEYS[4], b)
+    elseif not b or b == km or not precedes(b, km, at) then
+      return false
+    elseif returned[b] then
       open[key] = b
     else
       local s = redis.call('ZSCORE', KEYS[2], string.sub(b, at + 8))
@@ -115,21 +142,41 @@ while got < limit and scanned < budget do
     local m, score = r[i], tonumber(r[i + 1])
     local id = string.sub(m, 9)
     local v = redis.call('HGET', KEYS[3], id)
+    local p = v and string.byte(v, 1) ~= 3 and parse(v)
+    local stray = p and not p.why and string.sub(v, 2, 9) ~= string.sub(m, 1, 8)
+    if stray and (redis.call('ZSCORE', KEYS[2], member(v, id)) or redis.call('ZSCORE', KEYS[5], id)) then
+      v = nil -- the entry is pending under its own member, or parked
+    end
     if not v then
       redis.call('ZREM', KEYS[2], m)
+    elseif not p then
+      -- A quarantined value back in pending: park it again as it is.
+      redis.call('ZREM', KEYS[2], m)
+      redis.call('ZADD', KEYS[5], 0, id)
+      local q = parse(v)
+      got = got + 1 -- a park counts against the limit
+      parked[#parked + 1] = {id, q.key or '', q.topic or '', last_error_of(v)}
+    elseif stray then
+      local reason = 'redisoutbox: parked by FindPendingBatch: its only pending member has sequence ' .. seq_of(m) .. ' but its stored value has sequence ' .. seq_of(string.sub(v, 2, 9)) ..
+        '; the value is sound: Requeue gives it a new sequence'
+      v = as_v2(v)
+      redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, reason))
+      redis.call('ZREM', KEYS[2], m)
+      redis.call('ZADD', KEYS[5], 0, id)
+      got = got + 1 -- a park counts against the limit
+      parked[#parked + 1] = {id, p.key, p.topic, reason}
+    elseif p.why or p.topic == '' then
+      local why = p.why or 'topic is empty (AppendInTx never writes one, so the sink has nowhere to publish it)'
+      local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
+        '; the payload holds the raw stored value'
+      redis.call('HSET', KEYS[3], id, quarantine(v, p, string.sub(m, 1, 8), reason, nowu, now))
+      redis.call('ZREM', KEYS[2], m)
+      redis.call('ZADD', KEYS[5], 0, id)
+      got = got + 1 -- a park counts against the limit
+      parked[#parked + 1] = {id, p.key or '', p.topic or '', reason}
     else
-      local key, why = parse(v)
-      if key and string.sub(v, 2, 9) ~= string.sub(m, 1, 8) then
-        key, why = nil, 'sequence in the value does not match its pending member'
-      end
-      if not key then
-        local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
-          '; the payload holds the raw stored value'
-        redis.call('HSET', KEYS[3], id, '\2' .. string.sub(m, 1, 8) .. struct.pack('>I8I8I4I4', nowu, now, 0, #reason) ..
-          reason .. struct.pack('>I4I4I8I4', 0, 0, 0, 0) .. v)
-        redis.call('ZREM', KEYS[2], m)
-        redis.call('ZADD', KEYS[5], 0, id)
-      else
+      local key = p.key
+      do
         local converted
         v, converted = as_v2(v)
         local km, pfx
@@ -186,4 +233,8 @@ end
 for i = 1, #rescore, 512 do
   redis.call('ZADD', KEYS[2], unpack(rescore, i, math.min(i + 511, #rescore)))
 end
-return out
+local flat = {}
+for _, e in ipairs(parked) do
+  for j = 1, 4 do flat[#flat + 1] = e[j] end
+end
+return {out, flat}

@@ -6,6 +6,8 @@
 -- | key length, key | topic length, topic | not-before ns | headers | payload.
 -- Format 1 (earlier builds) has no position: attempts at 18, error length
 -- at 22, error at 26. Scripts that read a header call as_v2 first.
+-- Format 3 is a quarantined value: laid out as format 2, written only by
+-- the claim when it parks a value it cannot use (see quarantine).
 --
 -- Return conventions shared by all scripts:
 --   -1  the lease is not held by ARGV[1] (token "version:owner"): lease lost
@@ -34,6 +36,29 @@ local function fenced(k, token)
   return redis.call('GET', k) == token
 end
 
+-- zsets and hashes fail (WRONGTYPE) when a key is not a sorted set, or
+-- not a hash: ZCARD and HLEN are O(1) reads that fail on a key of another
+-- type (a missing key reads as empty). A script that writes calls them
+-- first, so a wrong-typed key fails it before its first write (Redis does
+-- not undo the writes of a script that fails), and the Go side names the
+-- key.
+local function zsets(...)
+  for _, k in ipairs({...}) do redis.call('ZCARD', k) end
+end
+
+local function hashes(...)
+  for _, k in ipairs({...}) do redis.call('HLEN', k) end
+end
+
+-- counter fails, as INCRBY would, when key k holds a string that is not an
+-- integer (WRONGTYPE when it is not a string).
+local function counter(k)
+  local v = redis.call('GET', k)
+  if v and not string.match(v, '^-?%d+$') then
+    return redis.error_reply('ERR value is not an integer or out of range')
+  end
+end
+
 local function u32(v, pos)
   return (struct.unpack('>I4', v, pos))
 end
@@ -42,41 +67,90 @@ local function u64(v, pos)
   return (struct.unpack('>I8', v, pos))
 end
 
--- parse walks a stored entry of format 1 or 2. It returns the entry's key
--- and the offset of its not-before field (or nil and a reason when the
--- value is malformed). It checks exactly what decodeEntry in encoding.go
--- checks.
+-- parse walks a stored entry of format 1, 2 or 3 (3 is a quarantined
+-- value: format 2 with the raw value that did not decode as its payload;
+-- see quarantine). It checks exactly what decodeEntry in encoding.go
+-- checks and returns a table: why (nil when the value is well formed, else
+-- the reason, worded as decodeEntry words it: the field and the byte),
+-- key and topic (nil when they could not be read; read as far as the
+-- value allows, also when why is set), att and created (1-based offsets of
+-- the attempts and created-at fields, nil when the value is too short) and
+-- nbat (the offset of the not-before field, set only when why is nil).
 local function parse(v)
-  local n = #v
-  if n == 0 then return nil, 'empty value' end
-  local ver, hl = string.byte(v, 1), 33
-  if ver == 1 then
-    hl = 25
-  elseif ver ~= 2 then
-    return nil, 'unknown format version ' .. ver
+  local n, p = #v, {}
+  if n == 0 then p.why = 'empty value' return p end
+  local ver = string.byte(v, 1)
+  if ver ~= 1 and ver ~= 2 and ver ~= 3 then
+    p.why = 'unknown format version ' .. ver .. ' (this build reads versions 1 and 2; upgrade the relay)'
+    return p
   end
-  if n < hl then return nil, 'value is ' .. n .. ' bytes, shorter than the ' .. hl .. '-byte header' end
-  local pos = hl + 1 + u32(v, hl - 3)
-  local key
-  for i = 1, 2 do
-    if pos + 3 > n then return nil, 'truncated length at byte ' .. (pos - 1) end
-    local l = u32(v, pos)
-    if pos + 3 + l > n then return nil, 'field longer than the value at byte ' .. (pos - 1) end
-    if i == 1 then key = string.sub(v, pos + 4, pos + 3 + l) end
-    pos = pos + 4 + l
+  local off = 1 -- 0-based offset of the next field, as in decodeEntry
+  local function fixed(size, what)
+    if p.why then return nil end
+    if n - off < size then
+      p.why = 'truncated ' .. what .. ' at byte ' .. off .. ' of ' .. n
+      return nil
+    end
+    off = off + size
+    return off - size + 1
   end
-  if pos + 11 > n then return nil, 'truncated not-before/header count at byte ' .. (pos - 1) end
-  local nbat = pos
-  local nh = u32(v, pos + 8)
-  pos = pos + 12
-  if nh * 8 > n - pos + 1 then return nil, 'header count larger than the value' end
-  for i = 1, nh * 2 do
-    if pos + 3 > n then return nil, 'truncated header at byte ' .. (pos - 1) end
-    local l = u32(v, pos)
-    if pos + 3 + l > n then return nil, 'header longer than the value at byte ' .. (pos - 1) end
-    pos = pos + 4 + l
+  local function str(what, keep)
+    local at = fixed(4, what .. ' length')
+    if not at then return nil end
+    local l = u32(v, at)
+    if n - off < l then
+      p.why = what .. ' longer than the value at byte ' .. off .. ' of ' .. n
+      return nil
+    end
+    off = off + l
+    if keep then return string.sub(v, off - l + 1, off) end
+    return true
   end
-  return key, nil, nbat
+  fixed(8, 'sequence')
+  p.created = fixed(8, 'created-at')
+  if ver ~= 1 then fixed(8, 'position') end
+  p.att = fixed(4, 'attempts')
+  str('last error')
+  p.key = str('key', true)
+  p.topic = str('topic', true)
+  local nbat = fixed(8, 'not-before')
+  local hc = fixed(4, 'header count')
+  if p.why then return p end
+  local nh = u32(v, hc)
+  if nh > 0 and nh * 8 > n - off then
+    p.why = 'header count larger than the value at byte ' .. off .. ' of ' .. n
+    return p
+  end
+  for _ = 1, nh do
+    str('header name')
+    str('header value')
+    if p.why then return p end
+  end
+  p.nbat = nbat
+  return p
+end
+
+-- last_error_of returns the last error of a format 2 or 3 value ('' when
+-- the value is too short to hold one).
+local function last_error_of(v)
+  if #v < 33 then return '' end
+  return string.sub(v, 34, 33 + u32(v, 30))
+end
+
+-- quarantine rewrites a value that does not decode (parse result p) as a
+-- format 3 value: the header of format 2 with sequence seq8 (the entry's
+-- pending member's), its created-at and attempts where they could be read
+-- (attempts grow by one), position now, last error reason, the key and
+-- topic that could be read ('' otherwise), no not-before, no headers, and
+-- the raw value v as payload. decodeEntry reads it like format 2; the
+-- claim never hands it out and Requeue refuses it.
+local function quarantine(v, p, seq8, reason, nowu, now)
+  local attempts, created = 1, nowu
+  if p.att then attempts = u32(v, p.att) + 1 end
+  if p.created then created = u64(v, p.created) end
+  local key, topic = p.key or '', p.topic or ''
+  return '\3' .. seq8 .. struct.pack('>I8I8I4I4', created, now, attempts, #reason) .. reason ..
+    struct.pack('>I4', #key) .. key .. struct.pack('>I4', #topic) .. topic .. struct.pack('>I8I4', 0, 0) .. v
 end
 
 -- as_v2 returns v in format 2 and whether it converted it. A format 1
@@ -85,16 +159,16 @@ end
 -- is (the claim script parks it).
 local function as_v2(v)
   if string.byte(v, 1) ~= 1 then return v, false end
-  local key, _, nbat = parse(v)
-  if not key then return v, false end
-  local nb, p = struct.unpack('>i8', v, nbat), 0
+  local p = parse(v)
+  if p.why then return v, false end
+  local nb, pos = struct.unpack('>i8', v, p.nbat), 0
   if nb ~= 0 then
-    p = math.ceil(nb / 1000000)
+    pos = math.ceil(nb / 1000000)
   else
-    p = math.floor(u64(v, 10) / 1000)
+    pos = math.floor(u64(v, 10) / 1000)
   end
-  if p < 0 then p = 0 end
-  return '\2' .. string.sub(v, 2, 17) .. struct.pack('>I8', p) .. string.sub(v, 18), true
+  if pos < 0 then pos = 0 end
+  return '\2' .. string.sub(v, 2, 17) .. struct.pack('>I8', pos) .. string.sub(v, 18), true
 end
 
 -- member is the pending/inflight member of entry id (format 1 or 2): its

@@ -22,6 +22,8 @@
 -- is never re-scored before its position (a retry time earlier than that
 -- becomes the position): the claim relies on it (claim.lua).
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
+zsets(KEYS[2], KEYS[4], KEYS[5])
+hashes(KEYS[3])
 local now = math.ceil(now_us() / 1000)
 local n = 0
 for i = 2, #ARGV, 4 do

@@ -9,6 +9,8 @@
 -- A sent entry leaves the key-order set (if it was there), so it no
 -- longer holds back the entries after it.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
+zsets(KEYS[2], KEYS[4])
+hashes(KEYS[3])
 local n = 0
 for i = 2, #ARGV do
   local id = ARGV[i]

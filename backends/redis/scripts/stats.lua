@@ -1,16 +1,40 @@
 -- stats.lua: Stats and PartitionStats for one partition (read-only).
 --
 -- KEYS[1] pending zset   KEYS[2] parked zset   KEYS[3] lease
+-- KEYS[4] entries hash
 -- Returns {pending, due, parked, oldest due score in ms or -1, now in ms,
 -- lease value "version:owner" or '' when the partition is free (the key
 -- expired or was deleted), the lease's PTTL in ms (-2 when there is no
--- lease, -1 when the key has no expiry)}: pending counts every unfinished
--- entry (claimed ones stay in pending), due those whose score has come.
--- Every count and the lease are read at one moment, by the server's TIME.
+-- lease, -1 when the key has no expiry), garbage}: pending counts every
+-- unfinished entry (claimed ones stay in pending), due those whose score
+-- has come. Every count and the lease are read at one moment, by the
+-- server's TIME.
+--
+-- Garbage pending members (no value in the entries hash, or a value of
+-- another sequence: written by hand; the claim removes them when it meets
+-- them) must not pass for the oldest due entry, which would show a lag
+-- since 1970. So the oldest due score is that of the first due member,
+-- looking at no more than 100 from the front, that names a value of its
+-- sequence; garbage is how many of those it passed over, and the caller
+-- subtracts it from pending and due. When all 100 are garbage, the oldest
+-- due score is that of the 101st due member, unchecked (-1 when there is
+-- none), so the call stays bounded.
 local now = now_ms()
-local oldest = -1
-local a = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
-if #a > 0 then oldest = tonumber(a[2]) end
+local oldest, garbage = -1, 0
+local a = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 101)
+for i = 1, #a, 2 do
+  local m = a[i]
+  if i == 201 then
+    oldest = tonumber(a[i + 1])
+    break
+  end
+  local v = redis.call('HGET', KEYS[4], string.sub(m, 9))
+  if v and string.sub(v, 2, 9) == string.sub(m, 1, 8) then
+    oldest = tonumber(a[i + 1])
+    break
+  end
+  garbage = garbage + 1
+end
 local lease = redis.call('GET', KEYS[3]) or ''
 return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf', now), redis.call('ZCARD', KEYS[2]), oldest,
-  now, lease, redis.call('PTTL', KEYS[3])}
+  now, lease, redis.call('PTTL', KEYS[3]), garbage}
