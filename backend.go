@@ -170,7 +170,8 @@ type BatchFetcher interface {
 	// could not be decoded. A parked entry is parked as MarkFailed parks
 	// (Attempts grows by one, LastError is the reason, it stops holding
 	// back its key), it is not in Batch.Entries, and a later call does not
-	// report it again.
+	// report it again. The entries and the parks of one call are at most
+	// limit together.
 	FetchBatch(ctx context.Context, lease Lease, limit int) (Batch, error)
 }
 

@@ -245,15 +245,17 @@ func corruptRequeue[Tx any](t *testing.T, s *env[Tx]) {
 	want := 4*len(c.Corruptions()) + 1
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	var got []outbox.Entry
-	for fetches := 0; len(got) < want-1; fetches++ {
+	poisoned := false
+	for fetches := 0; len(got) < want-1 || !poisoned; fetches++ {
 		if fetches == 4*want {
-			t.Fatalf("the good entries were not all delivered after %d fetches: %v", fetches, ids(got))
+			t.Fatalf("after %d fetches, delivered %v and parked poison: %v; want every good entry delivered and poison parked", fetches, ids(got), poisoned)
 		}
 		batch, _ := s.fetchReported(t, l, 3)
 		var sent []string
 		for _, e := range batch {
 			if e.ID == "poison" {
 				s.markFailed(t, l, outbox.Failure{ID: e.ID, Park: true, Error: "rejected for good"})
+				poisoned = true
 				continue
 			}
 			sent = append(sent, e.ID)
