@@ -3,6 +3,7 @@ package pgoutbox
 import (
 	"context"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -50,7 +51,9 @@ type Backend struct {
 	opts  Options
 	names names
 
-	// qAppend and qAppendOne (one entry) are indexed by appendTail.
+	// qAppend and qAppendOne (one entry) are indexed by appendTail; with
+	// Options.KeySequence qAppend is append_keyseq.sql, used for every
+	// call.
 	qAppend, qAppendOne                     [numTails]string
 	qAcquire, qRenew, qReleaseLease         string
 	qFind, qMarkSent, qMarkFailed, qRelease string
@@ -130,9 +133,19 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 		return b.render(r.Replace(loadQuery(name)))
 	}
 	for tail, sql := range appendTails {
-		tr := strings.NewReplacer("{append_tail}", sql)
+		tr := strings.NewReplacer("{append_tail}", sql, "{keyseq_header}", keySeqHeaderSQL)
 		b.qAppend[tail] = tr.Replace(load("append_in_tx"))
 		b.qAppendOne[tail] = tr.Replace(load("append_one"))
+		if opts.KeySequence {
+			// For one entry too (AppendInTx does not use qAppendOne
+			// then): the counter upsert takes the rows as a set.
+			b.qAppend[tail] = tr.Replace(load("append_keyseq"))
+		}
+	}
+	if opts.KeySequence {
+		if err := checkKeySeqTable(ctx, pool, n); err != nil {
+			return nil, err
+		}
 	}
 	b.qNotifyCommitted = load("notify_committed")
 	b.trail = newTrailer(b)
@@ -197,8 +210,33 @@ func readPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options, n nam
 // render replaces the table tokens of a query with quoted identifiers.
 func (b *Backend) render(q string) string {
 	return strings.NewReplacer("{outbox}", b.names.outbox, "{lease}", b.names.lease, "{archive}", b.names.archive,
-		"{meta}", b.names.meta, "{member}", b.names.member).Replace(q)
+		"{meta}", b.names.meta, "{member}", b.names.member, "{keyseq}", b.names.keyseq).Replace(q)
 }
+
+// keySeqHeaderSQL is the start of the encoded outbox.HeaderKeySeq header
+// (see EncodeHeaders) as a bytea literal: uvarint(len(name)) and the name.
+// append_keyseq.sql appends the value's length and the value.
+var keySeqHeaderSQL = func() string {
+	enc := EncodeHeaders(map[string]string{outbox.HeaderKeySeq: ""})
+	return `'\x` + hex.EncodeToString(enc[:len(enc)-1]) + `'::bytea`
+}()
+
+// checkKeySeqTable checks, for Options.KeySequence, that the counter table
+// of migration 005 exists.
+func checkKeySeqTable(ctx context.Context, pool *pgxpool.Pool, n names) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", n.keyseq).Scan(&exists); err != nil {
+		return fmt.Errorf("pgoutbox: New: checking the key sequence table %s: %w", n.keyseq, err)
+	}
+	if !exists {
+		return fmt.Errorf("pgoutbox: New: Options.KeySequence needs the table %s, which migration %03d creates: run pgoutbox.Migrate(ctx, pool, opts) (or \"outbox migrate up\") with this schema and table",
+			n.keyseq, keySeqVersion)
+	}
+	return nil
+}
+
+// keySeqVersion is the migration that creates the key sequence table.
+const keySeqVersion = 5
 
 // Partitions reports the partition count stored with the outbox (which
 // Options.Partitions, when set, equals).
@@ -239,7 +277,9 @@ func (b *Backend) checkOpen(op string) error {
 // Options.NoNotify, [Backend.Notifications] and [outbox.Backend.AppendInTx]
 // for the contract. With Options.KeyLocks it first locks the call's keys
 // for the rest of tx (one more statement), so concurrent appends of one key
-// deliver in append order.
+// deliver in append order. With Options.KeySequence the same statement
+// also numbers the entries of each key in the [outbox.HeaderKeySeq]
+// header (see Options.KeySequence).
 //
 // Besides the rules of [outbox.PrepareEntries], a Topic with a NUL byte
 // (which PostgreSQL text cannot hold) is rejected with
@@ -265,7 +305,7 @@ func (b *Backend) AppendInTx(ctx context.Context, tx pgx.Tx, entries ...outbox.E
 		}
 	}
 	q, args := &b.qAppend, rows.arrays()
-	if len(rows.ids) == 1 {
+	if len(rows.ids) == 1 && !b.opts.KeySequence {
 		q, args = &b.qAppendOne, rows.row(0)
 	}
 	return b.runAppend("AppendInTx", q, args, true,
@@ -406,6 +446,11 @@ func (r appendRows) row(i int) []any {
 // appendRows prepares and validates entries and returns the columns of
 // their rows.
 func (b *Backend) appendRows(ctx context.Context, entries []outbox.Entry) (appendRows, error) {
+	if b.opts.KeySequence {
+		if err := outbox.CheckKeySeqHeaders(entries); err != nil {
+			return appendRows{}, fmt.Errorf("pgoutbox: AppendInTx: %w", err)
+		}
+	}
 	prepared, err := outbox.PrepareEntriesWith(ctx, entries, b.opts.Partitions, b.opts.Limits)
 	if err != nil {
 		return appendRows{}, fmt.Errorf("pgoutbox: AppendInTx: %w", err)
@@ -482,6 +527,10 @@ func (b *Backend) interpretError(op string, err error) error {
 				op, b.names.outbox, err)
 		case "42703", "428C9": // undefined_column; generated_always (seq before migration 3)
 			return fmt.Errorf("pgoutbox: %s: the outbox table %s has an older layout: run pgoutbox.Migrate to bring it up to date: %w", op, b.names.outbox, err)
+		case "23505": // unique_violation
+			if b.opts.KeySequence && pgErr.ConstraintName == b.opts.Table+"_pkey" {
+				return fmt.Errorf("pgoutbox: %s: an entry's ID was appended by a concurrent transaction that committed while this one waited (with Options.KeySequence the append fails instead of skipping the entry, which would leave its key sequence number unused): roll back and retry the transaction; the retry finds the entry and appends nothing for it: %w", op, err)
+			}
 		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 			// pgx prepares and caches statements per connection by
 			// default; behind a transaction-pooling PgBouncer the next

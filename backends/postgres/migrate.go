@@ -101,7 +101,7 @@ var quotedName = regexp.MustCompile(`"outbox((?:_[a-z0-9_]+)?)"`)
 // tableSuffixes are the suffixes of the quoted names in the migration files
 // that name tables (the others name indexes and constraints, which cannot
 // be schema-qualified).
-var tableSuffixes = map[string]bool{"": true, "_lease": true, "_archive": true, "_meta": true, "_member": true}
+var tableSuffixes = map[string]bool{"": true, "_lease": true, "_archive": true, "_meta": true, "_member": true, "_keyseq": true}
 
 // partitionsPlaceholder stands for the partition count in migration 004.
 const partitionsPlaceholder = "{partitions}"

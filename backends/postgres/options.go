@@ -37,7 +37,8 @@ type Options struct {
 	Schema string
 	// Table is the outbox table's name; the other tables and the indexes
 	// are named after it ("<table>_lease", "<table>_archive",
-	// "<table>_meta", "<table>_member", "<table>_migrations"). Default
+	// "<table>_meta", "<table>_member", "<table>_keyseq",
+	// "<table>_migrations"). Default
 	// "outbox" (DefaultTable). At most 48 bytes.
 	Table string
 	// Partitions is the number of partitions (see outbox.Store). It is
@@ -120,6 +121,48 @@ type Options struct {
 	// value, which checks nothing (an oversized payload or an illegal
 	// topic then fails at publish and the entry is parked).
 	Limits outbox.Limits
+	// KeySequence numbers the entries of each non-empty key: AppendInTx
+	// and AppendInSQLTx put the key's next number, 1, 2, 3, ..., as
+	// decimal text into the entry's [outbox.HeaderKeySeq] header, which
+	// the relay publishes with it (a Kafka record header).
+	//
+	// What is promised, per outbox and per key: the committed entries of
+	// a key carry 1..N in append order, with no gap and no repeat. The
+	// counter is a row of "<table>_keyseq" (migration 005) that the append
+	// statement increments in the caller's transaction, so a rolled-back
+	// transaction gives its numbers back, and an entry whose ID already
+	// exists (an idempotent re-append) takes none. Entries with an empty
+	// Key get no number and no header. Once committed, a number can go
+	// missing only with its entry: a cancelled entry (Inspector.Cancel,
+	// or a row deleted by hand) leaves a gap, which consumers see. A
+	// requeued or retried entry keeps its number. An entry sent and then
+	// appended again under the same ID is a new entry and takes a new
+	// number.
+	//
+	// Costs and effects: the append statement also upserts one counter
+	// row per distinct key of the call (no extra round trip), and the
+	// row lock it takes serializes concurrent appends of one key until
+	// the first appending transaction ends, which also makes them commit
+	// and deliver in append order (what KeyLocks gives, without its extra
+	// statement). Multi-key calls lock their keys in sorted order, but a
+	// transaction that appends in several calls takes each call's locks
+	// when it makes it: make such calls in a consistent key order, or
+	// PostgreSQL may end one transaction with a deadlock error (40P01),
+	// which the caller retries. Two transactions that append the same
+	// new ID at once (a retry racing the original) no longer skip the
+	// later one: its statement fails with a unique violation (23505) and
+	// its transaction must be retried (the retry appends nothing for that
+	// ID), because skipping it would leave a number unused. The counter
+	// rows are never deleted (about 40 bytes plus the key per key ever
+	// numbered). See docs/postgres.md, "Per-key sequence numbers", for
+	// the measured cost.
+	//
+	// An entry that sets the header itself is refused with an error
+	// wrapping [outbox.ErrInvalidEntry]. Turn it on for every appender of
+	// an outbox, or keys are numbered only by some of them. [New] checks
+	// that the counter table exists. Default false: headers are stored as
+	// given and the counter table is never touched.
+	KeySequence bool
 }
 
 // withDefaults validates o and fills in the defaults, in one place.
@@ -158,12 +201,12 @@ func validIdent(s string, maxLen int) bool {
 
 // names are the quoted, schema-qualified identifiers of one outbox.
 type names struct {
-	outbox, lease, archive, meta, member, migrations string
+	outbox, lease, archive, meta, member, keyseq, migrations string
 }
 
 func newNames(schema, table string) names {
 	q := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
-	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), meta: q("_meta"), member: q("_member"), migrations: q("_migrations")}
+	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), meta: q("_meta"), member: q("_member"), keyseq: q("_keyseq"), migrations: q("_migrations")}
 }
 
 // Options returns the backend's options with the defaults filled in.
