@@ -15,8 +15,66 @@ const (
 
 var breakerStateNames = [...]string{breakerClosed: "closed", breakerOpen: "open", breakerHalfOpen: "half_open"}
 
-// breaker is the relay's circuit breaker over the sink, shared by all
-// partition workers.
+// breakers are the relay's circuit breakers over the sink, one per topic,
+// made on first use and shared by all partition workers: a topic the sink
+// cannot publish to pauses its own entries, not the other topics'.
+type breakers struct {
+	threshold int
+	cooldown  time.Duration
+	// entered, when set, is called (outside any lock) with the topic and
+	// the name of each state a topic's breaker enters.
+	entered func(topic, state string, failures int)
+
+	mu sync.Mutex
+	m  map[string]*breaker
+}
+
+// of returns the breaker of topic.
+func (bs *breakers) of(topic string) *breaker {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b := bs.m[topic]
+	if b == nil {
+		if bs.m == nil {
+			bs.m = map[string]*breaker{}
+		}
+		b = &breaker{threshold: bs.threshold, cooldown: bs.cooldown}
+		if bs.entered != nil {
+			b.entered = func(state string, failures int) { bs.entered(topic, state, failures) }
+		}
+		bs.m[topic] = b
+	}
+	return b
+}
+
+// states calls f with every topic's breaker state code.
+func (bs *breakers) states(f func(topic string, state int64)) {
+	bs.mu.Lock()
+	all := make(map[string]*breaker, len(bs.m))
+	for t, b := range bs.m {
+		all[t] = b
+	}
+	bs.mu.Unlock()
+	for t, b := range all {
+		f(t, b.stateCode())
+	}
+}
+
+// anyClosed reports whether some topic's breaker is closed: the sink
+// works for that topic, so an open breaker is its own topic's problem
+// rather than an outage of the whole sink.
+func (bs *breakers) anyClosed() bool {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, b := range bs.m {
+		if b.stateCode() == breakerClosed {
+			return true
+		}
+	}
+	return false
+}
+
+// breaker is the circuit breaker of one topic.
 type breaker struct {
 	threshold int
 	cooldown  time.Duration

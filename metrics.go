@@ -76,11 +76,13 @@ const (
 	// MetricMembers is the number of live relays the relay saw at its last
 	// heartbeat (0 without Membership).
 	MetricMembers = "outbox.relay.members"
-	// MetricBreakerState is the circuit breaker's state: 0 closed, 1 open,
-	// 2 half-open (probing).
+	// MetricBreakerState is the state of each topic's circuit breaker
+	// (attribute "topic"): 0 closed, 1 open, 2 half-open (probing). A
+	// topic appears once the relay has published to it.
 	MetricBreakerState = "outbox.relay.breaker.state"
-	// MetricBreakerTransitions counts the breaker's state changes, by the
-	// state entered (attribute "state": open, half_open, closed).
+	// MetricBreakerTransitions counts the breakers' state changes, by
+	// topic and state entered (attributes "topic", and "state": open,
+	// half_open, closed).
 	MetricBreakerTransitions = "outbox.relay.breaker.transitions"
 
 	// MetricPending, MetricDue, MetricParked and MetricLag are the outbox's
@@ -131,7 +133,7 @@ func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 	check(err)
 	rm.lost, err = m.Int64Counter(MetricLeaseLost, metric.WithDescription("Partition leases lost while held."), metric.WithUnit("{lease}"))
 	check(err)
-	rm.transitions, err = m.Int64Counter(MetricBreakerTransitions, metric.WithDescription("Circuit breaker state changes, by the state entered."), metric.WithUnit("{transition}"))
+	rm.transitions, err = m.Int64Counter(MetricBreakerTransitions, metric.WithDescription("Circuit breaker state changes, by topic and state entered."), metric.WithUnit("{transition}"))
 	check(err)
 	gauge := func(name, desc, unit string, value func(context.Context) (int64, bool)) {
 		_, err := m.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit),
@@ -149,7 +151,14 @@ func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 	gauge(MetricPartitionsHeld, "Partitions leased by this relay.", "{partition}", always(r.held.Load))
 	gauge(MetricPartitionsTarget, "Partitions this relay aims to hold.", "{partition}", always(r.coord.target.Load))
 	gauge(MetricMembers, "Live relays of the fleet at the last heartbeat.", "{relay}", always(r.coord.seen.Load))
-	gauge(MetricBreakerState, "Circuit breaker state: 0 closed, 1 open, 2 half-open.", "{state}", always(r.breaker.stateCode))
+	_, err = m.Int64ObservableGauge(MetricBreakerState, metric.WithDescription("Circuit breaker state per topic: 0 closed, 1 open, 2 half-open."), metric.WithUnit("{state}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			r.breakers.states(func(topic string, state int64) {
+				o.Observe(state, metric.WithAttributes(attribute.String("topic", topic)))
+			})
+			return nil
+		}))
+	check(err)
 	if r.sampler != nil {
 		s := r.sampler
 		gauge(MetricPending, "Outbox entries not yet sent, parked excluded.", "{entry}", s.value(func(st Stats) int64 { return st.Pending }))
@@ -202,6 +211,6 @@ func (m *relayMetrics) leaseLost(partition int) {
 	m.lost.Add(context.Background(), 1, metric.WithAttributes(attribute.Int("partition", partition)))
 }
 
-func (m *relayMetrics) breakerEntered(state string) {
-	m.transitions.Add(context.Background(), 1, metric.WithAttributes(attribute.String("state", state)))
+func (m *relayMetrics) breakerEntered(topic, state string) {
+	m.transitions.Add(context.Background(), 1, metric.WithAttributes(attribute.String("topic", topic), attribute.String("state", state)))
 }

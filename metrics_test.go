@@ -172,8 +172,12 @@ func TestRelayBreakerTransitionsAreLoggedAndCounted(t *testing.T) {
 			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 		waitFor(t, time.Minute, "the breaker open", func() bool {
-			return gaugeValue(t, collect(t, reader)[outbox.MetricBreakerState]) == 1
+			m := collect(t, reader)[outbox.MetricBreakerState]
+			return m.Data != nil && gaugeValue(t, m) == 1
 		})
+		if d := collect(t, reader)[outbox.MetricBreakerState].Data.(metricdata.Gauge[int64]); !d.DataPoints[0].Attributes.Equals(ptr(attribute.NewSet(attribute.String("topic", "t")))) {
+			t.Errorf("%s attributes = %v, want topic=t", outbox.MetricBreakerState, d.DataPoints[0].Attributes)
+		}
 		down.Lock()
 		broken = false
 		down.Unlock()
@@ -188,6 +192,12 @@ func TestRelayBreakerTransitionsAreLoggedAndCounted(t *testing.T) {
 				t.Errorf("no %s{state=%s} counted", outbox.MetricBreakerTransitions, state)
 			}
 		}
+		if counterSum(tr, "topic", "t") == 0 {
+			t.Errorf("no %s{topic=t} counted", outbox.MetricBreakerTransitions)
+		}
+		if !strings.Contains(logs.String(), "topic=t") {
+			t.Errorf("the breaker's log lines do not name the topic:\n%s", logs.String())
+		}
 		for _, want := range []string{"circuit breaker opened", "circuit breaker half-open", "circuit breaker closed"} {
 			if !strings.Contains(logs.String(), want) {
 				t.Errorf("log lacks %q at WARN:\n%s", want, logs.String())
@@ -199,3 +209,5 @@ func TestRelayBreakerTransitionsAreLoggedAndCounted(t *testing.T) {
 		}
 	})
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -61,8 +61,13 @@ type Relay struct {
 	log     *slog.Logger
 	metrics *relayMetrics
 	tracer  trace.Tracer
-	breaker breaker
-	coord   coordinator
+	// breakers are the circuit breakers, one per topic.
+	breakers breakers
+	// keyOrder is set when the sink keeps the order of a key's messages
+	// in one Publish call (KeyOrderer): rounds then carry several entries
+	// of a key.
+	keyOrder bool
+	coord    coordinator
 	// landing is how long after Publish returns a message can still be
 	// written by the broker (the sink's LandingBounder), 0 if it cannot.
 	landing time.Duration
@@ -112,9 +117,9 @@ type RelayStats struct {
 
 // breakerVerb words the breaker's log line for the state it entered.
 var breakerVerb = map[string]string{
-	"open":      "opened: the sink failed every message of consecutive rounds; publishing pauses for the cooldown",
-	"half_open": "half-open: letting one round through to probe the sink",
-	"closed":    "closed: the sink works again",
+	"open":      "opened: the sink failed every message of the topic in consecutive rounds; publishing to that topic pauses for the cooldown, other topics go on",
+	"half_open": "half-open: letting one round of the topic through to probe the sink",
+	"closed":    "closed: the sink works for the topic again",
 }
 
 // Stop bounds: after Stop's context ends, a sink that has not returned
@@ -176,8 +181,11 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 		r.workers[p] = w
 		r.served = append(r.served, w)
 	}
-	r.breaker.threshold = o.BreakerThreshold
-	r.breaker.cooldown = o.BreakerCooldown
+	r.breakers.threshold = o.BreakerThreshold
+	r.breakers.cooldown = o.BreakerCooldown
+	if ko, ok := sink.(KeyOrderer); ok && !o.Unordered {
+		r.keyOrder = ko.KeepsKeyOrder()
+	}
 	r.coord.init(r, explicit)
 	if r.coord.members == nil && o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
 		r.slots = make(chan struct{}, o.MaxPartitions)
@@ -192,9 +200,9 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.breaker.entered = func(state string, failures int) {
-		r.metrics.breakerEntered(state)
-		r.log.Warn("outbox relay: circuit breaker "+breakerVerb[state], "state", state, "consecutive_failed_rounds", failures, "cooldown", o.BreakerCooldown)
+	r.breakers.entered = func(topic, state string, failures int) {
+		r.metrics.breakerEntered(topic, state)
+		r.log.Warn("outbox relay: circuit breaker "+breakerVerb[state], "topic", topic, "state", state, "consecutive_failed_rounds", failures, "cooldown", o.BreakerCooldown)
 	}
 	return r, nil
 }

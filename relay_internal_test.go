@@ -3,6 +3,7 @@ package outbox
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -12,7 +13,12 @@ func TestPlanRounds(t *testing.T) {
 	batch := func(keys ...string) []Entry {
 		out := make([]Entry, len(keys))
 		for i, k := range keys {
-			out[i] = Entry{ID: fmt.Sprint(i), Key: k}
+			// "a/x" is key a of topic x; the topic defaults to t.
+			topic := "t"
+			if j := strings.IndexByte(k, '/'); j >= 0 {
+				k, topic = k[:j], k[j+1:]
+			}
+			out[i] = Entry{ID: fmt.Sprint(i), Key: k, Topic: topic}
 		}
 		return out
 	}
@@ -31,18 +37,23 @@ func TestPlanRounds(t *testing.T) {
 		name      string
 		batch     []Entry
 		unordered bool
+		keyOrder  bool
 		max       int
 		want      []string
 	}{
-		{"empty", nil, false, 10, nil},
-		{"one key is sequential", batch("a", "a", "a"), false, 10, []string{"a0 ", "a1 ", "a2 "}},
-		{"keys interleave", batch("a", "b", "a", "c", "b", "a"), false, 10, []string{"a0 b1 c3 ", "a2 b4 ", "a5 "}},
-		{"keyless go first, together", batch("", "a", "", "a"), false, 10, []string{"0 a1 2 ", "a3 "}},
-		{"rounds split at max in flight", batch("a", "b", "c", "d", "e"), false, 2, []string{"a0 b1 ", "c2 d3 ", "e4 "}},
-		{"unordered is one round", batch("a", "a", "a"), true, 10, []string{"a0 a1 a2 "}},
-		{"unordered splits too", batch("a", "a", "a"), true, 2, []string{"a0 a1 ", "a2 "}},
+		{"empty", nil, false, false, 10, nil},
+		{"one key is sequential", batch("a", "a", "a"), false, false, 10, []string{"a0 ", "a1 ", "a2 "}},
+		{"keys interleave", batch("a", "b", "a", "c", "b", "a"), false, false, 10, []string{"a0 b1 c3 ", "a2 b4 ", "a5 "}},
+		{"keyless go first, together", batch("", "a", "", "a"), false, false, 10, []string{"0 a1 2 ", "a3 "}},
+		{"rounds split at max in flight", batch("a", "b", "c", "d", "e"), false, false, 2, []string{"a0 b1 ", "c2 d3 ", "e4 "}},
+		{"unordered is one round", batch("a", "a", "a"), true, false, 10, []string{"a0 a1 a2 "}},
+		{"unordered splits too", batch("a", "a", "a"), true, false, 2, []string{"a0 a1 ", "a2 "}},
+		{"key order: one key is one round", batch("a", "a", "a"), false, true, 10, []string{"a0 a1 a2 "}},
+		{"key order: keys interleave in one round", batch("a", "b", "a", "", "b"), false, true, 10, []string{"a0 b1 a2 3 b4 "}},
+		{"key order: a topic change starts a new round", batch("a", "a/x", "a/x", "b", "a", "b/x"), false, true, 10, []string{"a0 b3 ", "a1 a2 b5 ", "a4 "}},
+		{"key order: split at max in flight, in order", batch("a", "a", "a", "a", "a"), false, true, 2, []string{"a0 a1 ", "a2 a3 ", "a4 "}},
 	} {
-		if got := show(planRounds(tc.batch, tc.unordered, tc.max)); !slices.Equal(got, tc.want) {
+		if got := show(planRounds(tc.batch, tc.unordered, tc.keyOrder, tc.max)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: rounds = %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/outboxrelay/outbox/backoff"
 )
 
 // process publishes a batch in rounds and records its outcomes at the end
@@ -20,15 +22,15 @@ import (
 // following rounds, and so that a crash can never deliver them before a
 // retry of the parked entry, the round's parks are recorded (one fenced
 // MarkFailed) before any of those entries is published.
-func (w *worker) process(ctx context.Context, batch []Entry) {
+func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Duration) {
 	r := w.r
 	var out outcomes
 	defer w.summarizeParks(&out, len(batch))
 	batch, ok := w.parkTopicless(ctx, batch, &out)
 	if !ok {
-		return
+		return 0
 	}
-	rounds := planRounds(batch, r.opts.Unordered, r.opts.MaxInFlight)
+	rounds := planRounds(batch, r.opts.Unordered, r.keyOrder, r.opts.MaxInFlight)
 	// lastRound is the last round holding each key (ordered mode only:
 	// unordered publishing holds nothing back).
 	lastRound := map[string]int{}
@@ -41,7 +43,11 @@ func (w *worker) process(ctx context.Context, batch []Entry) {
 			}
 		}
 	}
+	// failedKeys are the keys held back for the rest of the batch: one of
+	// their entries failed with a retryable error, or was given back
+	// because its topic's breaker is open.
 	failedKeys := map[string]bool{}
+	attempted := false
 	for i, round := range rounds {
 		// Drop entries whose key failed earlier in this batch.
 		live := round[:0:0]
@@ -55,23 +61,113 @@ func (w *worker) process(ctx context.Context, batch []Entry) {
 		if len(live) == 0 {
 			continue
 		}
-		ok, scale := w.mayPublish(ctx)
-		if !ok {
+		if ctx.Err() != nil || !w.keep(ctx) {
 			out.skipped = append(out.skipped, idsOf(live)...)
 			for _, rest := range rounds[i+1:] {
 				out.skipped = append(out.skipped, idsOf(rest)...)
 			}
 			break
 		}
+		// Entries of a topic whose breaker is open are not published, and
+		// hold their key back for the rest of the batch. When some other
+		// topic's breaker is closed, the sink works and the topic is the
+		// problem: they are deferred like a transient failure (see
+		// defer), so they do not stay ahead of the partition's other
+		// entries. When every breaker is open the sink is down: they are
+		// given back unchanged, burning no attempt, and the worker waits
+		// for a probe.
+		gates := w.gate(live)
+		open := live[:0:0]
 		from := len(out.failures)
-		w.publish(ctx, live, scale, failedKeys, &out)
+		sinkWorks := false
+		for j, e := range live {
+			g := gates[e.Topic]
+			if g.allowed {
+				open = append(open, e)
+				continue
+			}
+			if j == 0 || !sinkWorks {
+				sinkWorks = r.breakers.anyClosed()
+			}
+			if e.Key != "" && !r.opts.Unordered {
+				failedKeys[e.Key] = true
+			}
+			if sinkWorks {
+				w.deferEntry(e, g, &out)
+				attempted = true
+				continue
+			}
+			out.skipped = append(out.skipped, e.ID)
+			if blocked == 0 || g.wait < blocked {
+				blocked = max(g.wait, time.Millisecond)
+			}
+		}
+		if len(open) == 0 {
+			if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return lastRound[key] > i }) {
+				return 0
+			}
+			continue
+		}
+		attempted = true
+		w.publish(ctx, open, gates, failedKeys, &out)
 		if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return lastRound[key] > i }) {
-			return // the lease is given up; nothing more is recorded
+			return 0 // the lease is given up; nothing more is recorded
 		}
 	}
 	if w.holding.Load() {
 		w.record(ctx, &out)
 	}
+	if attempted {
+		// Something was published: fetch again at once, as usual.
+		return 0
+	}
+	return blocked
+}
+
+// deferEntry fails e, whose topic's breaker is open, without publishing
+// it: as a transient failure of the sink would, it counts an attempt and
+// re-schedules e after the backoff delay (scaled by BackpressureScale),
+// at least until the breaker lets a probe through. It parks e only when e
+// is out of attempts, as such a failure would.
+func (w *worker) deferEntry(e Entry, g gate, out *outcomes) {
+	r := w.r
+	err := fmt.Errorf("outbox relay: not published: the circuit breaker of topic %q is open (the sink failed every message of it in %d consecutive rounds)", e.Topic, r.opts.BreakerThreshold)
+	park, delay := r.opts.Backoff.Decide(e.Attempts+1, err, r.opts.BackpressureScale)
+	if !park {
+		delay = max(delay, g.wait)
+	}
+	out.failures = append(out.failures, Failure{ID: e.ID, Error: err.Error(), Delay: delay, Park: park})
+}
+
+// gate is what a topic's breaker allows a round.
+type gate struct {
+	allowed bool
+	scale   float64       // backoff scale of the topic's retries
+	wait    time.Duration // until the breaker may let a round through (not allowed)
+}
+
+// gate asks the breaker of every topic of round whether the round may
+// publish its entries.
+func (w *worker) gate(round []Entry) map[string]gate {
+	r := w.r
+	now := r.opts.Now()
+	gates := map[string]gate{}
+	for _, e := range round {
+		if _, ok := gates[e.Topic]; ok {
+			continue
+		}
+		b := r.breakers.of(e.Topic)
+		allowed, probing := b.allow(now)
+		g := gate{allowed: allowed, scale: 1}
+		switch {
+		case !allowed:
+			g.wait = b.wait(now)
+		case probing:
+			g.scale = r.opts.BackpressureScale
+		}
+		gates[e.Topic] = g
+	}
+	return gates
 }
 
 // parkTopicless parks the entries of batch that have no topic, which no
@@ -143,25 +239,11 @@ func (w *worker) recordParksEarly(ctx context.Context, round []Entry, out *outco
 	return true
 }
 
-// mayPublish checks the lease and the breaker before a round. It reports
-// whether to go on and the backoff scale to use.
-func (w *worker) mayPublish(ctx context.Context) (bool, float64) {
-	r := w.r
-	if ctx.Err() != nil || !w.keep(ctx) {
-		return false, 0
-	}
-	allowed, probing := r.breaker.allow(r.opts.Now())
-	if !allowed {
-		return false, 0
-	}
-	if probing {
-		return true, r.opts.BackpressureScale
-	}
-	return true, 1
-}
-
-// publish sends one round and adds its outcomes to out.
-func (w *worker) publish(ctx context.Context, round []Entry, scale float64, failedKeys map[string]bool, out *outcomes) {
+// publish sends one round and adds its outcomes to out. failedKeys holds
+// the keys held back: a retryable failure adds its key, and every later
+// entry of that key in the round is given back (out.skipped) whatever the
+// sink reported for it (see KeyOrderer).
+func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]gate, failedKeys map[string]bool, out *outcomes) {
 	r := w.r
 	pctx, span := startPublishSpan(ctx, r.tracer, w.partition, round)
 	start := time.Now()
@@ -177,9 +259,29 @@ func (w *worker) publish(ctx context.Context, round []Entry, scale float64, fail
 
 	now := r.opts.Now()
 	failed, retryable := 0, 0
+	// byTopic counts, per topic, the round's entries and those that failed
+	// with a retryable error, for the topic's breaker.
+	type tally struct{ n, retryable int }
+	byTopic := map[string]*tally{}
 	var firstErr error
 	for i, e := range round {
 		err := errs[i]
+		t := byTopic[e.Topic]
+		if t == nil {
+			t = &tally{}
+			byTopic[e.Topic] = t
+		}
+		t.n++
+		if e.Key != "" && !r.opts.Unordered && failedKeys[e.Key] {
+			// An earlier entry of its key failed in this round: it is
+			// not sent, whatever the sink says, and goes back to the
+			// store unchanged, behind that entry's retry.
+			out.skipped = append(out.skipped, e.ID)
+			if err != nil && backoff.ClassOf(err) != backoff.ClassPermanent {
+				t.retryable++
+			}
+			continue
+		}
 		if err == nil {
 			out.sent = append(out.sent, e.ID)
 			if !e.CreatedAt.IsZero() {
@@ -192,9 +294,10 @@ func (w *worker) publish(ctx context.Context, round []Entry, scale float64, fail
 		}
 		failed++
 		attempts := e.Attempts + 1
-		park, delay := r.opts.Backoff.Decide(attempts, err, scale)
+		park, delay := r.opts.Backoff.Decide(attempts, err, gates[e.Topic].scale)
 		if !park {
 			retryable++
+			t.retryable++
 		}
 		out.failures = append(out.failures, Failure{
 			ID:    e.ID,
@@ -207,7 +310,7 @@ func (w *worker) publish(ctx context.Context, round []Entry, scale float64, fail
 			// process).
 			failedKeys[e.Key] = true
 		}
-		r.log.Debug("outbox relay: publish failed", "partition", w.partition, "id", e.ID,
+		r.log.Debug("outbox relay: publish failed", "partition", w.partition, "id", e.ID, "topic", e.Topic,
 			"attempts", attempts, "park", park, "retry_in", delay, "err", err)
 	}
 	endPublishSpan(span, failed, failed-retryable)
@@ -220,9 +323,12 @@ func (w *worker) publish(ctx context.Context, round []Entry, scale float64, fail
 		}
 	}
 
-	// A round in which every message failed with a retryable error says the
-	// sink is down; anything else (even a permanent refusal) says it works.
-	r.breaker.record(retryable < len(round), now)
+	// A topic all of whose messages in the round failed with a retryable
+	// error is down as far as the sink can tell; anything else (even a
+	// permanent refusal) says it works.
+	for topic, t := range byTopic {
+		r.breakers.of(topic).record(t.retryable < t.n, now)
+	}
 }
 
 // record writes a batch's outcomes: sent, then failed, then the untried
@@ -327,13 +433,39 @@ func (w *worker) release(ctx context.Context, ids []string) {
 
 // planRounds splits a batch into publish rounds. Ordered: round i holds the
 // i-th entry of every key (keyless entries all go in round 0), in batch
-// order; unordered: the batch as is. Rounds larger than maxInFlight are
-// split.
-func planRounds(batch []Entry, unordered bool, maxInFlight int) [][]Entry {
+// order; with keyOrder (a sink that keeps the order of a key's messages in
+// one call, see KeyOrderer) an entry goes in the round of its key's
+// previous entry when both have the same topic, and in the next round
+// otherwise; unordered: the batch as is. Rounds larger than maxInFlight
+// are split.
+func planRounds(batch []Entry, unordered, keyOrder bool, maxInFlight int) [][]Entry {
 	var rounds [][]Entry
-	if unordered {
+	switch {
+	case unordered:
 		rounds = [][]Entry{batch}
-	} else {
+	case keyOrder:
+		type last struct {
+			round int
+			topic string
+		}
+		seen := make(map[string]last, len(batch))
+		for _, e := range batch {
+			i := 0
+			if e.Key != "" {
+				if l, ok := seen[e.Key]; ok {
+					i = l.round
+					if l.topic != e.Topic {
+						i++
+					}
+				}
+				seen[e.Key] = last{i, e.Topic}
+			}
+			for i >= len(rounds) {
+				rounds = append(rounds, nil)
+			}
+			rounds[i] = append(rounds[i], e)
+		}
+	default:
 		seen := make(map[string]int, len(batch))
 		for _, e := range batch {
 			i := 0

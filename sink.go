@@ -80,3 +80,29 @@ type LandingBounder interface {
 	// failed for good.
 	LandingBound() time.Duration
 }
+
+// KeyOrderer is an optional interface of a [Sink] that keeps the order of
+// the messages of one key and topic within one Publish call. When
+// KeepsKeyOrder reports true, the relay puts consecutive entries of a key
+// that share a topic in one Publish call, in order (up to
+// [RelayOptions.MaxInFlight] messages a call), instead of one entry per
+// key per call; a hot key then drains at the sink's batch speed rather
+// than at one round trip per entry.
+//
+// A sink that reports true promises, for the messages of one call that
+// share a non-empty Key and a Topic: it writes them in slice order, and it
+// writes none of them after an earlier one of them failed with an error
+// that is not permanent (such later messages fail too, or are not
+// written). A message after one that failed permanently may be written
+// (the relay parks the failed one, and a park lets its key go on).
+//
+// Whatever the sink reports for the later messages of a key after one of
+// them failed with a retryable error, the relay records none of them as
+// sent: it gives them back to the store unchanged (no attempt is
+// counted), where the failed entry holds them back until its retry, and
+// they are published again after it. See docs/design.md, "Ordering".
+type KeyOrderer interface {
+	// KeepsKeyOrder reports whether Publish keeps the order described
+	// above. The relay asks once, in NewRelay.
+	KeepsKeyOrder() bool
+}

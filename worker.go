@@ -71,10 +71,6 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			}
 			continue
 		}
-		if wait := r.breaker.wait(r.opts.Now()); wait > 0 {
-			w.idle(ctx, min(wait, w.renewIn()))
-			continue
-		}
 		// A wake-up that arrives while the fetch runs stays in the
 		// channel, so the wait after an empty fetch returns at once.
 		select {
@@ -99,7 +95,14 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 		}
 		if len(batch) > 0 {
 			r.batches.Add(1)
-			w.process(hardCtx, batch)
+			if blocked := w.process(hardCtx, batch); blocked > 0 {
+				// Nothing was published: every entry's topic has its
+				// breaker open (or is held back behind one). Wait for
+				// the first breaker to let a probe through rather than
+				// fetch the same entries again at once.
+				w.idle(ctx, min(blocked, w.renewIn()))
+				continue
+			}
 		}
 		if len(batch)+corrupt < r.opts.BatchSize {
 			// The store had nothing more that was due: wait for a
