@@ -54,6 +54,7 @@ type keys struct {
 	lease    string // string "version:owner" with a PX expiry
 	leasever string // counter: last lease version granted
 	seq      string // counter: last append sequence
+	keyseq   string // hash: entry key -> last key sequence number (Options.KeySequence)
 	notify   string // sharded pub/sub channel of the partition's wake-ups (not a key)
 }
 
@@ -71,6 +72,7 @@ func partitionKeys(prefix string, p int) keys {
 		lease:    base + ":lease",
 		leasever: base + ":leasever",
 		seq:      base + ":seq",
+		keyseq:   base + ":keyseq",
 		notify:   base + ":notify",
 	}
 }
@@ -321,12 +323,16 @@ func delayMillis(d time.Duration) int64 {
 	return ms
 }
 
-// appendArgs builds the append script's KEYS and ARGV for partition p.
+// appendArgs builds the append script's KEYS and ARGV for partition p
+// (append_keyseq.lua's with Options.KeySequence).
 func (b *Backend) appendArgs(p int, entries []outbox.Entry) ([]string, []any) {
 	k := &b.parts[p]
 	channel := k.notify
 	if b.opts.NoNotify {
 		channel = ""
+	}
+	if b.opts.KeySequence {
+		return b.appendKeySeqArgs(k, channel, p, entries)
 	}
 	args := make([]any, 0, 2+3*len(entries))
 	args = append(args, channel, p)
@@ -339,6 +345,36 @@ func (b *Backend) appendArgs(p int, entries []outbox.Entry) ([]string, []any) {
 		args = append(args, e.ID, due, encodeEntry(e))
 	}
 	return []string{k.entries, k.pending, k.seq}, args
+}
+
+// appendKeySeqArgs is appendArgs for append_keyseq.lua: a fourth value per
+// entry, the offset at which the script writes the key's number (see
+// encodeEntryKeySeq), "" for an entry without a key.
+func (b *Backend) appendKeySeqArgs(k *keys, channel string, p int, entries []outbox.Entry) ([]string, []any) {
+	args := make([]any, 0, 2+4*len(entries))
+	args = append(args, channel, p)
+	for i := range entries {
+		e := &entries[i]
+		due := ""
+		if !e.NotBefore.IsZero() {
+			due = strconv.FormatInt(ceilMillis(e.NotBefore), 10)
+		}
+		if e.Key == "" {
+			args = append(args, e.ID, due, encodeEntry(e), "")
+			continue
+		}
+		blob, off := encodeEntryKeySeq(e)
+		args = append(args, e.ID, due, blob, strconv.Itoa(off))
+	}
+	return []string{k.entries, k.pending, k.seq, k.keyseq}, args
+}
+
+// appendScript returns the append script of the backend's options.
+func (b *Backend) appendScript() script {
+	if b.opts.KeySequence {
+		return scriptAppendKeySeq
+	}
+	return scriptAppend
 }
 
 // group splits prepared entries by partition, keeping slice order.
@@ -396,6 +432,11 @@ func (b *Backend) group(entries []outbox.Entry) [][]outbox.Entry {
 // client.Pipeline() as tx, entries of several partitions are written by one
 // script per partition, each atomic on its own.
 //
+// With Options.KeySequence the script is append_keyseq.lua, which also
+// numbers each keyed entry it adds in the [outbox.HeaderKeySeq] header,
+// from the partition's "{prefix:p}:keyseq" hash, in the same EXEC (see
+// Options.KeySequence).
+//
 // Entries are validated with [outbox.PrepareEntries] first (errors wrap
 // [outbox.ErrInvalidEntry]). No entries: nothing is queued. The entries are
 // not retained. After Close it returns [outbox.ErrClosed].
@@ -409,16 +450,28 @@ func (b *Backend) AppendInTx(ctx context.Context, tx redis.Pipeliner, entries ..
 	if tx == nil {
 		return fmt.Errorf("redisoutbox: AppendInTx: tx is nil; pass client.TxPipeline() or the pipe of client.TxPipelined: %w", outbox.ErrInvalidArgument)
 	}
-	prepared, err := outbox.PrepareEntriesWith(ctx, entries, len(b.parts), b.opts.Limits)
+	prepared, err := b.prepare(ctx, "AppendInTx", entries)
 	if err != nil {
 		return err
 	}
 	groups := b.group(prepared)
+	s := b.appendScript()
 	for _, g := range groups {
 		ks, args := b.appendArgs(g[0].Partition, g)
-		tx.Eval(ctx, scriptAppend.src, ks, args...)
+		tx.Eval(ctx, s.src, ks, args...)
 	}
 	return nil
+}
+
+// prepare validates entries for an append (outbox.PrepareEntriesWith, and
+// with Options.KeySequence outbox.CheckKeySeqHeaders).
+func (b *Backend) prepare(ctx context.Context, op string, entries []outbox.Entry) ([]outbox.Entry, error) {
+	if b.opts.KeySequence {
+		if err := outbox.CheckKeySeqHeaders(entries); err != nil {
+			return nil, fmt.Errorf("redisoutbox: %s: %w", op, err)
+		}
+	}
+	return outbox.PrepareEntriesWith(ctx, entries, len(b.parts), b.opts.Limits)
 }
 
 // Append appends entries outside any caller transaction, in one round
@@ -433,14 +486,15 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	prepared, err := outbox.PrepareEntriesWith(ctx, entries, len(b.parts), b.opts.Limits)
+	prepared, err := b.prepare(ctx, "Append", entries)
 	if err != nil {
 		return err
 	}
 	groups := b.group(prepared)
+	s := b.appendScript()
 	if len(groups) == 1 {
 		ks, args := b.appendArgs(groups[0][0].Partition, groups[0])
-		return b.fail(ctx, "Append", scriptAppend.Run(ctx, b.client, ks, args...).Err(), ks...)
+		return b.fail(ctx, "Append", s.Run(ctx, b.client, ks, args...).Err(), ks...)
 	}
 	run := b.client.TxPipelined
 	if b.cluster {
@@ -451,7 +505,7 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 		for _, g := range groups {
 			ks, args := b.appendArgs(g[0].Partition, g)
 			all = append(all, ks...)
-			pipe.Eval(ctx, scriptAppend.src, ks, args...)
+			pipe.Eval(ctx, s.src, ks, args...)
 		}
 		return nil
 	})

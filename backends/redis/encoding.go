@@ -97,6 +97,26 @@ func encodeEntry(e *outbox.Entry) []byte {
 	return append(b, e.Payload...)
 }
 
+// encodeEntryKeySeq is encodeEntry for append_keyseq.lua: the header count
+// includes outbox.HeaderKeySeq, whose name follows the entry's own headers
+// (last, out of name order: decoders do not depend on the order; e must
+// not set it, see outbox.CheckKeySeqHeaders), and off is the length of
+// what comes before its value: the script inserts the value's length and
+// the value there, before the payload.
+func encodeEntryKeySeq(e *outbox.Entry) (blob []byte, off int) {
+	b := encodeEntry(e)
+	payloadAt := len(b) - len(e.Payload)
+	// The header count is the 4 bytes before the first header; find it
+	// from the fixed layout: fixed header, key, topic, not-before.
+	countAt := fixedHeaderLen + 4 + len(e.Key) + 4 + len(e.Topic) + 8
+	out := make([]byte, 0, len(b)+4+len(outbox.HeaderKeySeq)+4+20)
+	out = append(out, b[:payloadAt]...)
+	binary.BigEndian.PutUint32(out[countAt:], uint32(len(e.Headers))+1)
+	out = appendString(out, outbox.HeaderKeySeq)
+	off = len(out)
+	return append(out, e.Payload...), off
+}
+
 func appendString(b []byte, s string) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)

@@ -121,7 +121,7 @@ func CheckExec(cmds []redis.Cmder, err error) error {
 // for any other command.
 func appendKeys(c redis.Cmder) []string {
 	args := c.Args()
-	if len(args) < 3 || !strings.EqualFold(fmt.Sprint(args[0]), "eval") || args[1] != scriptAppend.src {
+	if appendStride(args) == 0 {
 		return nil
 	}
 	nkeys, err := strconv.Atoi(fmt.Sprint(args[2]))
@@ -135,12 +135,30 @@ func appendKeys(c redis.Cmder) []string {
 	return ks
 }
 
+// appendStride returns the number of arguments per entry of an append
+// queued by AppendInTx (EVAL of append.lua: 3, of append_keyseq.lua: 4),
+// or 0 for any other command.
+func appendStride(args []any) int {
+	if len(args) < 3 || !strings.EqualFold(fmt.Sprint(args[0]), "eval") {
+		return 0
+	}
+	switch args[1] {
+	case scriptAppend.src:
+		return 3
+	case scriptAppendKeySeq.src:
+		return 4
+	}
+	return 0
+}
+
 // appendedIDs returns the entry IDs of an append queued by AppendInTx
 // (EVAL of append.lua: keys, channel, partition, then id, due, blob per
-// entry), or nil for any other command.
+// entry; of append_keyseq.lua the same with an offset per entry), or nil
+// for any other command.
 func appendedIDs(c redis.Cmder) []string {
 	args := c.Args()
-	if len(args) < 3 || !strings.EqualFold(fmt.Sprint(args[0]), "eval") || args[1] != scriptAppend.src {
+	stride := appendStride(args)
+	if stride == 0 {
 		return nil
 	}
 	nkeys, err := strconv.Atoi(fmt.Sprint(args[2]))
@@ -148,7 +166,7 @@ func appendedIDs(c redis.Cmder) []string {
 		return nil
 	}
 	var ids []string
-	for i := 3 + nkeys + 2; i < len(args); i += 3 {
+	for i := 3 + nkeys + 2; i < len(args); i += stride {
 		ids = append(ids, fmt.Sprint(args[i]))
 	}
 	return ids

@@ -22,6 +22,7 @@ var keyKinds = []struct {
 	{":leasever", "string", "the partition's lease version counter"},
 	{":lease", "string", "the partition's lease"},
 	{":seq", "string", "the partition's append sequence counter"},
+	{":keyseq", "hash", "the partition's per-key sequence numbers (Options.KeySequence)"},
 	{":meta", "hash", "the outbox's partition count"},
 	{":members", "hash", "the relays' membership records"},
 }

@@ -60,6 +60,40 @@ type Options struct {
 	// value, which checks nothing (an oversized payload or an illegal
 	// topic then fails at publish and the entry is parked).
 	Limits outbox.Limits
+
+	// KeySequence numbers the entries of each non-empty key: appends put
+	// the key's next number, 1, 2, 3, ..., as decimal text into the
+	// entry's [outbox.HeaderKeySeq] header, which the relay publishes
+	// with it (a Kafka record header).
+	//
+	// What is promised, per outbox and per key: the entries of a key
+	// that were appended carry 1..N in append order, with no gap and no
+	// repeat. The counter is a field of the partition's hash
+	// "{prefix:p}:keyseq" (in the partition's slot), incremented by the
+	// append script itself, which runs inside the caller's MULTI/EXEC:
+	// a transaction that is discarded (DISCARD, a WATCH conflict, a
+	// command refused when queued) runs nothing and takes no number, and
+	// an entry whose ID is already stored (an idempotent re-append) takes
+	// none. Entries with an empty Key get no number and no header. Redis
+	// has no rollback: when another command of the caller's EXEC fails at
+	// run time, the entries are appended anyway (see [CheckExec]) with
+	// their numbers; cancelling them to compensate leaves gaps. A
+	// cancelled entry leaves a gap, which consumers see. A requeued or
+	// retried entry keeps its number. An entry sent and then appended
+	// again under the same ID is a new entry and takes a new number.
+	//
+	// Costs: the appends run append_keyseq.lua instead of append.lua (a
+	// larger body sent with every EVAL, one HEXISTS and, per keyed entry,
+	// one HINCRBY); the hash keeps one field per key ever numbered and is
+	// never trimmed (deleting a field restarts its key at 1). See
+	// docs/redis.md, "Per-key sequence numbers", for the measured cost.
+	//
+	// An entry that sets the header itself is refused with an error
+	// wrapping [outbox.ErrInvalidEntry]. Turn it on for every appender of
+	// an outbox, or keys are numbered only by some of them. Default
+	// false: appends run append.lua, unchanged, and the hash is never
+	// written.
+	KeySequence bool
 }
 
 // maxPartitions bounds Options.Partitions: more partitions than Cluster

@@ -61,6 +61,7 @@ func stripComments(src string) string {
 // and return codes.
 var (
 	scriptAppend        = mustStandalone("append")
+	scriptAppendKeySeq  = mustStandalone("append_keyseq")
 	scriptAcquire       = mustScript("acquire")
 	scriptRenew         = mustScript("renew")
 	scriptRelease       = mustScript("release")
@@ -77,7 +78,7 @@ var (
 	scriptHeartbeat     = mustScript("heartbeat")
 	scriptLeave         = mustScript("leave")
 
-	allScripts = []script{scriptAppend, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
+	allScripts = []script{scriptAppend, scriptAppendKeySeq, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
 		scriptMarkSent, scriptMarkFailed, scriptReleaseClaims, scriptCancel, scriptRequeue,
 		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave}
 )
