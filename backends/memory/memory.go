@@ -42,6 +42,19 @@ type Options struct {
 	// value, which checks nothing (an oversized payload or an illegal
 	// topic then fails at publish and the entry is parked).
 	Limits outbox.Limits
+	// KeySequence numbers the entries of each non-empty key 1, 2, 3, ...
+	// in the [outbox.HeaderKeySeq] header (decimal), as the Postgres and
+	// Redis backends' option of the same name does. Numbers are given at
+	// [Tx.Commit], under the backend's lock, to the entries the commit
+	// adds, in append order, so the committed entries of a key are
+	// numbered without a gap or a repeat: a rolled-back Tx takes none, an
+	// entry whose ID already exists takes none, an entry with an empty
+	// Key gets none. A cancelled entry leaves a gap; a requeued or
+	// retried entry keeps its number. The counters live as long as the
+	// Backend (Close drops them with the entries). An entry that sets the
+	// header itself is refused by AppendInTx with an error wrapping
+	// [outbox.ErrInvalidEntry]. Default false: headers are left as given.
+	KeySequence bool
 }
 
 // Backend is an in-memory [outbox.Backend] over [*Tx]. It also implements
@@ -51,6 +64,7 @@ type Options struct {
 type Backend struct {
 	now    func() time.Time
 	limits outbox.Limits // Options.Limits
+	keySeq bool          // Options.KeySequence
 
 	mu      sync.Mutex
 	closed  bool
@@ -62,6 +76,7 @@ type Backend struct {
 	dirty   bool
 	subs    map[*subscriber]struct{}
 	members map[string]outbox.Member // relay fleet records by owner (Membership)
+	keySeqs map[string]int64         // last sequence number given per key (Options.KeySequence)
 	done    chan struct{}            // closed by Close
 }
 
@@ -93,6 +108,8 @@ func New(opts Options) *Backend {
 	b := &Backend{
 		now:     opts.Now,
 		limits:  opts.Limits,
+		keySeq:  opts.KeySequence,
+		keySeqs: make(map[string]int64),
 		entries: make(map[string]*item),
 		parts:   make([]*partition, opts.Partitions),
 		parked:  make(map[string]*item),
@@ -155,7 +172,7 @@ func (b *Backend) Close() error {
 		close(s.ch)
 		delete(b.subs, s)
 	}
-	b.entries, b.parked, b.sorted = nil, nil, nil
+	b.entries, b.parked, b.sorted, b.keySeqs = nil, nil, nil, nil
 	for i := range b.parts {
 		b.parts[i] = &partition{}
 	}

@@ -61,6 +61,11 @@ func (b *Backend) AppendInTx(ctx context.Context, tx *Tx, entries ...outbox.Entr
 	if tx.b != b {
 		return fmt.Errorf("memory: AppendInTx got a transaction of another Backend; begin it with this Backend's Begin: %w", outbox.ErrInvalidArgument)
 	}
+	if b.keySeq {
+		if err := outbox.CheckKeySeqHeaders(entries); err != nil {
+			return fmt.Errorf("memory: AppendInTx: %w", err)
+		}
+	}
 	prepared, err := outbox.PrepareEntriesWith(ctx, entries, len(b.parts), b.limits)
 	if err != nil {
 		return err
@@ -92,7 +97,8 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 
 // Commit makes the entries appended in tx visible at once, in append
 // order, skipping those whose ID already exists. Each new entry gets
-// CreatedAt = the clock's now and the next append sequence number; its
+// CreatedAt = the clock's now and the next append sequence number (and,
+// with Options.KeySequence, the next number of its key); its
 // first next attempt time is the later of NotBefore and CreatedAt.
 // Subscribers to [Backend.Notifications] are signalled if at least one
 // entry was added. Commit after Commit or Rollback returns [ErrTxDone];
@@ -122,6 +128,15 @@ func (tx *Tx) Commit() error {
 		}
 		b.seq++
 		e.CreatedAt = now
+		if b.keySeq && e.Key != "" {
+			// e is a deep copy made at AppendInTx, so its Headers are
+			// the backend's own.
+			b.keySeqs[e.Key]++
+			if e.Headers == nil {
+				e.Headers = make(map[string]string, 1)
+			}
+			e.Headers[outbox.HeaderKeySeq] = outbox.FormatKeySeq(b.keySeqs[e.Key])
+		}
 		due := now
 		if nb := e.NotBefore.Round(0); nb.After(now) {
 			due = nb

@@ -18,8 +18,10 @@
 // [Migrate] creates, in Options.Schema ("public"): the outbox table
 // (Options.Table, "outbox"), "<table>_lease" with one row per partition,
 // "<table>_meta" holding the partition count, "<table>_member" for relay
-// fleets ([outbox.Membership]), "<table>_archive" for Options.Archive, and
-// "<table>_migrations" recording applied versions. The same numbered files
+// fleets ([outbox.Membership]), "<table>_archive" for Options.Archive,
+// "<table>_keyseq" with the per-key sequence counters of
+// Options.KeySequence (migration 005), and "<table>_migrations" recording
+// applied versions. The same numbered files
 // are in [Migrations] for goose or golang-migrate; [MigrationSQL] returns
 // them rendered for given Options. docs/postgres.md in the repository has
 // the columns, indexes and query plans.
