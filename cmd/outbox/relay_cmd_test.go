@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -55,6 +56,7 @@ func TestRelayUsageErrors(t *testing.T) {
 		{"BadLogFormat", []string{"--kafka-brokers", "k:9092", "--log-format", "xml"}, []string{"--log-format"}},
 		{"LeaseShorterThanLandingBound", []string{"--kafka-brokers", "k:9092", "--lease-ttl", "10s"}, []string{"--lease-ttl 10s is too short for --kafka-publish-timeout 5s", "raise --lease-ttl above 16s"}},
 		{"NegativePublishTimeout", []string{"--kafka-brokers", "k:9092", "--kafka-publish-timeout=-1s"}, []string{"--kafka-publish-timeout must be positive"}},
+		{"ZeroUnknownTopicTimeout", []string{"--kafka-brokers", "k:9092", "--kafka-unknown-topic-timeout", "0s"}, []string{"--kafka-unknown-topic-timeout must not be 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := cliFails(t, 2, tc.want, append(store, tc.args...)...)
@@ -283,4 +285,40 @@ func newTestPKI(t *testing.T) testPKI {
 	p.certFile, p.keyFile, p.server = issue(2, "broker", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
 	p.clientCertFile, p.clientKeyFile, _ = issue(3, "client", x509.ExtKeyUsageClientAuth, nil)
 	return p
+}
+
+// TestRelayUnknownTopicTimeout: --kafka-unknown-topic-timeout (or its
+// config key) becomes the sink's UnknownTopicTimeout; by default 1m.
+func TestRelayUnknownTopicTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		config string
+		args   []string
+		want   time.Duration
+	}{
+		{"Default", "", nil, time.Minute},
+		{"Flag", "", []string{"--kafka-unknown-topic-timeout", "10m"}, 10 * time.Minute},
+		{"Negative", "", []string{"--kafka-unknown-topic-timeout=-1s"}, -time.Second},
+		{"ConfigKey", "kafka-unknown-topic-timeout: 90s\n", nil, 90 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var cli CLI
+			parser, err := kong.New(&cli, kong.Resolvers(&configResolver{secrets: &secretSet{}}), kong.Bind(&App{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"relay", "--kafka-brokers", "k:9092"}, tc.args...)
+			if tc.config != "" {
+				args = append(args, "--config", writeConfig(t, tc.config))
+			}
+			if _, err := parser.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			if got := cli.Relay.sinkOptions().UnknownTopicTimeout; got != tc.want {
+				t.Fatalf("UnknownTopicTimeout = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

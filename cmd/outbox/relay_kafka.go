@@ -84,6 +84,7 @@ func (c *RelayCmd) sinkOptions() kafkasink.Options {
 	o := kafkasink.Options{
 		PublishTimeout:        c.KafkaPublishTimeout,
 		TransactionalIDPrefix: c.KafkaTransactionalID,
+		UnknownTopicTimeout:   c.KafkaUnknownTopic,
 	}
 	if c.KafkaTopicPrefix != "" || len(c.KafkaTopicMap) > 0 {
 		prefix, mapped := c.KafkaTopicPrefix, c.KafkaTopicMap
