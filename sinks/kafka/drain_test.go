@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/outbox"
@@ -26,7 +27,17 @@ type drainRun struct {
 	keys, perKey int           // entries: perKey entries of each of keys keys
 	faults       int           // NOT_ENOUGH_REPLICAS answers to produce requests
 	deadline     time.Duration // give up after this long
+	kopts        []kgo.Opt     // client options after Dial's
+	oneKeyARound bool          // hide the sink's KeepsKeyOrder: one entry of a key per publish call
 }
+
+// plainSink hides every optional interface of the sink but LandingBounder.
+type plainSink struct{ s *kafkasink.Sink }
+
+func (p plainSink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
+	return p.s.Publish(ctx, msgs)
+}
+func (p plainSink) LandingBound() time.Duration { return p.s.LandingBound() }
 
 type drainResult struct {
 	took  time.Duration
@@ -43,9 +54,13 @@ type drainResult struct {
 func drain(t testing.TB, r drainRun) drainResult {
 	t.Helper()
 	c := newCluster(t, 3, []string{"events"})
-	sink, err := kafkasink.Dial(c.ListenAddrs(), kafkasink.Options{})
+	sink, err := kafkasink.Dial(c.ListenAddrs(), kafkasink.Options{}, r.kopts...)
 	require.NoError(t, err)
 	defer sink.Close()
+	var relaySink outbox.Sink = sink
+	if r.oneKeyARound {
+		relaySink = plainSink{sink}
+	}
 	// Warm the client up (metadata, producer ID) so the faults hit
 	// records of the relay and not the first connection.
 	require.NoError(t, sink.Publish(context.Background(), []outbox.Entry{entry("warm-up", "events", "", "")})[0])
@@ -70,7 +85,7 @@ func drain(t testing.TB, r drainRun) drainResult {
 	if r.faults > 0 {
 		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "events", Err: kerr.NotEnoughReplicas, Count: r.faults})
 	}
-	relay, err := outbox.NewRelay(b, sink, outbox.RelayOptions{
+	relay, err := outbox.NewRelay(b, relaySink, outbox.RelayOptions{
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -149,5 +164,42 @@ func BenchmarkRelayDrainUnderFaults(b *testing.B) {
 			}
 			b.ReportMetric(total.Seconds()/float64(b.N), "s/drain")
 		})
+	}
+}
+
+// BenchmarkRelayDrainLinger drains 2,000 entries of one key ("hot") and
+// 2,000 entries of distinct keys ("many") like BenchmarkRelayDrainUnderFaults,
+// with the client's ProducerLinger set to each value, and (linger=default)
+// with the sink as Dial builds it; "one-per-round" hides the sink's
+// KeepsKeyOrder, as the relay published before it.
+//
+//	go test -run '^$' -bench RelayDrainLinger -benchtime 3x ./sinks/kafka/
+func BenchmarkRelayDrainLinger(b *testing.B) {
+	for _, shape := range []struct {
+		name         string
+		keys, perKey int
+	}{{"hot", 1, 2000}, {"many", 2000, 1}} {
+		for _, linger := range []string{"default", "0", "1ms", "5ms", "10ms", "one-per-round"} {
+			b.Run(fmt.Sprintf("%s/linger=%s", shape.name, linger), func(b *testing.B) {
+				run := drainRun{keys: shape.keys, perKey: shape.perKey, deadline: 3 * time.Minute}
+				switch linger {
+				case "default":
+				case "one-per-round":
+					run.oneKeyARound = true
+				default:
+					d, err := time.ParseDuration(linger)
+					if linger == "0" {
+						d, err = 0, nil
+					}
+					require.NoError(b, err)
+					run.kopts = []kgo.Opt{kgo.ProducerLinger(d)}
+				}
+				var total time.Duration
+				for b.Loop() {
+					total += drain(b, run).took
+				}
+				b.ReportMetric(float64(shape.keys*shape.perKey*b.N)/total.Seconds(), "entries/s")
+			})
+		}
 	}
 }
