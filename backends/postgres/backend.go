@@ -52,8 +52,8 @@ type Backend struct {
 	names names
 
 	// qAppend and qAppendOne (one entry) are indexed by appendTail; with
-	// Options.KeySequence qAppend is append_keyseq.sql, used for every
-	// call.
+	// Options.KeySequence they are append_keyseq.sql and
+	// append_keyseq_one.sql.
 	qAppend, qAppendOne                     [numTails]string
 	qAcquire, qRenew, qReleaseLease         string
 	qFind, qMarkSent, qMarkFailed, qRelease string
@@ -137,9 +137,8 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 		b.qAppend[tail] = tr.Replace(load("append_in_tx"))
 		b.qAppendOne[tail] = tr.Replace(load("append_one"))
 		if opts.KeySequence {
-			// For one entry too (AppendInTx does not use qAppendOne
-			// then): the counter upsert takes the rows as a set.
 			b.qAppend[tail] = tr.Replace(load("append_keyseq"))
+			b.qAppendOne[tail] = tr.Replace(load("append_keyseq_one"))
 		}
 	}
 	if opts.KeySequence {
@@ -305,7 +304,7 @@ func (b *Backend) AppendInTx(ctx context.Context, tx pgx.Tx, entries ...outbox.E
 		}
 	}
 	q, args := &b.qAppend, rows.arrays()
-	if len(rows.ids) == 1 && !b.opts.KeySequence {
+	if len(rows.ids) == 1 {
 		q, args = &b.qAppendOne, rows.row(0)
 	}
 	return b.runAppend("AppendInTx", q, args, true,

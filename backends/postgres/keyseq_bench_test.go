@@ -22,7 +22,7 @@ import (
 //	go test -run '^$' -bench 'AppendKeySeq/.*/1-per-tx' -benchtime 3000x -count 3 ./backends/postgres/
 //	go test -run '^$' -bench 'AppendKeySeq/.*/100-per-tx' -benchtime 300x -count 3 ./backends/postgres/
 func BenchmarkAppendKeySeq(b *testing.B) {
-	for _, keys := range []string{"keys1000", "hotkey"} {
+	for _, keys := range []string{"keys1000", "hotkey", "nokey"} {
 		for _, per := range []int{1, 100} {
 			for _, on := range []bool{false, true} {
 				name := fmt.Sprintf("%s/%d-per-tx/keyseq=%v", keys, per, on)
@@ -41,6 +41,9 @@ func BenchmarkAppendKeySeq(b *testing.B) {
 									key := "hot"
 									if keys == "keys1000" {
 										key = fmt.Sprint("agg-", (int(n)*per+i)%1000)
+									}
+									if keys == "nokey" {
+										key = ""
 									}
 									es[i] = outbox.Entry{ID: fmt.Sprintf("w%d-%d-%d", w, n, i), Topic: "bench", Key: key, Payload: payload}
 								}

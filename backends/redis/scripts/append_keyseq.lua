@@ -46,14 +46,16 @@ for i = 3, #ARGV, 4 do
     local pos = nowms
     if due ~= '' then pos = tonumber(due) end
     local s8, p8 = pack('>I8', seq), pack('>I8', pos)
-    local body = sub(blob, 26)
-    if off ~= '' then
+    local v
+    if off == '' then
+      v = '\2' .. s8 .. created .. p8 .. sub(blob, 26)
+    else
       local o = tonumber(off)
       local kl = unpack('>I4', blob, 34 + el)
       local ks = string.format('%d', redis.call('HINCRBY', KEYS[4], sub(blob, 38 + el, 37 + el + kl), 1))
-      body = sub(blob, 26, o) .. pack('>I4', #ks) .. ks .. sub(blob, o + 1)
+      v = '\2' .. s8 .. created .. p8 .. sub(blob, 26, o) .. pack('>I4', #ks) .. ks .. sub(blob, o + 1)
     end
-    redis.call('HSET', KEYS[1], id, '\2' .. s8 .. created .. p8 .. body)
+    redis.call('HSET', KEYS[1], id, v)
     redis.call('ZADD', KEYS[2], pos, s8 .. id)
     added = added + 1
   end
