@@ -92,6 +92,22 @@ var variants = []variant{
 	{"corrupt-stalls", "FetchBatch (and FindPendingBatch) fails with the decoding error of a damaged entry at every call, so its partition stalls", []string{"Corrupt/ParkedWithReasonAndPartitionFlows", "Corrupt/RunLongerThanABatchDoesNotStall", "Corrupt/ReportedOnceByFetchBatch", "Corrupt/RequeueRefused"}},
 	{"corrupt-parked-quietly", "FetchBatch parks a damaged entry but does not report it, so the relay neither logs nor counts the park", []string{"Corrupt/ReportedOnceByFetchBatch"}},
 	{"corrupt-requeue-allowed", "Requeue moves a damaged entry back to pending, where it can never be published", []string{"Corrupt/RequeueRefused"}},
+	{"hold-back-first-failure-only", "a keyed entry failing a second time stops holding back its key: MarkFailed deletes it and appends it again, never attempted, due after Delay (as one that sets a failing flag on the first failure only and clears it at each claim would)", []string{"HoldBack/KeepsHoldingBackThroughRepeatedFailures", "Relay/PerKeyOrderWithRepeatedFailures"}},
+	{"cancel-misses-returned", "Cancel returns nil but leaves pending an entry that was claimed and came back (released by the relay, or by its lease's release or expiry), as one that looks only where never-claimed and currently claimed entries live would", []string{"Canceler/CancelAfterReleaseOrLeaseEnd"}},
+	{"stats-cancel-parked-uncounted", "Stats.Parked keeps counting parked entries after they are cancelled (a counter that Cancel does not update)", []string{"Inspector/StatsRightAfterEveryChange"}},
+	{"stats-cancel-pending-uncounted", "Stats.Pending and Due keep counting pending entries after they are cancelled", []string{"Inspector/StatsRightAfterEveryChange", "Canceler/CancelsPendingAndScheduled", "Canceler/CancelAfterReleaseOrLeaseEnd"}},
+	{"stats-requeue-still-parked", "Stats.Parked keeps counting requeued entries", []string{"Inspector/StatsRightAfterEveryChange"}},
+	{"stats-due-ignores-retry-time", "Stats.Due counts an entry retrying in the future as due (by its append time)", []string{"Inspector/StatsRightAfterEveryChange"}},
+	{"mark-sent-any-partition", "MarkSent deletes the IDs it is given in whatever partition they are, checking only the lease it was given", []string{"Fencing/EntryOfAnotherPartitionUntouched"}},
+	{"mark-failed-any-partition", "MarkFailed records failures of the IDs it is given in whatever partition they are, checking only the lease it was given", []string{"Fencing/EntryOfAnotherPartitionUntouched"}},
+	{"release-into-lease-partition", "Release of an ID of another partition queues it in the lease's partition (as a script that adds the ID to the due set of the partition it was given would)", []string{"Fencing/EntryOfAnotherPartitionUntouched"}},
+	{"requeue-takes-retrying", "Requeue also requeues pending entries that failed and wait for their retry (attempts reset, due now), counting them", []string{"Inspector/RequeueIgnoresRetryingEntry"}},
+	{"fenced-calls-by-owner", "FindPendingBatch, MarkSent, MarkFailed and Release fence by owner only: a lease of the partition's current owner is taken for its current lease, whatever its version", []string{"Fencing/SameOwnerReacquiredAfterExpiry", "Fencing/ForgedLeaseIsFenced"}},
+	{"renew-release-by-owner", "RenewLease and ReleaseLease compare the owner only: a lease of the partition's current owner is taken for its current lease, whatever its version", []string{"Fencing/SameOwnerReacquiredAfterExpiry", "Fencing/ForgedLeaseIsFenced", "Lease/ReleaseByOtherOwnerOrVersionIsNoop"}},
+	{"not-before-late", "AppendInTx makes a scheduled entry due a second after its NotBefore", []string{"Fetch/ScheduledDueNotMuchAfterNotBefore"}},
+	{"mark-failed-delay-late", "MarkFailed makes a failed entry due a second after its Delay", []string{"Outcome/RetryDueNotMuchAfterDelay"}},
+	{"acquire-ttl-doubled", "AcquireLease grants the lease for twice the ttl", []string{"Lease/ExpiresNotMuchAfterTTL"}},
+	{"renew-ttl-doubled", "RenewLease extends the lease by twice the ttl", []string{"Lease/ExpiresNotMuchAfterTTL"}},
 	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
@@ -118,6 +134,13 @@ type broken struct {
 	lent      map[string]outbox.EntryInfo // lookup-shares-payload: the first Lookup of each ID
 	released  map[string]bool             // sent-released-come-back: IDs released so far
 	corrupt   map[string]string           // IDs damaged through the brokenHarness's Corrupter, with the way
+	overlay   map[string]outbox.Entry     // hold-back-first-failure-only: Attempts and LastError of re-appended entries
+	fetchedBy map[string]outbox.Lease     // cancel-misses-returned: the lease that fetched each unfinished ID
+	returned  map[string]bool             // cancel-misses-returned: IDs released by the relay
+	freed     map[outbox.Lease]bool       // cancel-misses-returned: leases released (Expires cleared)
+	strays    map[int][]outbox.Entry      // release-into-lease-partition: entries queued in a partition not theirs
+	retrying  map[string]bool             // stats-due-ignores-retry-time: IDs failed with a retry in the future
+	ghosts    outbox.Stats                // stats-*: counts the variant keeps after they should be gone
 }
 
 // keptFailure is a failure the hold-back-ignored variant keeps to itself,
@@ -136,6 +159,8 @@ func newBroken(variant string, b *memory.Backend) *broken {
 		subs: map[chan int]struct{}{}, given: map[string][]int{},
 		shown: map[int]outbox.Lease{}, fetched: map[string]outbox.Entry{}, claimed: map[string]bool{}, lent: map[string]outbox.EntryInfo{},
 		released: map[string]bool{}, corrupt: map[string]string{},
+		overlay: map[string]outbox.Entry{}, fetchedBy: map[string]outbox.Lease{}, returned: map[string]bool{}, freed: map[outbox.Lease]bool{},
+		strays: map[int][]outbox.Entry{}, retrying: map[string]bool{},
 	}
 }
 
@@ -147,6 +172,26 @@ func (w *broken) current(l outbox.Lease) outbox.Lease {
 		return n
 	}
 	return l
+}
+
+// byOwner is the fenced-calls-by-owner and renew-release-by-owner
+// variants' fence: a lease of the partition's current owner is taken for
+// its current lease.
+func (w *broken) byOwner(l outbox.Lease, variant string) outbox.Lease {
+	if w.variant != variant {
+		return l
+	}
+	if n := w.current(l); n.Owner == l.Owner {
+		return n
+	}
+	return l
+}
+
+// otherPartition reports the stored entry id when it is pending or parked
+// in a partition other than partition.
+func (w *broken) otherPartition(ctx context.Context, id string, partition int) (outbox.EntryInfo, bool) {
+	info, err := w.Backend.Lookup(ctx, id)
+	return info, err == nil && info.Partition != partition
 }
 
 // real maps a fake lease (double-claim) to the holder's lease.
@@ -215,6 +260,12 @@ func (w *broken) AppendInTx(ctx context.Context, tx *memory.Tx, entries ...outbo
 		for i := range entries {
 			entries[i].NotBefore = time.Time{}
 		}
+	case "not-before-late":
+		for i := range entries {
+			if !entries[i].NotBefore.IsZero() {
+				entries[i].NotBefore = entries[i].NotBefore.Add(time.Second)
+			}
+		}
 	case "rollback-leaks":
 		own := w.Backend.Begin()
 		if err := w.Backend.AppendInTx(ctx, own, entries...); err != nil {
@@ -258,6 +309,9 @@ func (w *broken) AppendInTx(ctx context.Context, tx *memory.Tx, entries ...outbo
 }
 
 func (w *broken) AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (outbox.Lease, error) {
+	if w.variant == "acquire-ttl-doubled" && ttl > 0 {
+		ttl *= 2
+	}
 	l, err := w.Backend.AcquireLease(w.ctx(ctx), partition, owner, ttl)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -280,7 +334,10 @@ func (w *broken) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.Du
 	if w.variant == "renew-nonpositive-drops-lease" && ttl <= 0 {
 		_ = w.Backend.ReleaseLease(ctx, lease)
 	}
-	l, err := w.Backend.RenewLease(w.ctx(ctx), w.real(lease), ttl)
+	if w.variant == "renew-ttl-doubled" && ttl > 0 {
+		ttl *= 2
+	}
+	l, err := w.Backend.RenewLease(w.ctx(ctx), w.byOwner(w.real(lease), "renew-release-by-owner"), ttl)
 	if err == nil {
 		w.mu.Lock()
 		if n := w.newest[l.Partition]; n.Version == l.Version {
@@ -303,9 +360,13 @@ func (w *broken) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	if w.variant == "release-lease-unfenced" {
 		lease = w.current(lease)
 	}
+	lease = w.byOwner(lease, "renew-release-by-owner")
 	err := w.Backend.ReleaseLease(w.ctx(ctx), w.real(lease))
 	if err == nil {
 		w.mu.Lock()
+		if n := w.newest[lease.Partition]; n.Owner == lease.Owner && n.Version == lease.Version {
+			w.freed[outbox.Lease{Partition: n.Partition, Owner: n.Owner, Version: n.Version}] = true
+		}
 		if n, ok := w.shown[lease.Partition]; ok && n.Owner == lease.Owner && n.Version == lease.Version {
 			delete(w.shown, lease.Partition)
 		}
@@ -370,6 +431,7 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 			limit *= 2
 		}
 	}
+	lease = w.byOwner(lease, "fenced-calls-by-owner")
 	batch, err := w.Backend.FindPendingBatch(ctx, lease, limit)
 	if l, ok := w.revive(ctx, lease, err); ok {
 		batch, err = w.Backend.FindPendingBatch(ctx, l, limit)
@@ -378,6 +440,28 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 		return batch, err
 	}
 	switch w.variant {
+	case "release-into-lease-partition":
+		w.mu.Lock()
+		if st := w.strays[lease.Partition]; len(st) > 0 {
+			batch = append(st, batch...)
+			delete(w.strays, lease.Partition)
+		}
+		w.mu.Unlock()
+	case "hold-back-first-failure-only":
+		w.mu.Lock()
+		for i, e := range batch {
+			if o, ok := w.overlay[e.ID]; ok {
+				batch[i].Attempts, batch[i].LastError = o.Attempts, o.LastError
+			}
+		}
+		w.mu.Unlock()
+	case "cancel-misses-returned":
+		w.mu.Lock()
+		for _, e := range batch {
+			w.fetchedBy[e.ID] = lease
+			delete(w.returned, e.ID)
+		}
+		w.mu.Unlock()
 	case "lookup-finds-sent", "lookup-misses-claimed":
 		w.mu.Lock()
 		for _, e := range batch {
@@ -421,6 +505,17 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 	if w.variant == "mark-sent-unfenced" {
 		lease = w.current(lease)
 	}
+	lease = w.byOwner(lease, "fenced-calls-by-owner")
+	w.finished(ids...)
+	if w.variant == "mark-sent-any-partition" {
+		for _, id := range ids {
+			if info, ok := w.otherPartition(ctx, id, lease.Partition); ok {
+				if err := w.Backend.MarkSent(ctx, w.current(outbox.Lease{Partition: info.Partition}), []string{id}); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	if w.variant == "hold-back-ignored" {
 		w.mu.Lock()
 		for _, id := range ids {
@@ -457,9 +552,45 @@ func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []
 	for _, f := range failures {
 		w.unclaim(f.ID)
 	}
+	lease = w.byOwner(lease, "fenced-calls-by-owner")
+	for _, f := range failures {
+		w.finished(f.ID)
+	}
 	switch w.variant {
 	case "mark-failed-unfenced":
 		lease = w.current(lease)
+	case "mark-failed-any-partition":
+		for _, f := range failures {
+			if info, ok := w.otherPartition(ctx, f.ID, lease.Partition); ok {
+				if err := w.Backend.MarkFailed(ctx, w.current(outbox.Lease{Partition: info.Partition}), []outbox.Failure{f}); err != nil {
+					return err
+				}
+			}
+		}
+	case "mark-failed-delay-late":
+		failures = slices.Clone(failures)
+		for i := range failures {
+			if failures[i].Delay > 0 {
+				failures[i].Delay += time.Second
+			}
+		}
+	case "stats-due-ignores-retry-time":
+		w.mu.Lock()
+		for _, f := range failures {
+			if !f.Park && f.Delay > 0 {
+				w.retrying[f.ID] = true
+			}
+		}
+		w.mu.Unlock()
+	case "hold-back-first-failure-only":
+		var pass []outbox.Failure
+		for _, f := range failures {
+			if !f.Park && w.failAgain(ctx, lease, f) {
+				continue
+			}
+			pass = append(pass, f)
+		}
+		failures = pass
 	case "mark-failed-ignores-delay":
 		failures = slices.Clone(failures)
 		for i := range failures {
@@ -496,6 +627,72 @@ func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []
 	return err
 }
 
+// finished is the cancel-misses-returned variant's record that the relay
+// finished the entries with the given IDs.
+func (w *broken) finished(ids ...string) {
+	if w.variant != "cancel-misses-returned" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		delete(w.fetchedBy, id)
+		delete(w.returned, id)
+	}
+}
+
+// cameBack reports whether the entry id was claimed and came back without
+// being finished: released by the relay, or its lease released or expired
+// or taken over (the cancel-misses-returned variant then cannot find it).
+func (w *broken) cameBack(id string) bool {
+	w.mu.Lock()
+	l, fetched := w.fetchedBy[id]
+	returned := w.returned[id]
+	freed := w.freed[outbox.Lease{Partition: l.Partition, Owner: l.Owner, Version: l.Version}]
+	w.mu.Unlock()
+	if !fetched {
+		return false
+	}
+	return returned || freed || !time.Now().Before(l.Expires) || w.current(l).Version != l.Version
+}
+
+// failAgain is the hold-back-first-failure-only variant's MarkFailed of a
+// keyed entry that failed before: it deletes the entry and appends it
+// again, never attempted (so it holds nothing back), due Delay from now,
+// keeping its Attempts and LastError to itself. It reports whether it
+// took the failure.
+func (w *broken) failAgain(ctx context.Context, lease outbox.Lease, f outbox.Failure) bool {
+	info, err := w.Backend.Lookup(ctx, f.ID)
+	if err != nil || info.Parked || info.Key == "" || info.Partition != lease.Partition {
+		return false
+	}
+	w.mu.Lock()
+	attempts := info.Attempts
+	if o, ok := w.overlay[f.ID]; ok {
+		attempts = o.Attempts
+	}
+	w.mu.Unlock()
+	if attempts == 0 {
+		return false
+	}
+	if err := w.Backend.MarkSent(ctx, lease, []string{f.ID}); err != nil {
+		return false
+	}
+	again := outbox.Entry{ID: info.ID, Topic: info.Topic, Key: info.Key, Payload: info.Payload, Headers: info.Headers, NotBefore: time.Now().Add(f.Delay)}
+	tx := w.Backend.Begin()
+	if err := w.Backend.AppendInTx(ctx, tx, again); err != nil {
+		_ = tx.Rollback()
+		return false
+	}
+	if err := tx.Commit(); err != nil {
+		return false
+	}
+	w.mu.Lock()
+	w.overlay[f.ID] = outbox.Entry{Attempts: attempts + 1, LastError: f.Error}
+	w.mu.Unlock()
+	return true
+}
+
 // unclaim is the lookup-misses-claimed variant's record that the relay
 // finished the entries with the given IDs.
 func (w *broken) unclaim(ids ...string) {
@@ -509,7 +706,26 @@ func (w *broken) unclaim(ids ...string) {
 func (w *broken) Release(ctx context.Context, lease outbox.Lease, ids []string) error {
 	ctx = w.ctx(ctx)
 	lease = w.real(lease)
+	lease = w.byOwner(lease, "fenced-calls-by-owner")
 	w.unclaim(ids...)
+	switch w.variant {
+	case "cancel-misses-returned":
+		w.mu.Lock()
+		for _, id := range ids {
+			if _, ok := w.fetchedBy[id]; ok {
+				w.returned[id] = true
+			}
+		}
+		w.mu.Unlock()
+	case "release-into-lease-partition":
+		for _, id := range ids {
+			if info, ok := w.otherPartition(ctx, id, lease.Partition); ok && !info.Parked {
+				w.mu.Lock()
+				w.strays[lease.Partition] = append(w.strays[lease.Partition], info.Entry)
+				w.mu.Unlock()
+			}
+		}
+	}
 	if w.variant == "sent-released-come-back" {
 		w.mu.Lock()
 		for _, id := range ids {
@@ -681,7 +897,24 @@ func (w *broken) Leave(ctx context.Context, owner string) error {
 }
 
 func (w *broken) Cancel(ctx context.Context, id string) error {
+	if w.variant == "cancel-misses-returned" && w.cameBack(id) {
+		return nil
+	}
+	before, lerr := w.Backend.Lookup(ctx, id)
 	err := w.Backend.Cancel(w.ctx(ctx), id)
+	if err == nil && lerr == nil {
+		w.mu.Lock()
+		switch {
+		case w.variant == "stats-cancel-parked-uncounted" && before.Parked:
+			w.ghosts.Parked++
+		case w.variant == "stats-cancel-pending-uncounted" && !before.Parked:
+			w.ghosts.Pending++
+			if !before.DueAt.After(time.Now()) {
+				w.ghosts.Due++
+			}
+		}
+		w.mu.Unlock()
+	}
 	if w.variant == "cancel-unknown-succeeds" && errors.Is(err, outbox.ErrNotFound) {
 		return nil
 	}
@@ -689,7 +922,32 @@ func (w *broken) Cancel(ctx context.Context, id string) error {
 }
 
 func (w *broken) Stats(ctx context.Context) (outbox.Stats, error) {
-	return w.Backend.Stats(w.ctx(ctx))
+	st, err := w.Backend.Stats(w.ctx(ctx))
+	if err != nil {
+		return st, err
+	}
+	w.mu.Lock()
+	g := w.ghosts
+	var retrying []string
+	for id := range w.retrying {
+		retrying = append(retrying, id)
+	}
+	w.mu.Unlock()
+	st.Pending += g.Pending
+	st.Due += g.Due
+	st.Parked += g.Parked
+	if g.Due > 0 && st.OldestDue.IsZero() {
+		st.OldestDue = time.Now()
+	}
+	for _, id := range retrying {
+		if info, err := w.Backend.Lookup(ctx, id); err == nil && !info.Parked && info.DueAt.After(time.Now()) {
+			st.Due++
+			if st.OldestDue.IsZero() {
+				st.OldestDue = info.CreatedAt
+			}
+		}
+	}
+	return st, nil
 }
 
 func (w *broken) Parked(ctx context.Context, after string, limit int) ([]outbox.Entry, error) {
@@ -716,9 +974,21 @@ func (w *broken) Requeue(ctx context.Context, ids ...string) (int, error) {
 		w.mu.Unlock()
 		ids = keep
 	}
+	if w.variant == "requeue-takes-retrying" {
+		for _, id := range ids {
+			if info, err := w.Backend.Lookup(ctx, id); err == nil && !info.Parked && info.Attempts > 0 {
+				_ = w.Backend.MarkFailed(ctx, w.current(outbox.Lease{Partition: info.Partition}), []outbox.Failure{{ID: id, Error: info.LastError, Park: true}})
+			}
+		}
+	}
 	n, err := w.Backend.Requeue(w.ctx(ctx), ids...)
 	if err == nil && len(refused) > 0 {
 		err = &outbox.RequeueRefusedError{Refused: refused}
+	}
+	if w.variant == "stats-requeue-still-parked" {
+		w.mu.Lock()
+		w.ghosts.Parked += int64(n)
+		w.mu.Unlock()
 	}
 	return n, err
 }

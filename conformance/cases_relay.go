@@ -21,6 +21,7 @@ import (
 func relayCases[Tx any]() []testCase[Tx] {
 	return []testCase[Tx]{
 		{group: "Relay", name: "PerKeyOrderWithInjectedFailures", partitions: 2, run: relayInjectedFailures[Tx]},
+		{group: "Relay", name: "PerKeyOrderWithRepeatedFailures", partitions: 2, run: relayRepeatedFailures[Tx]},
 		{group: "Relay", name: "CrashBetweenPublishAndMarkIsTakenOver", partitions: 2, run: relayCrashTakeover[Tx]},
 		{group: "Relay", name: "ConcurrentAppendersAndRelays", partitions: 4, run: relayStress[Tx]},
 		{group: "Relay", name: "RetriesWaitByStoreClockWithRelayClockAhead", run: relayClockAhead[Tx]},
@@ -57,13 +58,16 @@ const (
 // recorder registers appended entries, plays the sink for any number of
 // relays and checks per-key order as messages arrive.
 type recorder struct {
-	mu         sync.Mutex
-	state      map[string]entryState
-	key        map[string]string
-	order      map[string][]string // key -> IDs in append order
-	pos        map[string]int      // ID -> index in its key's order
-	permanent  map[string]bool
-	failFirst  func(id string) bool
+	mu        sync.Mutex
+	state     map[string]entryState
+	key       map[string]string
+	order     map[string][]string // key -> IDs in append order
+	pos       map[string]int      // ID -> index in its key's order
+	permanent map[string]bool
+	failFirst func(id string) bool
+	// failTimes, when set, is how many first attempts of an entry fail
+	// (transiently), besides failFirst.
+	failTimes  func(id string) int
 	attempts   map[string]int
 	delivered  map[string]int // successful publishes per ID
 	firstBy    map[string]string
@@ -157,6 +161,9 @@ func (r *recorder) publish(relay string, m outbox.Entry) error {
 	}
 	if r.attempts[m.ID] == 1 && r.failFirst(m.ID) {
 		return fmt.Errorf("conformance sink: injected transient failure of the first attempt of %s", m.ID)
+	}
+	if r.failTimes != nil && r.attempts[m.ID] <= r.failTimes(m.ID) {
+		return fmt.Errorf("conformance sink: injected transient failure %d of %d of %s", r.attempts[m.ID], r.failTimes(m.ID), m.ID)
 	}
 	if r.delivered[m.ID] == 0 {
 		r.firstBy[m.ID] = relay
@@ -315,6 +322,41 @@ func relayInjectedFailures[Tx any](t *testing.T, s *env[Tx]) {
 	stopRelay(t, r)
 	dups := rec.check(t)
 	t.Logf("%d entries delivered with ~30%% injected first-attempt failures and %d permanent failures; %d duplicate deliveries; relay stats %+v", len(es)-len(permanent), len(permanent), dups, r.Stats())
+}
+
+func relayRepeatedFailures[Tx any](t *testing.T, s *env[Tx]) {
+	// Entries that fail their first two to four attempts, each followed by
+	// later entries of their key: the relay retries them (never parks),
+	// and the backend must hold their key back through every retry.
+	rec := newRecorder(0)
+	times := map[string]int{"k0-01": 3, "k1-00": 2, "k1-04": 4, "k2-02": 3, "k3-05": 2, "k0-06": 2}
+	rec.failTimes = func(id string) int { return times[id] }
+	var es []outbox.Entry
+	for i := range 8 {
+		for k := range 4 {
+			es = append(es, entry(fmt.Sprintf("k%d-%02d", k, i), fmt.Sprintf("key-%d", k)))
+		}
+		if i%2 == 0 {
+			es = append(es, entry(fmt.Sprintf("free-%d", i), ""))
+		}
+	}
+	for chunk := range slices.Chunk(es, 9) {
+		if err := s.appendRecorded(s.ctx, rec, false, chunk...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := startRelay(t, s.ctx, s.b, rec.sink("relay-1"), relayOptions("relay-1"))
+	rec.waitDone(t, s.ctx, func() string { return fmt.Sprintf("relay stats %+v", r.Stats()) })
+	stopRelay(t, r)
+	dups := rec.check(t)
+	rec.mu.Lock()
+	for id, n := range times {
+		if got := rec.attempts[id]; got < n+1 {
+			t.Errorf("entry %s was attempted %d times, want %d (it fails %d times, then succeeds)", id, got, n+1, n)
+		}
+	}
+	rec.mu.Unlock()
+	t.Logf("%d entries delivered, %d of them after 2 to 4 failures; %d duplicate deliveries; relay stats %+v", len(es), len(times), dups, r.Stats())
 }
 
 // crashableStore is a Store whose every call fails once crash is called,
