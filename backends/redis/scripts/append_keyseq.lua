@@ -17,9 +17,9 @@
 -- Returns the number of entries added (IDs already present are skipped
 -- and take no number).
 --
--- The number is taken (HINCRBY) only for an entry that is added, in the
--- same script as the entry, and the script runs inside the caller's
--- MULTI/EXEC: a DISCARDed transaction (or one that never reaches EXEC)
+-- A number is kept (HINCRBY, given back with HINCRBY -1 when the ID is
+-- already stored) only for an entry that is added, in the same script as
+-- the entry, and the script runs inside the caller's MULTI/EXEC: a DISCARDed transaction (or one that never reaches EXEC)
 -- takes no number, and every number taken belongs to a stored entry.
 -- Standalone, like append.lua (sent in full by every AppendInTx).
 --
@@ -42,20 +42,25 @@ for i = 3, #ARGV, 4 do
   if string.byte(blob, 1) ~= 2 or not el or #blob < 37 + el then
     return redis.error_reply('redisoutbox: append got an entry in an unknown encoding')
   end
-  if redis.call('HEXISTS', KEYS[1], id) == 0 then
-    local pos = nowms
-    if due ~= '' then pos = tonumber(due) end
-    local s8, p8 = pack('>I8', seq), pack('>I8', pos)
-    local v
-    if off == '' then
-      v = '\2' .. s8 .. created .. p8 .. sub(blob, 26)
-    else
-      local o = tonumber(off)
-      local kl = unpack('>I4', blob, 34 + el)
-      local ks = string.format('%d', redis.call('HINCRBY', KEYS[4], sub(blob, 38 + el, 37 + el + kl), 1))
-      v = '\2' .. s8 .. created .. p8 .. sub(blob, 26, o) .. pack('>I4', #ks) .. ks .. sub(blob, o + 1)
+  local pos = nowms
+  if due ~= '' then pos = tonumber(due) end
+  local s8, p8 = pack('>I8', seq), pack('>I8', pos)
+  local ok
+  if off == '' then
+    ok = redis.call('HSETNX', KEYS[1], id, '\2' .. s8 .. created .. p8 .. sub(blob, 26))
+  else
+    -- Take the key's next number, and give it back when the ID is
+    -- already stored (one call fewer per entry than asking first).
+    local o = tonumber(off)
+    local kl = unpack('>I4', blob, 34 + el)
+    local key = sub(blob, 38 + el, 37 + el + kl)
+    local ks = string.format('%d', redis.call('HINCRBY', KEYS[4], key, 1))
+    ok = redis.call('HSETNX', KEYS[1], id, '\2' .. s8 .. created .. p8 .. sub(blob, 26, o) .. pack('>I4', #ks) .. ks .. sub(blob, o + 1))
+    if ok == 0 then
+      redis.call('HINCRBY', KEYS[4], key, -1)
     end
-    redis.call('HSET', KEYS[1], id, v)
+  end
+  if ok == 1 then
     redis.call('ZADD', KEYS[2], pos, s8 .. id)
     added = added + 1
   end
