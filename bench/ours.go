@@ -237,6 +237,12 @@ func (a ackSink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	return errs
 }
 
+// KeepsKeyOrder passes the inner sink's outbox.KeyOrderer on.
+func (a ackSink) KeepsKeyOrder() bool {
+	ko, ok := a.inner.(outbox.KeyOrderer)
+	return ok && ko.KeepsKeyOrder()
+}
+
 func relayOptions(extra func(*outbox.RelayOptions)) outbox.RelayOptions {
 	o := outbox.RelayOptions{Logger: oursLogger()}
 	if extra != nil {
@@ -294,6 +300,7 @@ func (s *Suite) oursWorkloads() []oursWorkload {
 		{"W5 relays", s.w5},
 		{"W5 relays fleet", s.w5fleet},
 		{"W6 poison", s.poison},
+		{"W7 hot key", s.hotKey},
 	}
 }
 
@@ -439,6 +446,13 @@ func (s *Suite) drainToKfake(ctx context.Context, store outbox.Store, n int) (Co
 		return Counts{}, 0, err
 	}
 	defer sink.Close()
+	return s.drainAndReadBack(ctx, cluster, sink, store, n)
+}
+
+// drainAndReadBack drains n entries through sink with one relay, then
+// reads the topic back from cluster and checks every entry is there, each
+// key's first deliveries in order.
+func (s *Suite) drainAndReadBack(ctx context.Context, cluster *kfake.Cluster, sink outbox.Sink, store outbox.Store, n int) (Counts, time.Duration, error) {
 	tr := newTracker(n)
 	el, err := s.drainRelay(ctx, store, ackSink{inner: sink, tr: tr}, tr, 1, nil)
 	c := tr.counts_()
