@@ -128,5 +128,3 @@ func (s *Suite) drainToKfakeWith(ctx context.Context, store outbox.Store, n, fau
 	}
 	return c, el, err
 }
-
-
