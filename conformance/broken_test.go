@@ -108,6 +108,13 @@ var variants = []variant{
 	{"mark-failed-delay-late", "MarkFailed makes a failed entry due a second after its Delay", []string{"Outcome/RetryDueNotMuchAfterDelay"}},
 	{"acquire-ttl-doubled", "AcquireLease grants the lease for twice the ttl", []string{"Lease/ExpiresNotMuchAfterTTL"}},
 	{"renew-ttl-doubled", "RenewLease extends the lease by twice the ttl", []string{"Lease/ExpiresNotMuchAfterTTL"}},
+	{"mark-failed-zero-delay-late", "MarkFailed makes an entry failed with Delay 0 due a second later, not at once", []string{"Outcome/RetryDueNotMuchAfterDelay"}},
+	{"stats-oldest-due-is-now", "Stats reports the time of the call as OldestDue whenever an entry is due, so the lag always reads zero", []string{"Inspector/StatsRightAfterEveryChange"}},
+	{"reacquire-does-not-extend", "AcquireLease by the holder returns its lease as it is, without extending it by ttl", []string{"Lease/ReacquireExtendsLikeRenew"}},
+	{"release-lease-not-held-errors", "ReleaseLease of a lease that is not held (released, expired or taken over) returns ErrLeaseLost instead of nil", []string{"Lease/ReleaseOfALeaseNotHeldIsNoop", "Lease/ExpiryAllowsTakeoverWithHigherVersion"}},
+	{"hold-back-whole-key", "a failing entry holds back every other entry of its key, those appended before it included", []string{"HoldBack/OnlyEarlierEntriesHoldBack"}},
+	{"release-unparks", "Release of a parked ID requeues it", []string{"Claims/ReleaseLeavesUnclaimedEntriesAlone"}},
+	{"fetch-shares-payload", "FindPendingBatch returns the Payload slice and Headers map of the first fetch of an ID on every later fetch of it", []string{"Fetch/BatchIsTheCallers"}},
 	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
@@ -141,6 +148,8 @@ type broken struct {
 	strays    map[int][]outbox.Entry      // release-into-lease-partition: entries queued in a partition not theirs
 	retrying  map[string]bool             // stats-due-ignores-retry-time: IDs failed with a retry in the future
 	ghosts    outbox.Stats                // stats-*: counts the variant keeps after they should be gone
+	failingID map[string]string           // hold-back-whole-key: failing IDs and their keys
+	handed    map[string]outbox.Entry     // fetch-shares-payload: the first fetch of each ID
 }
 
 // keptFailure is a failure the hold-back-ignored variant keeps to itself,
@@ -160,7 +169,7 @@ func newBroken(variant string, b *memory.Backend) *broken {
 		shown: map[int]outbox.Lease{}, fetched: map[string]outbox.Entry{}, claimed: map[string]bool{}, lent: map[string]outbox.EntryInfo{},
 		released: map[string]bool{}, corrupt: map[string]string{},
 		overlay: map[string]outbox.Entry{}, fetchedBy: map[string]outbox.Lease{}, returned: map[string]bool{}, freed: map[outbox.Lease]bool{},
-		strays: map[int][]outbox.Entry{}, retrying: map[string]bool{},
+		strays: map[int][]outbox.Entry{}, retrying: map[string]bool{}, failingID: map[string]string{}, handed: map[string]outbox.Entry{},
 	}
 }
 
@@ -312,6 +321,14 @@ func (w *broken) AcquireLease(ctx context.Context, partition int, owner string, 
 	if w.variant == "acquire-ttl-doubled" && ttl > 0 {
 		ttl *= 2
 	}
+	if w.variant == "reacquire-does-not-extend" && ttl > 0 {
+		w.mu.Lock()
+		n, ok := w.newest[partition]
+		w.mu.Unlock()
+		if ok && n.Owner == owner && time.Now().Before(n.Expires) {
+			return n, nil
+		}
+	}
 	l, err := w.Backend.AcquireLease(w.ctx(ctx), partition, owner, ttl)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -361,6 +378,16 @@ func (w *broken) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 		lease = w.current(lease)
 	}
 	lease = w.byOwner(lease, "renew-release-by-owner")
+	if w.variant == "release-lease-not-held-errors" {
+		w.mu.Lock()
+		n := w.newest[lease.Partition]
+		held := n.Owner == lease.Owner && n.Version == lease.Version && time.Now().Before(n.Expires) &&
+			!w.freed[outbox.Lease{Partition: n.Partition, Owner: n.Owner, Version: n.Version}]
+		w.mu.Unlock()
+		if !held {
+			return fmt.Errorf("broken: ReleaseLease: %s is not held: %w", lease.Owner, outbox.ErrLeaseLost)
+		}
+	}
 	err := w.Backend.ReleaseLease(w.ctx(ctx), w.real(lease))
 	if err == nil {
 		w.mu.Lock()
@@ -440,6 +467,38 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 		return batch, err
 	}
 	switch w.variant {
+	case "fetch-shares-payload":
+		w.mu.Lock()
+		for i, e := range batch {
+			if first, ok := w.handed[e.ID]; ok {
+				batch[i].Payload, batch[i].Headers = first.Payload, first.Headers
+			} else {
+				w.handed[e.ID] = e
+			}
+		}
+		w.mu.Unlock()
+	case "hold-back-whole-key":
+		w.mu.Lock()
+		var held []string
+		out := batch[:0]
+		for _, e := range batch {
+			blocked := false
+			for id, key := range w.failingID {
+				blocked = blocked || (e.Key != "" && key == e.Key && id != e.ID)
+			}
+			if blocked {
+				held = append(held, e.ID)
+				continue
+			}
+			out = append(out, e)
+		}
+		w.mu.Unlock()
+		batch = out
+		if len(held) > 0 {
+			if err := w.Backend.Release(ctx, lease, held); err != nil {
+				return nil, err
+			}
+		}
 	case "release-into-lease-partition":
 		w.mu.Lock()
 		if st := w.strays[lease.Partition]; len(st) > 0 {
@@ -507,6 +566,13 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 	}
 	lease = w.byOwner(lease, "fenced-calls-by-owner")
 	w.finished(ids...)
+	if w.variant == "hold-back-whole-key" {
+		w.mu.Lock()
+		for _, id := range ids {
+			delete(w.failingID, id)
+		}
+		w.mu.Unlock()
+	}
 	if w.variant == "mark-sent-any-partition" {
 		for _, id := range ids {
 			if info, ok := w.otherPartition(ctx, id, lease.Partition); ok {
@@ -565,6 +631,23 @@ func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []
 				if err := w.Backend.MarkFailed(ctx, w.current(outbox.Lease{Partition: info.Partition}), []outbox.Failure{f}); err != nil {
 					return err
 				}
+			}
+		}
+	case "hold-back-whole-key":
+		w.mu.Lock()
+		for _, f := range failures {
+			if f.Park {
+				delete(w.failingID, f.ID)
+			} else if info, err := w.Backend.Lookup(ctx, f.ID); err == nil && info.Key != "" {
+				w.failingID[f.ID] = info.Key
+			}
+		}
+		w.mu.Unlock()
+	case "mark-failed-zero-delay-late":
+		failures = slices.Clone(failures)
+		for i := range failures {
+			if failures[i].Delay == 0 {
+				failures[i].Delay = time.Second
 			}
 		}
 	case "mark-failed-delay-late":
@@ -717,6 +800,14 @@ func (w *broken) Release(ctx context.Context, lease outbox.Lease, ids []string) 
 			}
 		}
 		w.mu.Unlock()
+	case "release-unparks":
+		for _, id := range ids {
+			if info, err := w.Backend.Lookup(ctx, id); err == nil && info.Parked {
+				if _, err := w.Backend.Requeue(ctx, id); err != nil {
+					return err
+				}
+			}
+		}
 	case "release-into-lease-partition":
 		for _, id := range ids {
 			if info, ok := w.otherPartition(ctx, id, lease.Partition); ok && !info.Parked {
@@ -937,6 +1028,9 @@ func (w *broken) Stats(ctx context.Context) (outbox.Stats, error) {
 	st.Due += g.Due
 	st.Parked += g.Parked
 	if g.Due > 0 && st.OldestDue.IsZero() {
+		st.OldestDue = time.Now()
+	}
+	if w.variant == "stats-oldest-due-is-now" && st.Due > 0 {
 		st.OldestDue = time.Now()
 	}
 	for _, id := range retrying {

@@ -28,6 +28,11 @@ func auditCases[Tx any]() []testCase[Tx] {
 		{group: "Canceler", name: "CancelAfterReleaseOrLeaseEnd", run: cancelAfterRelease[Tx]},
 		{group: "Inspector", name: "StatsRightAfterEveryChange", run: inspectStatsEveryChange[Tx]},
 		{group: "Inspector", name: "RequeueIgnoresRetryingEntry", run: inspectRequeueRetrying[Tx]},
+		{group: "Lease", name: "ReacquireExtendsLikeRenew", run: leaseReacquireExtends[Tx]},
+		{group: "Lease", name: "ReleaseOfALeaseNotHeldIsNoop", run: leaseReleaseNotHeld[Tx]},
+		{group: "HoldBack", name: "OnlyEarlierEntriesHoldBack", run: holdBackOnlyEarlier[Tx]},
+		{group: "Claims", name: "ReleaseLeavesUnclaimedEntriesAlone", run: claimsReleaseUnclaimed[Tx]},
+		{group: "Fetch", name: "BatchIsTheCallers", run: fetchBatchIsTheCallers[Tx]},
 	}
 }
 
@@ -116,15 +121,24 @@ func outcomeNotMuchAfterDelay[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("e1", "k"), entry("e2", ""))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
 	expectIDs(t, "first fetch", s.fetch(t, l, 10), "e1", "e2")
-	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "boom", Delay: scheduleAhead})
-	// The store computed the due time as its now, during the call, plus
+	s.markFailed(t, l,
+		outbox.Failure{ID: "e1", Error: "boom", Delay: scheduleAhead},
+		outbox.Failure{ID: "e2", Error: "boom", Delay: 0},
+	)
+	// The store computed each due time as its now, during the call, plus
 	// Delay: by the suite's clock at most Delay after the call returned
 	// (the clocks' offset cancels out; clockSkew covers their drift), so a
 	// fetch that starts then must return it, however slow the machine.
 	failed := time.Now()
-	s.release(t, l, "e2")
+	s.sleepUntil(t, failed.Add(clockSkew))
+	b := s.fetch(t, l, 10)
+	expectSubsequence(t, fmt.Sprintf("fetch that started %v after MarkFailed(e2, Delay 0) returned (zero means due at once)", clockSkew), b, []string{"e2"}, "e2", "e1")
+	s.markSent(t, l, ids(b)...)
+	if len(b) == 2 {
+		return // the machine was too slow to fetch before e1 was due
+	}
 	s.sleepUntil(t, failed.Add(scheduleAhead+clockSkew))
-	expectIDs(t, fmt.Sprintf("fetch that started %v after MarkFailed(e1, Delay %v) returned (a retry is due Delay after the call, not much later)", scheduleAhead+clockSkew, scheduleAhead), s.fetch(t, l, 10), "e2", "e1")
+	expectIDs(t, fmt.Sprintf("fetch that started %v after MarkFailed(e1, Delay %v) returned (a retry is due Delay after the call, not much later)", scheduleAhead+clockSkew, scheduleAhead), s.fetch(t, l, 10), "e1")
 }
 
 // checkExpires fails the case unless l.Expires is ttl after a moment of the
@@ -393,8 +407,16 @@ func inspectStatsEveryChange[Tx any](t *testing.T, s *env[Tx]) {
 	}
 	s.expectStats(t, in, "requeueing d (due now; b still due and held back)", exact(4, 2, 0))
 	expectIDs(t, "fetch after requeueing d", s.fetch(t, l, 10), "d")
+	before := time.Now()
 	s.markFailed(t, l, outbox.Failure{ID: "d", Error: "poison again", Delay: -time.Hour})
+	after := time.Now()
 	s.expectStats(t, in, "MarkFailed(d, retry due an hour ago)", exact(4, 2, 0))
+	// d (no key) is now the oldest due entry, due an hour before the call.
+	if st, err := in.Stats(s.ctx); err != nil {
+		t.Fatalf("Stats: %v", err)
+	} else if lo, hi := before.Add(-time.Hour-clockSkew), after.Add(-time.Hour+clockSkew); st.OldestDue.Before(lo) || st.OldestDue.After(hi) {
+		t.Errorf("Stats.OldestDue = %v after d failed with a retry due an hour ago; want d's due time, between %v and %v (now minus OldestDue is the lag)", st.OldestDue, lo, hi)
+	}
 	expectIDs(t, "fetch after d failed again", s.fetch(t, l, 10), "d")
 	s.markFailed(t, l, outbox.Failure{ID: "d", Error: "poison for good", Park: true})
 	s.expectStats(t, in, "parking d again", exact(3, 1, 1))
@@ -449,5 +471,114 @@ func inspectRequeueRetrying[Tx any](t *testing.T, s *env[Tx]) {
 	}
 	if st.Pending != 2 || st.Parked != 0 {
 		t.Fatalf("Stats = %+v with k1 retrying in an hour and k2 held back, after Requeue calls that must ignore k1; want Pending 2, Parked 0", st)
+	}
+}
+
+func leaseReacquireExtends[Tx any](t *testing.T, s *env[Tx]) {
+	var again outbox.Lease
+	var start, end time.Time
+	a, expiredBy := s.shortLease(t, 0, "owner-a", func(l outbox.Lease) error {
+		var err error
+		start = time.Now()
+		again, err = s.b.AcquireLease(s.ctx, 0, "owner-a", longTTL)
+		end = time.Now()
+		if err == nil && again.Version != l.Version {
+			// The lease had expired: a new one was granted.
+			return fmt.Errorf("AcquireLease by the holder returned %s, not its %s: %w", fmtLease(again), fmtLease(l), outbox.ErrLeaseLost)
+		}
+		return err
+	})
+	checkLease(t, again, 0, "owner-a")
+	checkExpires(t, "AcquireLease by the holder itself (it extends the lease by ttl, as RenewLease would)", again, longTTL, start, end)
+	// Past the expiry of the lease as first granted, it still holds.
+	s.sleepUntil(t, expiredBy.Add(clockSkew))
+	_, err := s.b.AcquireLease(s.ctx, 0, "owner-b", longTTL)
+	expectErr(t, fmt.Sprintf("AcquireLease by owner-b after the first expiry of %s, which its holder extended by re-acquiring it with ttl %v", fmtLease(a), longTTL), err, outbox.ErrLeaseHeld)
+	s.appendCommit(t, entry("e1", ""))
+	expectIDs(t, "fetch with the first lease value after the holder re-acquired it", s.fetch(t, a, 10), "e1")
+}
+
+func leaseReleaseNotHeld[Tx any](t *testing.T, s *env[Tx]) {
+	a := s.acquire(t, 0, "owner-a", longTTL)
+	s.releaseLease(t, a)
+	if err := s.b.ReleaseLease(s.ctx, a); err != nil {
+		t.Fatalf("ReleaseLease(%s) a second time: got %v, want nil (releasing a released lease is a no-op)", fmtLease(a), err)
+	}
+	b := s.acquire(t, 0, "owner-b", longTTL)
+	if err := s.b.ReleaseLease(s.ctx, a); err != nil {
+		t.Fatalf("ReleaseLease(%s) after %s took the partition: got %v, want nil (a no-op)", fmtLease(a), fmtLease(b), err)
+	}
+	_, err := s.b.AcquireLease(s.ctx, 0, "owner-c", longTTL)
+	expectErr(t, fmt.Sprintf("AcquireLease by owner-c after ReleaseLease of the released %s (it must not free %s)", fmtLease(a), fmtLease(b)), err, outbox.ErrLeaseHeld)
+	s.releaseLease(t, b)
+	// A lease that expired, nobody having taken the partition over.
+	c, expiredBy := s.shortLease(t, 0, "owner-c", func(outbox.Lease) error { return nil })
+	s.sleepUntil(t, expiredBy.Add(clockSkew))
+	if err := s.b.ReleaseLease(s.ctx, c); err != nil {
+		t.Fatalf("ReleaseLease(%s) after it expired, nobody having taken over: got %v, want nil (a no-op)", fmtLease(c), err)
+	}
+	d := s.acquire(t, 0, "owner-d", longTTL)
+	if d.Version <= c.Version {
+		t.Fatalf("lease %s after %s expired and was released late does not have a higher version", fmtLease(d), fmtLease(c))
+	}
+}
+
+func holdBackOnlyEarlier[Tx any](t *testing.T, s *env[Tx]) {
+	// A failing entry holds back the entries of its key appended after it,
+	// not those appended before it.
+	s.appendCommit(t, entry("k1", "k"), entry("k2", "k"), entry("k3", "k"), entry("u1", ""))
+	l := s.acquire(t, 0, s.owner("relay"), longTTL)
+	expectIDs(t, "first fetch", s.fetch(t, l, 10), "k1", "k2", "k3", "u1")
+	s.markFailed(t, l, outbox.Failure{ID: "k2", Error: "boom", Delay: time.Hour})
+	s.release(t, l, "k1", "k3", "u1")
+	expectIDs(t, "fetch while k2 is failing (it holds back k3, appended after it, not k1, appended before it)", s.fetch(t, l, 10), "k1", "u1")
+	s.markSent(t, l, "k1", "u1")
+	expectIDs(t, "fetch after k1 was sent (k2 retries in an hour and holds back k3)", s.fetch(t, l, 10))
+}
+
+func claimsReleaseUnclaimed[Tx any](t *testing.T, s *env[Tx]) {
+	s.appendCommit(t, entry("p1", "p"), entry("r1", "k"), entry("k2", "k"), entry("u1", ""))
+	l := s.acquire(t, 0, s.owner("relay"), longTTL)
+	expectIDs(t, "first fetch", s.fetch(t, l, 2), "p1", "r1")
+	s.markFailed(t, l,
+		outbox.Failure{ID: "p1", Error: "poison", Park: true},
+		outbox.Failure{ID: "r1", Error: "boom", Delay: time.Hour},
+	)
+	// None of these is claimed: p1 is parked, r1 waits for its retry, k2
+	// and u1 were never fetched. Release must leave them as they are.
+	s.release(t, l, "p1", "r1", "k2", "u1")
+	expectIDs(t, "fetch after Release of a parked, a retrying and two never fetched entries (p1 stays parked, r1 not due, k2 held back behind r1)", s.fetch(t, l, 10), "u1")
+	if in, ok := s.b.(outbox.Inspector); ok {
+		parked, err := in.Parked(s.ctx, "", 10)
+		if err != nil {
+			t.Fatalf("Parked: %v", err)
+		}
+		expectIDs(t, "Parked after a Release of the parked p1", parked, "p1")
+		if parked[0].Attempts != 1 {
+			t.Fatalf("parked p1 has Attempts %d after a Release, want 1", parked[0].Attempts)
+		}
+	}
+}
+
+func fetchBatchIsTheCallers[Tx any](t *testing.T, s *env[Tx]) {
+	want := entry("e1", "k")
+	s.appendCommit(t, want)
+	l := s.acquire(t, 0, s.owner("relay"), longTTL)
+	b := s.fetch(t, l, 10)
+	expectIDs(t, "first fetch", b, "e1")
+	// The caller owns what it was handed: changing it changes nothing
+	// stored.
+	for i := range b[0].Payload {
+		b[0].Payload[i] = 'X'
+	}
+	b[0].Headers["conformance-id"] = "changed by the caller"
+	b[0].Headers["added-by-the-caller"] = "x"
+	b[0].Topic, b[0].Key = "changed", "changed"
+	s.release(t, l, "e1")
+	s.releaseLease(t, l)
+	got := s.peek(t, 0)
+	expectIDs(t, "fetch after the caller changed the entry it was handed", got, "e1")
+	if d := sameEntry(want, got[0]); d != "" {
+		t.Fatalf("e1 fetched again after the caller changed the entry of an earlier fetch: %s (the returned slice and its entries are the caller's)", d)
 	}
 }
