@@ -115,6 +115,8 @@ var variants = []variant{
 	{"hold-back-whole-key", "a failing entry holds back every other entry of its key, those appended before it included", []string{"HoldBack/OnlyEarlierEntriesHoldBack"}},
 	{"release-unparks", "Release of a parked ID requeues it", []string{"Claims/ReleaseLeavesUnclaimedEntriesAlone"}},
 	{"fetch-shares-payload", "FindPendingBatch returns the Payload slice and Headers map of the first fetch of an ID on every later fetch of it", []string{"Fetch/BatchIsTheCallers"}},
+	{"append-replaces-retrying", "AppendInTx of the ID of a pending entry that failed replaces it with the new append, unattempted, at the end of its key's order (as an upsert that only skips claimed and parked rows would)", []string{"Append/IdempotentWhileRetrying"}},
+	{"member-ttl-doubled", "Heartbeat keeps the record for twice the ttl", []string{"Membership/RecordGoneNotMuchAfterTTL", "Membership/HeartbeatReturnsCallerWithStoreExpiry"}},
 	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
@@ -295,6 +297,14 @@ func (w *broken) AppendInTx(ctx context.Context, tx *memory.Tx, entries ...outbo
 			return nil
 		}
 		time.Sleep(2 * time.Millisecond)
+	case "append-replaces-retrying":
+		for _, e := range entries {
+			if info, err := w.Backend.Lookup(ctx, e.ID); err == nil && !info.Parked && info.Attempts > 0 {
+				if err := w.Backend.MarkSent(ctx, w.current(outbox.Lease{Partition: info.Partition}), []string{e.ID}); err != nil {
+					return err
+				}
+			}
+		}
 	case "append-not-idempotent":
 		w.mu.Lock()
 		for i := range entries {
@@ -937,6 +947,10 @@ func (w *broken) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Durati
 	switch w.variant {
 	case "members-never-expire":
 		ttl = 24 * time.Hour
+	case "member-ttl-doubled":
+		if ttl > 0 {
+			ttl *= 2
+		}
 	case "heartbeat-arguments-unchecked":
 		if m.Owner == "" {
 			m.Owner = "anonymous"

@@ -33,6 +33,8 @@ func auditCases[Tx any]() []testCase[Tx] {
 		{group: "HoldBack", name: "OnlyEarlierEntriesHoldBack", run: holdBackOnlyEarlier[Tx]},
 		{group: "Claims", name: "ReleaseLeavesUnclaimedEntriesAlone", run: claimsReleaseUnclaimed[Tx]},
 		{group: "Fetch", name: "BatchIsTheCallers", run: fetchBatchIsTheCallers[Tx]},
+		{group: "Append", name: "IdempotentWhileRetrying", run: appendIdempotentWhileRetrying[Tx]},
+		{group: "Membership", name: "RecordGoneNotMuchAfterTTL", run: memberGoneNotMuchAfterTTL[Tx]},
 	}
 }
 
@@ -580,5 +582,45 @@ func fetchBatchIsTheCallers[Tx any](t *testing.T, s *env[Tx]) {
 	expectIDs(t, "fetch after the caller changed the entry it was handed", got, "e1")
 	if d := sameEntry(want, got[0]); d != "" {
 		t.Fatalf("e1 fetched again after the caller changed the entry of an earlier fetch: %s (the returned slice and its entries are the caller's)", d)
+	}
+}
+
+func appendIdempotentWhileRetrying[Tx any](t *testing.T, s *env[Tx]) {
+	first := entry("k1", "k")
+	s.appendCommit(t, first, entry("k2", "k"))
+	l := s.acquire(t, 0, s.owner("relay"), longTTL)
+	expectIDs(t, "first fetch", s.fetch(t, l, 10), "k1", "k2")
+	s.markFailed(t, l, outbox.Failure{ID: "k1", Error: "boom", Delay: -time.Hour})
+	s.release(t, l, "k2")
+	// k1 is pending, failed once, its retry due an hour ago. Appending its
+	// ID again is a no-op: no new entry, no reset of its attempts, error,
+	// due time or place, and it keeps holding back k2 (and k3).
+	again := entry("k1", "k")
+	again.Payload = []byte("appended again while retrying")
+	s.appendCommit(t, again, entry("k3", "k"))
+	b := s.fetch(t, l, 10)
+	expectIDs(t, "fetch after appending the ID of the retrying k1 again (a no-op: k1 keeps its place and holds back k2, k3)", b, "k1")
+	if b[0].Attempts != 1 || b[0].LastError != "boom" {
+		t.Fatalf("k1 after its ID was appended again while it was retrying has Attempts %d, LastError %q; want 1, \"boom\" (unchanged)", b[0].Attempts, b[0].LastError)
+	}
+	if d := sameEntry(first, b[0]); d != "" {
+		t.Fatalf("k1 after its ID was appended again while it was retrying: %s; want the first append", d)
+	}
+	s.markSent(t, l, "k1")
+	expectIDs(t, "fetch after k1 was sent", s.fetch(t, l, 10), "k2", "k3")
+}
+
+func memberGoneNotMuchAfterTTL[Tx any](t *testing.T, s *env[Tx]) {
+	ms := s.membership(t)
+	short, long := s.owner("short"), s.owner("long")
+	_, _, registered := s.heartbeat(t, ms, outbox.Member{Owner: short, Partitions: []int{0}}, shortTTL)
+	// short's record expired shortTTL after the store's clock during its
+	// Heartbeat, which returned at registered: a Heartbeat that starts
+	// then (allowing clockSkew) must not list it.
+	s.sleepUntil(t, registered.Add(shortTTL+clockSkew))
+	got, _, end := s.heartbeat(t, ms, outbox.Member{Owner: long}, longTTL)
+	if findMember(got, short) >= 0 {
+		t.Fatalf("Heartbeat of %q that started %v after %q's Heartbeat with ttl %v returned lists it: %s; a record ends ttl after its heartbeat, not much later",
+			long, shortTTL+clockSkew, short, shortTTL, fmtMembers(got, end))
 	}
 }
