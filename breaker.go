@@ -83,7 +83,8 @@ type breaker struct {
 	entered func(state string, failures int)
 
 	mu        sync.Mutex
-	failures  int
+	failures  int    // the longest run of failed rounds of a worker since the last success
+	successes uint64 // successful rounds so far
 	open      bool
 	openUntil time.Time
 	probeAt   time.Time // when the half-open probe was let through; zero if none
@@ -145,10 +146,23 @@ func (b *breaker) wait(now time.Time) time.Duration {
 	return max(until.Sub(now), 0)
 }
 
-// record counts a published round: success closes the breaker; a failed
-// round opens it after threshold failures in a row, or at once when it was
-// the probe.
-func (b *breaker) record(success bool, now time.Time) {
+// streak is one worker's run of failed rounds of one topic since the
+// topic last published successfully (by any worker). Only the worker's own
+// goroutine touches it, under the breaker's lock.
+type streak struct {
+	n     int    // failed rounds in a row
+	since uint64 // the breaker's successes when the run started
+}
+
+// record counts a round of the topic that a worker published: success
+// closes the breaker; a failed round opens it once the worker has seen
+// threshold failed rounds in a row (with no success of the topic by any
+// worker in between), or at once when it was the probe. Counting per
+// worker, not over all workers, makes the threshold a length of time
+// rather than a number of workers: with many partitions, a burst of
+// transient errors fails one round of each worker at once, which is not
+// an outage.
+func (b *breaker) record(success bool, now time.Time, st *streak) {
 	if b.threshold < 0 {
 		return
 	}
@@ -158,12 +172,18 @@ func (b *breaker) record(success bool, now time.Time) {
 	var changed bool
 	var s int64
 	if success {
+		b.successes++
 		b.failures, b.open = 0, false
+		st.n = 0
 		s = breakerClosed
 		changed = b.enter(s)
 	} else {
-		b.failures++
-		if wasProbe || b.failures >= b.threshold {
+		if st.since != b.successes {
+			st.n, st.since = 0, b.successes
+		}
+		st.n++
+		b.failures = max(b.failures, st.n)
+		if wasProbe || st.n >= b.threshold {
 			b.open, b.openUntil = true, now.Add(b.cooldown)
 			s = breakerOpen
 			changed = b.enter(s)

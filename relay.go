@@ -23,9 +23,12 @@ import (
 //
 // Publishing keeps per-key order: a batch is published in rounds, each
 // holding at most one entry per key (entries without a key all go in the
-// first round), so the sink never has two entries of a key in flight. When
-// an entry fails, the later entries of its key in the batch are not
-// attempted; they are released back to the store, where the failed entry
+// first round), so the sink never has two entries of a key in flight; a
+// sink that keeps the order of a key's messages within a call
+// ([KeyOrderer]) gets consecutive entries of a key of one topic in one
+// round instead. When an entry fails, the later entries of its key in the
+// batch are not recorded as sent (those of later rounds are not
+// attempted); they are released back to the store, where the failed entry
 // holds them back until it is sent or parked.
 //
 // Leases: the worker tracks its lease's deadline on its own clock (the time
@@ -50,8 +53,9 @@ import (
 // Failures are classified by [github.com/outboxrelay/outbox/backoff.ClassOf]:
 // permanent failures and entries out of attempts are parked, others are
 // re-scheduled after the backoff policy's delay, judged by the store's
-// clock. A circuit breaker stops publishing while the sink fails every
-// message, so an outage does not burn attempts.
+// clock. A circuit breaker per topic stops publishing a topic while the
+// sink fails every message of it, so an outage does not burn attempts and
+// one dead topic does not stop the others.
 //
 // A Relay is safe for concurrent use.
 type Relay struct {

@@ -63,14 +63,15 @@ func TestBreaker(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
 	b := breaker{threshold: 2, cooldown: time.Minute}
+	var st streak
 	if ok, probe := b.allow(now); !ok || probe {
 		t.Fatal("a fresh breaker must be closed")
 	}
-	b.record(false, now)
+	b.record(false, now, &st)
 	if ok, _ := b.allow(now); !ok {
 		t.Fatal("one failure below the threshold must not open it")
 	}
-	b.record(false, now)
+	b.record(false, now, &st)
 	if ok, _ := b.allow(now.Add(59 * time.Second)); ok {
 		t.Fatal("two failures must open it for the cooldown")
 	}
@@ -84,7 +85,7 @@ func TestBreaker(t *testing.T) {
 	if ok, _ := b.allow(now.Add(time.Minute)); ok {
 		t.Fatal("only one probe at a time")
 	}
-	b.record(false, now.Add(time.Minute))
+	b.record(false, now.Add(time.Minute), &st)
 	if ok, _ := b.allow(now.Add(time.Minute + time.Second)); ok {
 		t.Fatal("a failed probe must reopen it")
 	}
@@ -95,13 +96,35 @@ func TestBreaker(t *testing.T) {
 	if ok, _ := b.allow(now.Add(3*time.Minute + time.Second)); !ok {
 		t.Fatal("an abandoned probe must be replaced")
 	}
-	b.record(true, now.Add(3*time.Minute))
+	b.record(true, now.Add(3*time.Minute), &st)
 	if ok, probe := b.allow(now.Add(3 * time.Minute)); !ok || probe {
 		t.Fatal("a successful probe must close it")
 	}
+	// The threshold counts one worker's failed rounds in a row: other
+	// workers' failures in between do not add up, and a success of any
+	// worker starts every run again.
+	c := breaker{threshold: 3, cooldown: time.Minute}
+	var w1, w2 streak
+	c.record(false, now, &w1)
+	c.record(false, now, &w2)
+	c.record(false, now, &w1)
+	c.record(false, now, &w2)
+	if ok, _ := c.allow(now); !ok {
+		t.Fatal("two failed rounds of each of two workers must not open a threshold-3 breaker")
+	}
+	c.record(true, now, &w2)
+	c.record(false, now, &w1)
+	if ok, _ := c.allow(now); !ok {
+		t.Fatal("a success must start the run of every worker again")
+	}
+	c.record(false, now, &w1)
+	c.record(false, now, &w1)
+	if ok, _ := c.allow(now); ok {
+		t.Fatal("three failed rounds of one worker in a row must open it")
+	}
 	off := breaker{threshold: -1}
 	for range 10 {
-		off.record(false, now)
+		off.record(false, now, &st)
 	}
 	if ok, _ := off.allow(now); !ok {
 		t.Fatal("a disabled breaker never opens")

@@ -260,3 +260,39 @@ func TestRelayBreakerIsPerTopic(t *testing.T) {
 		}
 	})
 }
+
+// TestRelayBreakerOpensInAnOutageWithManyWorkers: the threshold counts
+// each worker's failed rounds in a row, and when the sink is down for good
+// every worker gets there, so the breaker opens and publishing stops
+// until the probe, whatever the number of partitions.
+func TestRelayBreakerOpensInAnOutageWithManyWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.Options{Partitions: 8})
+		for i := range 400 {
+			appendAll(t, b, outbox.Entry{ID: fmt.Sprint("e", i), Topic: "t", Key: fmt.Sprint("k", i)})
+		}
+		sink := &recorder{fail: func(outbox.Entry, int) error { return errors.New("broker unreachable") }}
+		var logs lockedBuffer
+		startRelay(t, b, sink, outbox.RelayOptions{
+			BatchSize: 5, PollInterval: 10 * time.Millisecond,
+			Backoff:          backoff.Policy{Base: time.Millisecond, Max: time.Millisecond, Min: time.Millisecond, MaxAttempts: -1},
+			BreakerThreshold: 3, BreakerCooldown: time.Hour,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		waitFor(t, time.Minute, "the breaker open", func() bool { return strings.Contains(logs.String(), "circuit breaker opened") })
+		synctest.Wait()
+		sink.mu.Lock()
+		calls := sink.calls
+		sink.mu.Unlock()
+		time.Sleep(30 * time.Minute) // half a cooldown
+		synctest.Wait()
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		if sink.calls != calls {
+			t.Fatalf("the sink was called %d more times while the breaker was open", sink.calls-calls)
+		}
+		if calls > 8*3 {
+			t.Fatalf("the sink was called %d times before the breaker opened; with 8 workers and a threshold of 3, at most 24", calls)
+		}
+	})
+}

@@ -86,19 +86,26 @@ type RelayOptions struct {
 	// then be published concurrently and out of order. Default false.
 	Unordered bool
 
-	// BreakerThreshold is how many consecutive publish rounds that failed
-	// entirely with non-permanent errors open the circuit breaker. While
-	// open, the relay publishes nothing for BreakerCooldown (so a broker
-	// outage does not burn attempts), then lets one round through to
-	// probe. Default 5; negative disables the breaker.
+	// BreakerThreshold is how many consecutive publish rounds of one
+	// partition worker in which every message of a topic failed with a
+	// non-permanent error (no round of the topic succeeding in between, on
+	// any worker) open that topic's circuit breaker (one breaker per
+	// topic, shared by the partition workers). While open, the relay publishes none of the
+	// topic's entries for BreakerCooldown (other topics go on), then lets
+	// one round of them through to probe. While another topic's breaker
+	// is closed, the topic's entries are re-scheduled with backoff without
+	// being published (an attempt counted, not before the probe); while
+	// none is, they are left as they are (a broker outage burns no
+	// attempts). See docs/design.md. Default 5; negative disables the
+	// breakers.
 	BreakerThreshold int
 
-	// BreakerCooldown is how long the breaker stays open. Default 5s.
+	// BreakerCooldown is how long a breaker stays open. Default 5s.
 	BreakerCooldown time.Duration
 
-	// BackpressureScale multiplies retry delays scheduled while the
-	// breaker is open or half-open, so a struggling broker is not
-	// hammered. Default 4; values below 1 count as 1.
+	// BackpressureScale multiplies the retry delays of a topic's entries
+	// scheduled while its breaker is open or half-open, so a struggling
+	// broker is not hammered. Default 4; values below 1 count as 1.
 	BackpressureScale float64
 
 	// StatsInterval bounds how often the relay samples the store's

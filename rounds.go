@@ -18,10 +18,15 @@ import (
 // batch.
 //
 // A retryable failure holds back the later entries of its key until the
-// next batch. A park does not: the later entries of its key go on in the
+// next batch (with a KeyOrderer sink, those in its own round too, whatever
+// the sink reported for them). A park does not: the later entries of its key go on in the
 // following rounds, and so that a crash can never deliver them before a
 // retry of the parked entry, the round's parks are recorded (one fenced
 // MarkFailed) before any of those entries is published.
+//
+// It returns how long to wait before the next fetch when nothing of the
+// batch was published because every entry's topic has its breaker open
+// and no topic's breaker is closed (0 otherwise).
 func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Duration) {
 	r := w.r
 	var out outcomes
@@ -327,7 +332,15 @@ func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]ga
 	// error is down as far as the sink can tell; anything else (even a
 	// permanent refusal) says it works.
 	for topic, t := range byTopic {
-		r.breakers.of(topic).record(t.retryable < t.n, now)
+		st := w.streaks[topic]
+		if st == nil {
+			if w.streaks == nil {
+				w.streaks = map[string]*streak{}
+			}
+			st = &streak{}
+			w.streaks[topic] = st
+		}
+		r.breakers.of(topic).record(t.retryable < t.n, now, st)
 	}
 }
 

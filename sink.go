@@ -13,7 +13,9 @@ type Sink interface {
 	// same order: nil means the broker acknowledged the message. It may
 	// publish the messages concurrently. The relay never passes two
 	// messages with the same non-empty Key in one call, so a sink need not
-	// order messages among themselves. It should not return before every
+	// order messages among themselves, unless the sink implements
+	// [KeyOrderer] and reports true: then it gets a key's messages many
+	// per call, in order, and must keep that order. It should not return before every
 	// message is acknowledged or has failed; a sink that must give up on a
 	// message whose fate it cannot know (sent to a broker that never
 	// answered) reports it failed, and it may still be written: a

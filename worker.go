@@ -37,6 +37,9 @@ type worker struct {
 	lease      Lease
 	validUntil time.Time // local deadline of the lease: ask time + TTL
 	slot       bool
+	// streaks are this worker's runs of failed rounds, by topic, for the
+	// topics' breakers.
+	streaks map[string]*streak
 }
 
 func (w *worker) run(ctx, hardCtx context.Context) {
