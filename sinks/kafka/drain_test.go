@@ -29,6 +29,8 @@ type drainRun struct {
 	deadline     time.Duration // give up after this long
 	kopts        []kgo.Opt     // client options after Dial's
 	oneKeyARound bool          // hide the sink's KeepsKeyOrder: one entry of a key per publish call
+	relayOpts    func(*outbox.RelayOptions)
+	partitions   int // of the memory backend; default 2
 }
 
 // plainSink hides every optional interface of the sink but LandingBounder.
@@ -65,7 +67,7 @@ func drain(t testing.TB, r drainRun) drainResult {
 	// records of the relay and not the first connection.
 	require.NoError(t, sink.Publish(context.Background(), []outbox.Entry{entry("warm-up", "events", "", "")})[0])
 
-	b := memory.New(memory.Options{Partitions: 2})
+	b := memory.New(memory.Options{Partitions: max(r.partitions, 2)})
 	defer b.Close()
 	ctx := context.Background()
 	tx := b.Begin()
@@ -85,10 +87,14 @@ func drain(t testing.TB, r drainRun) drainResult {
 	if r.faults > 0 {
 		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "events", Err: kerr.NotEnoughReplicas, Count: r.faults})
 	}
-	relay, err := outbox.NewRelay(b, relaySink, outbox.RelayOptions{
+	ro := outbox.RelayOptions{
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if r.relayOpts != nil {
+		r.relayOpts(&ro)
+	}
+	relay, err := outbox.NewRelay(b, relaySink, ro)
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -200,6 +206,38 @@ func BenchmarkRelayDrainLinger(b *testing.B) {
 				}
 				b.ReportMetric(float64(shape.keys*shape.perKey*b.N)/total.Seconds(), "entries/s")
 			})
+		}
+	}
+}
+
+// BenchmarkRelayDrainBreaker is BenchmarkRelayDrainUnderFaults with 50 and
+// 100 faults under breaker settings: the defaults, the breaker off, and
+// other cooldowns and backpressure scales.
+//
+//	go test -run '^$' -bench RelayDrainBreaker -benchtime 1x ./sinks/kafka/
+func BenchmarkRelayDrainBreaker(b *testing.B) {
+	for _, faults := range []int{50, 100} {
+		for _, parts := range []int{2, 8} {
+			for _, cfg := range []struct {
+				name string
+				set  func(*outbox.RelayOptions)
+			}{
+				{"default", nil},
+				{"off", func(o *outbox.RelayOptions) { o.BreakerThreshold = -1 }},
+				{"cooldown=1s", func(o *outbox.RelayOptions) { o.BreakerCooldown = time.Second }},
+				{"scale=1", func(o *outbox.RelayOptions) { o.BackpressureScale = 1 }},
+				{"cooldown=1s,scale=1", func(o *outbox.RelayOptions) { o.BreakerCooldown, o.BackpressureScale = time.Second, 1 }},
+				{"threshold=10", func(o *outbox.RelayOptions) { o.BreakerThreshold = 10 }},
+				{"threshold=10,cooldown=1s", func(o *outbox.RelayOptions) { o.BreakerThreshold, o.BreakerCooldown = 10, time.Second }},
+			} {
+				b.Run(fmt.Sprintf("faults=%d/partitions=%d/%s", faults, parts, cfg.name), func(b *testing.B) {
+					var total time.Duration
+					for b.Loop() {
+						total += drain(b, drainRun{keys: 2000, perKey: 1, faults: faults, deadline: 3 * time.Minute, relayOpts: cfg.set, partitions: parts}).took
+					}
+					b.ReportMetric(total.Seconds()/float64(b.N), "s/drain")
+				})
+			}
 		}
 	}
 }
