@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
+	"github.com/outboxrelay/outbox/conformance"
 )
 
 // drainKeySeq fetches and marks sent everything of partition 0 and
@@ -125,5 +126,73 @@ func TestKeySequence(t *testing.T) {
 		for i, n := range ns {
 			require.Equal(t, int64(i+1), n)
 		}
+	})
+}
+
+// keySeqStripped is a Backend with Options.KeySequence whose reads check
+// and then drop the key sequence header, so that the conformance suite,
+// which compares the headers it gets back with those it appended, runs
+// with the option on: the option must change nothing but that header.
+type keySeqStripped struct{ *memory.Backend }
+
+func stripKeySeq(es []outbox.Entry) error {
+	for i := range es {
+		v, ok := es[i].Headers[outbox.HeaderKeySeq]
+		if !ok {
+			if es[i].Key != "" {
+				return fmt.Errorf("keyseq: entry %s of key %q has no %s header", es[i].ID, es[i].Key, outbox.HeaderKeySeq)
+			}
+			continue
+		}
+		if es[i].Key == "" {
+			return fmt.Errorf("keyseq: entry %s has no key but header %s = %q", es[i].ID, outbox.HeaderKeySeq, v)
+		}
+		if _, err := outbox.ParseKeySeq(v); err != nil {
+			return fmt.Errorf("keyseq: entry %s: %w", es[i].ID, err)
+		}
+		delete(es[i].Headers, outbox.HeaderKeySeq)
+	}
+	return nil
+}
+
+func (b keySeqStripped) FindPendingBatch(ctx context.Context, l outbox.Lease, limit int) ([]outbox.Entry, error) {
+	es, err := b.Backend.FindPendingBatch(ctx, l, limit)
+	if err == nil {
+		err = stripKeySeq(es)
+	}
+	return es, err
+}
+
+func (b keySeqStripped) Parked(ctx context.Context, after string, limit int) ([]outbox.Entry, error) {
+	es, err := b.Backend.Parked(ctx, after, limit)
+	if err == nil {
+		err = stripKeySeq(es)
+	}
+	return es, err
+}
+
+func (b keySeqStripped) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
+	info, err := b.Backend.Lookup(ctx, id)
+	if err == nil {
+		es := []outbox.Entry{info.Entry}
+		err = stripKeySeq(es)
+		info.Entry = es[0]
+	}
+	return info, err
+}
+
+type keySeqHarness struct{ b *memory.Backend }
+
+func (h keySeqHarness) Backend() outbox.Backend[*memory.Tx]             { return keySeqStripped{h.b} }
+func (h keySeqHarness) Begin(context.Context) (*memory.Tx, error)       { return h.b.Begin(), nil }
+func (h keySeqHarness) Commit(_ context.Context, tx *memory.Tx) error   { return tx.Commit() }
+func (h keySeqHarness) Rollback(_ context.Context, tx *memory.Tx) error { return tx.Rollback() }
+
+// TestConformanceKeySequence runs the conformance suite with
+// Options.KeySequence on (the header checked and dropped on reads).
+func TestConformanceKeySequence(t *testing.T) {
+	t.Parallel()
+	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[*memory.Tx] {
+		return keySeqHarness{memory.New(memory.Options{Partitions: cfg.Partitions, KeySequence: true})}
 	})
 }

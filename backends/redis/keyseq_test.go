@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/conformance"
 )
 
 func TestKeySequence(t *testing.T) {
@@ -292,4 +293,97 @@ func testKeySeqConcurrent(t *testing.T, c redis.UniversalClient) {
 		}
 	}
 	require.NotEmpty(t, byKey["hot"])
+}
+
+// keySeqStripped is a Backend with Options.KeySequence whose reads check
+// and then drop the key sequence header, so that the conformance suite,
+// which compares the headers it gets back with those it appended, runs
+// with the option on: the option must change nothing but that header.
+type keySeqStripped struct{ *Backend }
+
+// stripKeySeq checks the key sequence header of each entry (a number on
+// keyed entries only; a value damaged by the suite has none) and removes
+// it.
+func stripKeySeq(es []outbox.Entry) error {
+	for i := range es {
+		v, ok := es[i].Headers[outbox.HeaderKeySeq]
+		if !ok {
+			continue
+		}
+		if es[i].Key == "" {
+			return fmt.Errorf("keyseq: entry %s has no key but header %s = %q", es[i].ID, outbox.HeaderKeySeq, v)
+		}
+		if _, err := outbox.ParseKeySeq(v); err != nil {
+			return fmt.Errorf("keyseq: entry %s: %w", es[i].ID, err)
+		}
+		delete(es[i].Headers, outbox.HeaderKeySeq)
+	}
+	return nil
+}
+
+func (b keySeqStripped) FindPendingBatch(ctx context.Context, l outbox.Lease, limit int) ([]outbox.Entry, error) {
+	es, err := b.Backend.FindPendingBatch(ctx, l, limit)
+	if err == nil {
+		err = stripKeySeq(es)
+	}
+	return es, err
+}
+
+func (b keySeqStripped) FetchBatch(ctx context.Context, l outbox.Lease, limit int) (outbox.Batch, error) {
+	batch, err := b.Backend.FetchBatch(ctx, l, limit)
+	if err == nil {
+		err = stripKeySeq(batch.Entries)
+	}
+	return batch, err
+}
+
+func (b keySeqStripped) Parked(ctx context.Context, after string, limit int) ([]outbox.Entry, error) {
+	es, err := b.Backend.Parked(ctx, after, limit)
+	if err == nil {
+		err = stripKeySeq(es)
+	}
+	return es, err
+}
+
+func (b keySeqStripped) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
+	info, err := b.Backend.Lookup(ctx, id)
+	if err == nil {
+		es := []outbox.Entry{info.Entry}
+		err = stripKeySeq(es)
+		info.Entry = es[0]
+	}
+	return info, err
+}
+
+type keySeqHarness struct{ *harness }
+
+func (h keySeqHarness) Backend() outbox.Backend[redis.Pipeliner] { return keySeqStripped{h.b} }
+
+func (h keySeqHarness) Reopen(ctx context.Context, partitions int) (outbox.Store, error) {
+	s, err := h.harness.Reopen(ctx, partitions)
+	if err != nil {
+		return nil, err
+	}
+	return keySeqStripped{s.(*Backend)}, nil
+}
+
+// TestConformanceKeySequence runs the conformance suite with
+// Options.KeySequence on (the header checked and dropped on reads), on a
+// single node and on Cluster.
+func TestConformanceKeySequence(t *testing.T) {
+	t.Parallel()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			c := tg.client(t)
+			conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[redis.Pipeliner] {
+				_, cluster := c.(*redis.ClusterClient)
+				return keySeqHarness{&harness{
+					b:     newBackend(t, c, Options{Partitions: cfg.Partitions, KeySequence: true}),
+					c:     c,
+					plain: cluster && cfg.Partitions > 1,
+				}}
+			})
+		})
+	}
 }
