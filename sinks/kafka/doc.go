@@ -22,11 +22,15 @@
 // takes it modulo the partition count, exactly like the Java client, so
 // all records of one key go to one Kafka partition (as long as the topic's
 // partition count does not change). The idempotent producer keeps the
-// records of a partition in order across its internal retries. The relay
-// never hands the sink two entries of one key in one call, and holds back
-// the later entries of a key until the earlier one is sent or parked, so
-// at most one record of a key is in flight at a time: a failure never lets
-// a later record of the same key overtake an earlier one. Records with an
+// records of a partition in order across its internal retries, and when a
+// batch fails kgo fails every later record of the partition, so the records
+// of a partition that land are a prefix of those produced. The sink
+// therefore reports [Sink.KeepsKeyOrder] (except in transactional mode),
+// and the relay hands it many entries of a key in one call, in order; after
+// a retryable failure of one of them it records none of the key's later
+// entries as sent and publishes them again after the retry, so a failure
+// never lets a later record of the same key overtake an earlier one (see
+// docs/kafka.md, "Hot keys"). Records with an
 // empty key have a nil Kafka key and are spread over partitions by kgo's
 // sticky (uniform bytes) partitioning, with no order among them.
 //
