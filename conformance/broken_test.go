@@ -40,27 +40,27 @@ type variant struct {
 }
 
 var variants = []variant{
-	{"ignores-not-before", "AppendInTx clears NotBefore, so scheduled entries are due at once", []string{"Fetch/NotBeforeHonoured"}},
-	{"rollback-leaks", "AppendInTx appends in a transaction of its own and commits it, ignoring the caller's rollback", []string{"Append/RollbackLeavesNothing"}},
-	{"loses-concurrent-append", "AppendInTx drops the entries when another append is in progress", []string{"Concurrency/ParallelAppendsAllVisibleInOrder"}},
-	{"append-not-idempotent", "AppendInTx gives a repeated ID a new ID, so it becomes a duplicate", []string{"Append/IdempotentAcrossTxs"}},
-	{"fifo-reversed", "FindPendingBatch returns each batch in reverse order", []string{"Fetch/FIFOWithinPartition", "Fetch/FIFOOneLargeTxSmallBatches"}},
+	{"ignores-not-before", "AppendInTx clears NotBefore, so scheduled entries are due at once", []string{"Fetch/NotBeforeHonoured", "Fetch/OrderedByNotBefore", "Fetch/ScheduledEntryDoesNotHoldBackItsKey", "Fetch/ScheduledDueNotMuchAfterNotBefore", "Looker/ScheduledEntryDueAtNotBefore"}},
+	{"rollback-leaks", "AppendInTx appends in a transaction of its own and commits it, ignoring the caller's rollback", []string{"Append/RollbackLeavesNothing", "Append/VisibleOnlyAfterCommit"}},
+	{"loses-concurrent-append", "AppendInTx drops the entries when another append is in progress", []string{"Concurrency/ParallelAppendsAllVisibleInOrder", "Relay/ConcurrentAppendersAndRelays"}},
+	{"append-not-idempotent", "AppendInTx gives a repeated ID a new ID, so it becomes a duplicate", []string{"Append/IdempotentAcrossTxs", "Append/IdempotentInOneTx", "Append/IdempotentWhileClaimed", "Append/IdempotentAfterParked", "Append/IdempotentWhileRetrying"}},
+	{"fifo-reversed", "FindPendingBatch returns each batch in reverse order", []string{"Fetch/FIFOWithinPartition", "Fetch/FIFOOneLargeTxSmallBatches", "Fetch/OrderedByRetryTime", "Claims/ComeBackInOrderAfterLeaseExpiry", "HoldBack/ManyHeldBackKeepOrder", "Relay/PerKeyOrderWithInjectedFailures"}},
 	{"batch-limit-ignored", "FindPendingBatch fetches twice the limit", []string{"Fetch/BatchLimitHonoured"}},
 	{"double-claim", "AcquireLease never reports ErrLeaseHeld: a second owner gets a fake lease that maps to the holder's", []string{"Lease/ExclusiveAcrossOwners", "Claims/NotHandedToAnotherOwnerWhileLeaseLive"}},
-	{"stale-fetch-allowed", "FindPendingBatch with a stale lease uses the partition's newest lease instead", []string{"Fencing/StaleFindPendingBatch"}},
-	{"mark-sent-unfenced", "MarkSent with a stale lease uses the partition's newest lease instead", []string{"Fencing/StaleMarkSent"}},
-	{"mark-failed-unfenced", "MarkFailed with a stale lease uses the partition's newest lease instead", []string{"Fencing/StaleMarkFailed"}},
-	{"release-lease-unfenced", "ReleaseLease frees the partition whoever holds it", []string{"Lease/ReleaseByOtherOwnerOrVersionIsNoop", "Fencing/StaleReleaseLease"}},
-	{"stale-renew-succeeds", "RenewLease of a lost lease reports success", []string{"Fencing/StaleRenewLease", "Lease/RenewAfterExpiryFails"}},
-	{"hold-back-ignored", "a failed keyed entry is tracked by the wrapper and released, so it no longer holds back its key", []string{"HoldBack/FailingEntryHoldsBackOnlyItsKey"}},
+	{"stale-fetch-allowed", "FindPendingBatch with a stale lease uses the partition's newest lease instead", []string{"Fencing/StaleFindPendingBatch", "Fencing/SameOwnerReacquiredAfterExpiry"}},
+	{"mark-sent-unfenced", "MarkSent with a stale lease uses the partition's newest lease instead", []string{"Fencing/StaleMarkSent", "Fencing/SameOwnerReacquiredAfterExpiry"}},
+	{"mark-failed-unfenced", "MarkFailed with a stale lease uses the partition's newest lease instead", []string{"Fencing/StaleMarkFailed", "Fencing/SameOwnerReacquiredAfterExpiry"}},
+	{"release-lease-unfenced", "ReleaseLease frees the partition whoever holds it", []string{"Lease/ReleaseByOtherOwnerOrVersionIsNoop", "Fencing/StaleReleaseLease", "Lease/ExpiryAllowsTakeoverWithHigherVersion"}},
+	{"stale-renew-succeeds", "RenewLease of a lost lease reports success", []string{"Fencing/StaleRenewLease", "Lease/RenewAfterExpiryFails", "Fencing/ReleasedLeaseIsFenced", "Fencing/ForgedLeaseIsFenced", "Lease/ExpiryAllowsTakeoverWithHigherVersion"}},
+	{"hold-back-ignored", "a failed keyed entry is tracked by the wrapper and released, so it no longer holds back its key", []string{"HoldBack/FailingEntryHoldsBackOnlyItsKey", "HoldBack/EndsWhenFailingEntrySent", "HoldBack/KeepsHoldingBackThroughRepeatedFailures", "HoldBack/ManyHeldBackKeepOrder", "Relay/PerKeyOrderWithInjectedFailures", "Relay/PerKeyOrderWithRepeatedFailures"}},
 	{"release-counts-attempt", "Release records a failed attempt (MarkFailed, retry now) instead of returning entries unchanged", []string{"Claims/ReleaseReturnsEntriesUnchanged"}},
 	{"close-ignored", "Close does nothing, so every method keeps working", []string{"Lifecycle/EveryMethodFailsAfterClose", "Membership/FailsAfterClose", "PartitionInspector/FailsAfterClose", "Looker/FailsAfterClose"}},
 	{"ignores-context", "every call runs with context.WithoutCancel", []string{"Lifecycle/CancelledContextChangesNothing", "PartitionInspector/CancelledContextReturnsItsError", "Looker/CancelledContextReturnsItsError"}},
 	{"notifies-on-append", "Notifications also fire when AppendInTx is called, before (and without) a commit", []string{"Notifier/ArrivesAfterCommit", "Notifier/NoneForRollback"}},
-	{"cancel-unknown-succeeds", "Cancel of an ID that does not exist returns nil", []string{"Canceler/CancelsPendingAndScheduled"}},
+	{"cancel-unknown-succeeds", "Cancel of an ID that does not exist returns nil", []string{"Canceler/CancelsPendingAndScheduled", "Canceler/SentIsNotFound", "Canceler/CancelsParked"}},
 	{"repeated-id-last-wins", "AppendInTx keeps the last occurrence of an ID repeated in one call", []string{"Append/RepeatedIDInOneCallFirstWins"}},
 	{"sent-ids-remembered", "AppendInTx drops entries whose ID was marked sent before", []string{"Append/SentIDAppendsAgain"}},
-	{"expired-lease-reacquired", "a fenced call with an expired lease nobody took over re-acquires the partition and goes ahead", []string{"Fencing/ExpiredFindPendingBatch", "Fencing/ExpiredMarkSent", "Fencing/ExpiredMarkFailed", "Fencing/ExpiredRelease"}},
+	{"expired-lease-reacquired", "a fenced call with an expired lease nobody took over re-acquires the partition and goes ahead", []string{"Fencing/ExpiredFindPendingBatch", "Fencing/ExpiredMarkSent", "Fencing/ExpiredMarkFailed", "Fencing/ExpiredRelease", "Fencing/ReleasedLeaseIsFenced"}},
 	{"closed-empty-inputs-ok", "calls with empty inputs return nil without checking Close", []string{"Lifecycle/EmptyInputsFailAfterClose"}},
 	{"renew-nonpositive-drops-lease", "RenewLease with ttl <= 0 releases the lease before reporting ErrInvalidArgument", []string{"Arguments/RenewLeaseRejectsNonPositiveTTL"}},
 	{"notifies-partition-zero", "Notifications sends partition 0 for every commit, whichever partitions it appended to", []string{"Notifier/CarriesThePartitionAppendedTo", "Notifier/CarriesEveryPartitionOfATransaction"}},
@@ -87,7 +87,7 @@ var variants = []variant{
 	{"lookup-due-at-after-failure-only", "Lookup reports a zero DueAt until the entry has failed (as a nullable retry-time column would)", []string{"Looker/PendingEntryReturnedWhole", "Looker/ScheduledEntryDueAtNotBefore", "Looker/ClaimedAndHeldBackEntriesAreFound"}},
 	{"lookup-truncates-error", "Lookup cuts LastError to 200 bytes (a preview, not the error as stored)", []string{"Looker/FailedEntryHasAttemptsErrorAndRetryTime"}},
 	{"lookup-misses-claimed", "Lookup reports ErrNotFound for an entry claimed by a lease (looking only where unclaimed entries are)", []string{"Looker/ClaimedAndHeldBackEntriesAreFound"}},
-	{"mark-failed-ignores-delay", "MarkFailed makes every failed entry due at once, ignoring Delay", []string{"Relay/RetriesWaitByStoreClockWithRelayClockAhead", "Relay/RetriesWaitByStoreClockWithRelayClockBehind", "Outcome/MarkFailedReschedulesAfterDelay"}},
+	{"mark-failed-ignores-delay", "MarkFailed makes every failed entry due at once, ignoring Delay", []string{"Relay/RetriesWaitByStoreClockWithRelayClockAhead", "Relay/RetriesWaitByStoreClockWithRelayClockBehind", "Outcome/MarkFailedReschedulesAfterDelay", "Fetch/OrderedByRetryTime", "HoldBack/FailingEntryHoldsBackOnlyItsKey", "Looker/FailedEntryHasAttemptsErrorAndRetryTime"}},
 	{"fetch-repeats-entry", "FindPendingBatch repeats the last entry of a batch that holds an attempted entry and has room (as the Redis claim did when it paged by an offset while moving held-back entries)", []string{"Fetch/EachEntryOnceAroundADueRetry", "Outcome/SentNeverFetchedAgain"}},
 	{"corrupt-stalls", "FetchBatch (and FindPendingBatch) fails with the decoding error of a damaged entry at every call, so its partition stalls", []string{"Corrupt/ParkedWithReasonAndPartitionFlows", "Corrupt/RunLongerThanABatchDoesNotStall", "Corrupt/ReportedOnceByFetchBatch", "Corrupt/RequeueRefused"}},
 	{"corrupt-parked-quietly", "FetchBatch parks a damaged entry but does not report it, so the relay neither logs nor counts the park", []string{"Corrupt/ReportedOnceByFetchBatch"}},
@@ -117,6 +117,34 @@ var variants = []variant{
 	{"fetch-shares-payload", "FindPendingBatch returns the Payload slice and Headers map of the first fetch of an ID on every later fetch of it", []string{"Fetch/BatchIsTheCallers"}},
 	{"append-replaces-retrying", "AppendInTx of the ID of a pending entry that failed replaces it with the new append, unattempted, at the end of its key's order (as an upsert that only skips claimed and parked rows would)", []string{"Append/IdempotentWhileRetrying"}},
 	{"member-ttl-doubled", "Heartbeat keeps the record for twice the ttl", []string{"Membership/RecordGoneNotMuchAfterTTL", "Membership/HeartbeatReturnsCallerWithStoreExpiry"}},
+	{"mark-sent-unknown-errors", "MarkSent of an ID that is unknown or already sent returns ErrNotFound", []string{"Outcome/MarkSentRemovesAndIsIdempotent"}},
+	{"mark-failed-unknown-errors", "MarkFailed of an ID that is unknown, sent or cancelled returns ErrNotFound", []string{"Outcome/MarkFailedNeverRevivesSent", "Canceler/CancelledClaimNeverComesBack"}},
+	{"release-unknown-errors", "Release of an ID that is unknown or not claimed returns ErrNotFound", []string{"Claims/ReleaseIgnoresUnknownAndUnclaimed"}},
+	{"release-unfenced", "Release with a stale lease uses the partition's newest lease instead", []string{"Fencing/StaleRelease", "Fencing/SameOwnerReacquiredAfterExpiry"}},
+	{"error-cut-short", "MarkFailed keeps only the first 100 bytes of Error", []string{"Outcome/MarkFailedKeepsLongErrors"}},
+	{"park-ignored", "MarkFailed with Park set retries the entry at once instead of parking it", []string{"Outcome/MarkFailedParks", "HoldBack/EndsWhenFailingEntryParked"}},
+	{"park-keeps-holding-back", "a parked keyed entry keeps holding back the later entries of its key", []string{"HoldBack/EndsWhenFailingEntryParked"}},
+	{"empty-key-held-back", "a failing entry with an empty key holds back the other entries with an empty key", []string{"HoldBack/EmptyKeyNeverHeldBack"}},
+	{"claims-stay-with-ended-lease", "the unfinished claims of a lease that ended (expired and taken over, or released) stay claimed instead of coming back", []string{"Claims/ComeBackInOrderAfterLeaseExpiry", "Claims/ComeBackInOrderAfterLeaseRelease", "Relay/CrashBetweenPublishAndMarkIsTakenOver"}},
+	{"versions-restart-after-release", "a lease granted after a release gets the version of the released lease again (a counter kept with the lease row, deleted by the release)", []string{"Lease/VersionsIncreaseAcrossReleases", "Claims/ComeBackInOrderAfterLeaseRelease"}},
+	{"reacquire-new-version", "AcquireLease by the holder itself grants a new lease with a new version, fencing out the old one", []string{"Lease/SameOwnerReacquireKeepsVersion"}},
+	{"renew-keeps-expiry", "RenewLease checks the lease but does not extend it", []string{"Lease/RenewExtends", "Lease/ExpiresNotMuchAfterTTL"}},
+	{"acquire-arguments-unchecked", "AcquireLease repairs bad arguments (an empty owner, ttl <= 0, a partition out of range) instead of refusing them", []string{"Arguments/AcquireLeaseRejectsBadArguments"}},
+	{"fetch-limit-unchecked", "FindPendingBatch with limit <= 0 returns no entries and nil instead of ErrInvalidArgument", []string{"Arguments/FindPendingBatchRejectsNonPositiveLimit"}},
+	{"empty-inputs-check-lease", "MarkSent, MarkFailed and Release check the lease even when they have nothing to do", []string{"Arguments/EmptyInputsAreNoops"}},
+	{"no-entries-error", "AppendInTx with no entries returns an error", []string{"Append/NoEntriesIsNoop"}},
+	{"invalid-entry-partial", "AppendInTx appends the valid entries of a call one by one and stops at the first invalid one, keeping those before it", []string{"Append/InvalidEntryRejectsWholeCall"}},
+	{"headers-dropped", "AppendInTx drops the headers", []string{"Append/FieldsRoundTrip"}},
+	{"payload-cut-at-64k", "AppendInTx keeps only the first 64 KiB of a payload", []string{"Append/LargeBinaryPayloadAndUnicode"}},
+	{"input-retained", "AppendInTx keeps the caller's payload slice and headers map and returns them on fetches", []string{"Append/InputNotRetained"}},
+	{"generated-ids-not-uuidv7", "AppendInTx fills an empty ID with a sequence number instead of a UUIDv7", []string{"Append/GeneratedIDsAreUniqueUUIDv7"}},
+	{"fetch-other-partitions", "FindPendingBatch also claims the due entries of the other partitions that nobody holds", []string{"Fetch/OtherPartitionsInvisible"}},
+	{"notifications-never-closed", "the Notifications channel is not closed when its context is done or the backend is closed", []string{"Notifier/ClosedWhenContextDone", "Lifecycle/EveryMethodFailsAfterClose"}},
+	{"cancel-parked-left", "Cancel of a parked entry returns nil but leaves it parked", []string{"Canceler/CancelsParked"}},
+	{"cancelled-claim-revived", "MarkFailed of a claimed entry that was cancelled appends it again (as an upsert of the failure would)", []string{"Canceler/CancelledClaimNeverComesBack"}},
+	{"parked-by-append-order", "Parked lists parked entries in the order they were parked, not by ID", []string{"Inspector/ParkedListsByIDInPages"}},
+	{"requeue-keeps-attempts", "Requeue moves parked entries back to pending but keeps their Attempts", []string{"Inspector/RequeueResetsAttemptsDueNow"}},
+	{"stats-claimed-not-pending", "Stats.Pending leaves out the entries claimed right now", []string{"Inspector/StatsCounts", "Inspector/StatsRightAfterEveryChange"}},
 	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
@@ -127,31 +155,38 @@ type broken struct {
 	variant string
 
 	mu        sync.Mutex
-	newest    map[int]outbox.Lease        // latest lease granted per partition
-	fakes     map[string]bool             // "partition/owner" of fake leases
-	appending int                         // AppendInTx calls in progress
-	seen      map[string]bool             // IDs appended so far
-	sent      map[string]bool             // sent-ids-remembered: IDs marked sent
-	keys      map[string]string           // ID -> key of fetched entries
-	failing   map[string]keptFailure      // hold-back-ignored: failures kept by the wrapper
-	attempts  map[string]int              // hold-back-ignored: attempts kept by the wrapper
-	subs      map[chan int]struct{}       // notifies-on-append subscribers
-	given     map[string][]int            // heartbeat-*: partitions given per owner
-	shown     map[int]outbox.Lease        // partition-stats-expired-lease-shown: last lease granted, until released
-	fetched   map[string]outbox.Entry     // lookup-finds-sent: entries fetched so far
-	claimed   map[string]bool             // lookup-misses-claimed: IDs fetched and not finished
-	lent      map[string]outbox.EntryInfo // lookup-shares-payload: the first Lookup of each ID
-	released  map[string]bool             // sent-released-come-back: IDs released so far
-	corrupt   map[string]string           // IDs damaged through the brokenHarness's Corrupter, with the way
-	overlay   map[string]outbox.Entry     // hold-back-first-failure-only: Attempts and LastError of re-appended entries
-	fetchedBy map[string]outbox.Lease     // cancel-misses-returned: the lease that fetched each unfinished ID
-	returned  map[string]bool             // cancel-misses-returned: IDs released by the relay
-	freed     map[outbox.Lease]bool       // cancel-misses-returned: leases released (Expires cleared)
-	strays    map[int][]outbox.Entry      // release-into-lease-partition: entries queued in a partition not theirs
-	retrying  map[string]bool             // stats-due-ignores-retry-time: IDs failed with a retry in the future
-	ghosts    outbox.Stats                // stats-*: counts the variant keeps after they should be gone
-	failingID map[string]string           // hold-back-whole-key: failing IDs and their keys
-	handed    map[string]outbox.Entry     // fetch-shares-payload: the first fetch of each ID
+	newest    map[int]outbox.Lease          // latest lease granted per partition
+	fakes     map[string]bool               // "partition/owner" of fake leases
+	appending int                           // AppendInTx calls in progress
+	seen      map[string]bool               // IDs appended so far
+	sent      map[string]bool               // sent-ids-remembered: IDs marked sent
+	keys      map[string]string             // ID -> key of fetched entries
+	failing   map[string]keptFailure        // hold-back-ignored: failures kept by the wrapper
+	attempts  map[string]int                // hold-back-ignored: attempts kept by the wrapper
+	subs      map[chan int]struct{}         // notifies-on-append subscribers
+	given     map[string][]int              // heartbeat-*: partitions given per owner
+	shown     map[int]outbox.Lease          // partition-stats-expired-lease-shown: last lease granted, until released
+	fetched   map[string]outbox.Entry       // lookup-finds-sent: entries fetched so far
+	claimed   map[string]bool               // lookup-misses-claimed: IDs fetched and not finished
+	lent      map[string]outbox.EntryInfo   // lookup-shares-payload: the first Lookup of each ID
+	released  map[string]bool               // sent-released-come-back: IDs released so far
+	corrupt   map[string]string             // IDs damaged through the brokenHarness's Corrupter, with the way
+	overlay   map[string]outbox.Entry       // hold-back-first-failure-only: Attempts and LastError of re-appended entries
+	fetchedBy map[string]outbox.Lease       // cancel-misses-returned: the lease that fetched each unfinished ID
+	returned  map[string]bool               // cancel-misses-returned: IDs released by the relay
+	freed     map[outbox.Lease]bool         // cancel-misses-returned: leases released (Expires cleared)
+	strays    map[int][]outbox.Entry        // release-into-lease-partition: entries queued in a partition not theirs
+	retrying  map[string]bool               // stats-due-ignores-retry-time: IDs failed with a retry in the future
+	ghosts    outbox.Stats                  // stats-*: counts the variant keeps after they should be gone
+	failingID map[string]string             // hold-back-whole-key, empty-key-held-back: failing IDs and their keys
+	parkedKey map[string]string             // park-keeps-holding-back: parked IDs and their keys
+	claimedBy map[string]outbox.Lease       // claims-stay-with-ended-lease, stats-claimed-not-pending: unfinished claims
+	alias     map[outbox.Lease]outbox.Lease // versions-restart-after-release: reported lease -> real lease
+	releases  map[int]int64                 // versions-restart-after-release: releases per partition
+	inputs    map[string]outbox.Entry       // input-retained: the caller's entries
+	genSeq    int                           // generated-ids-not-uuidv7: the last sequence number
+	cancelled map[string]outbox.Entry       // cancelled-claim-revived: claimed entries cancelled
+	handed    map[string]outbox.Entry       // fetch-shares-payload: the first fetch of each ID
 }
 
 // keptFailure is a failure the hold-back-ignored variant keeps to itself,
@@ -172,6 +207,8 @@ func newBroken(variant string, b *memory.Backend) *broken {
 		released: map[string]bool{}, corrupt: map[string]string{},
 		overlay: map[string]outbox.Entry{}, fetchedBy: map[string]outbox.Lease{}, returned: map[string]bool{}, freed: map[outbox.Lease]bool{},
 		strays: map[int][]outbox.Entry{}, retrying: map[string]bool{}, failingID: map[string]string{}, handed: map[string]outbox.Entry{},
+		parkedKey: map[string]string{}, claimedBy: map[string]outbox.Lease{}, alias: map[outbox.Lease]outbox.Lease{}, releases: map[int]int64{},
+		inputs: map[string]outbox.Entry{}, cancelled: map[string]outbox.Entry{},
 	}
 }
 
@@ -207,6 +244,15 @@ func (w *broken) otherPartition(ctx context.Context, id string, partition int) (
 
 // real maps a fake lease (double-claim) to the holder's lease.
 func (w *broken) real(l outbox.Lease) outbox.Lease {
+	if w.variant == "versions-restart-after-release" {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if r, ok := w.alias[outbox.Lease{Partition: l.Partition, Owner: l.Owner, Version: l.Version}]; ok {
+			r.Expires = l.Expires
+			return r
+		}
+		return l
+	}
 	if w.variant != "double-claim" {
 		return l
 	}
@@ -297,6 +343,47 @@ func (w *broken) AppendInTx(ctx context.Context, tx *memory.Tx, entries ...outbo
 			return nil
 		}
 		time.Sleep(2 * time.Millisecond)
+	case "no-entries-error":
+		if len(entries) == 0 {
+			return errors.New("broken: AppendInTx: no entries")
+		}
+	case "invalid-entry-partial":
+		for _, e := range entries {
+			if err := w.Backend.AppendInTx(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "headers-dropped":
+		for i := range entries {
+			entries[i].Headers = nil
+		}
+	case "payload-cut-at-64k":
+		for i := range entries {
+			if len(entries[i].Payload) > 64<<10 {
+				entries[i].Payload = entries[i].Payload[:64<<10]
+			}
+		}
+	case "input-retained":
+		w.mu.Lock()
+		for i, e := range entries {
+			if e.ID == "" {
+				entries[i].ID = outbox.NewID()
+			}
+			if _, ok := w.inputs[entries[i].ID]; !ok {
+				w.inputs[entries[i].ID] = entries[i]
+			}
+		}
+		w.mu.Unlock()
+	case "generated-ids-not-uuidv7":
+		w.mu.Lock()
+		for i := range entries {
+			if entries[i].ID == "" {
+				w.genSeq++
+				entries[i].ID = fmt.Sprintf("entry-%06d", w.genSeq)
+			}
+		}
+		w.mu.Unlock()
 	case "append-replaces-retrying":
 		for _, e := range entries {
 			if info, err := w.Backend.Lookup(ctx, e.ID); err == nil && !info.Parked && info.Attempts > 0 {
@@ -331,6 +418,23 @@ func (w *broken) AcquireLease(ctx context.Context, partition int, owner string, 
 	if w.variant == "acquire-ttl-doubled" && ttl > 0 {
 		ttl *= 2
 	}
+	if w.variant == "acquire-arguments-unchecked" {
+		if owner == "" {
+			owner = "anonymous"
+		}
+		if ttl <= 0 {
+			ttl = time.Minute
+		}
+		partition = min(max(partition, 0), w.Partitions()-1)
+	}
+	if w.variant == "reacquire-new-version" && ttl > 0 {
+		w.mu.Lock()
+		n, ok := w.newest[partition]
+		w.mu.Unlock()
+		if ok && n.Owner == owner && time.Now().Before(n.Expires) {
+			_ = w.Backend.ReleaseLease(ctx, n)
+		}
+	}
 	if w.variant == "reacquire-does-not-extend" && ttl > 0 {
 		w.mu.Lock()
 		n, ok := w.newest[partition]
@@ -349,6 +453,12 @@ func (w *broken) AcquireLease(ctx context.Context, partition int, owner string, 
 		delete(w.fakes, fmt.Sprintf("%d/%s", partition, owner))
 		w.shown[partition] = l
 	}
+	if w.variant == "versions-restart-after-release" && err == nil {
+		if shown := l.Version - w.releases[partition]; shown != l.Version {
+			w.alias[outbox.Lease{Partition: partition, Owner: owner, Version: shown}] = outbox.Lease{Partition: l.Partition, Owner: l.Owner, Version: l.Version}
+			l.Version = shown
+		}
+	}
 	if w.variant == "double-claim" && errors.Is(err, outbox.ErrLeaseHeld) {
 		n := w.newest[partition]
 		w.fakes[fmt.Sprintf("%d/%s", partition, owner)] = true
@@ -363,6 +473,13 @@ func (w *broken) RenewLease(ctx context.Context, lease outbox.Lease, ttl time.Du
 	}
 	if w.variant == "renew-ttl-doubled" && ttl > 0 {
 		ttl *= 2
+	}
+	if w.variant == "renew-keeps-expiry" && ttl > 0 {
+		n := w.current(lease)
+		if n.Owner != lease.Owner || n.Version != lease.Version || !time.Now().Before(n.Expires) {
+			return outbox.Lease{}, fmt.Errorf("broken: RenewLease: %w", outbox.ErrLeaseLost)
+		}
+		return lease, nil
 	}
 	l, err := w.Backend.RenewLease(w.ctx(ctx), w.byOwner(w.real(lease), "renew-release-by-owner"), ttl)
 	if err == nil {
@@ -401,6 +518,14 @@ func (w *broken) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 	err := w.Backend.ReleaseLease(w.ctx(ctx), w.real(lease))
 	if err == nil {
 		w.mu.Lock()
+		if w.variant == "versions-restart-after-release" {
+			r := w.realLocked(lease)
+			key := outbox.Lease{Partition: r.Partition, Owner: r.Owner, Version: r.Version}
+			if n := w.newest[r.Partition]; n.Version == r.Version && n.Owner == r.Owner && time.Now().Before(n.Expires) && !w.freed[key] {
+				w.releases[r.Partition]++
+				w.freed[key] = true
+			}
+		}
 		if n := w.newest[lease.Partition]; n.Owner == lease.Owner && n.Version == lease.Version {
 			w.freed[outbox.Lease{Partition: n.Partition, Owner: n.Owner, Version: n.Version}] = true
 		}
@@ -469,7 +594,22 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 		}
 	}
 	lease = w.byOwner(lease, "fenced-calls-by-owner")
+	if w.variant == "fetch-limit-unchecked" && limit <= 0 {
+		return nil, nil
+	}
 	batch, err := w.Backend.FindPendingBatch(ctx, lease, limit)
+	if err == nil && w.variant == "fetch-other-partitions" {
+		for p := range w.Partitions() {
+			if p == lease.Partition {
+				continue
+			}
+			if l, aerr := w.Backend.AcquireLease(ctx, p, "broken-fetch-other-partitions", time.Minute); aerr == nil {
+				more, _ := w.Backend.FindPendingBatch(ctx, l, limit)
+				batch = append(batch, more...)
+				_ = w.Backend.ReleaseLease(ctx, l)
+			}
+		}
+	}
 	if l, ok := w.revive(ctx, lease, err); ok {
 		batch, err = w.Backend.FindPendingBatch(ctx, l, limit)
 	}
@@ -477,6 +617,54 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 		return batch, err
 	}
 	switch w.variant {
+	case "claims-stay-with-ended-lease":
+		w.mu.Lock()
+		out := batch[:0]
+		for _, e := range batch {
+			if c, ok := w.claimedBy[e.ID]; ok && c.Version != lease.Version {
+				continue // still the ended lease's claim
+			}
+			w.claimedBy[e.ID] = lease
+			out = append(out, e)
+		}
+		batch = out
+		w.mu.Unlock()
+	case "stats-claimed-not-pending":
+		w.mu.Lock()
+		for _, e := range batch {
+			w.claimedBy[e.ID] = lease
+		}
+		w.mu.Unlock()
+	case "input-retained":
+		w.mu.Lock()
+		for i, e := range batch {
+			if in, ok := w.inputs[e.ID]; ok {
+				batch[i].Payload, batch[i].Headers = in.Payload, in.Headers
+			}
+		}
+		w.mu.Unlock()
+	case "park-keeps-holding-back":
+		w.mu.Lock()
+		var held []string
+		out := batch[:0]
+		for _, e := range batch {
+			blocked := false
+			for id, key := range w.parkedKey {
+				blocked = blocked || (e.Key != "" && key == e.Key && id != e.ID)
+			}
+			if blocked {
+				held = append(held, e.ID)
+				continue
+			}
+			out = append(out, e)
+		}
+		w.mu.Unlock()
+		batch = out
+		if len(held) > 0 {
+			if err := w.Backend.Release(ctx, lease, held); err != nil {
+				return nil, err
+			}
+		}
 	case "fetch-shares-payload":
 		w.mu.Lock()
 		for i, e := range batch {
@@ -487,14 +675,14 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 			}
 		}
 		w.mu.Unlock()
-	case "hold-back-whole-key":
+	case "hold-back-whole-key", "empty-key-held-back":
 		w.mu.Lock()
 		var held []string
 		out := batch[:0]
 		for _, e := range batch {
 			blocked := false
 			for id, key := range w.failingID {
-				blocked = blocked || (e.Key != "" && key == e.Key && id != e.ID)
+				blocked = blocked || ((e.Key != "" || w.variant == "empty-key-held-back") && key == e.Key && id != e.ID)
 			}
 			if blocked {
 				held = append(held, e.ID)
@@ -516,7 +704,7 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 			delete(w.strays, lease.Partition)
 		}
 		w.mu.Unlock()
-	case "hold-back-first-failure-only":
+	case "hold-back-first-failure-only", "requeue-keeps-attempts":
 		w.mu.Lock()
 		for i, e := range batch {
 			if o, ok := w.overlay[e.ID]; ok {
@@ -576,12 +764,25 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 	}
 	lease = w.byOwner(lease, "fenced-calls-by-owner")
 	w.finished(ids...)
-	if w.variant == "hold-back-whole-key" {
+	if w.variant == "hold-back-whole-key" || w.variant == "empty-key-held-back" {
 		w.mu.Lock()
 		for _, id := range ids {
 			delete(w.failingID, id)
 		}
 		w.mu.Unlock()
+	}
+	w.unclaimBy(ids...)
+	if len(ids) == 0 && w.variant == "empty-inputs-check-lease" {
+		if err := w.checkLease(ctx, lease); err != nil {
+			return err
+		}
+	}
+	if w.variant == "mark-sent-unknown-errors" {
+		for _, id := range ids {
+			if _, err := w.Backend.Lookup(ctx, id); err != nil {
+				return fmt.Errorf("broken: MarkSent: %w", err)
+			}
+		}
 	}
 	if w.variant == "mark-sent-any-partition" {
 		for _, id := range ids {
@@ -631,6 +832,12 @@ func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []
 	lease = w.byOwner(lease, "fenced-calls-by-owner")
 	for _, f := range failures {
 		w.finished(f.ID)
+		w.unclaimBy(f.ID)
+	}
+	if len(failures) == 0 && w.variant == "empty-inputs-check-lease" {
+		if err := w.checkLease(ctx, lease); err != nil {
+			return err
+		}
 	}
 	switch w.variant {
 	case "mark-failed-unfenced":
@@ -643,16 +850,53 @@ func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []
 				}
 			}
 		}
-	case "hold-back-whole-key":
+	case "hold-back-whole-key", "empty-key-held-back":
 		w.mu.Lock()
 		for _, f := range failures {
 			if f.Park {
 				delete(w.failingID, f.ID)
-			} else if info, err := w.Backend.Lookup(ctx, f.ID); err == nil && info.Key != "" {
+			} else if info, err := w.Backend.Lookup(ctx, f.ID); err == nil && (info.Key != "" || w.variant == "empty-key-held-back") {
 				w.failingID[f.ID] = info.Key
 			}
 		}
 		w.mu.Unlock()
+	case "park-keeps-holding-back":
+		w.mu.Lock()
+		for _, f := range failures {
+			if info, err := w.Backend.Lookup(ctx, f.ID); err == nil && f.Park && info.Key != "" {
+				w.parkedKey[f.ID] = info.Key
+			}
+		}
+		w.mu.Unlock()
+	case "park-ignored":
+		failures = slices.Clone(failures)
+		for i := range failures {
+			failures[i].Park, failures[i].Delay = false, 0
+		}
+	case "error-cut-short":
+		failures = slices.Clone(failures)
+		for i := range failures {
+			failures[i].Error = outbox.TruncateUTF8(failures[i].Error, 100)
+		}
+	case "mark-failed-unknown-errors":
+		for _, f := range failures {
+			if info, err := w.Backend.Lookup(ctx, f.ID); err != nil || info.Parked {
+				return fmt.Errorf("broken: MarkFailed: no pending entry %q: %w", f.ID, outbox.ErrNotFound)
+			}
+		}
+	case "cancelled-claim-revived":
+		for _, f := range failures {
+			w.mu.Lock()
+			e, ok := w.cancelled[f.ID]
+			delete(w.cancelled, f.ID)
+			w.mu.Unlock()
+			if ok {
+				tx := w.Backend.Begin()
+				if err := w.Backend.AppendInTx(ctx, tx, e); err == nil {
+					_ = tx.Commit()
+				}
+			}
+		}
 	case "mark-failed-zero-delay-late":
 		failures = slices.Clone(failures)
 		for i := range failures {
@@ -718,6 +962,35 @@ func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []
 		err = w.Backend.MarkFailed(ctx, l, failures)
 	}
 	return err
+}
+
+// realLocked is real for the versions-restart-after-release variant with
+// w.mu held.
+func (w *broken) realLocked(l outbox.Lease) outbox.Lease {
+	if r, ok := w.alias[outbox.Lease{Partition: l.Partition, Owner: l.Owner, Version: l.Version}]; ok {
+		return r
+	}
+	return l
+}
+
+// unclaimBy forgets the claims of the given IDs (claims-stay-with-ended-lease,
+// stats-claimed-not-pending).
+func (w *broken) unclaimBy(ids ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		delete(w.claimedBy, id)
+	}
+}
+
+// checkLease is the empty-inputs-check-lease variant's fence: lease must be
+// the partition's newest, live lease.
+func (w *broken) checkLease(_ context.Context, lease outbox.Lease) error {
+	n := w.current(lease)
+	if n.Owner != lease.Owner || n.Version != lease.Version || !time.Now().Before(n.Expires) {
+		return fmt.Errorf("broken: lease %s v%d is not held: %w", lease.Owner, lease.Version, outbox.ErrLeaseLost)
+	}
+	return nil
 }
 
 // finished is the cancel-misses-returned variant's record that the relay
@@ -801,7 +1074,21 @@ func (w *broken) Release(ctx context.Context, lease outbox.Lease, ids []string) 
 	lease = w.real(lease)
 	lease = w.byOwner(lease, "fenced-calls-by-owner")
 	w.unclaim(ids...)
+	w.unclaimBy(ids...)
+	if len(ids) == 0 && w.variant == "empty-inputs-check-lease" {
+		if err := w.checkLease(ctx, lease); err != nil {
+			return err
+		}
+	}
 	switch w.variant {
+	case "release-unfenced":
+		lease = w.current(lease)
+	case "release-unknown-errors":
+		for _, id := range ids {
+			if _, err := w.Backend.Lookup(ctx, id); err != nil {
+				return fmt.Errorf("broken: Release: %w", err)
+			}
+		}
 	case "cancel-misses-returned":
 		w.mu.Lock()
 		for _, id := range ids {
@@ -864,6 +1151,17 @@ func (w *broken) Notifications(ctx context.Context) (<-chan int, error) {
 		return real, err
 	}
 	switch w.variant {
+	case "notifications-never-closed":
+		out := make(chan int, 256)
+		go func() {
+			for p := range real {
+				select {
+				case out <- p:
+				default:
+				}
+			}
+		}()
+		return out, nil
 	case "notifies-on-append":
 		return w.notifyOnAppend(real), nil
 	case "notifies-partition-zero":
@@ -1006,7 +1304,15 @@ func (w *broken) Cancel(ctx context.Context, id string) error {
 		return nil
 	}
 	before, lerr := w.Backend.Lookup(ctx, id)
+	if w.variant == "cancel-parked-left" && lerr == nil && before.Parked {
+		return nil
+	}
 	err := w.Backend.Cancel(w.ctx(ctx), id)
+	if err == nil && lerr == nil && w.variant == "cancelled-claim-revived" {
+		w.mu.Lock()
+		w.cancelled[id] = outbox.Entry{ID: before.ID, Topic: before.Topic, Key: before.Key, Payload: before.Payload, Headers: before.Headers}
+		w.mu.Unlock()
+	}
 	if err == nil && lerr == nil {
 		w.mu.Lock()
 		switch {
@@ -1044,6 +1350,15 @@ func (w *broken) Stats(ctx context.Context) (outbox.Stats, error) {
 	if g.Due > 0 && st.OldestDue.IsZero() {
 		st.OldestDue = time.Now()
 	}
+	if w.variant == "stats-claimed-not-pending" {
+		w.mu.Lock()
+		for _, l := range w.claimedBy {
+			if n := w.newest[l.Partition]; n.Version == l.Version && time.Now().Before(n.Expires) && !w.freed[outbox.Lease{Partition: n.Partition, Owner: n.Owner, Version: n.Version}] {
+				st.Pending--
+			}
+		}
+		w.mu.Unlock()
+	}
 	if w.variant == "stats-oldest-due-is-now" && st.Due > 0 {
 		st.OldestDue = time.Now()
 	}
@@ -1059,7 +1374,11 @@ func (w *broken) Stats(ctx context.Context) (outbox.Stats, error) {
 }
 
 func (w *broken) Parked(ctx context.Context, after string, limit int) ([]outbox.Entry, error) {
-	return w.Backend.Parked(w.ctx(ctx), after, limit)
+	got, err := w.Backend.Parked(w.ctx(ctx), after, limit)
+	if err == nil && w.variant == "parked-by-append-order" {
+		slices.Reverse(got)
+	}
+	return got, err
 }
 
 // Requeue refuses the damaged entries (see FetchBatch), unless the
@@ -1081,6 +1400,15 @@ func (w *broken) Requeue(ctx context.Context, ids ...string) (int, error) {
 		}
 		w.mu.Unlock()
 		ids = keep
+	}
+	if w.variant == "requeue-keeps-attempts" {
+		for _, id := range ids {
+			if info, err := w.Backend.Lookup(ctx, id); err == nil && info.Parked {
+				w.mu.Lock()
+				w.overlay[id] = outbox.Entry{Attempts: info.Attempts, LastError: info.LastError}
+				w.mu.Unlock()
+			}
+		}
 	}
 	if w.variant == "requeue-takes-retrying" {
 		for _, id := range ids {
