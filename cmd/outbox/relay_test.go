@@ -444,7 +444,7 @@ func relayEndToEnd(t *testing.T, bins relayBins, s *e2eStore) {
 	for name, want := range map[string]float64{
 		"outbox_pending": 0, "outbox_due": 0, "outbox_parked": 0, "outbox_lag_seconds": 0,
 		"outbox_relay_partitions_held": 4, "outbox_relay_partitions_target": 4, "outbox_relay_members": 1,
-		"outbox_relay_breaker_state": 0,
+		`outbox_relay_breaker_state{topic="orders"}`: 0, // one breaker per topic
 	} {
 		if got, ok := metrics[name]; !ok || got != want {
 			t.Errorf("/metrics: %s = %v (present: %v), want %v", name, got, ok, want)
@@ -830,6 +830,12 @@ func scrapeMetrics(t *testing.T, addr string) (map[string]float64, string) {
 		if name == "outbox_relay_entries_total" {
 			if o := regexp.MustCompile(`outcome="([^"]*)"`).FindStringSubmatch(m[2]); o != nil {
 				out[name+`{outcome="`+o[1]+`"}`] += v
+			}
+			continue
+		}
+		if name == "outbox_relay_breaker_state" {
+			if o := regexp.MustCompile(`topic="([^"]*)"`).FindStringSubmatch(m[2]); o != nil {
+				out[name+`{topic="`+o[1]+`"}`] = v
 			}
 			continue
 		}
