@@ -145,6 +145,10 @@ var variants = []variant{
 	{"parked-by-append-order", "Parked lists parked entries in the order they were parked, not by ID", []string{"Inspector/ParkedListsByIDInPages"}},
 	{"requeue-keeps-attempts", "Requeue moves parked entries back to pending but keeps their Attempts", []string{"Inspector/RequeueResetsAttemptsDueNow"}},
 	{"stats-claimed-not-pending", "Stats.Pending leaves out the entries claimed right now", []string{"Inspector/StatsCounts", "Inspector/StatsRightAfterEveryChange"}},
+	{"requeue-keeps-order", "a requeued entry keeps its place from its first append, ahead of the entries appended after it", []string{"Inspector/RequeuedEntryOrderedAsIfAppendedNow"}},
+	{"release-lease-frees-all", "ReleaseLease frees every partition, not only the lease's", []string{"Lease/PartitionsAreIndependent"}},
+	{"entries-report-partition-zero", "fetched entries report Partition 0, whatever partition they are in", []string{"Append/PartitionIsPartitionOfKey"}},
+	{"mark-sent-deferred", "MarkSent returns at once and deletes the entries 100ms later, with the partition's lease of that moment (as an asynchronous write would), so a new holder can be handed them again", []string{"Concurrency/CompetingClaimersNeverShareAnEntry"}},
 	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
@@ -186,6 +190,7 @@ type broken struct {
 	inputs    map[string]outbox.Entry       // input-retained: the caller's entries
 	genSeq    int                           // generated-ids-not-uuidv7: the last sequence number
 	cancelled map[string]outbox.Entry       // cancelled-claim-revived: claimed entries cancelled
+	requeued  map[string]bool               // requeue-keeps-order: IDs requeued
 	handed    map[string]outbox.Entry       // fetch-shares-payload: the first fetch of each ID
 }
 
@@ -208,7 +213,7 @@ func newBroken(variant string, b *memory.Backend) *broken {
 		overlay: map[string]outbox.Entry{}, fetchedBy: map[string]outbox.Lease{}, returned: map[string]bool{}, freed: map[outbox.Lease]bool{},
 		strays: map[int][]outbox.Entry{}, retrying: map[string]bool{}, failingID: map[string]string{}, handed: map[string]outbox.Entry{},
 		parkedKey: map[string]string{}, claimedBy: map[string]outbox.Lease{}, alias: map[outbox.Lease]outbox.Lease{}, releases: map[int]int64{},
-		inputs: map[string]outbox.Entry{}, cancelled: map[string]outbox.Entry{},
+		inputs: map[string]outbox.Entry{}, cancelled: map[string]outbox.Entry{}, requeued: map[string]bool{},
 	}
 }
 
@@ -516,6 +521,13 @@ func (w *broken) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 		}
 	}
 	err := w.Backend.ReleaseLease(w.ctx(ctx), w.real(lease))
+	if err == nil && w.variant == "release-lease-frees-all" {
+		for p := range w.Partitions() {
+			if p != lease.Partition {
+				_ = w.Backend.ReleaseLease(ctx, w.current(outbox.Lease{Partition: p}))
+			}
+		}
+	}
 	if err == nil {
 		w.mu.Lock()
 		if w.variant == "versions-restart-after-release" {
@@ -665,6 +677,23 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 				return nil, err
 			}
 		}
+	case "requeue-keeps-order":
+		w.mu.Lock()
+		slices.SortStableFunc(batch, func(a, b outbox.Entry) int {
+			ra, rb := w.requeued[a.ID], w.requeued[b.ID]
+			switch {
+			case ra && !rb:
+				return -1
+			case rb && !ra:
+				return 1
+			}
+			return 0
+		})
+		w.mu.Unlock()
+	case "entries-report-partition-zero":
+		for i := range batch {
+			batch[i].Partition = 0
+		}
 	case "fetch-shares-payload":
 		w.mu.Lock()
 		for i, e := range batch {
@@ -776,6 +805,16 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 		if err := w.checkLease(ctx, lease); err != nil {
 			return err
 		}
+	}
+	if w.variant == "mark-sent-deferred" && len(ids) > 0 {
+		if err := w.checkLease(ctx, lease); err != nil {
+			return err
+		}
+		later := slices.Clone(ids)
+		time.AfterFunc(100*time.Millisecond, func() {
+			_ = w.Backend.MarkSent(context.Background(), w.current(lease), later)
+		})
+		return nil
 	}
 	if w.variant == "mark-sent-unknown-errors" {
 		for _, id := range ids {
@@ -1420,6 +1459,13 @@ func (w *broken) Requeue(ctx context.Context, ids ...string) (int, error) {
 	n, err := w.Backend.Requeue(w.ctx(ctx), ids...)
 	if err == nil && len(refused) > 0 {
 		err = &outbox.RequeueRefusedError{Refused: refused}
+	}
+	if w.variant == "requeue-keeps-order" && err == nil {
+		w.mu.Lock()
+		for _, id := range ids {
+			w.requeued[id] = true
+		}
+		w.mu.Unlock()
 	}
 	if w.variant == "stats-requeue-still-parked" {
 		w.mu.Lock()
