@@ -160,8 +160,9 @@ func TestOnlyPicksPartsOfOurWorkloads(t *testing.T) {
 		{"W5", "", "river", false, nil},
 		{"fleet", "", "outbox/redis", true, []string{"redis W5 relays fleet"}},
 		{"postgres W5", "", "outbox/redis", false, nil},
-		{"outbox/redis", "", "outbox/redis", true, []string{"redis W1+W2 append and drain", "redis W3 latency", "redis W4 backlog", "redis W5 relays", "redis W5 relays fleet", "redis W6 poison"}},
+		{"outbox/redis", "", "outbox/redis", true, []string{"redis W1+W2 append and drain", "redis W3 latency", "redis W4 backlog", "redis W5 relays", "redis W5 relays fleet", "redis W6 poison", "redis W7 hot key"}},
 		{"poison", "", "outbox/postgres", true, []string{"postgres W6 poison"}},
+		{"hot key", "", "outbox/redis", true, []string{"redis W7 hot key"}},
 		{"W5", "fleet", "outbox/redis", true, []string{"redis W5 relays"}},
 		{"W5", "outbox/redis", "outbox/redis", false, nil},
 	} {
