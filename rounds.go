@@ -19,10 +19,12 @@ import (
 //
 // A retryable failure holds back the later entries of its key until the
 // next batch (with a KeyOrderer sink, those in its own round too, whatever
-// the sink reported for them). A park does not: the later entries of its key go on in the
-// following rounds, and so that a crash can never deliver them before a
-// retry of the parked entry, the round's parks are recorded (one fenced
-// MarkFailed) before any of those entries is published.
+// the sink reported for them). A park does not: the later entries of its
+// key go on in the following rounds, and so that a crash can never deliver
+// them before a retry of the parked entry, the round's parks are recorded
+// (one fenced MarkFailed) before any of those entries is published. (With
+// a KeyOrderer sink, the later entries in the parked entry's own round
+// were published with it; see docs/design.md, "Hot keys".)
 //
 // It returns how long to wait before the next fetch when nothing of the
 // batch was published because every entry's topic has its breaker open
@@ -77,8 +79,8 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		// hold their key back for the rest of the batch. When some other
 		// topic's breaker is closed, the sink works and the topic is the
 		// problem: they are deferred like a transient failure (see
-		// defer), so they do not stay ahead of the partition's other
-		// entries. When every breaker is open the sink is down: they are
+		// deferEntry), so they do not stay ahead of the partition's other
+		// entries. When no breaker is closed the sink is down: they are
 		// given back unchanged, burning no attempt, and the worker waits
 		// for a probe.
 		gates := w.gate(live)
@@ -136,7 +138,7 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 // is out of attempts, as such a failure would.
 func (w *worker) deferEntry(e Entry, g gate, out *outcomes) {
 	r := w.r
-	err := fmt.Errorf("outbox relay: not published: the circuit breaker of topic %q is open (the sink failed every message of it in %d consecutive rounds)", e.Topic, r.opts.BreakerThreshold)
+	err := fmt.Errorf("outbox relay: not published: the circuit breaker of topic %q is open (the sink failed every message of it in %d rounds in a row)", e.Topic, r.opts.BreakerThreshold)
 	park, delay := r.opts.Backoff.Decide(e.Attempts+1, err, r.opts.BackpressureScale)
 	if !park {
 		delay = max(delay, g.wait)
