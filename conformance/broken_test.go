@@ -149,6 +149,7 @@ var variants = []variant{
 	{"release-lease-frees-all", "ReleaseLease frees every partition, not only the lease's", []string{"Lease/PartitionsAreIndependent"}},
 	{"entries-report-partition-zero", "fetched entries report Partition 0, whatever partition they are in", []string{"Append/PartitionIsPartitionOfKey"}},
 	{"mark-sent-deferred", "MarkSent returns at once and deletes the entries 100ms later, with the partition's lease of that moment (as an asynchronous write would), so a new holder can be handed them again", []string{"Concurrency/CompetingClaimersNeverShareAnEntry"}},
+	{"fetch-batch-over-limit", "FetchBatch fills its entries up to limit besides the parks, so entries and parks together exceed limit", []string{"Corrupt/ParkedWithReasonAndPartitionFlows"}},
 	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
@@ -587,6 +588,18 @@ func (w *broken) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) 
 	if len(parks) > 0 {
 		if err := w.Backend.MarkFailed(w.ctx(ctx), w.real(lease), parks); err != nil {
 			return outbox.Batch{}, err
+		}
+		if w.variant == "fetch-batch-over-limit" && len(out.Entries) < limit {
+			// Top the entries up to limit, not counting the parks.
+			more, err := w.fetchRaw(ctx, lease, limit-len(out.Entries))
+			if err != nil {
+				return outbox.Batch{}, err
+			}
+			for _, e := range more {
+				if _, bad := damaged[e.ID]; !bad {
+					out.Entries = append(out.Entries, e)
+				}
+			}
 		}
 	}
 	return out, nil
