@@ -481,3 +481,30 @@ func TestConformanceKeySequence(t *testing.T) {
 		return keySeqHarness{harness{b: b, pool: p, opts: o}}
 	})
 }
+
+// TestConformanceKeySequencePgBouncer runs the conformance suite with
+// Options.KeySequence on and the backend's pool behind PgBouncer in
+// transaction pooling mode (simple protocol; migrations and LISTEN go to
+// PostgreSQL directly): the counters live in the caller's transaction, so
+// transaction pooling changes nothing.
+func TestConformanceKeySequencePgBouncer(t *testing.T) {
+	t.Parallel()
+	through := bouncerPool(t, "simple_protocol")
+	direct := pool(t, pgx.QueryExecModeSimpleProtocol)
+	listen := direct.Config().ConnConfig.Copy()
+	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {
+		ctx := testCtx(t, 20*time.Second)
+		o := pgoutbox.Options{Schema: freshSchema(t, direct), Partitions: cfg.Partitions, ListenConfig: listen, KeySequence: true}
+		mo := o
+		mo.Partitions = max(cfg.Partitions, 1)
+		if err := pgoutbox.Migrate(ctx, direct, mo); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		b, err := pgoutbox.New(ctx, through, o)
+		if err != nil {
+			t.Fatalf("New through PgBouncer: %v", err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return keySeqHarness{harness{b: b, pool: through, opts: o}}
+	})
+}
