@@ -177,7 +177,8 @@ func BenchmarkRelayDrainUnderFaults(b *testing.B) {
 // 2,000 entries of distinct keys ("many") like BenchmarkRelayDrainUnderFaults,
 // with the client's ProducerLinger set to each value, and (linger=default)
 // with the sink as Dial builds it; "one-per-round" hides the sink's
-// KeepsKeyOrder, as the relay published before it.
+// KeepsKeyOrder and sets kgo's default linger (10ms), as the relay and Dial
+// published before issue 11.
 //
 //	go test -run '^$' -bench RelayDrainLinger -benchtime 3x ./sinks/kafka/
 func BenchmarkRelayDrainLinger(b *testing.B) {
@@ -191,7 +192,10 @@ func BenchmarkRelayDrainLinger(b *testing.B) {
 				switch linger {
 				case "default":
 				case "one-per-round":
+					// As the relay and Dial were before issue 11: one
+					// entry of a key per call, kgo's 10ms linger.
 					run.oneKeyARound = true
+					run.kopts = []kgo.Opt{kgo.ProducerLinger(10 * time.Millisecond)}
 				default:
 					d, err := time.ParseDuration(linger)
 					if linger == "0" {
