@@ -20,27 +20,36 @@
 //   - Append: commit-only visibility, rollback, field and payload
 //     round trips (1 MiB binary, unicode), input not retained, idempotent
 //     IDs (in one transaction, across transactions, while claimed, after
-//     parking; an ID repeated in one call keeps its first occurrence; a
-//     sent ID appends again), generated UUIDv7 IDs, invalid entries,
-//     PartitionOf.
+//     parking, while retrying; an ID repeated in one call keeps its first
+//     occurrence; a sent ID appends again), generated UUIDv7 IDs, invalid
+//     entries, PartitionOf.
 //   - Fetch: FIFO per partition (also 250+ entries of one transaction
 //     fetched in small batches), batch limit, NotBefore, ordering by due
 //     time (a negative retry Delay puts it in the past), partitions
 //     isolated, each entry once in a batch (also when a failing entry's
-//     retry is due behind an entry it holds back).
+//     retry is due behind an entry it holds back), a scheduled entry due
+//     not much after its NotBefore, the batch the caller's.
 //   - Claims: exclusivity while a lease is live, return in order after
-//     lease expiry or release, Release leaves entries unchanged.
+//     lease expiry or release, Release leaves entries unchanged (and
+//     parked, retrying or never fetched entries alone).
 //   - Outcome: MarkSent, MarkFailed (due again Delay after the call by the
-//     store's clock, attempts, long errors, park), a sent entry never
+//     store's clock, not before and not much after, attempts, long errors,
+//     park), a sent entry never
 //     revived, and never fetched again by the same or a later lease while
 //     entries fail, retry at once, hold back their key and are released
 //     (each key still sent in append order).
-//   - HoldBack: a failing entry holds back its key only, until sent or
-//     parked; empty keys are never held back.
-//   - Lease: exclusivity, re-acquire, renewal, expiry and takeover,
-//     monotonic versions, compare-and-delete release.
+//   - HoldBack: a failing entry holds back the later entries of its key
+//     only (not earlier ones), until sent or parked, through any number of
+//     retries; empty keys are never held back.
+//   - Lease: exclusivity, re-acquire (extending like a renewal), renewal,
+//     expiry and takeover (a lease ends ttl after it was granted or
+//     renewed, not much later), monotonic versions, compare-and-delete
+//     release (a no-op for a lease not held).
 //   - Fencing: a stale, released, forged or expired (nobody took over)
-//     lease is refused by every lease-fenced method, and changes nothing.
+//     lease is refused by every lease-fenced method, and changes nothing;
+//     so is the old lease of an owner that acquired the partition again
+//     after its lease expired; a fenced call given an entry of another
+//     partition leaves it untouched.
 //   - Arguments, Lifecycle: ErrInvalidArgument (a refused renewal leaves
 //     the lease valid), no-op empty inputs, ErrClosed after Close (empty
 //     inputs included), cancelled contexts.
@@ -49,8 +58,10 @@
 //     skipped (saying so) when the backend does not implement them. A
 //     notification names the partition a commit appended to (each
 //     partition of a transaction that appended to several), or
-//     [outbox.AllPartitions]; a requeued entry is ordered as if appended
-//     now; a heartbeat returns the live members sorted by owner with
+//     [outbox.AllPartitions]; a cancelled entry never comes back, also
+//     after its claim was released or its lease ended; Stats is right
+//     after every operation that changes a count; a requeued entry is
+//     ordered as if appended now, and Requeue ignores a retrying entry; a heartbeat returns the live members sorted by owner with
 //     expiries by the store's clock, replaces the owner's record, and
 //     keeps none of the caller's slices; records expire after their ttl
 //     and Leave removes them at once; bad arguments and a closed backend
@@ -88,8 +99,9 @@
 //     [outbox.Inspector] refuses to requeue it with an
 //     [outbox.RequeueRefusedError] while requeueing the healthy entries of
 //     the same call.
-//   - Relay: [outbox.Relay] over the backend with injected transient and
-//     permanent sink failures, a relay crashing between publish and mark,
+//   - Relay: [outbox.Relay] over the backend with injected transient
+//     (also repeated: two to four failures of one entry) and permanent
+//     sink failures, a relay crashing between publish and mark,
 //     several appenders and relays running together, and a relay whose
 //     clock is 10 minutes off, whose retries must still wait their Delay
 //     by the store's clock (not parking the entry early).
@@ -100,7 +112,10 @@
 // real, short durations: lease TTLs from 300ms, entries scheduled (or
 // retried) 400ms ahead. No outcome depends on how fast the machine runs the case: "not
 // due" is shown with times an hour ahead and "due" with times an hour ago;
-// a fetch counts as early only if it returned before the entry's time; a
+// a fetch counts as early only if it returned before the entry's time,
+// and late only if it started clockSkew after the entry was due by the
+// suite's clock (after NotBefore, or Delay after MarkFailed returned; a
+// lease or membership record likewise by ttl after the call returned); a
 // lease that must expire with claims doubles its TTL when the machine was
 // too slow to use it in time; a case whose expected order needs a step to
 // finish before a scheduled time reruns with twice the margin when it did
@@ -112,7 +127,9 @@
 //
 // The suite is itself tested: it passes against the in-memory reference
 // backend and fails, in the right subtests, against deliberately broken
-// variants of it (see broken_test.go). The memory backend cannot be
+// variants of it (see broken_test.go). docs/backend-authors.md lists every
+// promise of the SPI with the subtests that pin it and the variants that
+// prove them. The memory backend cannot be
 // reopened, so the PartitionCount cases are proven on a harness that
 // simulates a reopening constructor over it (see memory_test.go).
 package conformance

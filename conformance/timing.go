@@ -26,6 +26,13 @@ import (
 //   - A case whose expected order depends on a step finishing before a
 //     scheduled time checks that it did, and otherwise reruns with twice
 //     the margin (withMargin).
+//   - "Not much after" (an entry due, a lease or a membership record
+//     ended) is judged by a call that starts clockSkew after the moment by
+//     the suite's clock: NotBefore, or the return of the call that set a
+//     Delay or a ttl plus that duration (the store computed its time
+//     during the call, so the clocks' offset cancels out). A slow machine
+//     only makes the call start later, which can only make the answer
+//     right.
 
 // maxShortTTL bounds the TTL shortLease doubles to.
 const maxShortTTL = 16 * shortTTL
