@@ -91,7 +91,7 @@ func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool)
 		return nil, err
 	}
 	cmds, err := b.runEach(ctx, op, scriptStats, func(k *keys) ([]string, []any) {
-		return []string{k.pending, k.parked, k.lease, k.entries}, nil
+		return []string{k.pending, k.parked, k.lease, k.entries, k.keyorder}, nil
 	})
 	if err != nil {
 		return nil, err

@@ -1,7 +1,7 @@
 -- stats.lua: Stats and PartitionStats for one partition (read-only).
 --
 -- KEYS[1] pending zset   KEYS[2] parked zset   KEYS[3] lease
--- KEYS[4] entries hash
+-- KEYS[4] entries hash   KEYS[5] key-order zset
 -- Returns {pending, due, parked, oldest due score in ms or -1, now in ms,
 -- lease value "version:owner" or '' when the partition is free (the key
 -- expired or was deleted), the lease's PTTL in ms (-2 when there is no
@@ -19,6 +19,15 @@
 -- subtracts it from pending and due. When all 100 are garbage, the oldest
 -- due score is that of the 101st due member, unchecked (-1 when there is
 -- none), so the call stays bounded.
+--
+-- An entry the claim held back behind a failing entry of its key and
+-- re-scored to that entry's retry time (a marked entry never attempted)
+-- is due by its position, its own next attempt time, not by its score: the
+-- first 1000 members of the key-order set (which holds only marked
+-- entries: failing ones and those held back) are looked at, and those of
+-- never-attempted entries whose position has come and whose score has not
+-- are counted as due too (and their position as a candidate for the
+-- oldest due time).
 local now = now_ms()
 local oldest, garbage = -1, 0
 local a = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 101)
@@ -35,6 +44,23 @@ for i = 1, #a, 2 do
   end
   garbage = garbage + 1
 end
+local held = 0
+for _, km in ipairs(redis.call('ZRANGE', KEYS[5], 0, 999)) do
+  local kl = #km >= 4 and u32(km, 1)
+  if kl and #km >= kl + 20 then
+    local pos = u64(km, 5 + kl)
+    local pm = string.sub(km, 13 + kl)
+    local sc = pos <= now and redis.call('ZSCORE', KEYS[1], pm)
+    if sc and tonumber(sc) > now then
+      local v = redis.call('HGET', KEYS[4], string.sub(pm, 9))
+      if v and string.byte(v, 1) == 2 and #v >= 29 and string.sub(v, 2, 9) == string.sub(pm, 1, 8)
+          and attempts_of(v) == 0 then
+        held = held + 1
+        if oldest == -1 or pos < oldest then oldest = pos end
+      end
+    end
+  end
+end
 local lease = redis.call('GET', KEYS[3]) or ''
-return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf', now), redis.call('ZCARD', KEYS[2]), oldest,
+return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf', now) + held, redis.call('ZCARD', KEYS[2]), oldest,
   now, lease, redis.call('PTTL', KEYS[3]), garbage}
