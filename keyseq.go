@@ -10,7 +10,8 @@ import (
 // number, as decimal text ("1", "2", ...), when the backend that appended
 // it numbers keys (the KeySequence option of the Postgres, Redis and
 // memory backends). The backend puts it into the entry's Headers at
-// append, inside the caller's transaction; the relay publishes it like any
+// append, inside the caller's transaction (the memory backend at commit);
+// the relay publishes it like any
 // other header (the Kafka sink as a record header), and Lookup, Parked and
 // fetched entries show it.
 //
