@@ -11,9 +11,8 @@ import (
 // it numbers keys (the KeySequence option of the Postgres, Redis and
 // memory backends). The backend puts it into the entry's Headers at
 // append, inside the caller's transaction (the memory backend at commit);
-// the relay publishes it like any
-// other header (the Kafka sink as a record header), and Lookup, Parked and
-// fetched entries show it.
+// the relay publishes it like any other header (the Kafka sink as a record
+// header), and Lookup, Parked and fetched entries show it.
 //
 // What is promised, per outbox and per non-empty key: the committed
 // entries of the key are numbered 1, 2, 3, ... in append order, without
