@@ -245,3 +245,34 @@ func BenchmarkRelayDrainBreaker(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRelayDrainHotKeyFaults drains 2,000 entries of one key ("hot")
+// or of distinct keys ("many") with 0 and 20 NOT_ENOUGH_REPLICAS faults,
+// as the relay and Dial publish now ("after") and as they did before issue
+// 11 ("before": one entry of a key per call, kgo's 10ms linger).
+//
+//	go test -run '^$' -bench RelayDrainHotKeyFaults -benchtime 1x ./sinks/kafka/
+func BenchmarkRelayDrainHotKeyFaults(b *testing.B) {
+	for _, shape := range []struct {
+		name         string
+		keys, perKey int
+	}{{"hot", 1, 2000}, {"many", 2000, 1}} {
+		for _, when := range []string{"before", "after"} {
+			for _, faults := range []int{0, 20} {
+				b.Run(fmt.Sprintf("%s/%s/faults=%d", shape.name, when, faults), func(b *testing.B) {
+					run := drainRun{keys: shape.keys, perKey: shape.perKey, faults: faults, deadline: 3 * time.Minute}
+					if when == "before" {
+						run.oneKeyARound = true
+						run.kopts = []kgo.Opt{kgo.ProducerLinger(10 * time.Millisecond)}
+					}
+					var total time.Duration
+					for b.Loop() {
+						total += drain(b, run).took
+					}
+					b.ReportMetric(float64(shape.keys*shape.perKey*b.N)/total.Seconds(), "entries/s")
+					b.ReportMetric(total.Seconds()/float64(b.N), "s/drain")
+				})
+			}
+		}
+	}
+}
