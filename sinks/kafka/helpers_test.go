@@ -63,24 +63,30 @@ func consume(t testing.TB, c *kfake.Cluster, n int, topics []string, opts ...kgo
 }
 
 // consumeQuiet reads the records of topics from the start until none
-// arrives for 500ms.
+// arrives for 1.5 s (three empty polls of 500 ms).
 func consumeQuiet(t testing.TB, c *kfake.Cluster, topics []string, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	cl := newClient(t, c, append([]kgo.Opt{
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	}, opts...)...)
+	// Quiet means three polls of 500 ms in a row with nothing: one empty
+	// poll ended reads early under load (-race, two busy cores), before
+	// the fetch of a slower partition came back.
 	var out []*kgo.Record
-	for {
+	for empty := 0; empty < 3; {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		fs := cl.PollFetches(ctx)
 		cancel()
 		recs := fs.Records()
 		if len(recs) == 0 {
-			return out
+			empty++
+			continue
 		}
+		empty = 0
 		out = append(out, recs...)
 	}
+	return out
 }
 
 func entry(id, topic, key, payload string) outbox.Entry {

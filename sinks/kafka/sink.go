@@ -533,7 +533,41 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 		// UNKNOWN_TOPIC_ID until the topic is purged from producing.
 		s.client.PurgeTopicsFromProducing(recreated...)
 	}
+	parkOvertaken(msgs, errs)
 	return errs
+}
+
+// parkOvertaken makes permanent each retryable failure of a keyed entry
+// that a later entry of its key (and topic) in the same call overtook:
+// that entry was written to Kafka, so the failed one can no longer be
+// delivered before it, and a retry would break the key's order. It
+// happens when a Kafka batch fails while the call is still producing:
+// kgo fails the records of the partition it holds, but writes the records
+// produced after it handled the failure, under a new producer sequence.
+// The relay parks such an entry (the key goes on); requeueing it delivers
+// it after the entries that overtook it.
+func parkOvertaken(msgs []outbox.Entry, errs []error) {
+	type topicKey struct{ topic, key string }
+	var failed map[topicKey][]int // retryable failures not yet overtaken
+	for i := range msgs {
+		if msgs[i].Key == "" {
+			continue
+		}
+		tk := topicKey{msgs[i].Topic, msgs[i].Key}
+		switch {
+		case errs[i] == nil:
+			for _, f := range failed[tk] {
+				errs[f] = backoff.Permanent(fmt.Errorf("kafkasink: entry %s failed and entry %s, a later entry of its key, was written to Kafka in the same publish call, so delivering %s now would break its key's order; parked (requeue it if the order of key %q does not matter: it is then delivered after %s): %w",
+					msgs[f].ID, msgs[i].ID, msgs[f].ID, msgs[i].Key, msgs[i].ID, errs[f]))
+			}
+			delete(failed, tk)
+		case backoff.ClassOf(errs[i]) != backoff.ClassPermanent:
+			if failed == nil {
+				failed = map[topicKey][]int{}
+			}
+			failed[tk] = append(failed[tk], i)
+		}
+	}
 }
 
 // produceAll produces every non-nil record whose errs slot is nil through
@@ -693,12 +727,16 @@ var _ outbox.KeyOrderer = (*Sink)(nil)
 // New and Dial require, writes a partition's records in the order they
 // were produced. When a Kafka batch fails, kgo fails every later record of
 // the partition it holds, and the broker refuses a later batch whose
-// sequence number does not follow the last one it wrote, so no record
-// lands after an earlier one of its partition that failed (see
-// docs/kafka.md, "Hot keys"; TestPublishOfOneKeyFailsTheRecordsAfterAFailure
-// shows it against kfake). The exceptions are records kgo refuses before
-// buffering them (one too large for a batch by itself): such a record
-// fails permanently, and the relay parks it.
+// sequence number does not follow the last one it wrote. But kgo writes
+// the records produced after it handled the failure under a new producer
+// sequence, so while a call is still producing, a later record of a key
+// can be written after an earlier one failed; Publish then reports the
+// earlier one permanent (the relay parks it), never retryable, so no
+// entry is delivered after a later one of its key except by a requeue
+// (see docs/kafka.md, "Hot keys"; TestPublishOfOneKeyFailsTheRecordsAfterAFailure
+// and TestRelayDrainsAHotKeyInOrderThroughFaults show it against kfake).
+// Records kgo refuses before buffering them (one too large for a batch by
+// itself) fail permanently too.
 //
 // A transactional sink reports false: it retries records that failed as
 // too large in transactions of their own, which could reorder a key.
