@@ -214,13 +214,18 @@ func TestRelayDrainsAHotKeyInOrderThroughFaults(t *testing.T) {
 				require.Zero(t, st.Parked, "nothing parks")
 			}
 			parked := map[string]bool{}
-			if st.Parked > 0 {
-				ps, err := b.Parked(ctx, "", 100)
+			for after := ""; ; {
+				ps, err := b.Parked(ctx, after, 100)
 				require.NoError(t, err)
 				for _, p := range ps {
 					parked[p.ID] = true
 				}
+				if len(ps) < 100 {
+					break
+				}
+				after = ps[len(ps)-1].ID
 			}
+			require.Len(t, parked, int(st.Parked), "every parked entry listed")
 			recs := consumeQuiet(t, c, []string{"events"})
 			seq := map[string]int{}
 			for i, e := range es {

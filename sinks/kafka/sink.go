@@ -593,19 +593,35 @@ func produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, err
 			close(done)
 		}
 	}
+	// failed holds the topic and key of every record that failed so far:
+	// a later record of the key is not produced (kgo would write it if it
+	// came after kgo handled the failure, ahead of the failed one's retry;
+	// see parkOvertaken), it fails as not sent.
+	failed := map[[2]string]int{}
 	for i, rec := range recs {
 		if rec == nil || errs[i] != nil {
 			answered[i] = true
 			continue
 		}
+		tk := [2]string{rec.Topic, string(rec.Key)}
 		mu.Lock()
+		if first, ok := failed[tk]; ok && rec.Key != nil {
+			errs[i], answered[i] = backoff.Transient(fmt.Errorf("not sent: the record of its key at position %d of this publish call failed first, and a later one written now would overtake its retry", first)), true
+			mu.Unlock()
+			continue
+		}
 		pending++
 		mu.Unlock()
-		client.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+		client.Produce(ctx, rec, func(r *kgo.Record, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if abandoned {
 				return
+			}
+			if err != nil && r.Key != nil {
+				if _, ok := failed[tk]; !ok {
+					failed[tk] = i
+				}
 			}
 			errs[i], answered[i] = err, true
 			release()
