@@ -14,6 +14,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
 	"github.com/outboxrelay/outbox/conformance"
+	"github.com/outboxrelay/outbox/internal/keyseqtest"
 )
 
 // drainKeySeq fetches and marks sent everything of partition 0 and
@@ -135,25 +136,9 @@ func TestKeySequence(t *testing.T) {
 // with the option on: the option must change nothing but that header.
 type keySeqStripped struct{ *memory.Backend }
 
-func stripKeySeq(es []outbox.Entry) error {
-	for i := range es {
-		v, ok := es[i].Headers[outbox.HeaderKeySeq]
-		if !ok {
-			if es[i].Key != "" {
-				return fmt.Errorf("keyseq: entry %s of key %q has no %s header", es[i].ID, es[i].Key, outbox.HeaderKeySeq)
-			}
-			continue
-		}
-		if es[i].Key == "" {
-			return fmt.Errorf("keyseq: entry %s has no key but header %s = %q", es[i].ID, outbox.HeaderKeySeq, v)
-		}
-		if _, err := outbox.ParseKeySeq(v); err != nil {
-			return fmt.Errorf("keyseq: entry %s: %w", es[i].ID, err)
-		}
-		delete(es[i].Headers, outbox.HeaderKeySeq)
-	}
-	return nil
-}
+// stripKeySeq checks and removes the key sequence header (see
+// keyseqtest.Strip).
+func stripKeySeq(es []outbox.Entry) error { return keyseqtest.Strip(es, true) }
 
 func (b keySeqStripped) FindPendingBatch(ctx context.Context, l outbox.Lease, limit int) ([]outbox.Entry, error) {
 	es, err := b.Backend.FindPendingBatch(ctx, l, limit)

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	"github.com/outboxrelay/outbox/conformance"
+	"github.com/outboxrelay/outbox/internal/keyseqtest"
 )
 
 // appendTx appends entries in a transaction of their own and commits it
@@ -404,25 +405,9 @@ func TestKeySequenceWaiterIsDueAfterHolder(t *testing.T) {
 // with the option on: the option must change nothing but that header.
 type keySeqStripped struct{ *pgoutbox.Backend }
 
-// stripKeySeq checks the key sequence header of each entry (a number on
-// keyed entries only; an entry whose headers column was damaged by the
-// suite has none) and removes it.
-func stripKeySeq(es []outbox.Entry) error {
-	for i := range es {
-		v, ok := es[i].Headers[outbox.HeaderKeySeq]
-		if !ok {
-			continue
-		}
-		if es[i].Key == "" {
-			return fmt.Errorf("keyseq: entry %s has no key but header %s = %q", es[i].ID, outbox.HeaderKeySeq, v)
-		}
-		if _, err := outbox.ParseKeySeq(v); err != nil {
-			return fmt.Errorf("keyseq: entry %s: %w", es[i].ID, err)
-		}
-		delete(es[i].Headers, outbox.HeaderKeySeq)
-	}
-	return nil
-}
+// stripKeySeq checks and removes the key sequence header (see
+// keyseqtest.Strip).
+func stripKeySeq(es []outbox.Entry) error { return keyseqtest.Strip(es, false) }
 
 func (b keySeqStripped) FindPendingBatch(ctx context.Context, l outbox.Lease, limit int) ([]outbox.Entry, error) {
 	es, err := b.Backend.FindPendingBatch(ctx, l, limit)

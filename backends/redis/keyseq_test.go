@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/conformance"
+	"github.com/outboxrelay/outbox/internal/keyseqtest"
 )
 
 func TestKeySequence(t *testing.T) {
@@ -301,25 +302,9 @@ func testKeySeqConcurrent(t *testing.T, c redis.UniversalClient) {
 // with the option on: the option must change nothing but that header.
 type keySeqStripped struct{ *Backend }
 
-// stripKeySeq checks the key sequence header of each entry (a number on
-// keyed entries only; a value damaged by the suite has none) and removes
-// it.
-func stripKeySeq(es []outbox.Entry) error {
-	for i := range es {
-		v, ok := es[i].Headers[outbox.HeaderKeySeq]
-		if !ok {
-			continue
-		}
-		if es[i].Key == "" {
-			return fmt.Errorf("keyseq: entry %s has no key but header %s = %q", es[i].ID, outbox.HeaderKeySeq, v)
-		}
-		if _, err := outbox.ParseKeySeq(v); err != nil {
-			return fmt.Errorf("keyseq: entry %s: %w", es[i].ID, err)
-		}
-		delete(es[i].Headers, outbox.HeaderKeySeq)
-	}
-	return nil
-}
+// stripKeySeq checks and removes the key sequence header (see
+// keyseqtest.Strip).
+func stripKeySeq(es []outbox.Entry) error { return keyseqtest.Strip(es, false) }
 
 func (b keySeqStripped) FindPendingBatch(ctx context.Context, l outbox.Lease, limit int) ([]outbox.Entry, error) {
 	es, err := b.Backend.FindPendingBatch(ctx, l, limit)
