@@ -23,14 +23,17 @@
 // all records of one key go to one Kafka partition (as long as the topic's
 // partition count does not change). The idempotent producer keeps the
 // records of a partition in order across its internal retries, and when a
-// batch fails kgo fails every later record of the partition, so the records
-// of a partition that land are a prefix of those produced. The sink
-// therefore reports [Sink.KeepsKeyOrder] (except in transactional mode),
-// and the relay hands it many entries of a key in one call, in order; after
-// a retryable failure of one of them it records none of the key's later
-// entries as sent and publishes them again after the retry, so a failure
-// never lets a later record of the same key overtake an earlier one (see
-// docs/kafka.md, "Hot keys"). Records with an
+// batch fails kgo fails every record it holds for the partition. Records
+// produced after kgo handled the failure are written under a new producer
+// epoch, so Publish produces no further record of a key once one of the
+// key's records failed, and reports a retryable failure that a later
+// written record of its key overtook anyway as permanent (the relay parks
+// it). The sink therefore reports [Sink.KeepsKeyOrder] (except in
+// transactional mode), and the relay hands it many entries of a key in one
+// call, in order; after a retryable failure of one of them it records none
+// of the key's later entries as sent and publishes them again after the
+// retry, so no entry is delivered after a later one of its key except by a
+// requeue of a parked entry (see docs/kafka.md, "Hot keys"). Records with an
 // empty key have a nil Kafka key and are spread over partitions by kgo's
 // sticky (uniform bytes) partitioning, with no order among them.
 //

@@ -533,7 +533,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 		// UNKNOWN_TOPIC_ID until the topic is purged from producing.
 		s.client.PurgeTopicsFromProducing(recreated...)
 	}
-	parkOvertaken(msgs, errs)
+	s.parkOvertaken(recs, errs)
 	return errs
 }
 
@@ -546,28 +546,45 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 // produced after it handled the failure, under a new producer sequence.
 // The relay parks such an entry (the key goes on); requeueing it delivers
 // it after the entries that overtook it.
-func parkOvertaken(msgs []outbox.Entry, errs []error) {
-	type topicKey struct{ topic, key string }
-	var failed map[topicKey][]int // retryable failures not yet overtaken
-	for i := range msgs {
-		if msgs[i].Key == "" {
+// Records are grouped by the Kafka topic and key they were produced with
+// (as produceAll groups them). The IDs in the reason come from the
+// entries' errors, which name them.
+func (s *Sink) parkOvertaken(recs []*kgo.Record, errs []error) {
+	var failed map[[2]string][]int // retryable failures not yet overtaken
+	for i, rec := range recs {
+		if rec == nil || rec.Key == nil {
 			continue
 		}
-		tk := topicKey{msgs[i].Topic, msgs[i].Key}
 		switch {
 		case errs[i] == nil:
+			if failed == nil {
+				continue // nothing failed retryably so far: the common case
+			}
+			tk := [2]string{rec.Topic, string(rec.Key)}
 			for _, f := range failed[tk] {
-				errs[f] = backoff.Permanent(fmt.Errorf("kafkasink: entry %s failed and entry %s, a later entry of its key, was written to Kafka in the same publish call, so delivering %s now would break its key's order; parked (requeue it if the order of key %q does not matter: it is then delivered after %s): %w",
-					msgs[f].ID, msgs[i].ID, msgs[f].ID, msgs[i].Key, msgs[i].ID, errs[f]))
+				errs[f] = backoff.Permanent(fmt.Errorf("kafkasink: a later record of its key (%s, at position %d of this publish call) was written to Kafka, so delivering this one now would break its key's order; parked (requeue it if the order of key %q does not matter: it is then delivered after that record): %w",
+					s.entryIDOf(recs[i]), i, rec.Key, errs[f]))
 			}
 			delete(failed, tk)
 		case backoff.ClassOf(errs[i]) != backoff.ClassPermanent:
 			if failed == nil {
-				failed = map[topicKey][]int{}
+				failed = map[[2]string][]int{}
 			}
+			tk := [2]string{rec.Topic, string(rec.Key)}
 			failed[tk] = append(failed[tk], i)
 		}
 	}
+}
+
+// entryIDOf is the entry ID a record carries in the sink's ID header, or
+// "?" when it carries none.
+func (s *Sink) entryIDOf(rec *kgo.Record) string {
+	for _, h := range rec.Headers {
+		if h.Key == s.opts.IDHeader {
+			return string(h.Value)
+		}
+	}
+	return "?"
 }
 
 // produceAll produces every non-nil record whose errs slot is nil through
@@ -597,18 +614,21 @@ func produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, err
 	// a later record of the key is not produced (kgo would write it if it
 	// came after kgo handled the failure, ahead of the failed one's retry;
 	// see parkOvertaken), it fails as not sent.
-	failed := map[[2]string]int{}
+	// (nil until a keyed record fails: nothing is looked up per record
+	// before that.)
+	var failed map[[2]string]int
 	for i, rec := range recs {
 		if rec == nil || errs[i] != nil {
 			answered[i] = true
 			continue
 		}
-		tk := [2]string{rec.Topic, string(rec.Key)}
 		mu.Lock()
-		if first, ok := failed[tk]; ok && rec.Key != nil {
-			errs[i], answered[i] = backoff.Transient(fmt.Errorf("not sent: the record of its key at position %d of this publish call failed first, and a later one written now would overtake its retry", first)), true
-			mu.Unlock()
-			continue
+		if failed != nil && rec.Key != nil {
+			if first, ok := failed[[2]string{rec.Topic, string(rec.Key)}]; ok {
+				errs[i], answered[i] = backoff.Transient(fmt.Errorf("kafkasink: not sent: the record of its key at position %d of this publish call failed first, and a later one written now would overtake its retry", first)), true
+				mu.Unlock()
+				continue
+			}
 		}
 		pending++
 		mu.Unlock()
@@ -619,6 +639,10 @@ func produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, err
 				return
 			}
 			if err != nil && r.Key != nil {
+				if failed == nil {
+					failed = map[[2]string]int{}
+				}
+				tk := [2]string{r.Topic, string(r.Key)}
 				if _, ok := failed[tk]; !ok {
 					failed[tk] = i
 				}

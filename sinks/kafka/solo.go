@@ -26,7 +26,7 @@ import (
 // itself.
 func (s *Sink) isolateTooLarge(ctx context.Context, client *kgo.Client, recs []*kgo.Record, errs []error) {
 	for i, err := range errs {
-		if recs[i] == nil || !tooLarge(err) || ctx.Err() != nil {
+		if recs[i] == nil || !tooLarge(err) || ctx.Err() != nil || overtaken(recs, errs, i) {
 			continue
 		}
 		r := recs[i]
@@ -223,4 +223,21 @@ func get[T any](r *optReader, opt any, name string) T {
 		r.err = fmt.Errorf("kafkasink: the client's option %s is a %T, not the %T this sink knows; report it", name, v, zero)
 	}
 	return t
+}
+
+// overtaken reports whether a later record of recs[i]'s topic and key was
+// written in this call: resending recs[i] now would land it after that
+// record, out of its key's order, so it keeps its error (and parkOvertaken
+// or its permanent class parks it).
+func overtaken(recs []*kgo.Record, errs []error, i int) bool {
+	r := recs[i]
+	if r.Key == nil {
+		return false
+	}
+	for j := i + 1; j < len(recs); j++ {
+		if recs[j] != nil && errs[j] == nil && recs[j].Topic == r.Topic && string(recs[j].Key) == string(r.Key) {
+			return true
+		}
+	}
+	return false
 }
