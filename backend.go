@@ -163,7 +163,9 @@ type Store interface {
 // column or field changed by hand, a format it does not know), so that one
 // such entry never stalls its partition. FetchBatch reports those parks;
 // the relay calls it instead of FindPendingBatch when a store implements
-// it, and logs and counts each reported park like a park of its own.
+// it, logs each reported park at WARN (the store's parks are rare and
+// unexpected; the relay's own are summarized) and counts it in its stats
+// and metrics like a park of its own.
 type BatchFetcher interface {
 	// FetchBatch does exactly what FindPendingBatch does, and reports in
 	// Batch.Parked each entry this call parked because its stored data

@@ -26,8 +26,9 @@ import (
 // first round), so the sink never has two entries of a key in flight; a
 // sink that keeps the order of a key's messages within a call
 // ([KeyOrderer]) gets consecutive entries of a key of one topic in one
-// round instead. When an entry fails, the later entries of its key in the
-// batch are not recorded as sent (those of later rounds are not
+// round instead. When an entry fails with a retryable error (a park lets
+// its key go on), the later entries of its key in the batch are not
+// recorded as sent (those of later rounds are not
 // attempted); they are released back to the store, where the failed entry
 // holds them back until it is sent or parked.
 //
@@ -71,7 +72,9 @@ type Relay struct {
 	// in one Publish call (KeyOrderer): rounds then carry several entries
 	// of a key.
 	keyOrder bool
-	coord    coordinator
+	// fetcher is the store as a BatchFetcher, nil when it is not one.
+	fetcher BatchFetcher
+	coord   coordinator
 	// landing is how long after Publish returns a message can still be
 	// written by the broker (the sink's LandingBounder), 0 if it cannot.
 	landing time.Duration
@@ -169,6 +172,7 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 		log:     o.Logger.With("component", "outbox.relay", "owner", o.Owner),
 		workers: make([]*worker, n),
 	}
+	r.fetcher, _ = store.(BatchFetcher)
 	if lb, ok := sink.(LandingBounder); ok {
 		bound := lb.LandingBound()
 		if bound < 0 {

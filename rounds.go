@@ -13,7 +13,9 @@ import (
 
 // process publishes a batch in rounds and records its outcomes at the end
 // of the batch: one MarkSent, one MarkFailed and one Release at most,
-// however many rounds the batch took. Entries it does not attempt are
+// however many rounds the batch took, plus one fenced MarkFailed for the
+// entries without a topic and one per round whose parks must be recorded
+// before the key's later entries are published. Entries it does not attempt are
 // released. A crash or lease loss before the end republishes at most this
 // batch.
 //
@@ -216,9 +218,16 @@ type outcomes struct {
 // failures of the round just published, whose entries are round) at once
 // when a later entry of a parked entry's key is still to come in this
 // batch (later reports whether one is). It removes what it recorded from
-// out.failures. When the write fails the lease has been given up (see
-// mark) and it reports false: the batch stops and records nothing more.
+// out.failures. When the lease is gone (lost during the publish, or given
+// up because the write failed; see mark) it reports false: the batch stops
+// and records nothing more.
 func (w *worker) recordParksEarly(ctx context.Context, round []Entry, out *outcomes, from int, later func(key string) bool) bool {
+	if !w.holding.Load() {
+		return false // the publish lost the lease (and counted that)
+	}
+	if !slices.ContainsFunc(out.failures[from:], func(f Failure) bool { return f.Park }) {
+		return true
+	}
 	keys := make(map[string]string, len(round))
 	for _, e := range round {
 		keys[e.ID] = e.Key

@@ -79,7 +79,8 @@ type LandingBounder interface {
 	// LandingBound is how long after Publish's context is cancelled (or
 	// its deadline passes) a message given to that Publish can still be
 	// written. Zero means never: by then every message is written or
-	// failed for good.
+	// failed for good. Negative means it cannot be bounded: the relay
+	// warns once and trusts its lease to its local deadline.
 	LandingBound() time.Duration
 }
 

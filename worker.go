@@ -123,8 +123,8 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 // were.
 func (w *worker) fetch(ctx context.Context) ([]Entry, int, error) {
 	r := w.r
-	bf, ok := r.store.(BatchFetcher)
-	if !ok {
+	bf := r.fetcher
+	if bf == nil {
 		batch, err := r.store.FindPendingBatch(ctx, w.lease, r.opts.BatchSize)
 		return batch, 0, err
 	}
