@@ -188,7 +188,7 @@ func decodeEntry(id string, partition int, b []byte) (outbox.Entry, error) {
 		return e, fmt.Errorf("%w: empty value", errCorrupt)
 	}
 	if b[0] != encodingV1 && b[0] != encodingV2 && b[0] != encodingQuarantined {
-		return e, fmt.Errorf("%w: unknown format version %d (this build reads versions %d and %d; upgrade the relay)", errCorrupt, b[0], encodingV1, encodingV2)
+		return e, fmt.Errorf("%w: unknown format version %d (this build reads versions 1, 2 and 3; upgrade the relay)", errCorrupt, b[0])
 	}
 	d := decoder{b: b, off: 1}
 	d.uint64("sequence")

@@ -77,6 +77,9 @@ func (b *Backend) diagnoseKeys(ctx context.Context, ks []string) string {
 	_, _ = b.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, k := range ks {
 			types[i] = pipe.Type(ctx, k)
+			if strings.HasSuffix(k, ":seq") || strings.HasSuffix(k, ":leasever") {
+				gets[i] = pipe.Get(ctx, k)
+			}
 		}
 		return nil
 	})
@@ -89,14 +92,6 @@ func (b *Backend) diagnoseKeys(ctx context.Context, ks []string) string {
 		return fmt.Sprintf("the key %q is a Redis %s, but the outbox keeps %s there as a %s: something other than redisoutbox wrote it (is Options.Prefix shared with another application?); rename it out of the way (RENAME %s <new name>) or delete it (DEL %s) if it holds nothing of the outbox's, and the calls that use it work again",
 			k, got, holds, want, k, k)
 	}
-	_, _ = b.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range ks {
-			if strings.HasSuffix(k, ":seq") || strings.HasSuffix(k, ":leasever") {
-				gets[i] = pipe.Get(ctx, k)
-			}
-		}
-		return nil
-	})
 	for i, k := range ks {
 		if gets[i] == nil {
 			continue

@@ -81,7 +81,7 @@ local function parse(v)
   if n == 0 then p.why = 'empty value' return p end
   local ver = string.byte(v, 1)
   if ver ~= 1 and ver ~= 2 and ver ~= 3 then
-    p.why = 'unknown format version ' .. ver .. ' (this build reads versions 1 and 2; upgrade the relay)'
+    p.why = 'unknown format version ' .. ver .. ' (this build reads versions 1, 2 and 3; upgrade the relay)'
     return p
   end
   local off = 1 -- 0-based offset of the next field, as in decodeEntry
