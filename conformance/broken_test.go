@@ -150,6 +150,8 @@ var variants = []variant{
 	{"entries-report-partition-zero", "fetched entries report Partition 0, whatever partition they are in", []string{"Append/PartitionIsPartitionOfKey"}},
 	{"mark-sent-deferred", "MarkSent returns at once and deletes the entries 100ms later, with the partition's lease of that moment (as an asynchronous write would), so a new holder can be handed them again", []string{"Concurrency/CompetingClaimersNeverShareAnEntry"}},
 	{"fetch-batch-over-limit", "FetchBatch fills its entries up to limit besides the parks, so entries and parks together exceed limit", []string{"Corrupt/ParkedWithReasonAndPartitionFlows"}},
+	{"fetch-batch-reversed", "FetchBatch returns each batch in reverse order (FindPendingBatch is right)", []string{"BatchFetcher/SameBatchAsFindPendingBatch"}},
+	{"fetch-batch-unfenced", "FetchBatch with a stale lease uses the partition's newest lease instead (FindPendingBatch is fenced)", []string{"BatchFetcher/FencedLikeFindPendingBatch"}},
 	{"sent-released-come-back", "MarkSent returns nil but leaves pending the entries the lease released earlier (as one that looks an entry up by a stored member a claim changed would)", []string{"Outcome/SentNeverFetchedAgain"}},
 }
 
@@ -552,15 +554,29 @@ func (w *broken) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 
 // FindPendingBatch is FetchBatch without the report of parks.
 func (w *broken) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
-	b, err := w.FetchBatch(ctx, lease, limit)
+	b, err := w.fetchBatch(ctx, lease, limit)
 	return b.Entries, err
+}
+
+// FetchBatch is fetchBatch, which FindPendingBatch shares, broken by the
+// fetch-batch-* variants that make the two differ.
+func (w *broken) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
+	switch w.variant {
+	case "fetch-batch-unfenced":
+		lease = w.current(lease)
+	}
+	b, err := w.fetchBatch(ctx, lease, limit)
+	if err == nil && w.variant == "fetch-batch-reversed" {
+		slices.Reverse(b.Entries)
+	}
+	return b, err
 }
 
 // FetchBatch simulates a backend that decodes what it stores: the entries
 // the brokenHarness damaged (as its Corrupter) do not decode, so they are
 // parked, with a reason, and reported, as the Postgres and Redis backends
 // do. The corrupt-* variants break that.
-func (w *broken) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
+func (w *broken) fetchBatch(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
 	batch, err := w.fetchRaw(ctx, lease, limit)
 	if err != nil {
 		return outbox.Batch{}, err

@@ -89,6 +89,11 @@
 //     count, reads the stored one when configured with 0, refuses another
 //     with an [outbox.PartitionMismatchError] naming both counts, and sees
 //     the entries appended through the first store in their partitions.
+//   - BatchFetcher: FetchBatch returns, step by step while a partition
+//     with hold-back, scheduled and unkeyed entries drains, the batch
+//     FindPendingBatch returns for the same state, and is fenced and
+//     checks its limit as FindPendingBatch does (skipped, saying so, when
+//     the backend does not implement [outbox.BatchFetcher]).
 //   - Corrupt: a stored entry damaged by hand (the harness implements
 //     [Corrupter] and names the ways; skipped, saying so, when it does
 //     not), once for each way: it is parked with a reason and one attempt,

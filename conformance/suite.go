@@ -90,6 +90,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, lookerCases[Tx]()...)
 	cases = append(cases, partitionCountCases[Tx]()...)
 	cases = append(cases, corruptCases[Tx]()...)
+	cases = append(cases, batchFetcherCases[Tx]()...)
 	cases = append(cases, auditCases[Tx]()...)
 	cases = append(cases, relayCases[Tx]()...)
 
