@@ -41,12 +41,15 @@ func batchFetcherSame[Tx any](t *testing.T, s *env[Tx]) {
 	s.appendCommit(t, entry("a1", "a"), entry("b1", "b"), entry("u1", ""), entry("a2", "a"), sched,
 		entry("b2", "b"), entry("a3", "a"), entry("u2", ""), entry("b3", "b"))
 	l := s.acquire(t, 0, s.owner("relay"), longTTL)
-	// a1 fails once: it holds a2 and a3 back until it is retried.
+	// a1 fails once: it holds a2 and a3 back until it is retried. Its
+	// retry is due in the past, so no entry becomes due between the two
+	// fetches of a step (a retry due "now" may be a millisecond ahead of
+	// the store's clock, and the two fetches would see different states).
 	first := s.fetch(t, l, 1)
 	if len(first) != 1 || first[0].ID != "a1" {
 		t.Fatalf("first entry %v, want a1", ids(first))
 	}
-	s.markFailed(t, l, outbox.Failure{ID: "a1", Error: "transient"})
+	s.markFailed(t, l, outbox.Failure{ID: "a1", Error: "transient", Delay: -time.Hour})
 	for step := 0; ; step++ {
 		if step == 20 {
 			t.Fatal("the partition did not drain in 20 steps")
