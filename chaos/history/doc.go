@@ -58,7 +58,10 @@
 //     partition that delivered before t, clipped to the window: a gap
 //     spanning t is measured from t, a gap spanning the next fault ends
 //     there (the rest is the next fault's), and a partition silent until
-//     the window's end counts up to it. The report gives p50/p90/max over
-//     faults. It is meaningful only when appenders keep every partition
-//     busy.
+//     the window's end counts up to it. A partition here is the outbox
+//     partition the appender recorded for the entry (Entry.Partition: the
+//     relay's unit of work, which a fault stalls), or the broker's topic
+//     partition for deliveries of entries recorded without one. The report
+//     gives p50/p90/max over faults. It is meaningful only when appenders
+//     keep every partition busy.
 package history

@@ -143,7 +143,7 @@ func (h *History) Check() Report {
 	keys := make(map[string]*keyState)
 	delivered := make([]bool, len(h.entries))
 	unexpected := make(map[string]bool)
-	parts := make(map[topicPartition][]time.Time)
+	parts := make(map[string][]time.Time) // recovery streams, see stream
 
 	for i, d := range ds {
 		if i > 0 && ds[i-1].Topic == d.Topic && ds[i-1].Partition == d.Partition && ds[i-1].Offset == d.Offset {
@@ -152,9 +152,13 @@ func (h *History) Check() Report {
 		}
 		r.Delivered++
 		tp := topicPartition{d.Topic, d.Partition}
-		parts[tp] = append(parts[tp], d.At)
-
 		idx, known := h.byID[d.ID]
+		s := tp.String()
+		if known && h.entries[idx].Partition != nil {
+			s = fmt.Sprintf("outbox partition %d", *h.entries[idx].Partition)
+		}
+		parts[s] = append(parts[s], d.At)
+
 		if !known {
 			if unexpected[d.ID] {
 				h.duplicate(&r, faults, d)
@@ -225,7 +229,7 @@ type topicPartition struct {
 func (tp topicPartition) String() string { return fmt.Sprintf("%s/%d", tp.topic, tp.partition) }
 
 // recovery fills in each fault's recovery time and the quantiles.
-func (r *Report) recovery(faults []Fault, parts map[topicPartition][]time.Time) {
+func (r *Report) recovery(faults []Fault, parts map[string][]time.Time) {
 	if len(faults) == 0 {
 		return
 	}

@@ -243,3 +243,31 @@ func TestRecovery(t *testing.T) {
 		t.Errorf("p50/p90/max = %v %v %v", r.RecoveryP50, r.RecoveryP90, r.RecoveryMax)
 	}
 }
+
+// Entries recorded with their outbox partition are measured per outbox
+// partition: a stalled outbox partition shows even when its records share
+// a broker partition with one that keeps delivering.
+func TestRecoveryByOutboxPartition(t *testing.T) {
+	t.Parallel()
+	var h History
+	off := int64(0)
+	deliver := func(p int32, at int) {
+		id := fmt.Sprintf("op%d-%d", p, at)
+		h.Append(Entry{ID: id, Partition: &p})
+		h.Delivered(Delivery{Topic: "t", Partition: 0, Offset: off, ID: id, At: ms(at)})
+		off++
+	}
+	for at := 0; at <= 1000; at += 10 {
+		deliver(0, at)
+		if at <= 100 || at >= 500 {
+			deliver(1, at+1)
+		}
+	}
+	h.Fault(ms(200), "stall outbox partition 1")
+	r := h.Check()
+	// Outbox partition 1's last delivery before the fault is at 101, its
+	// next at 501: measured from the fault, 301ms.
+	if got := r.Faults[0].Recovery; got != 301*time.Millisecond {
+		t.Fatalf("recovery %v, want 301ms (outbox partition 1's stall; the broker partition never stalled)", got)
+	}
+}
