@@ -139,6 +139,10 @@ func run(args []string) error {
 		}
 		opts = append(opts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
 	}
+	// Catch the signals before printing the broker line: a caller that
+	// reads the line and at once sends SIGTERM gets a clean exit.
+	done := make(chan os.Signal, 1)
+	signal.Notify(done, syscall.SIGTERM, syscall.SIGINT)
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return err
@@ -164,8 +168,6 @@ func run(args []string) error {
 		}
 	}
 
-	done := make(chan os.Signal, 1)
-	signal.Notify(done, syscall.SIGTERM, syscall.SIGINT)
 	if *stdinEOF {
 		go func() {
 			_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
