@@ -8,14 +8,14 @@
 //
 // # Modes
 //
-// -mode lossy: each message is dropped with probability -drop (default
-// 0.001): it is not handed to Kafka, yet reported to the relay as
+// -mode lossy: the fraction -drop of the messages (default 0.001) is
+// dropped, spread evenly (one in every 1/drop, from a random phase): a
+// dropped message is not handed to Kafka, yet reported to the relay as
 // published, so the outbox marks it sent and it is lost. The checker must
 // report those entries lost, and nothing out of order (dropping keeps the
-// order of what is published). The count dropped is logged at exit. A
-// run loses nothing with probability (1-drop)^n over n records: at the
-// default 0.1%, 37% for 1,000 records and 5% for 3,000, so a short run
-// needs a larger -drop to fail the checker reliably.
+// order of what is published). The count dropped is logged at exit. A run
+// of at least 1/drop records (1,000 at the default) loses at least one,
+// so the control does not pass the checker by luck.
 //
 // -mode unordered: the entries of each Publish call are handed to the
 // Kafka sink in a shuffled order, and the sink's results mapped back to

@@ -24,13 +24,17 @@ type lockedRand struct {
 	rng *rand.Rand
 }
 
-// lossySink drops each message with probability drop: the message is not
-// handed to the inner sink, and Publish reports it published (nil), so
-// the relay marks its entry sent and it is lost.
+// lossySink drops the fraction drop of the messages, evenly spread (one
+// in every 1/drop, from a random phase): the message is not handed to the
+// inner sink, and Publish reports it published (nil), so the relay marks
+// its entry sent and it is lost. Spreading the drops instead of drawing
+// each makes a run of n >= 1/drop messages lose at least one, so the
+// control cannot pass the checker by luck.
 type lossySink struct {
 	inner innerSink
 	drop  float64
 	rng   lockedRand
+	acc   float64 // under rng.mu: drop added per message, a drop at 1
 
 	handed, dropped atomic.Int64
 }
@@ -42,7 +46,7 @@ var (
 )
 
 func newLossySink(inner innerSink, drop float64, rng *rand.Rand) *lossySink {
-	return &lossySink{inner: inner, drop: drop, rng: lockedRand{rng: rng}}
+	return &lossySink{inner: inner, drop: drop, rng: lockedRand{rng: rng}, acc: rng.Float64()}
 }
 
 // Publish implements [outbox.Sink]: it hands the messages it keeps to the
@@ -52,9 +56,12 @@ func (s *lossySink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	kept := make([]int, 0, len(msgs)) // indexes into msgs
 	s.rng.mu.Lock()
 	for i := range msgs {
-		if s.rng.rng.Float64() >= s.drop {
-			kept = append(kept, i)
+		s.acc += s.drop
+		if s.acc >= 1 {
+			s.acc--
+			continue
 		}
+		kept = append(kept, i)
 	}
 	s.rng.mu.Unlock()
 	s.handed.Add(int64(len(msgs)))

@@ -187,3 +187,19 @@ func TestLossySink(t *testing.T) {
 		require.True(t, inner.closed)
 	})
 }
+
+// The drops are spread, not drawn: 1,000 messages at 0.1% lose exactly
+// one whatever the seed, so the control never passes the checker by luck.
+func TestLossySinkDropsOneInEveryThousand(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(50) {
+		inner := &fakeSink{}
+		s := newLossySink(inner, 0.001, rand.New(rand.NewPCG(seed, 1)))
+		for range 10 {
+			s.Publish(context.Background(), batch(100, 7))
+		}
+		if got := s.dropped.Load(); got != 1 {
+			t.Fatalf("seed %d: dropped %d of 1000 at 0.1%%, want exactly 1", seed, got)
+		}
+	}
+}
