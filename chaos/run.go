@@ -1,0 +1,672 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxrelay/outbox/chaos/history"
+	"github.com/outboxrelay/outbox/chaos/internal/broker"
+	"github.com/outboxrelay/outbox/chaos/internal/proc"
+	"github.com/outboxrelay/outbox/chaos/internal/servers"
+)
+
+// topic is the entries' topic and the Kafka topic they land on.
+const topic = "chaos"
+
+// run is one scenario's run: its store, broker, relays and appenders.
+type run struct {
+	h   *harness
+	sc  *scenario
+	id  string // unique: names the schema or prefix and every process
+	dir string
+	rng *mrand.Rand
+
+	kind      string   // "postgres" or "redis"
+	storeURL  string   // without application_name
+	storeArgs []string // --schema / --prefix
+	cleanup   []func()
+
+	broker *broker.Broker
+	faults *history.Writer
+	log    *os.File
+
+	mu      sync.Mutex
+	relays  []*relayProc // by slot; nil: slot empty
+	apps    []*proc.Proc
+	nFaults int
+	events  []string // timeline lines for the report (fleet)
+
+	// Private servers, when the scenario runs on one.
+	pg      *servers.Postgres
+	rds     *servers.Redis
+	cluster *servers.RedisCluster
+}
+
+type relayProc struct {
+	slot, gen int
+	owner     string
+	p         *proc.Proc
+	ending    atomic.Bool // the harness killed or terminated it
+}
+
+// kill SIGKILLs the relay and waits until it is reaped.
+func (rp *relayProc) kill() error {
+	rp.ending.Store(true)
+	return rp.p.Kill()
+}
+
+// terminate sends SIGTERM and waits for the relay to exit.
+func (rp *relayProc) terminate(grace time.Duration) error {
+	rp.ending.Store(true)
+	return rp.p.Terminate(grace)
+}
+
+// runScenario runs sc from setup to check and never panics out.
+func (h *harness) runScenario(ctx context.Context, sc *scenario) (res *result) {
+	res = &result{sc: sc, started: time.Now()}
+	r := &run{h: h, sc: sc, id: sc.slug() + "-" + randHex(3), rng: mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 0))}
+	r.dir = filepath.Join(h.work, r.id)
+	defer func() {
+		for i := len(r.cleanup) - 1; i >= 0; i-- {
+			r.cleanup[i]()
+		}
+		res.elapsed = time.Since(res.started)
+		res.dir = r.dir
+		if r.log != nil {
+			_ = r.log.Close()
+		}
+	}()
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		res.err = err
+		return res
+	}
+	var err error
+	if r.log, err = os.Create(filepath.Join(r.dir, "harness.log")); err != nil {
+		res.err = err
+		return res
+	}
+	rep, err := r.execute(ctx)
+	res.report, res.err = rep, err
+	var missing *missingError
+	if errors.As(err, &missing) && os.Getenv("OUTBOX_REQUIRE_SERVICES") != "1" {
+		res.report, res.err, res.skipped = nil, nil, missing.Error()
+	}
+	r.mu.Lock()
+	res.events = r.events
+	r.mu.Unlock()
+	if err != nil {
+		r.logf("FAILED: %v", err)
+	} else {
+		r.logf("%v", rep)
+	}
+	return res
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.log, "%s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// event records a line of the scenario's timeline (kept for the report).
+func (r *run) event(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.events = append(r.events, line)
+	r.mu.Unlock()
+	r.logf("event: %s", line)
+}
+
+func (r *run) execute(ctx context.Context) (*history.Report, error) {
+	cfg := r.h.cfg
+	if err := r.setupStore(ctx); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	var err error
+	r.faults, err = history.Create(filepath.Join(r.dir, "faults.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	bdir := filepath.Join(r.dir, "broker")
+	if err := os.MkdirAll(bdir, 0o755); err != nil {
+		return nil, err
+	}
+	r.broker, err = broker.Start(ctx, r.h.kfake, bdir, broker.Options{Partitions: cfg.partitions, Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	r.cleanup = append(r.cleanup, func() { _ = r.broker.Close() })
+
+	relays := r.sc.relays
+	if relays == 0 {
+		relays = 2
+	}
+	r.relays = make([]*relayProc, relays, max(relays, r.sc.maxRelays))
+	for i := range relays {
+		if err := r.startRelay(i); err != nil {
+			return nil, err
+		}
+	}
+	r.cleanup = append(r.cleanup, r.stopRelays)
+	for i := range cfg.appenders {
+		if err := r.startAppender(i); err != nil {
+			return nil, err
+		}
+	}
+	r.cleanup = append(r.cleanup, r.stopAppenders)
+
+	if r.sc.watch != nil {
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.sc.watch(wctx, r) }()
+		r.cleanup = append(r.cleanup, func() { cancel(); <-done })
+	}
+
+	// Faults, after a warm-up that gets every partition delivering.
+	if err := sleep(ctx, cfg.warmup); err != nil {
+		return nil, err
+	}
+	phase := r.sc.phase(cfg)
+	end := time.Now().Add(phase)
+	for i := 0; time.Now().Before(end); i++ {
+		if err := r.checkAlive(); err != nil {
+			return nil, err
+		}
+		if err := r.sc.inject(ctx, r, i); err != nil {
+			return nil, fmt.Errorf("fault %d: %w", i+1, err)
+		}
+		wait := r.sc.every
+		if j := r.sc.jitter; j > 0 {
+			wait += time.Duration(r.rng.Int64N(int64(j)))
+		}
+		if err := sleep(ctx, min(wait, time.Until(end)+time.Millisecond)); err != nil {
+			return nil, err
+		}
+	}
+	if r.sc.heal != nil {
+		if err := r.sc.heal(ctx, r); err != nil {
+			return nil, fmt.Errorf("healing: %w", err)
+		}
+	}
+	// Let the last fault's recovery show in the history before the
+	// appenders stop: at least a lease and a bit.
+	if err := sleep(ctx, min(phase/4, cfg.leaseTTL+2*time.Second)); err != nil {
+		return nil, err
+	}
+	r.stopAppenders()
+	if err := r.checkAlive(); err != nil {
+		return nil, err
+	}
+	if err := r.waitDrained(ctx, 2*cfg.leaseTTL+60*time.Second); err != nil {
+		return nil, err
+	}
+	r.stopRelays()
+	if err := r.faults.Close(); err != nil {
+		return nil, err
+	}
+	return r.check(ctx)
+}
+
+// check reads what the broker holds and checks it against the histories.
+func (r *run) check(ctx context.Context) (*history.Report, error) {
+	ds, err := r.broker.Consume(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("consuming %s: %w", topic, err)
+	}
+	dpath := filepath.Join(r.dir, "deliveries.jsonl")
+	w, err := history.Create(dpath)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		if err := w.Delivered(d); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	files := []string{filepath.Join(r.dir, "faults.jsonl"), dpath}
+	for i := range r.h.cfg.appenders {
+		files = append(files, r.appHistory(i))
+	}
+	h, err := history.ReadFiles(files...)
+	if err != nil {
+		return nil, err
+	}
+	rep := h.Check()
+	return &rep, nil
+}
+
+// setupStore creates the scenario's outbox: in the shared PostgreSQL or
+// Redis under its own schema or prefix, or in a private server.
+func (r *run) setupStore(ctx context.Context) error {
+	sdir := filepath.Join(r.dir, "server")
+	switch r.sc.backend {
+	case backendPostgres:
+		if err := pingPostgres(ctx, r.h.pgURL); err != nil {
+			return &missingError{fmt.Sprintf("no PostgreSQL at OUTBOX_POSTGRES_URL (%v); start one (./scripts/services.sh start) or set the variable", err)}
+		}
+		r.kind, r.storeURL = "postgres", r.h.pgURL
+		schema := "chaos_" + strings.ReplaceAll(r.id, "-", "_")
+		r.storeArgs = []string{"--schema", schema}
+		r.cleanup = append(r.cleanup, func() { dropSchema(r.h.pgURL, schema) })
+	case backendRedis:
+		if err := pingRedis(ctx, r.h.redisURL); err != nil {
+			return &missingError{fmt.Sprintf("no Redis at OUTBOX_REDIS_URL (%v); start one (./scripts/services.sh start) or set the variable", err)}
+		}
+		r.kind, r.storeURL = "redis", r.h.redisURL
+		prefix := "{chaos-" + r.id + "}"
+		r.storeArgs = []string{"--prefix", prefix}
+		r.cleanup = append(r.cleanup, func() { dropRedisKeys(r.h.redisURL, "chaos-"+r.id) })
+	case backendPrivatePostgres:
+		if err := os.MkdirAll(sdir, 0o755); err != nil {
+			return err
+		}
+		pg, err := servers.StartPostgres(ctx, sdir)
+		if err != nil {
+			return notInstalled(err)
+		}
+		r.pg = pg
+		r.cleanup = append(r.cleanup, func() { _ = pg.Close() })
+		r.kind, r.storeURL = "postgres", pg.URL()
+	case backendPrivateRedis:
+		if err := os.MkdirAll(sdir, 0o755); err != nil {
+			return err
+		}
+		rds, err := servers.StartRedis(ctx, sdir, servers.RedisOptions{AOF: true})
+		if err != nil {
+			return notInstalled(err)
+		}
+		r.rds = rds
+		r.cleanup = append(r.cleanup, func() { _ = rds.Close() })
+		r.kind, r.storeURL = "redis", rds.URL()
+	case backendPrivateCluster:
+		if err := os.MkdirAll(sdir, 0o755); err != nil {
+			return err
+		}
+		c, err := servers.StartRedisCluster(ctx, sdir, 3, 1)
+		if err != nil {
+			return notInstalled(err)
+		}
+		r.cluster = c
+		r.cleanup = append(r.cleanup, func() { _ = c.Close() })
+		r.kind, r.storeURL = "redis", "redis+cluster://"+strings.Join(c.Addrs(), ",")
+	default:
+		return fmt.Errorf("unknown backend %q", r.sc.backend)
+	}
+	args := append([]string{"migrate", "up", "--store", r.storeURL, "--partitions", strconv.Itoa(r.h.cfg.partitions)}, r.storeArgs...)
+	if out, err := r.outbox(ctx, args...); err != nil {
+		return fmt.Errorf("outbox migrate up: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// outbox runs the CLI and returns its combined output.
+func (r *run) outbox(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, r.h.outbox, args...).CombinedOutput()
+}
+
+// appName is the Postgres application_name prefix of this run's sessions:
+// the only sessions pg_terminate_backend scenarios touch.
+func (r *run) appName() string { return "chaos-" + r.id + "-" }
+
+func (r *run) withAppName(name string) string {
+	if r.kind != "postgres" {
+		return r.storeURL
+	}
+	u, err := url.Parse(r.storeURL)
+	if err != nil {
+		return r.storeURL
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// startRelay starts `outbox relay` in slot (a new generation of it).
+func (r *run) startRelay(slot int) error {
+	cfg := r.h.cfg
+	r.mu.Lock()
+	gen := 0
+	if slot < len(r.relays) && r.relays[slot] != nil {
+		gen = r.relays[slot].gen + 1
+	}
+	r.mu.Unlock()
+	name := fmt.Sprintf("relay-%d", slot)
+	owner := fmt.Sprintf("%s.%d", name, gen)
+	args := append([]string{"relay",
+		"--store", r.withAppName(r.appName() + name),
+		"--kafka-brokers", r.broker.Brokers(),
+		"--lease-ttl", cfg.leaseTTL.String(),
+		"--kafka-publish-timeout", cfg.publish.String(),
+		"--poll-interval", "250ms",
+		"--batch", strconv.Itoa(cfg.batch),
+		"--max-in-flight", strconv.Itoa(cfg.batch),
+		"--stats-interval=-1s",
+		"--drain-timeout", "5s",
+		"--owner", owner,
+		"--log-format", "json",
+	}, r.storeArgs...)
+	bin := r.h.outbox
+	if r.sc.control != "" {
+		bin = r.h.self
+		args = append([]string{"control-relay",
+			"-store", r.withAppName(r.appName() + name),
+			"-kafka-brokers", r.broker.Brokers(),
+			"-mode", r.sc.control,
+			"-lease-ttl", cfg.leaseTTL.String(),
+			"-kafka-publish-timeout", cfg.publish.String(),
+			"-batch", strconv.Itoa(cfg.batch),
+		}, singleDash(r.storeArgs)...)
+	}
+	p, err := proc.Start(name, filepath.Join(r.dir, name+".log"), bin, args, nil)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	for len(r.relays) <= slot {
+		r.relays = append(r.relays, nil)
+	}
+	r.relays[slot] = &relayProc{slot: slot, gen: gen, owner: owner, p: p}
+	r.mu.Unlock()
+	r.logf("started %s as %s (PID %d)", name, owner, p.PID())
+	return nil
+}
+
+func (r *run) relay(slot int) *relayProc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slot < len(r.relays) {
+		return r.relays[slot]
+	}
+	return nil
+}
+
+// liveRelays lists the slots whose relay runs.
+func (r *run) liveRelays() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var s []int
+	for i, rp := range r.relays {
+		if rp == nil {
+			continue
+		}
+		if done, _ := rp.p.Exited(); !done {
+			s = append(s, i)
+		}
+	}
+	return s
+}
+
+func (r *run) stopRelays() {
+	r.mu.Lock()
+	rs := append([]*relayProc(nil), r.relays...)
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, rp := range rs {
+		if rp == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rp.p.Cont()
+			if err := rp.terminate(15 * time.Second); err != nil {
+				r.logf("relay-%d: %v", rp.slot, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (r *run) appHistory(i int) string {
+	return filepath.Join(r.dir, fmt.Sprintf("appender-%d.jsonl", i))
+}
+
+func (r *run) startAppender(i int) error {
+	cfg := r.h.cfg
+	name := fmt.Sprintf("app%d", i)
+	args := []string{"appender",
+		"-store", r.withAppName(r.appName() + name),
+		"-name", fmt.Sprintf("%s-%s", r.id, name),
+		"-keys", strconv.Itoa(cfg.keys),
+		"-topic", topic,
+		"-rate", strconv.Itoa(cfg.rate),
+		"-workers", "4",
+		"-history", r.appHistory(i),
+	}
+	args = append(args, singleDash(r.storeArgs)...)
+	p, err := proc.Start(name, filepath.Join(r.dir, name+".log"), r.h.self, args, nil)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.apps = append(r.apps, p)
+	r.mu.Unlock()
+	return nil
+}
+
+// singleDash turns the CLI's --schema/--prefix into the flag package's
+// -schema/-prefix.
+func singleDash(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.TrimPrefix(a, "-")
+	}
+	return out
+}
+
+func (r *run) stopAppenders() {
+	r.mu.Lock()
+	apps := r.apps
+	r.apps = nil
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range apps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Terminate(20 * time.Second); err != nil {
+				r.logf("%s: %v", p.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// checkAlive fails the run when an appender exited on its own, or a relay
+// the scenario did not stop or kill: their logs say why.
+func (r *run) checkAlive() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.apps {
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.Log)
+		}
+	}
+	for _, rp := range r.relays {
+		if rp == nil || rp.ending.Load() {
+			continue
+		}
+		if done, err := rp.p.Exited(); done {
+			return fmt.Errorf("relay-%d (%s) exited on its own (%v); see %s", rp.slot, rp.owner, err, rp.p.Log)
+		}
+	}
+	return nil
+}
+
+// fault records a fault in the history, at the time it is injected.
+func (r *run) fault(format string, args ...any) {
+	what := fmt.Sprintf(format, args...)
+	_ = r.faults.Fault(time.Now(), what)
+	_ = r.faults.Flush()
+	r.mu.Lock()
+	r.nFaults++
+	r.mu.Unlock()
+	r.logf("fault: %s", what)
+}
+
+// statusJSON is the part of `outbox status -o json` the harness reads.
+type statusJSON struct {
+	Total struct {
+		Pending int `json:"pending"`
+		Parked  int `json:"parked"`
+	} `json:"total"`
+	ByPartition []struct {
+		Partition int `json:"partition"`
+		Lease     *struct {
+			Owner   string    `json:"owner"`
+			Expires time.Time `json:"expires"`
+		} `json:"lease"`
+	} `json:"by_partition"`
+}
+
+func (r *run) status(ctx context.Context) (*statusJSON, error) {
+	args := append([]string{"status", "-o", "json", "--timeout", "10s", "--store", r.storeURL}, r.storeArgs...)
+	out, err := r.outbox(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox status: %v: %s", err, out)
+	}
+	var s statusJSON
+	if err := json.Unmarshal(out, &s); err != nil {
+		return nil, fmt.Errorf("outbox status -o json: %v: %s", err, out)
+	}
+	return &s, nil
+}
+
+// waitDrained waits until nothing is pending (everything published or
+// parked). Parked entries make the check report them lost, which they are
+// as far as the consumer is concerned.
+func (r *run) waitDrained(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	var last error
+	for time.Now().Before(deadline) {
+		s, err := r.status(ctx)
+		if err == nil && s.Total.Pending == 0 {
+			if s.Total.Parked > 0 {
+				r.logf("drained with %d parked entries", s.Total.Parked)
+			}
+			return nil
+		}
+		if err != nil {
+			last = err
+		} else {
+			last = fmt.Errorf("%d entries still pending", s.Total.Pending)
+		}
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("not drained after %v: %v", limit, last)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func dropSchema(pgURL, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		return
+	}
+	defer c.Close(ctx)
+	_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+}
+
+// dropRedisKeys deletes the keys of a run's prefix (the hash tag holds
+// the run's ID, so the pattern matches no one else's keys).
+func dropRedisKeys(redisURL, tag string) {
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	it := c.Scan(ctx, 0, "{"+tag+"*", 1000).Iterator()
+	var keys []string
+	for it.Next(ctx) {
+		keys = append(keys, it.Val())
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		_ = c.Del(ctx, keys[:n]...).Err()
+		keys = keys[n:]
+	}
+}
+
+var errNoRelay = errors.New("no relay is running")
+
+// missingError is a service or program the scenario needs and this
+// machine lacks: the scenario is skipped, or fails under
+// OUTBOX_REQUIRE_SERVICES=1.
+type missingError struct{ msg string }
+
+func (e *missingError) Error() string { return e.msg }
+
+func notInstalled(err error) error {
+	if errors.Is(err, servers.ErrNotInstalled) {
+		return &missingError{err.Error()}
+	}
+	return err
+}
+
+func pingPostgres(ctx context.Context, u string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	return c.Close(ctx)
+}
+
+func pingRedis(ctx context.Context, u string) error {
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		return err
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}

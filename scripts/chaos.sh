@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# chaos.sh [-short] [-run REGEXP] [-report FILE] [-work DIR] [-parallel N] [-scale F] [-list]
+#
+# Builds and runs the chaos harness (chaos/): relays, appenders, a kfake
+# broker and private PostgreSQL/Redis servers as processes on 127.0.0.1,
+# faults injected, histories checked (see docs/reliability.md).
+#
+#   ./scripts/chaos.sh -short     every scenario briefly (part of the test
+#                                 command, so of CI); about 3 minutes
+#   ./scripts/chaos.sh            the full run (about half an hour); writes
+#                                 docs/reliability.md
+#   ./scripts/chaos.sh -run redis only the scenarios whose name matches
+#
+# It needs the shared PostgreSQL and Redis (OUTBOX_POSTGRES_URL,
+# OUTBOX_REDIS_URL; defaults: the local servers) and, for its private
+# servers, PostgreSQL's initdb/pg_ctl and redis-server/redis-cli installed
+# (./scripts/services.sh install). It signals only processes it started.
+# Output goes through ./scripts/services.sh redact: no password in a log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v go >/dev/null || { echo "chaos.sh: Go is not installed; get it from https://go.dev/dl/" >&2; exit 1; }
+
+args=("$@")
+short=""
+report=""
+partial=""
+for a in "$@"; do
+	case "$a" in
+	-short | --short) short=1 ;;
+	-report | --report | -report=* | --report=*) report=1 ;;
+	-run | --run | -run=* | --run=* | -list | --list | -h | -help | --help) partial=1 ;;
+	esac
+done
+# The full run of every scenario is what docs/reliability.md shows.
+if [ -z "$short" ] && [ -z "$report" ] && [ -z "$partial" ]; then
+	args+=(-report docs/reliability.md)
+fi
+
+bin="$(mktemp -d)"
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/chaos" ./chaos
+
+{ "$bin/chaos" "${args[@]}" 2>&1 1>&3 3>&- | ./scripts/services.sh redact >&2; } 3>&1 | ./scripts/services.sh redact
