@@ -183,7 +183,7 @@ func pgRestart() *scenario {
 		name: "pg-restart/postgres", backend: backendPrivatePostgres, relays: 2,
 		title: "the PostgreSQL server crashed (pg_ctl stop -m immediate) and started again, every 6-8 s",
 		every: 6 * time.Second, jitter: 2 * time.Second,
-		full: 150 * time.Second, short: 14 * time.Second,
+		full: 240 * time.Second, short: 14 * time.Second,
 		inject: func(ctx context.Context, r *run, i int) error {
 			r.fault("PostgreSQL stopped -m immediate")
 			if err := r.pg.StopImmediate(ctx); err != nil {
@@ -210,7 +210,7 @@ func redisKill() *scenario {
 		name: "redis-kill/redis", backend: backendPrivateRedis, relays: 2,
 		title: "redis-server (appendfsync always) SIGKILLed and restarted, every 5-7 s",
 		every: 5 * time.Second, jitter: 2 * time.Second,
-		full: 150 * time.Second, short: 12 * time.Second,
+		full: 180 * time.Second, short: 12 * time.Second,
 		inject: func(ctx context.Context, r *run, i int) error {
 			r.fault("SIGKILL redis-server")
 			if err := r.rds.Kill(); err != nil {
@@ -258,7 +258,7 @@ func clusterFailover() *scenario {
 		name: "cluster-failover/redis", backend: backendPrivateCluster, relays: 2,
 		title: "Redis Cluster (3 masters, 3 replicas): a master failed over (CLUSTER FAILOVER FORCE, or SIGKILL), every 6-8 s",
 		every: 6 * time.Second, jitter: 2 * time.Second,
-		full: 150 * time.Second, short: 14 * time.Second,
+		full: 260 * time.Second, short: 14 * time.Second,
 		inject: func(ctx context.Context, r *run, i int) error {
 			masters, err := r.cluster.Masters(ctx)
 			if err != nil {

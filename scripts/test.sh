@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The project's test command: vet, then every package's tests under -race,
-# then the benchmark harness in quick mode (it checks the harness still works
-# and counts are right; it measures nothing worth keeping).
+# The project's test command: vet, then the benchmark harness in quick mode
+# (it checks the harness still works and counts are right; it measures
+# nothing worth keeping), then every package's tests under -race, then the
+# chaos harness's short run (relays, servers and the broker killed and
+# faulted as processes, histories checked: scripts/chaos.sh -short, about 2
+# minutes).
 #
 # Services: tests use PostgreSQL (OUTBOX_POSTGRES_URL, default
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), Redis
@@ -85,6 +88,9 @@ main() {
 
 	echo "== go test -race ./..."
 	go test -race -count=1 -timeout 15m ./...
+
+	echo "== chaos -short (every chaos scenario briefly; the full run is ./scripts/chaos.sh, see docs/reliability.md)"
+	./scripts/chaos.sh -short
 }
 
 # Standard output and standard error each through redact, kept apart.

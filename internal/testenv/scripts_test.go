@@ -229,7 +229,20 @@ func TestTestScriptPrintsNoPassword(t *testing.T) {
 	t.Parallel()
 	bash, testScript := script(t, "test.sh")
 	stubs := t.TempDir()
-	stub := "#!/bin/sh\necho \"go $*: $OUTBOX_POSTGRES_URL $OUTBOX_REDIS_URL\"\necho \"go $*: $OUTBOX_POSTGRES_URL $OUTBOX_REDIS_URL\" >&2\n"
+	// go build -o FILE makes a program that prints the URLs as well, as the
+	// chaos harness (built and run by scripts/chaos.sh) can.
+	stub := `#!/bin/sh
+echo "go $*: $OUTBOX_POSTGRES_URL $OUTBOX_REDIS_URL"
+echo "go $*: $OUTBOX_POSTGRES_URL $OUTBOX_REDIS_URL" >&2
+prev=""
+for a in "$@"; do
+	if [ "$prev" = "-o" ]; then
+		printf '#!/bin/sh\necho "built $*: $OUTBOX_POSTGRES_URL"\necho "built $*: $OUTBOX_REDIS_URL" >&2\n' >"$a"
+		chmod +x "$a"
+	fi
+	prev="$a"
+done
+`
 	if err := os.WriteFile(filepath.Join(stubs, "go"), []byte(stub), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +261,7 @@ func TestTestScriptPrintsNoPassword(t *testing.T) {
 			t.Errorf("the output shows the password %q", s)
 		}
 	}
-	for _, s := range []string{"go test -race", "go run . -quick", "postgres://postgres:xxxxx@127.0.0.1:1/postgres", "redis://:xxxxx@127.0.0.1:1/0"} {
+	for _, s := range []string{"go test -race", "go run . -quick", "built -short:", "postgres://postgres:xxxxx@127.0.0.1:1/postgres", "redis://:xxxxx@127.0.0.1:1/0"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("the output lacks %q", s)
 		}
