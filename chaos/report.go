@@ -19,6 +19,8 @@ type result struct {
 	dir     string
 	events  []string
 	skipped string // why the scenario did not run (a missing service)
+	// relayLog counts the warnings and errors the relays logged.
+	relayLog []logCount
 }
 
 // passed: the run completed and, inside the guarantees, nothing was lost,
@@ -173,6 +175,13 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 			for _, f := range r.report.Faults[:min(12, len(r.report.Faults))] {
 				fmt.Fprintf(&b, "| %s | %d | %s |\n", oneLine(f.What), f.Duplicates, dur(f.Recovery))
 			}
+		}
+		if len(r.relayLog) > 0 {
+			b.WriteString("\nWhat the relays logged at WARN and ERROR (count, level, message):\n\n```\n")
+			for _, l := range r.relayLog[:min(10, len(r.relayLog))] {
+				fmt.Fprintf(&b, "%6d %-5s %s\n", l.N, l.Level, l.Msg)
+			}
+			b.WriteString("```\n")
 		}
 		if len(r.events) > 0 {
 			b.WriteString("\nTimeline (partitions held per relay, sampled once a second; first 40 changes):\n\n```\n")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,6 +106,7 @@ func (h *harness) runScenario(ctx context.Context, sc *scenario) (res *result) {
 	}
 	rep, err := r.execute(ctx)
 	res.report, res.err = rep, err
+	res.relayLog = relayLogSummary(r.dir)
 	var missing *missingError
 	if errors.As(err, &missing) && os.Getenv("OUTBOX_REQUIRE_SERVICES") != "1" {
 		res.report, res.err, res.skipped = nil, nil, missing.Error()
@@ -634,6 +637,38 @@ func dropRedisKeys(redisURL, tag string) {
 }
 
 var errNoRelay = errors.New("no relay is running")
+
+// logCount is how often the relays logged one message at one level.
+type logCount struct {
+	Level, Msg string
+	N          int
+}
+
+// relayLogSummary counts the warnings and errors the run's relays logged
+// (JSON lines), most frequent first: what the relays saw of the faults.
+func relayLogSummary(dir string) []logCount {
+	files, _ := filepath.Glob(filepath.Join(dir, "relay-*.log"))
+	counts := map[[2]string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			var l struct{ Level, Msg string }
+			if json.Unmarshal([]byte(line), &l) != nil || (l.Level != "WARN" && l.Level != "ERROR") {
+				continue
+			}
+			counts[[2]string{l.Level, l.Msg}]++
+		}
+	}
+	out := make([]logCount, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, logCount{Level: k[0], Msg: k[1], N: n})
+	}
+	slices.SortFunc(out, func(a, b logCount) int { return cmp.Or(b.N-a.N, strings.Compare(a.Msg, b.Msg)) })
+	return out
+}
 
 // missingError is a service or program the scenario needs and this
 // machine lacks: the scenario is skipped, or fails under

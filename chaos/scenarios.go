@@ -137,7 +137,16 @@ func relayStop(name string, b backendKind) *scenario {
 				return errNoRelay
 			}
 			hold := r.h.cfg.leaseTTL + 3*time.Second
-			r.fault("SIGSTOP relay-%d (%s) for %v", slot, rp.owner, hold)
+			// Hold the next produce requests at the broker a moment first,
+			// so the relay is often stopped in the middle of a publish: it
+			// wakes with a batch to finish under leases it lost.
+			if err := r.broker.DelayProduce(ctx, 3, 600*time.Millisecond); err != nil {
+				return err
+			}
+			if err := sleep(ctx, 200*time.Millisecond); err != nil {
+				return err
+			}
+			r.fault("SIGSTOP relay-%d (%s) for %v, produce requests held 600ms at the broker", slot, rp.owner, hold)
 			if err := rp.p.Stop(); err != nil {
 				return err
 			}
