@@ -134,3 +134,11 @@ func TestHoldersLine(t *testing.T) {
 		t.Errorf("singleDash = %q", got)
 	}
 }
+
+func TestPerPartition(t *testing.T) {
+	t.Parallel()
+	got := perPartition(map[string]time.Duration{"outbox partition 10": time.Second, "outbox partition 2": 20 * time.Millisecond})
+	if want := "p2 20ms, p10 1s"; got != want {
+		t.Errorf("perPartition = %q, want %q", got, want)
+	}
+}

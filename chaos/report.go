@@ -1,7 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"os"
 	"strings"
 	"time"
@@ -123,6 +126,20 @@ func markdownTable(rs []*result) string {
 	return b.String()
 }
 
+// perPartition renders each partition's recovery compactly, in partition
+// order: "p0 0.12s, p1 3.4s, ...".
+func perPartition(m map[string]time.Duration) string {
+	names := slices.Collect(maps.Keys(m))
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b))
+	})
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %s", strings.Replace(n, "outbox partition ", "p", 1), dur(m[n]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func oneLine(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ")
 	s = strings.ReplaceAll(s, "|", "/")
@@ -171,9 +188,25 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 		}
 		fmt.Fprintf(&b, "\nResult (%s):\n\n```\n%v\n```\n", r.verdict(), r.report)
 		if len(r.report.Faults) > 0 {
-			b.WriteString("\nFaults, with the duplicates and recovery attributed to each (first 12):\n\n| fault | duplicates | recovery |\n|---|---:|---:|\n")
+			b.WriteString("\nFaults, with the duplicates and recovery attributed to each (first 12)")
+			if r.sc.watch != nil {
+				b.WriteString(", and the time until each outbox partition delivered again")
+			}
+			b.WriteString(":\n\n| fault | duplicates | recovery |")
+			if r.sc.watch != nil {
+				b.WriteString(" each partition |")
+			}
+			b.WriteString("\n|---|---:|---:|")
+			if r.sc.watch != nil {
+				b.WriteString("---|")
+			}
+			b.WriteString("\n")
 			for _, f := range r.report.Faults[:min(12, len(r.report.Faults))] {
-				fmt.Fprintf(&b, "| %s | %d | %s |\n", oneLine(f.What), f.Duplicates, dur(f.Recovery))
+				fmt.Fprintf(&b, "| %s | %d | %s |", oneLine(f.What), f.Duplicates, dur(f.Recovery))
+				if r.sc.watch != nil {
+					fmt.Fprintf(&b, " %s |", perPartition(f.Partitions))
+				}
+				b.WriteString("\n")
 			}
 		}
 		if len(r.relayLog) > 0 {

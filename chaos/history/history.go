@@ -247,25 +247,26 @@ func (r *Report) recovery(faults []Fault, parts map[string][]time.Time) {
 			winEnd = faults[i+1].At
 		}
 		var worst time.Duration
-		for _, ts := range parts {
+		per := make(map[string]time.Duration, len(parts))
+		for name, ts := range parts {
 			// Only partitions that were delivering before the fault.
 			j := sort.Search(len(ts), func(k int) bool { return ts[k].After(t) })
 			if j == 0 {
 				continue
 			}
+			var own time.Duration
 			for ; j < len(ts) && ts[j-1].Before(winEnd); j++ {
-				if gap := earlier(ts[j], winEnd).Sub(later(ts[j-1], t)); gap > worst {
-					worst = gap
-				}
+				own = max(own, earlier(ts[j], winEnd).Sub(later(ts[j-1], t)))
 			}
 			// Nothing delivered after the last one until the window's end.
 			if j == len(ts) && ts[j-1].Before(winEnd) {
-				if gap := winEnd.Sub(later(ts[j-1], t)); gap > worst {
-					worst = gap
-				}
+				own = max(own, winEnd.Sub(later(ts[j-1], t)))
 			}
+			per[name] = own
+			worst = max(worst, own)
 		}
 		r.Faults[i].Recovery = worst
+		r.Faults[i].Partitions = per
 	}
 	ds := make([]time.Duration, len(r.Faults))
 	for i := range r.Faults {

@@ -270,4 +270,9 @@ func TestRecoveryByOutboxPartition(t *testing.T) {
 	if got := r.Faults[0].Recovery; got != 301*time.Millisecond {
 		t.Fatalf("recovery %v, want 301ms (outbox partition 1's stall; the broker partition never stalled)", got)
 	}
+	// Each partition's own gap: partition 0 delivers every 10ms.
+	want := map[string]time.Duration{"outbox partition 0": 10 * time.Millisecond, "outbox partition 1": 301 * time.Millisecond}
+	if got := r.Faults[0].Partitions; len(got) != 2 || got["outbox partition 0"] != want["outbox partition 0"] || got["outbox partition 1"] != want["outbox partition 1"] {
+		t.Fatalf("per-partition recovery %v, want %v", got, want)
+	}
 }

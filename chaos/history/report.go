@@ -43,6 +43,11 @@ type FaultReport struct {
 	// Recovery is the largest delivery gap of a partition after the fault
 	// (see the package doc).
 	Recovery time.Duration
+	// Partitions holds each partition's own largest gap in the fault's
+	// window, by the partition's name ("outbox partition 3", or the broker's
+	// "topic/partition"): the time until it delivered again. Only
+	// partitions that delivered before the fault are in it.
+	Partitions map[string]time.Duration
 }
 
 // OrderViolation is a first delivery that broke its key's commit order.
