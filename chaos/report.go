@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"slices"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
