@@ -7,8 +7,10 @@
 // services use backends/postgres or backends/redis.
 //
 // It implements [outbox.Backend] over its own transaction type [*Tx], and
-// the optional interfaces [outbox.Notifier], [outbox.Canceler] and
-// [outbox.Inspector]. Every method is safe for concurrent use; one mutex
+// the optional interfaces [outbox.Notifier], [outbox.Canceler],
+// [outbox.Inspector], [outbox.Membership], [outbox.PartitionInspector],
+// [outbox.Looker], and those of moving an outbox: [outbox.Exporter],
+// [outbox.Importer], [outbox.Holder] and [outbox.Sealer]. Every method is safe for concurrent use; one mutex
 // guards the whole state, so every call is atomic.
 //
 // # Transactions
@@ -70,6 +72,22 @@
 // partition, in first-append order). Each has a buffer of 256 values;
 // values past it are dropped, and the relay's polling finds those entries.
 // Requeue does not notify.
+//
+// # Moving
+//
+// [Backend.ExportBatch] returns a partition's entries, parked ones
+// included, by append sequence; [Backend.RemoveExported] deletes them
+// (fenced, like MarkSent). [Backend.Import] numbers imported entries from
+// far below the first append sequence (math.MinInt64 up), in the order
+// imported, so in each key's order they come before every appended entry,
+// whenever it was appended; an imported entry with Attempts > 0 that is
+// not parked is failing and holds back the later entries of its key; a
+// due imported entry is made due no later than [outbox.HoldState].Since (the
+// clock's now when not held). A held backend ([Backend.Hold]) returns
+// nothing from FindPendingBatch, after checking its arguments and lease.
+// A sealed backend ([Backend.Seal]) refuses entries at AppendInTx and at
+// [Tx.Commit], under the lock Seal takes, with an error wrapping
+// [outbox.ErrSealed]. Hold and seal live as long as the Backend.
 //
 // # Membership
 //

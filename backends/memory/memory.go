@@ -66,18 +66,24 @@ type Backend struct {
 	limits outbox.Limits // Options.Limits
 	keySeq bool          // Options.KeySequence
 
-	mu      sync.Mutex
-	closed  bool
-	seq     int64            // last append sequence number given out
-	entries map[string]*item // every unsent entry by ID
-	parts   []*partition
-	parked  map[string]*item // parked entries by ID
-	sorted  []string         // parked IDs in order; valid only when !dirty
-	dirty   bool
-	subs    map[*subscriber]struct{}
-	members map[string]outbox.Member // relay fleet records by owner (Membership)
-	keySeqs map[string]int64         // last sequence number given per key (Options.KeySequence)
-	done    chan struct{}            // closed by Close
+	mu       sync.Mutex
+	closed   bool
+	seq      int64            // last append sequence number given out
+	entries  map[string]*item // every unsent entry by ID
+	parts    []*partition
+	parked   map[string]*item // parked entries by ID
+	sorted   []string         // parked IDs in order; valid only when !dirty
+	dirty    bool
+	subs     map[*subscriber]struct{}
+	members  map[string]outbox.Member // relay fleet records by owner (Membership)
+	keySeqs  map[string]int64         // last sequence number given per key (Options.KeySequence)
+	imported int64                    // entries imported so far (their seq is importBase+n)
+
+	held       bool          // Hold: FindPendingBatch returns nothing
+	holdReason string        // the reason of the latest Hold
+	holdSince  time.Time     // when the backend was first held; zero when not held
+	sealed     bool          // Seal: appends fail with ErrSealed
+	done       chan struct{} // closed by Close
 }
 
 // partition is the state of one partition: its lease and its entries that
@@ -315,6 +321,9 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	p, err := b.fence(lease, now)
 	if err != nil {
 		return nil, err
+	}
+	if b.held {
+		return nil, nil
 	}
 	var out []outbox.Entry
 	for len(out) < limit && len(p.ready) > 0 && !p.ready[0].due.After(now) {
@@ -655,19 +664,33 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 // ordered as if appended now: it gets a new append sequence number, so it
 // comes after the entries already due (entries requeued by one call keep
 // their original order among themselves). IDs that are not parked are
-// ignored. It reports how many entries it requeued.
+// ignored. It reports how many entries it requeued. A parked entry without
+// a topic (only [Backend.Import] stores one) stays parked: the others are
+// requeued and their count comes with an [*outbox.RequeueRefusedError]
+// naming it.
 func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	if err := b.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer b.mu.Unlock()
 	var items []*item
+	var refused *outbox.RequeueRefusedError
 	for _, id := range ids {
-		if it := b.parked[id]; it != nil {
-			delete(b.parked, id)
-			b.dirty = true
-			items = append(items, it)
+		it := b.parked[id]
+		if it == nil {
+			continue
 		}
+		if it.e.Topic == "" {
+			// Only Import stores an entry without a topic (parked).
+			if refused == nil {
+				refused = &outbox.RequeueRefusedError{}
+			}
+			refused.Refused = append(refused.Refused, outbox.Refusal{ID: id, Reason: "it has no topic (it was imported parked without one)"})
+			continue
+		}
+		delete(b.parked, id)
+		b.dirty = true
+		items = append(items, it)
 	}
 	slices.SortFunc(items, func(x, y *item) int { return cmp.Compare(x.seq, y.seq) })
 	now := b.clock()
@@ -678,6 +701,9 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 		it.due = now
 		it.state = stateReady
 		b.parts[it.e.Partition].ready.push(it)
+	}
+	if refused != nil {
+		return len(items), fmt.Errorf("memory: Requeue: %w", refused)
 	}
 	return len(items), nil
 }

@@ -41,10 +41,12 @@ func (b *Backend) Begin() *Tx {
 // No entries does nothing and returns nil. The entries slice and its
 // values are not retained. A nil tx, or a tx of another Backend, gives an
 // error wrapping [outbox.ErrInvalidArgument]; a finished tx one wrapping
-// [ErrTxDone]; after Close the error wraps [outbox.ErrClosed].
+// [ErrTxDone]; after Close the error wraps [outbox.ErrClosed]; on a sealed
+// backend ([Backend.Seal]) entries are refused with an error wrapping
+// [outbox.ErrSealed].
 func (b *Backend) AppendInTx(ctx context.Context, tx *Tx, entries ...outbox.Entry) error {
 	b.mu.Lock()
-	closed := b.closed
+	closed, sealed := b.closed, b.sealed
 	b.mu.Unlock()
 	if closed {
 		return errClosed
@@ -54,6 +56,9 @@ func (b *Backend) AppendInTx(ctx context.Context, tx *Tx, entries ...outbox.Entr
 	}
 	if len(entries) == 0 {
 		return nil
+	}
+	if sealed {
+		return errSealed
 	}
 	if tx == nil {
 		return fmt.Errorf("memory: AppendInTx needs a transaction from Backend.Begin, got nil: %w", outbox.ErrInvalidArgument)
@@ -103,7 +108,10 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 // Subscribers to [Backend.Notifications] are signalled if at least one
 // entry was added. Commit after Commit or Rollback returns [ErrTxDone];
 // after the backend is closed it ends tx and returns an error wrapping
-// [outbox.ErrClosed].
+// [outbox.ErrClosed]. On a sealed backend ([Backend.Seal]) a tx with
+// entries ends without adding any and Commit returns an error wrapping
+// [outbox.ErrSealed]: the seal takes effect here, where entries become
+// visible, so an append either committed before Seal returned or fails.
 func (tx *Tx) Commit() error {
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
@@ -119,6 +127,9 @@ func (tx *Tx) Commit() error {
 	defer b.mu.Unlock()
 	if b.closed {
 		return errClosed
+	}
+	if b.sealed && len(entries) > 0 {
+		return errSealed
 	}
 	now := b.clock()
 	var added []int // partitions appended to, in first-append order
