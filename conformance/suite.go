@@ -54,7 +54,8 @@ type testCase[Tx any] struct {
 //
 // Cases for the optional interfaces ([outbox.Notifier], [outbox.Canceler],
 // [outbox.Inspector], [outbox.Membership], [outbox.PartitionInspector],
-// [outbox.Looker]) are skipped, saying so, when the backend does not
+// [outbox.Looker], and [outbox.Exporter], [outbox.Importer],
+// [outbox.Holder] and [outbox.Sealer] of moving an outbox) are skipped, saying so, when the backend does not
 // implement them, the "PartitionCount" cases when the
 // Harness does not implement [Reopener], and the "Corrupt" cases when it
 // does not implement [Corrupter]. The "Relay" area runs
@@ -91,6 +92,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, partitionCountCases[Tx]()...)
 	cases = append(cases, corruptCases[Tx]()...)
 	cases = append(cases, batchFetcherCases[Tx]()...)
+	cases = append(cases, moveCases[Tx]()...)
 	cases = append(cases, auditCases[Tx]()...)
 	cases = append(cases, relayCases[Tx]()...)
 
