@@ -55,6 +55,11 @@ type statusJSON struct {
 	// ByPartition is null when the backend does not implement
 	// outbox.PartitionInspector.
 	ByPartition []partitionJSON `json:"by_partition"`
+	// Held is the outbox's hold (outbox.Holder), null when it is not held
+	// or the backend cannot be held.
+	Held *holdJSON `json:"held"`
+	// Sealed is null when the backend cannot be sealed (outbox.Sealer).
+	Sealed *bool `json:"sealed"`
 }
 
 type countsJSON struct {
@@ -122,11 +127,34 @@ func (c *StatusCmd) report(ctx context.Context, app *App, o *Opened, now time.Ti
 		}
 		rep.Total = counts(s, now)
 	}
+	if h, ok := o.Store.(outbox.Holder); ok {
+		hs, err := h.HoldState(ctx)
+		if err != nil {
+			return o.explain(err)
+		}
+		if hs.Held {
+			rep.Held = &holdJSON{Reason: hs.Reason, Since: hs.Since.UTC()}
+		}
+	}
+	if s, ok := o.Store.(outbox.Sealer); ok {
+		sealed, err := s.Sealed(ctx)
+		if err != nil {
+			return o.explain(err)
+		}
+		rep.Sealed = &sealed
+	}
 	if c.json() {
 		return writeJSON(app.Stdout, rep)
 	}
 	out := app.Stdout
-	fmt.Fprintf(out, "outbox %s%s, %d partitions\n\n", o.Outbox, o.in(), rep.Partitions)
+	fmt.Fprintf(out, "outbox %s%s, %d partitions\n", o.Outbox, o.in(), rep.Partitions)
+	if rep.Held != nil {
+		fmt.Fprintf(out, "held: %s since %s (its relays deliver nothing until it is released)\n", cell(rep.Held.Reason), rep.Held.Since.Format(time.RFC3339))
+	}
+	if rep.Sealed != nil && *rep.Sealed {
+		fmt.Fprintln(out, "sealed: appends fail (it was moved; services append to its destination)")
+	}
+	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "PARTITION\tPENDING\tDUE\tPARKED\tLAG\tLEASE")
 	for _, p := range rep.ByPartition {

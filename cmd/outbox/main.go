@@ -61,6 +61,7 @@ type CLI struct {
 
 	Relay   RelayCmd   `cmd:"" help:"Relay an outbox to Kafka until SIGTERM or SIGINT, serving /metrics, /healthz and /readyz."`
 	Migrate MigrateCmd `cmd:"" help:"Create, upgrade or remove an outbox's tables (Postgres), or store its partition count (Redis)."`
+	Move    MoveCmd    `cmd:"" help:"Move a live outbox to another store, backend or partition count: --prepare, then the move; --dry-run, --verify, --release, --unseal."`
 	Status  StatusCmd  `cmd:"" help:"Counts of an outbox per partition: pending, due, parked, lag, lease holder."`
 	Parked  ParkedCmd  `cmd:"" help:"List parked (dead-letter) entries, with filters, a page at a time."`
 	Show    ShowCmd    `cmd:"" help:"Show one entry: payload, headers, attempts, times, the full last error."`
