@@ -343,3 +343,18 @@ func TestMoveAfterClose(t *testing.T) {
 	_, err = b.Sealed(ctx)
 	assert.ErrorIs(t, err, outbox.ErrClosed)
 }
+
+func TestImportKeepsKeySequenceHeaders(t *testing.T) {
+	ctx := context.Background()
+	b := memory.New(memory.Options{KeySequence: true})
+	defer b.Close()
+	in := info("old", "k", time.Now().Add(-time.Hour))
+	in.Headers = map[string]string{outbox.HeaderKeySeq: "41"}
+	importAll(t, b, in, info("bare", "k", time.Now().Add(-time.Hour)))
+	require.NoError(t, b.Append(ctx, e("new", "k")))
+	for id, want := range map[string]string{"old": "41", "bare": "", "new": "1"} {
+		got, err := b.Lookup(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, want, got.Headers[outbox.HeaderKeySeq], id)
+	}
+}
