@@ -439,6 +439,9 @@ func importLowered[Tx any](t *testing.T, s *env[Tx]) {
 	im := s.importer(t)
 	h := s.holder(t)
 	hs := s.hold(t, h, "moving")
+	// app1 is appended a moment after the hold, so a due time left at
+	// app1's (not lowered) is later than Since.
+	s.sleep(t, 20*time.Millisecond)
 	s.appendCommit(t, entry("app1", "k"))
 	due := s.dueAt(t, "app1")
 	sched := exported("sched", "k", time.Now().Add(time.Hour).Truncate(time.Millisecond))

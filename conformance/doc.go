@@ -104,6 +104,24 @@
 //     [outbox.Inspector] refuses to requeue it with an
 //     [outbox.RequeueRefusedError] while requeueing the healthy entries of
 //     the same call.
+//   - Exporter, Importer, Holder, Sealer: moving a live outbox (see
+//     move.go), each skipped, saying so, when the backend does not
+//     implement the interface. An export returns every unsent entry of the
+//     partition (due, scheduled, retrying, parked, claimed under an expired
+//     lease) in append order with its state, claims nothing and is fenced;
+//     RemoveExported removes entries in every state, fenced and
+//     idempotent. Import keeps every state as it was, in the partition the
+//     key maps to here (entries built by hand as another partition count
+//     exported them), is idempotent by ID and counts what it added, puts
+//     imported entries before every appended entry of their key (also
+//     those appended before the import), lets an imported attempted entry
+//     hold back the appended ones, lowers a due entry's due time to the
+//     hold's Since (reading due times through [outbox.Looker]), keeps a
+//     scheduled one's, refuses an invalid entry whole, and keeps a parked
+//     entry without a topic parked. A held outbox fetches nothing while
+//     entries are due, and a repeated Hold keeps Since; a sealed outbox
+//     refuses appends with [outbox.ErrSealed] and serves its entries, and
+//     a transaction open at Seal commits before Seal returns or fails.
 //   - Relay: [outbox.Relay] over the backend with injected transient
 //     (also repeated: two to four failures of one entry) and permanent
 //     sink failures, a relay crashing between publish and mark,
