@@ -33,6 +33,11 @@ var (
 	_ outbox.PartitionInspector = (*Backend)(nil)
 	_ outbox.Looker             = (*Backend)(nil)
 	_ outbox.BatchFetcher       = (*Backend)(nil)
+
+	_ outbox.Exporter = (*Backend)(nil)
+	_ outbox.Importer = (*Backend)(nil)
+	_ outbox.Holder   = (*Backend)(nil)
+	_ outbox.Sealer   = (*Backend)(nil)
 )
 
 //go:embed queries/*.sql
@@ -44,8 +49,10 @@ const maxErrorLen = 4096
 // Backend is the PostgreSQL outbox backend: an [outbox.Backend] over a
 // pgx pool, also an [outbox.Notifier], [outbox.Canceler],
 // [outbox.Inspector], [outbox.PartitionInspector], [outbox.Looker],
-// [outbox.BatchFetcher] and [outbox.Membership]. Make one with [New]. It
-// is safe for concurrent use.
+// [outbox.BatchFetcher] and [outbox.Membership], and, for moving a live
+// outbox, an [outbox.Exporter], [outbox.Importer], [outbox.Holder] and
+// [outbox.Sealer] (see move.go). Make one with [New]. It is safe for
+// concurrent use.
 type Backend struct {
 	pool  *pgxpool.Pool
 	opts  Options
@@ -62,6 +69,18 @@ type Backend struct {
 	qPartitionStats, qLookup                string
 	qPurge, qNotifyCommitted                string
 	qHeartbeat, qLeave                      string
+
+	// qFindNoHold is find_pending_batch.sql without the hold check, for an
+	// outbox from before migration 006 (which has no hold table);
+	// noHoldTable reports that the Backend uses it. Its first column
+	// reports whether the hold table has appeared since, and the first
+	// fetch that sees it clears noHoldTable for good (see findPending).
+	qFindNoHold string
+	noHoldTable atomic.Bool
+	// Moving (move.go).
+	qExport, qRemoveExported, qImport string
+	qHold, qUnhold, qHoldState        string
+	qSeal, qUnseal, qSealed           string
 
 	// lastNotify is when (unix ns) an append was last let notify in its
 	// transaction (Options.NotifyInterval).
@@ -100,7 +119,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 		return nil, err
 	}
 	n := newNames(opts.Schema, opts.Table)
-	stored, err := readPartitions(ctx, pool, opts, n)
+	stored, hasHold, err := readPartitions(ctx, pool, opts, n)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +128,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	}
 	opts.Partitions = stored
 	b := &Backend{pool: pool, opts: opts, names: n}
+	b.noHoldTable.Store(!hasHold)
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
 	archiveInsert := ""
 	if opts.Archive {
@@ -151,7 +171,20 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qAcquire = load("acquire_lease")
 	b.qRenew = load("renew_lease")
 	b.qReleaseLease = load("release_lease")
-	b.qFind = load("find_pending_batch")
+	b.qFind = strings.NewReplacer("{hold_probe}", "false",
+		"{hold_check}", "AND NOT EXISTS (SELECT 1 FROM "+n.hold+")").Replace(load("find_pending_batch"))
+	b.qFindNoHold = strings.NewReplacer("{hold_probe}", "to_regclass("+quoteLiteral(n.hold)+") IS NOT NULL",
+		"{hold_check}", "").Replace(load("find_pending_batch"))
+	b.qExport = load("export_batch")
+	b.qRemoveExported = load("remove_exported")
+	b.qImport = load("import")
+	b.qHold = load("hold")
+	b.qUnhold = load("unhold")
+	b.qHoldState = load("hold_state")
+	b.qSeal = strings.NewReplacer("{outbox_literal}", quoteLiteral(n.outbox),
+		"{keyseq_literal}", quoteLiteral(n.keyseq), "{trigger_literal}", quoteLiteral(opts.Table+"_sealed")).Replace(load("seal"))
+	b.qUnseal = load("unseal")
+	b.qSealed = load("sealed")
 	b.qMarkSent = load("mark_sent")
 	b.qMarkFailed = load("mark_failed")
 	b.qParkCorrupt = load("park_corrupt")
@@ -178,38 +211,41 @@ func loadQuery(name string) string {
 	return string(s)
 }
 
-// readPartitions reads the partition count stored with the outbox
-// (queries/partitions.sql, one query). When that fails because a table is
-// missing, a second query tells a missing outbox from one created before
-// migration 004, for the error message.
-func readPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options, n names) (int, error) {
+// readPartitions reads the partition count stored with the outbox and
+// whether its hold table (migration 006) exists (queries/partitions.sql,
+// one query). When that fails because a table is missing, a second query
+// tells a missing outbox from one created before migration 004, for the
+// error message.
+func readPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options, n names) (int, bool, error) {
 	var count int
-	err := pool.QueryRow(ctx, strings.ReplaceAll(loadQuery("partitions"), "{meta}", n.meta)).Scan(&count)
+	var hasHold bool
+	err := pool.QueryRow(ctx, strings.ReplaceAll(loadQuery("partitions"), "{meta}", n.meta), n.hold).Scan(&count, &hasHold)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		return count, nil
+		return count, hasHold, nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, fmt.Errorf("pgoutbox: New: the outbox %s has no stored partition count (%s is empty): run pgoutbox.Migrate(ctx, pool, opts) with Options.Partitions set to the count its appenders and relays use",
+		return 0, false, fmt.Errorf("pgoutbox: New: the outbox %s has no stored partition count (%s is empty): run pgoutbox.Migrate(ctx, pool, opts) with Options.Partitions set to the count its appenders and relays use",
 			n.outbox, n.meta)
 	case errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05"):
-		return 0, preparedStatementError("New", err)
+		return 0, false, preparedStatementError("New", err)
 	case !errors.As(err, &pgErr) || (pgErr.Code != "42P01" && pgErr.Code != "3F000"): // undefined_table, invalid_schema_name
-		return 0, fmt.Errorf("pgoutbox: New: reading the partition count of %s: %w", n.outbox, err)
+		return 0, false, fmt.Errorf("pgoutbox: New: reading the partition count of %s: %w", n.outbox, err)
 	}
 	var exists bool
 	if err2 := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", n.outbox).Scan(&exists); err2 == nil && exists {
-		return 0, fmt.Errorf("pgoutbox: New: the outbox %s was created before migration %03d and has no stored partition count: run pgoutbox.Migrate(ctx, pool, opts) with Options.Partitions set to the count its appenders and relays use (or \"outbox migrate up --partitions N\" with this schema and table): %w",
+		return 0, false, fmt.Errorf("pgoutbox: New: the outbox %s was created before migration %03d and has no stored partition count: run pgoutbox.Migrate(ctx, pool, opts) with Options.Partitions set to the count its appenders and relays use (or \"outbox migrate up --partitions N\" with this schema and table): %w",
 			n.outbox, partitionsVersion, err)
 	}
-	return 0, fmt.Errorf("pgoutbox: New: the outbox does not exist: there is no table %s in schema %s: create it with pgoutbox.Migrate(ctx, pool, pgoutbox.Options{Schema: %q, Table: %q, Partitions: N}) or \"outbox migrate up --partitions N\" with this schema and table, or check Options.Schema and Options.Table: %w",
+	return 0, false, fmt.Errorf("pgoutbox: New: the outbox does not exist: there is no table %s in schema %s: create it with pgoutbox.Migrate(ctx, pool, pgoutbox.Options{Schema: %q, Table: %q, Partitions: N}) or \"outbox migrate up --partitions N\" with this schema and table, or check Options.Schema and Options.Table: %w",
 		pgx.Identifier{opts.Table}.Sanitize(), pgx.Identifier{opts.Schema}.Sanitize(), opts.Schema, opts.Table, err)
 }
 
 // render replaces the table tokens of a query with quoted identifiers.
 func (b *Backend) render(q string) string {
 	return strings.NewReplacer("{outbox}", b.names.outbox, "{lease}", b.names.lease, "{archive}", b.names.archive,
-		"{meta}", b.names.meta, "{member}", b.names.member, "{keyseq}", b.names.keyseq).Replace(q)
+		"{meta}", b.names.meta, "{member}", b.names.member, "{keyseq}", b.names.keyseq,
+		"{hold}", b.names.hold, "{seal_fn}", b.names.sealFn, "{seal_trigger}", b.names.sealTrigger).Replace(q)
 }
 
 // keySeqHeaderSQL is the start of the encoded outbox.HeaderKeySeq header
@@ -530,6 +566,9 @@ func (b *Backend) interpretError(op string, err error) error {
 			if b.opts.KeySequence && pgErr.ConstraintName == b.opts.Table+"_pkey" {
 				return fmt.Errorf("pgoutbox: %s: an entry's ID was appended by a concurrent transaction that committed while this one waited (with Options.KeySequence the append fails instead of skipping the entry, which would leave its key sequence number unused): roll back and retry the transaction; the retry finds the entry and appends nothing for it: %w", op, err)
 			}
+		case sealedSQLState: // raised by the seal trigger (move.go)
+			return fmt.Errorf("pgoutbox: %s: the outbox %s is sealed: it was moved to another outbox (outbox move); append to its destination instead, or unseal it (outbox move --unseal) to append here again: %w",
+				op, b.names.outbox, outbox.ErrSealed)
 		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 			// pgx prepares and caches statements per connection by
 			// default; behind a transaction-pooling PgBouncer the next

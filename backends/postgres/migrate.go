@@ -99,9 +99,10 @@ func LatestVersion() int {
 var quotedName = regexp.MustCompile(`"outbox((?:_[a-z0-9_]+)?)"`)
 
 // tableSuffixes are the suffixes of the quoted names in the migration files
-// that name tables (the others name indexes and constraints, which cannot
-// be schema-qualified).
-var tableSuffixes = map[string]bool{"": true, "_lease": true, "_archive": true, "_meta": true, "_member": true, "_keyseq": true}
+// that name tables, sequences and functions (the others name indexes,
+// constraints and triggers, which cannot be schema-qualified).
+var tableSuffixes = map[string]bool{"": true, "_lease": true, "_archive": true, "_meta": true, "_member": true, "_keyseq": true,
+	"_hold": true, "_import_seq": true, "_seal": true}
 
 // partitionsPlaceholder stands for the partition count in migration 004.
 const partitionsPlaceholder = "{partitions}"

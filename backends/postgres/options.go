@@ -204,11 +204,16 @@ func validIdent(s string, maxLen int) bool {
 // names are the quoted, schema-qualified identifiers of one outbox.
 type names struct {
 	outbox, lease, archive, meta, member, keyseq, migrations string
+	// hold, importSeq and sealFn are migration 006's hold table, import
+	// sequence and seal function; sealTrigger is the bare name of the
+	// trigger Seal creates on the outbox table.
+	hold, importSeq, sealFn, sealTrigger string
 }
 
 func newNames(schema, table string) names {
 	q := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
-	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), meta: q("_meta"), member: q("_member"), keyseq: q("_keyseq"), migrations: q("_migrations")}
+	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), meta: q("_meta"), member: q("_member"), keyseq: q("_keyseq"), migrations: q("_migrations"),
+		hold: q("_hold"), importSeq: q("_import_seq"), sealFn: q("_seal"), sealTrigger: pgx.Identifier{table + "_sealed"}.Sanitize()}
 }
 
 // Options returns the backend's options with the defaults filled in.

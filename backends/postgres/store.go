@@ -187,8 +187,19 @@ func (b *Backend) parkCorrupt(ctx context.Context, op string, lease outbox.Lease
 // findPending runs the fetch statement once. It returns the publishable
 // entries in order and the rows that cannot be published as stored (to
 // park), in the order read.
+//
+// On an outbox from before migration 006 it runs the query without the
+// hold check, which also reports whether the hold table exists by now:
+// once it does (the outbox was migrated while this Backend ran), the
+// Backend switches to the query with the check for good and runs it
+// instead, so a hold set after the migration is never missed.
 func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease, limit int) ([]outbox.Entry, []outbox.CorruptEntry, error) {
-	rows, err := b.pool.Query(ctx, b.qFind, lease.Partition, lease.Owner, lease.Version, limit)
+	noHold := b.noHoldTable.Load()
+	q := b.qFind
+	if noHold {
+		q = b.qFindNoHold
+	}
+	rows, err := b.pool.Query(ctx, q, lease.Partition, lease.Owner, lease.Version, limit)
 	if err != nil {
 		return nil, nil, b.interpretError(op, err)
 	}
@@ -218,8 +229,14 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 				next pgtype.Timestamptz
 			}
 		)
-		if err := rows.Scan(&pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created); err != nil {
+		var holdTable bool
+		if err := rows.Scan(&holdTable, &pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created); err != nil {
 			return nil, nil, b.interpretError(op, err)
+		}
+		if noHold && holdTable {
+			rows.Close()
+			b.noHoldTable.Store(false)
+			return b.findPending(ctx, op, lease, limit)
 		}
 		if !id.Valid { // the lease holds, nothing is due
 			continue

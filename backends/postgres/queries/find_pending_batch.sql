@@ -5,7 +5,13 @@
 -- finishes a batch before it fetches the next).
 -- The due index (partition, next_at, seq) WHERE state = 'pending' yields
 -- rows in order; the hold-back index answers the NOT EXISTS.
-SELECT c.seq, c.next_at, c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
+-- {hold_check} is the hold (migration 006): an uncorrelated NOT EXISTS on
+-- the hold table, which the planner runs once per statement as a one-time
+-- filter above the index scan (a held outbox reads no entry row). For an
+-- outbox from before 006 it is empty, and {hold_probe} reports whether the
+-- hold table has appeared since (the Backend then switches to the query
+-- with the check); otherwise {hold_probe} is false.
+SELECT {hold_probe}, c.seq, c.next_at, c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
        c.attempts, c.last_error, c.created_at
 FROM {lease} AS l
 LEFT JOIN LATERAL (
@@ -13,6 +19,7 @@ LEFT JOIN LATERAL (
            o.not_before, o.attempts, o.last_error, o.created_at
     FROM {outbox} AS o
     WHERE o.partition = l.partition
+      {hold_check}
       AND o.state = 'pending'
       AND o.next_at <= now()
       AND (o.key = ''::bytea OR NOT EXISTS (

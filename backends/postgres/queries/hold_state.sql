@@ -1,0 +1,2 @@
+-- HoldState: the hold row, if any.
+SELECT reason, since FROM {hold}

@@ -1,0 +1,2 @@
+-- Unhold: removes the hold row (none: a no-op).
+DELETE FROM {hold}
