@@ -24,6 +24,8 @@ type result struct {
 	skipped string // why the scenario did not run (a missing service)
 	// relayLog counts the warnings and errors the relays logged.
 	relayLog []logCount
+	// appenders are the appenders' summary lines.
+	appenders []string
 }
 
 // passed: the run completed and, inside the guarantees, nothing was lost,
@@ -208,6 +210,13 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 				}
 				b.WriteString("\n")
 			}
+		}
+		if len(r.appenders) > 0 {
+			b.WriteString("\nThe appenders (\"unknown\" counts commits whose outcome they could not know; each was retried with its ID until confirmed):\n\n```\n")
+			for _, l := range r.appenders {
+				b.WriteString(l + "\n")
+			}
+			b.WriteString("```\n")
 		}
 		if len(r.relayLog) > 0 {
 			b.WriteString("\nWhat the relays logged at WARN and ERROR (count, level, message):\n\n```\n")

@@ -107,6 +107,7 @@ func (h *harness) runScenario(ctx context.Context, sc *scenario) (res *result) {
 	rep, err := r.execute(ctx)
 	res.report, res.err = rep, err
 	res.relayLog = relayLogSummary(r.dir)
+	res.appenders = appenderSummaries(r.dir)
 	var missing *missingError
 	if errors.As(err, &missing) && os.Getenv("OUTBOX_REQUIRE_SERVICES") != "1" {
 		res.report, res.err, res.skipped = nil, nil, missing.Error()
@@ -637,6 +638,27 @@ func dropRedisKeys(redisURL, tag string) {
 }
 
 var errNoRelay = errors.New("no relay is running")
+
+// appenderSummaries returns the summary line each appender printed at
+// exit (appended, commits of unknown outcome, retries, errors by kind).
+func appenderSummaries(dir string) []string {
+	files, _ := filepath.Glob(filepath.Join(dir, "app*.log"))
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if i := strings.Index(line, ": summary after "); i >= 0 {
+				if j := strings.Index(line, "appender "); j >= 0 && j < i {
+					out = append(out, line[j:])
+				}
+			}
+		}
+	}
+	return out
+}
 
 // logCount is how often the relays logged one message at one level.
 type logCount struct {
