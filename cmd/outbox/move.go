@@ -26,14 +26,14 @@ import (
 // MoveCmd moves a live outbox to another one (package move has the
 // protocol).
 type MoveCmd struct {
-	From       string `name:"from" env:"OUTBOX_MOVE_FROM" placeholder:"URL" help:"The store of the outbox to move from (the source), as --store takes it ('outbox help stores')."`
-	FromSchema string `name:"from-schema" placeholder:"NAME" help:"Postgres schema of the source outbox (default: public)."`
-	FromTable  string `name:"from-table" placeholder:"NAME" help:"Postgres table of the source outbox (default: outbox)."`
-	FromPrefix string `name:"from-prefix" placeholder:"PREFIX" help:"Redis key prefix of the source outbox (default: {outbox})."`
-	To         string `name:"to" env:"OUTBOX_MOVE_TO" placeholder:"URL" help:"The store of the outbox to move to (the destination), created beforehand with 'outbox migrate up'."`
-	ToSchema   string `name:"to-schema" placeholder:"NAME" help:"Postgres schema of the destination outbox (default: public)."`
-	ToTable    string `name:"to-table" placeholder:"NAME" help:"Postgres table of the destination outbox (default: outbox)."`
-	ToPrefix   string `name:"to-prefix" placeholder:"PREFIX" help:"Redis key prefix of the destination outbox (default: {outbox})."`
+	From       string `name:"from" noconfig:"" env:"OUTBOX_MOVE_FROM" placeholder:"URL" help:"The store of the outbox to move from (the source), as --store takes it ('outbox help stores')."`
+	FromSchema string `name:"from-schema" noconfig:"" placeholder:"NAME" help:"Postgres schema of the source outbox (default: public)."`
+	FromTable  string `name:"from-table" noconfig:"" placeholder:"NAME" help:"Postgres table of the source outbox (default: outbox)."`
+	FromPrefix string `name:"from-prefix" noconfig:"" placeholder:"PREFIX" help:"Redis key prefix of the source outbox (default: {outbox})."`
+	To         string `name:"to" noconfig:"" env:"OUTBOX_MOVE_TO" placeholder:"URL" help:"The store of the outbox to move to (the destination), created beforehand with 'outbox migrate up'."`
+	ToSchema   string `name:"to-schema" noconfig:"" placeholder:"NAME" help:"Postgres schema of the destination outbox (default: public)."`
+	ToTable    string `name:"to-table" noconfig:"" placeholder:"NAME" help:"Postgres table of the destination outbox (default: outbox)."`
+	ToPrefix   string `name:"to-prefix" noconfig:"" placeholder:"PREFIX" help:"Redis key prefix of the destination outbox (default: {outbox})."`
 
 	DryRun      bool          `name:"dry-run" noconfig:"" help:"Print both sides' counts by state and what the next step would do; change nothing."`
 	PrepareStep bool          `name:"prepare" noconfig:"" help:"Step 1: hold the (empty) destination, so its relays deliver nothing until the move is done."`
@@ -91,17 +91,28 @@ func (s *moveSide) checkNames(kind string) error {
 		return usageError("--%s-schema and --%s-table name a Postgres outbox, but the %s store is Redis: name it with --%s-prefix, or drop them", s.flag, s.flag, s.role, s.flag)
 	}
 	if err := f.checkNames(kind); err != nil {
-		return s.wrap(err)
+		return s.wrap(renameFlags(err, s.flag))
 	}
 	return nil
+}
+
+// renameFlags names the flags of a StoreFlags error as this command has
+// them (--prefix is --from-prefix), keeping its exit status.
+func renameFlags(err error, side string) error {
+	msg := err.Error()
+	for _, f := range []string{"prefix", "schema", "table"} {
+		msg = strings.ReplaceAll(msg, "--"+f, "--"+side+"-"+f)
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return &exitError{code: ee.code, err: &redactedError{msg: msg, err: err}}
+	}
+	return &redactedError{msg: msg, err: err}
 }
 
 // wrap says which side an error is about, keeping its exit status.
 func (s *moveSide) wrap(err error) error {
 	msg := fmt.Sprintf("the %s (--%s): %v", s.role, s.flag, err)
-	msg = strings.ReplaceAll(msg, "--prefix", "--"+s.flag+"-prefix")
-	msg = strings.ReplaceAll(msg, "--schema", "--"+s.flag+"-schema")
-	msg = strings.ReplaceAll(msg, "--table", "--"+s.flag+"-table")
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return &exitError{code: ee.code, err: &redactedError{msg: msg, err: err}}
@@ -495,4 +506,17 @@ func (b *moveBar) done(ok bool) {
 	}
 	b.p.Wait()
 	b.p = nil
+}
+
+// Help is the detailed help of outbox move (kong.HelpProvider).
+func (c *MoveCmd) Help() string {
+	return `Moves a live outbox to another one: another store or backend (Postgres to Redis and back), or the same backend under another name with another partition count. Every entry keeps its state (due, scheduled, retrying, parked, attempts, last error) and each key its order. Create the destination first with 'outbox migrate up'.
+
+  1. outbox move --from URL --to URL --prepare
+     holds the empty destination: its relays deliver nothing yet. Deploy them.
+  2. Roll the services over to append to the destination; the source's relays keep delivering the source.
+  3. outbox move --from URL --to URL
+     seals the source (a straggler's append fails), waits for each source partition's lease (stop the source's relays now: SIGTERM releases their leases at once), moves every entry and releases the destination, whose relays deliver each key's moved entries before its new ones. Interrupted, run it again: it resumes, nothing lost, nothing moved twice.
+
+--dry-run and --verify print both sides; --verify exits 1 until the move is complete. --release unholds the destination (rolls back before the seal); --unseal rolls the seal back. The store URLs may also come from OUTBOX_MOVE_FROM and OUTBOX_MOVE_TO.`
 }

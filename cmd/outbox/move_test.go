@@ -383,10 +383,11 @@ func TestMoveBadInput(t *testing.T) {
 	check(2, []string{"no destination given", "--to URL", "OUTBOX_MOVE_TO"}, from.flags("from")...)
 	check(2, []string{"no source given", "--from URL"}, to.flags("to")...)
 	check(2, []string{"--from-prefix names a Redis outbox", "--from-schema"}, append([]string{"--from", from.url, "--from-prefix", "{x}"}, to.flags("to")...)...)
+	check(2, []string{"the destination (--to)", "--to-prefix \"nope\" must hold exactly one non-empty {hash tag}"}, append(from.flags("from"), "--to", "redis://127.0.0.1:1/0", "--to-prefix", "nope")...)
 	check(2, []string{"--dry-run and --verify"}, append(both, "--dry-run", "--verify")...)
 	check(2, []string{"-o json is for --dry-run and --verify"}, append(both, "--prepare", "-o", "json")...)
 	check(2, []string{"--batch must be at least 1"}, append(both, "--batch", "0")...)
-	check(1, []string{"the destination (--to)", "no outbox at", "outbox migrate up"}, append(from.flags("from"), "--to", to.url, "--to-schema", "no_such_schema_x")...)
+	check(1, []string{"the destination (--to)", "no outbox at", "outbox migrate up --store URL --schema no_such_schema_x --partitions N"}, append(from.flags("from"), "--to", to.url, "--to-schema", "no_such_schema_x")...)
 	check(2, []string{"the source (--from)", "store URL has no scheme"}, append([]string{"--from", "localhost/db"}, to.flags("to")...)...)
 	unchanged()
 
