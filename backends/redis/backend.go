@@ -26,6 +26,10 @@ var (
 	_ outbox.PartitionInspector       = (*Backend)(nil)
 	_ outbox.Looker                   = (*Backend)(nil)
 	_ outbox.BatchFetcher             = (*Backend)(nil)
+	_ outbox.Exporter                 = (*Backend)(nil)
+	_ outbox.Importer                 = (*Backend)(nil)
+	_ outbox.Holder                   = (*Backend)(nil)
+	_ outbox.Sealer                   = (*Backend)(nil)
 )
 
 // Backend is the Redis outbox backend. It is safe for concurrent use. It
@@ -55,6 +59,9 @@ type keys struct {
 	leasever string // counter: last lease version granted
 	seq      string // counter: last append sequence
 	keyseq   string // hash: entry key -> last key sequence number (Options.KeySequence)
+	hold     string // hash: since, next, last while the outbox is held (Holder)
+	sealed   string // string "1" while the outbox is sealed (Sealer)
+	export   string // list: ExportBatch's scratch key, deleted by the script that writes it
 	notify   string // sharded pub/sub channel of the partition's wake-ups (not a key)
 }
 
@@ -73,6 +80,9 @@ func partitionKeys(prefix string, p int) keys {
 		leasever: base + ":leasever",
 		seq:      base + ":seq",
 		keyseq:   base + ":keyseq",
+		hold:     base + ":hold",
+		sealed:   base + ":sealed",
+		export:   base + ":export",
 		notify:   base + ":notify",
 	}
 }
@@ -344,7 +354,7 @@ func (b *Backend) appendArgs(p int, entries []outbox.Entry) ([]string, []any) {
 		}
 		args = append(args, e.ID, due, encodeEntry(e))
 	}
-	return []string{k.entries, k.pending, k.seq}, args
+	return []string{k.entries, k.pending, k.seq, k.sealed}, args
 }
 
 // appendKeySeqArgs is appendArgs for append_keyseq.lua: a fourth value per
@@ -366,7 +376,7 @@ func (b *Backend) appendKeySeqArgs(k *keys, channel string, p int, entries []out
 		blob, off := encodeEntryKeySeq(e)
 		args = append(args, e.ID, due, blob, strconv.Itoa(off))
 	}
-	return []string{k.entries, k.pending, k.seq, k.keyseq}, args
+	return []string{k.entries, k.pending, k.seq, k.keyseq, k.sealed}, args
 }
 
 // appendScript returns the append script of the backend's options.
@@ -494,7 +504,11 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 	s := b.appendScript()
 	if len(groups) == 1 {
 		ks, args := b.appendArgs(groups[0][0].Partition, groups[0])
-		return b.fail(ctx, "Append", s.Run(ctx, b.client, ks, args...).Err(), ks...)
+		err := s.Run(ctx, b.client, ks, args...).Err()
+		if isSealed(err) {
+			return b.sealedErr("Append", err)
+		}
+		return b.fail(ctx, "Append", err, ks...)
 	}
 	run := b.client.TxPipelined
 	if b.cluster {
@@ -509,5 +523,8 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 		}
 		return nil
 	})
+	if isSealed(err) {
+		return b.sealedErr("Append", err)
+	}
 	return b.fail(ctx, "Append", err, all...)
 }

@@ -34,9 +34,10 @@ func (h *harness) Begin(context.Context) (redis.Pipeliner, error) {
 	return h.c.TxPipeline(), nil
 }
 
+// Commit runs EXEC and checks its result with CheckExec, as the docs tell
+// callers to (it maps a sealed outbox's refusal to outbox.ErrSealed).
 func (h *harness) Commit(ctx context.Context, tx redis.Pipeliner) error {
-	_, err := tx.Exec(ctx)
-	return err
+	return CheckExec(tx.Exec(ctx))
 }
 
 func (h *harness) Rollback(_ context.Context, tx redis.Pipeliner) error {

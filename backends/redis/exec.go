@@ -64,6 +64,10 @@ func (e *ExecError) Unwrap() error { return e.Err }
 //   - err is nil: nil.
 //   - EXEC ran and a queued command failed: an [*ExecError] naming the
 //     first failed command and the IDs of the entries that were appended.
+//     When that command is an append refused because the outbox is sealed
+//     (see [Backend.Seal]), its Err is a [*SealedError] and the error
+//     matches [outbox.ErrSealed]; the transaction's other commands (the
+//     business write) were applied all the same.
 //   - nothing ran (a WATCH conflict, redis.TxFailedErr; EXECABORT after a
 //     command was refused when queued; a CROSSSLOT refusal): err, wrapped
 //     with a note that nothing was applied.
@@ -98,6 +102,9 @@ func CheckExec(cmds []redis.Cmder, err error) error {
 		}
 		if ee == nil {
 			ee = &ExecError{Index: i, Name: c.Name(), Err: cerr}
+			if isSealed(cerr) {
+				ee.Err = &SealedError{Prefix: prefixOfKey(firstKey(appendKeys(c))), err: cerr}
+			}
 			if isKeyErr(cerr) {
 				ee.appendKeys = appendKeys(c)
 			}

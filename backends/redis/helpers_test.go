@@ -88,7 +88,7 @@ func newBackend(t *testing.T, c redis.UniversalClient, opts Options) *Backend {
 func allKeys(b *Backend) []string {
 	out := []string{b.meta, b.members}
 	for _, k := range b.parts {
-		out = append(out, k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.keyseq)
+		out = append(out, k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.keyseq, k.hold, k.sealed, k.export)
 	}
 	return out
 }

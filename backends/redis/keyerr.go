@@ -23,6 +23,9 @@ var keyKinds = []struct {
 	{":lease", "string", "the partition's lease"},
 	{":seq", "string", "the partition's append sequence counter"},
 	{":keyseq", "hash", "the partition's per-key sequence numbers (Options.KeySequence)"},
+	{":hold", "hash", "the partition's hold (Holder)"},
+	{":sealed", "string", "the partition's seal (Sealer)"},
+	{":export", "list", "ExportBatch's scratch list"},
 	{":meta", "hash", "the outbox's partition count"},
 	{":members", "hash", "the relays' membership records"},
 }

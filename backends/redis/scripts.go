@@ -77,10 +77,16 @@ var (
 	scriptMeta          = mustScript("meta")
 	scriptHeartbeat     = mustScript("heartbeat")
 	scriptLeave         = mustScript("leave")
+	scriptHold          = mustScript("hold")
+	scriptHoldPart      = mustScript("hold_part")
+	scriptImport        = mustScript("import")
+	scriptExport        = mustScript("export")
+	scriptRemove        = mustScript("remove_exported")
 
 	allScripts = []script{scriptAppend, scriptAppendKeySeq, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
 		scriptMarkSent, scriptMarkFailed, scriptReleaseClaims, scriptCancel, scriptRequeue,
-		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave}
+		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave,
+		scriptHold, scriptHoldPart, scriptImport, scriptExport, scriptRemove}
 )
 
 func isNoScript(err error) bool {

@@ -146,7 +146,7 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	}
 	k := &b.parts[lease.Partition]
 	budget := 2*limit + 256
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked}
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold}
 	res, err := scriptClaim.Run(ctx, b.client, ks, token(lease), limit, budget).Result()
 	if err != nil {
 		return outbox.Batch{}, b.fail(ctx, op, err, ks...)

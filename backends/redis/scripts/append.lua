@@ -1,11 +1,15 @@
 -- append.lua: add entries to one partition, idempotent by ID.
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] sequence counter
+-- KEYS[4] sealed flag (a string; the outbox is sealed while it exists)
 -- ARGV[1] the partition's notification channel ('' = do not publish)
 -- ARGV[2] the partition number (the notification's payload)
 -- ARGV[3..] triples: id, due time in ms ('' = now), encoded entry
 --           (format 2 with sequence, created-at and position zeroed)
--- Returns the number of entries added (IDs already present are skipped).
+-- Returns the number of entries added (IDs already present are skipped),
+-- or the error 'SEALED ...' when the partition is sealed (Sealer): checked
+-- here, at EXEC, so an append that runs after Seal set the flag fails,
+-- before anything is written (CheckExec maps it to outbox.ErrSealed).
 -- Needs nothing read beforehand, so it can be queued inside MULTI.
 --
 -- When it added entries it publishes the partition number, as decimal, on
@@ -23,6 +27,9 @@
 -- Fail before the first write when a key has the wrong type (Redis does
 -- not undo a failed script's writes: an entry without its pending member
 -- would be lost, and a retried append would skip it as present).
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return redis.error_reply('SEALED redisoutbox: the outbox is sealed (moved to another outbox); append to its destination')
+end
 redis.call('HLEN', KEYS[1])
 redis.call('ZCARD', KEYS[2])
 local t = redis.call('TIME')

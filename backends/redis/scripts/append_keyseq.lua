@@ -4,6 +4,7 @@
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] sequence counter
 -- KEYS[4] key sequence hash (entry key -> last number given)
+-- KEYS[5] sealed flag (as append.lua's KEYS[4])
 -- ARGV[1] the partition's notification channel ('' = do not publish)
 -- ARGV[2] the partition number (the notification's payload)
 -- ARGV[3..] quadruples: id, due time in ms ('' = now), encoded entry
@@ -15,7 +16,7 @@
 --           script writes the value's length and the value (the key's
 --           next number, decimal).
 -- Returns the number of entries added (IDs already present are skipped
--- and take no number).
+-- and take no number), or the error 'SEALED ...' as append.lua.
 --
 -- A number is kept (HINCRBY, given back with HINCRBY -1 when the ID is
 -- already stored) only for an entry that is added, in the same script as
@@ -24,6 +25,9 @@
 -- Standalone, like append.lua (sent in full by every AppendInTx).
 --
 -- Fail before the first write when a key has the wrong type.
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return redis.error_reply('SEALED redisoutbox: the outbox is sealed (moved to another outbox); append to its destination')
+end
 redis.call('HLEN', KEYS[1])
 redis.call('ZCARD', KEYS[2])
 redis.call('HLEN', KEYS[4])

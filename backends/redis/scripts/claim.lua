@@ -1,7 +1,7 @@
 -- claim.lua: FindPendingBatch.
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
--- KEYS[4] key-order zset   KEYS[5] parked zset
+-- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
 -- ARGV[1] token "version:owner"   ARGV[2] limit   ARGV[3] scan budget
 -- Returns -1 when the lease is lost, else {entries, parked}: entries is a
 -- flat array id1, value1, id2, value2, ... of entries in (due, append)
@@ -9,7 +9,9 @@
 -- this call parked because their stored value could not be used, in the
 -- order it met them (key and topic as far as they could be read, '' when
 -- not; reason is the entry's last error now). Entries and parks together
--- are at most ARGV[2].
+-- are at most ARGV[2]. While the partition is held (KEYS[6] exists, see
+-- hold_part.lua) it returns {{}, {}}: nothing is claimed, parked or
+-- re-scored.
 --
 -- The lease is the claim: only its holder reads the partition, so the
 -- entries returned stay in pending, unchanged, until the holder finishes
@@ -72,6 +74,7 @@
 --   - a format 1 entry is converted to format 2 and marked.
 -- Every park is reported in the second array of the result.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
+if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}} end
 zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3])
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])

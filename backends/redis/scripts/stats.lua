@@ -56,6 +56,10 @@ for _, km in ipairs(redis.call('ZRANGE', KEYS[5], 0, 999)) do
       if v and string.byte(v, 1) == 2 and #v >= 29 and string.sub(v, 2, 9) == string.sub(pm, 1, 8)
           and attempts_of(v) == 0 then
         held = held + 1
+        -- An imported entry has position 0 (ahead of every appended
+        -- entry, see import.lua): its created-at stands in for its due
+        -- time, which the re-score replaced.
+        if pos == 0 and #v >= 17 then pos = math.floor(u64(v, 10) / 1000) end
         if oldest == -1 or pos < oldest then oldest = pos end
       end
     end

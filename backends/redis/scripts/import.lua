@@ -1,0 +1,78 @@
+-- import.lua: Import, the entries of one partition (not fenced).
+--
+-- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] sequence counter
+-- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
+-- ARGV[1..] quadruples: id, kind ('p' parked, 'a' attempted, 'n' never
+--           attempted), due time in ms ('' = now; ignored when parked),
+--           encoded entry (format 2 with created-at, attempts and last
+--           error set; sequence and position zeroed)
+-- Returns the number of entries added (IDs already present, appended or
+-- imported, are skipped; within one call the first occurrence wins).
+--
+-- Placement ahead of every appended entry:
+--   - sequence: from the block hold_part.lua reserved when the partition
+--     is held (below every sequence appended since the hold), else from
+--     the append counter;
+--   - due time: an entry due by the server's TIME (not parked) is made
+--     due at min(its due time, the hold's since or now) - 1 ms: before
+--     every entry appended since the hold (or until now) that is due no
+--     earlier, also at the same millisecond, where the pending set would
+--     otherwise order by sequence (an import that is not held takes
+--     sequences above the entries appended before it); a scheduled or
+--     retrying entry due later keeps its due time;
+--   - key order: every imported entry but a scheduled one (never
+--     attempted, due later) gets position 0 and, when it has a key, a
+--     key-order member (it is marked): a key's order is (position,
+--     sequence), so it comes before every appended entry of its key, and
+--     the imported ones among themselves in the order imported, whatever
+--     the clocks said. A scheduled entry takes its position at its due
+--     time, as an appended one does (unmarked: score = position).
+hashes(KEYS[1], KEYS[6])
+zsets(KEYS[2], KEYS[4], KEYS[5])
+local bad = counter(KEYS[3])
+if bad then return bad end
+local now = now_ms()
+local since = redis.call('HGET', KEYS[6], 'since')
+local floor = since and tonumber(since) or now
+local cnt = #ARGV / 4
+local seq
+local nxt, last = redis.call('HGET', KEYS[6], 'next'), redis.call('HGET', KEYS[6], 'last')
+if since and nxt and last and tonumber(nxt) + cnt - 1 <= tonumber(last) then
+  seq = redis.call('HINCRBY', KEYS[6], 'next', cnt) - cnt - 1
+else
+  seq = redis.call('INCRBY', KEYS[3], cnt) - cnt
+end
+local pack, sub = struct.pack, string.sub
+local added = 0
+for i = 1, #ARGV, 4 do
+  local id, kind, due, blob = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  seq = seq + 1
+  if redis.call('HEXISTS', KEYS[1], id) == 0 then
+    local pos, score = 0, 0
+    if kind ~= 'p' then
+      score = now
+      if due ~= '' then score = tonumber(due) end
+      if score <= now then
+        score = math.min(score, floor) - 1
+      elseif kind == 'n' then
+        pos = score
+      end
+      score = math.max(score, 0)
+    end
+    local s8 = pack('>I8', seq)
+    local v = '\2' .. s8 .. sub(blob, 10, 17) .. pack('>I8', pos) .. sub(blob, 26)
+    redis.call('HSET', KEYS[1], id, v)
+    local m = s8 .. id
+    if kind == 'p' then
+      redis.call('ZADD', KEYS[5], 0, id)
+    else
+      redis.call('ZADD', KEYS[2], score, m)
+      local key = key_of(v)
+      if key ~= '' and pos == 0 then
+        redis.call('ZADD', KEYS[4], 0, order_member(key, v, m))
+      end
+    end
+    added = added + 1
+  end
+end
+return added
