@@ -412,3 +412,39 @@ func BenchmarkPartitionStats(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkExportBatch measures one ExportBatch(500) of a partition
+// holding 100,000 entries (read-only, so every iteration reads the same
+// first 500), without and with an index on (partition, seq), which the
+// migrations do not create (see docs/postgres.md, "Moving an outbox").
+func BenchmarkExportBatch(b *testing.B) {
+	const backlog, batch = 100_000, 500
+	for _, index := range []bool{false, true} {
+		b.Run(fmt.Sprintf("seq-index=%v", index), func(b *testing.B) {
+			be, p := newBackend(b, extended, pgoutbox.Options{})
+			ctx := context.Background()
+			table := pgx.Identifier{be.Options().Schema, "outbox"}.Sanitize()
+			if err := load(ctx, p, table, backlog); err != nil {
+				b.Fatal(err)
+			}
+			if index {
+				if _, err := p.Exec(ctx, "CREATE INDEX ON "+table+" (partition, seq)"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := p.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
+				b.Fatal(err)
+			}
+			l, err := be.AcquireLease(ctx, 0, "bench", time.Hour)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				es, err := be.ExportBatch(ctx, l, batch)
+				if err != nil || len(es) != batch {
+					b.Fatalf("ExportBatch: %d, %v", len(es), err)
+				}
+			}
+		})
+	}
+}

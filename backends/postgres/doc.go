@@ -20,7 +20,9 @@
 // "<table>_meta" holding the partition count, "<table>_member" for relay
 // fleets ([outbox.Membership]), "<table>_archive" for Options.Archive,
 // "<table>_keyseq" with the per-key sequence counters of
-// Options.KeySequence (migration 005), and "<table>_migrations" recording
+// Options.KeySequence (migration 005), "<table>_hold", the sequence
+// "<table>_import_seq" and the function "<table>_seal" for moving the
+// outbox (migration 006), and "<table>_migrations" recording
 // applied versions. The same numbered files
 // are in [Migrations] for goose or golang-migrate; [MigrationSQL] returns
 // them rendered for given Options. docs/postgres.md in the repository has
@@ -98,6 +100,24 @@
 // [Backend.PartitionStats] reports every partition's counts and live lease
 // in one statement (index-only over the due index), and [Backend.Lookup]
 // reads one entry by primary key.
+//
+// # Moving
+//
+// A Backend can be moved from and to (see the outbox package's move.go and
+// package move): [Backend.ExportBatch] reads a partition's rows of every
+// state in seq order, fenced by the lease, and [Backend.RemoveExported]
+// deletes them (fenced, never archived); [Backend.Import] inserts entries
+// in one statement with seq values from "<table>_import_seq", which counts
+// up from the lowest bigint, so they come before every appended entry in
+// the fetch's (due time, seq) order and in the per-key hold-back;
+// [Backend.Hold] writes the row of "<table>_hold", which the fetch
+// statement checks once (a one-time filter), so a held outbox fetches
+// nothing; [Backend.Seal] creates BEFORE INSERT triggers running
+// "<table>_seal" under table locks that wait for open appending
+// transactions, so every later append fails with an error wrapping
+// [outbox.ErrSealed]; no trigger exists, and appends run no code of it,
+// until an outbox is sealed. An outbox from before migration 006 keeps
+// working without them (the move methods say to run the migration).
 //
 // # Corrupt rows
 //

@@ -62,12 +62,14 @@ func (b *Backend) checkMoveSchema(ctx context.Context, op string) error {
 // lease that is not live gives an error wrapping [outbox.ErrLeaseLost]. A
 // limit that is not positive gives [outbox.ErrInvalidArgument].
 //
-// A row that cannot be published as stored (its topic column is empty or
-// its headers column does not decode; only a hand-made UPDATE writes
-// such values) is exported parked, with what could be read (nil Headers
-// when they do not decode) and a LastError naming the column and the fix,
-// as [Backend.Lookup] shows it, so the move carries it on for an operator
-// instead of stalling. A negative attempts column reads as 0 and an
+// A pending row that cannot be published as stored (its topic column is
+// empty or its headers column does not decode; only a hand-made UPDATE
+// writes such values) is exported parked, with what could be read (nil
+// Headers when they do not decode) and a LastError naming the column and
+// the fix, as [Backend.Lookup] shows it, so the move carries it on for an
+// operator instead of stalling. A parked row is exported as it is (an
+// empty topic included: Import stores a parked entry without one), with
+// the reason added to its LastError only when its headers do not decode. A negative attempts column reads as 0 and an
 // infinite timestamp as the zero time (a pending row whose next_at is
 // 'infinity' is then exported with a zero DueAt, due now).
 //
@@ -118,7 +120,13 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 			NotBefore: timeOf(notBef), Partition: lease.Partition,
 			Attempts: attemptsOf(attempts.Int32), LastError: lastErr.String, CreatedAt: timeOf(created),
 		}, Parked: parked.Bool}
-		c := checkRow(info.Topic, headers, int32(lease.Partition), 0)
+		topicCheck := info.Topic
+		if info.Parked {
+			// A parked entry may have no topic (an import stores one so);
+			// it is exported as it is, last error included.
+			topicCheck = "-"
+		}
+		c := checkRow(topicCheck, headers, int32(lease.Partition), 0)
 		info.Headers = c.headers
 		if c.reason != "" {
 			info.Parked, info.LastError = true, withReason(info.LastError, c.reason)

@@ -3,6 +3,7 @@ package pgoutbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -138,10 +139,13 @@ func waitForStatementLock(t *testing.T, p *pgxpool.Pool, marker string) {
 // append made after Seal was called fails with ErrSealed.
 func TestSealWaitsForOpenAppends(t *testing.T) {
 	t.Parallel()
-	for _, commit := range []bool{true, false} {
-		t.Run(map[bool]string{true: "Commit", false: "Rollback"}[commit], func(t *testing.T) {
+	for _, c := range []struct {
+		commit, keySeq bool
+	}{{true, false}, {false, false}, {true, true}, {false, true}} {
+		commit := c.commit
+		t.Run(fmt.Sprintf("Commit=%v/KeySequence=%v", c.commit, c.keySeq), func(t *testing.T) {
 			t.Parallel()
-			b, p := newBackend(t, extended, pgoutbox.Options{})
+			b, p := newBackend(t, extended, pgoutbox.Options{KeySequence: c.keySeq})
 			ctx := t.Context()
 			schema := b.Options().Schema
 			open, err := p.Begin(ctx)
