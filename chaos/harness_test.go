@@ -104,7 +104,7 @@ func TestReport(t *testing.T) {
 	t.Parallel()
 	h := &harness{cfg: defaultConfig(true)}
 	rs := []*result{
-		{sc: &scenario{name: "a", title: "A", notes: "about a", backend: backendPostgres}, report: &history.Report{Appended: 3, Delivered: 3, Faults: []history.FaultReport{{Fault: history.Fault{What: "kill | x"}, Recovery: time.Second}}}, events: []string{"0.0s  relay-0.0:8 unheld:0"}},
+		{sc: &scenario{name: "a", title: "A", notes: "about a", backend: backendPostgres}, report: &history.Report{Appended: 3, Delivered: 3, Faults: []history.FaultReport{{Fault: history.Fault{What: "kill: a | x"}, Recovery: time.Second}}}, events: []string{"0.0s  relay-0.0:8 unheld:0"}},
 		{sc: &scenario{name: "b", title: "B", notes: "about b", backend: backendRedis}, err: errNoRelay},
 		{sc: &scenario{name: "c", title: "C", notes: "about c", backend: backendPrivateRedis}, skipped: "redis-server not found"},
 	}
@@ -117,7 +117,7 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(b)
-	for _, want := range []string{"| a | postgres | 3 (0) | 1 | 0 |", "ERROR: no relay is running", "skipped: redis-server not found", "kill / x", "relay-0.0:8 unheld:0", "### c"} {
+	for _, want := range []string{"| a | postgres | 3 (0) | 1 | 0 |", "ERROR: no relay is running", "skipped: redis-server not found", "kill: a / x", "| kill | 1 | 0 | 0 | 1s / 1s |", "relay-0.0:8 unheld:0", "### c"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}
@@ -140,5 +140,19 @@ func TestPerPartition(t *testing.T) {
 	got := perPartition(map[string]time.Duration{"outbox partition 10": time.Second, "outbox partition 2": 20 * time.Millisecond})
 	if want := "p2 20ms, p10 1s"; got != want {
 		t.Errorf("perPartition = %q, want %q", got, want)
+	}
+}
+
+func TestByKind(t *testing.T) {
+	t.Parallel()
+	r := &history.Report{Faults: []history.FaultReport{
+		{Fault: history.Fault{What: "relay SIGKILLed: relay-0"}, Lost: 1, Duplicates: 2, Recovery: 3 * time.Second},
+		{Fault: history.Fault{What: "relay joins: relay-1"}, Recovery: time.Second},
+		{Fault: history.Fault{What: "relay SIGKILLed: relay-2"}, Duplicates: 1, Recovery: 5 * time.Second},
+	}}
+	got := byKind(r)
+	if len(got) != 2 || got[0].kind != "relay SIGKILLed" || got[0].n != 2 || got[0].lost != 1 || got[0].dups != 3 ||
+		got[0].p50 != 3*time.Second || got[0].max != 5*time.Second || got[1].kind != "relay joins" || got[1].n != 1 {
+		t.Fatalf("byKind = %+v", got)
 	}
 }

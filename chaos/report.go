@@ -128,6 +128,40 @@ func markdownTable(rs []*result) string {
 	return b.String()
 }
 
+type kindSummary struct {
+	kind          string
+	n, lost, dups int
+	p50, max      time.Duration
+}
+
+// byKind sums the faults by kind (the What before ": "), in the order each
+// kind first occurred.
+func byKind(r *history.Report) []kindSummary {
+	var out []kindSummary
+	idx := map[string]int{}
+	recs := map[string][]time.Duration{}
+	for _, f := range r.Faults {
+		k, _, _ := strings.Cut(f.What, ": ")
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, kindSummary{kind: k})
+		}
+		out[i].n++
+		out[i].lost += f.Lost
+		out[i].dups += f.Duplicates
+		recs[k] = append(recs[k], f.Recovery)
+	}
+	for i := range out {
+		ds := recs[out[i].kind]
+		slices.Sort(ds)
+		out[i].p50 = ds[(len(ds)-1)/2]
+		out[i].max = ds[len(ds)-1]
+	}
+	return out
+}
+
 // perPartition renders each partition's recovery compactly, in partition
 // order: "p0 0.12s, p1 3.4s, ...".
 func perPartition(m map[string]time.Duration) string {
@@ -189,22 +223,28 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 			continue
 		}
 		fmt.Fprintf(&b, "\nResult (%s):\n\n```\n%v\n```\n", r.verdict(), r.report)
+		if kinds := byKind(r.report); len(kinds) > 0 {
+			b.WriteString("\nBy kind of fault (lost entries by the fault before their commit, duplicates by the fault before their delivery):\n\n| fault | count | lost | duplicates | recovery p50 / max |\n|---|---:|---:|---:|---|\n")
+			for _, k := range kinds {
+				fmt.Fprintf(&b, "| %s | %d | %d | %d | %s / %s |\n", k.kind, k.n, k.lost, k.dups, dur(k.p50), dur(k.max))
+			}
+		}
 		if len(r.report.Faults) > 0 {
-			b.WriteString("\nFaults, with the duplicates and recovery attributed to each (first 12)")
+			b.WriteString("\nFaults, with the lost entries, duplicates and recovery attributed to each (first 12)")
 			if r.sc.watch != nil {
 				b.WriteString(", and the time until each outbox partition delivered again")
 			}
-			b.WriteString(":\n\n| fault | duplicates | recovery |")
+			b.WriteString(":\n\n| fault | lost | duplicates | recovery |")
 			if r.sc.watch != nil {
 				b.WriteString(" each partition |")
 			}
-			b.WriteString("\n|---|---:|---:|")
+			b.WriteString("\n|---|---:|---:|---:|")
 			if r.sc.watch != nil {
 				b.WriteString("---|")
 			}
 			b.WriteString("\n")
 			for _, f := range r.report.Faults[:min(12, len(r.report.Faults))] {
-				fmt.Fprintf(&b, "| %s | %d | %s |", oneLine(f.What), f.Duplicates, dur(f.Recovery))
+				fmt.Fprintf(&b, "| %s | %d | %d | %s |", oneLine(f.What), f.Lost, f.Duplicates, dur(f.Recovery))
 				if r.sc.watch != nil {
 					fmt.Fprintf(&b, " %s |", perPartition(f.Partitions))
 				}

@@ -518,9 +518,10 @@ func (r *run) checkAlive() error {
 	return nil
 }
 
-// fault records a fault in the history, at the time it is injected.
-func (r *run) fault(format string, args ...any) {
-	what := fmt.Sprintf(format, args...)
+// fault records a fault of a kind in the history, at the time it is
+// injected. Its What is "KIND: DETAIL"; the report groups faults by kind.
+func (r *run) fault(kind, format string, args ...any) {
+	what := kind + ": " + fmt.Sprintf(format, args...)
 	_ = r.faults.Fault(time.Now(), what)
 	_ = r.faults.Flush()
 	r.mu.Lock()

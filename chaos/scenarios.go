@@ -110,7 +110,7 @@ func relayKill(name string, b backendKind) *scenario {
 			}
 			slot := live[r.rng.IntN(len(live))]
 			rp := r.relay(slot)
-			r.fault("SIGKILL relay-%d (%s, PID %d)", slot, rp.owner, rp.p.PID())
+			r.fault("relay SIGKILLed", "relay-%d (%s, PID %d)", slot, rp.owner, rp.p.PID())
 			if err := rp.kill(); err != nil {
 				return err
 			}
@@ -146,7 +146,7 @@ func relayStop(name string, b backendKind) *scenario {
 			if err := sleep(ctx, 200*time.Millisecond); err != nil {
 				return err
 			}
-			r.fault("SIGSTOP relay-%d (%s) for %v, produce requests held 600ms at the broker", slot, rp.owner, hold)
+			r.fault("relay SIGSTOPped", "relay-%d (%s) for %v, produce requests held 600ms at the broker", slot, rp.owner, hold)
 			if err := rp.p.Stop(); err != nil {
 				return err
 			}
@@ -178,7 +178,7 @@ func pgTerminate() *scenario {
 			if err != nil {
 				return err
 			}
-			r.fault("pg_terminate_backend: %d sessions of %s*", n, r.appName())
+			r.fault("pg_terminate_backend", "%d sessions of %s*", n, r.appName())
 			return nil
 		},
 		notes: "Relays lose their connections mid-statement (a fetch, a mark, a lease renewal, the LISTEN session); appenders lose theirs mid-transaction and sometimes during COMMIT, when the outcome is unknown to them: they record the entry as unknown and retry it with the same ID, which the backend skips if the first commit went through.",
@@ -194,7 +194,7 @@ func pgRestart() *scenario {
 		every: 6 * time.Second, jitter: 2 * time.Second,
 		full: 240 * time.Second, short: 14 * time.Second,
 		inject: func(ctx context.Context, r *run, i int) error {
-			r.fault("PostgreSQL stopped -m immediate")
+			r.fault("PostgreSQL crashed", "pg_ctl stop -m immediate, started 1s later")
 			if err := r.pg.StopImmediate(ctx); err != nil {
 				return err
 			}
@@ -221,7 +221,7 @@ func redisKill() *scenario {
 		every: 5 * time.Second, jitter: 2 * time.Second,
 		full: 180 * time.Second, short: 12 * time.Second,
 		inject: func(ctx context.Context, r *run, i int) error {
-			r.fault("SIGKILL redis-server")
+			r.fault("redis-server SIGKILLed", "restarted 0.5s later")
 			if err := r.rds.Kill(); err != nil {
 				return err
 			}
@@ -244,14 +244,14 @@ func brokerFaults() *scenario {
 		inject: func(ctx context.Context, r *run, i int) error {
 			switch i % 3 {
 			case 0:
-				r.fault("broker: next 20 produce requests fail with NOT_ENOUGH_REPLICAS")
+				r.fault("produce errors", "the next 20 produce requests fail with NOT_ENOUGH_REPLICAS")
 				return r.broker.FailProduce(ctx, 20, "NOT_ENOUGH_REPLICAS")
 			case 1:
 				d := r.h.cfg.leaseTTL + 2*time.Second
-				r.fault("broker: next 3 produce requests held %v (past the lease)", d)
+				r.fault("produce delayed", "the next 3 produce requests held %v (past the lease)", d)
 				return r.broker.DelayProduce(ctx, 3, d)
 			default:
-				r.fault("broker: next 5 produce requests drop their connection")
+				r.fault("connections dropped", "the next 5 produce requests drop their connection")
 				return r.broker.DropConnections(ctx, 5)
 			}
 		},
@@ -265,7 +265,7 @@ func brokerFaults() *scenario {
 func clusterFailover() *scenario {
 	return &scenario{
 		name: "cluster-failover/redis", backend: backendPrivateCluster, relays: 2,
-		title: "Redis Cluster (3 masters, 3 replicas): a master failed over (CLUSTER FAILOVER FORCE, or SIGKILL), every 6-8 s",
+		title: "Redis Cluster (3 masters, 3 replicas): a master failed over (CLUSTER FAILOVER, CLUSTER FAILOVER FORCE or SIGKILL, in turn), every 6-8 s",
 		every: 6 * time.Second, jitter: 2 * time.Second,
 		full: 260 * time.Second, short: 14 * time.Second,
 		inject: func(ctx context.Context, r *run, i int) error {
@@ -277,12 +277,17 @@ func clusterFailover() *scenario {
 				return fmt.Errorf("no master")
 			}
 			m := masters[r.rng.IntN(len(masters))]
-			if i%2 == 0 {
-				r.fault("CLUSTER FAILOVER FORCE on the replica of %s", m)
+			switch i % 3 {
+			case 0:
+				r.fault("CLUSTER FAILOVER", "coordinated, on the replica of %s", m)
+				_, err := r.cluster.Failover(ctx, m)
+				return err
+			case 1:
+				r.fault("CLUSTER FAILOVER FORCE", "on the replica of %s", m)
 				_, err := r.cluster.FailoverForce(ctx, m)
 				return err
 			}
-			r.fault("SIGKILL master %s, restarted after its replica took over", m)
+			r.fault("master SIGKILLed", "%s, restarted after its replica took over", m)
 			if err := r.cluster.KillNode(m); err != nil {
 				return err
 			}
@@ -293,7 +298,7 @@ func clusterFailover() *scenario {
 		},
 		heal:    func(ctx context.Context, r *run) error { return r.cluster.WaitHealthy(ctx) },
 		outside: "Redis replication is asynchronous: a master that fails over may not have passed its last acknowledged writes to the replica that replaces it (an append, a mark sent, a lease), and Redis does not promise them. The outbox cannot keep what the store forgot.",
-		notes:   "CLUSTER FAILOVER FORCE promotes a replica without the master's agreement, so writes the master acknowledged after the replica's last sync are lost; a killed master's replica is promoted after the node timeout (1 s here). Lost appends show as lost entries, lost marks as duplicates, lost lease renewals as two relays holding one partition for a while (order at risk).",
+		notes:   "Three kinds of failover in turn. CLUSTER FAILOVER (no option) is the coordinated one of planned maintenance: the master stops accepting writes until its replica has caught up, then the replica takes over, so nothing acknowledged is lost. CLUSTER FAILOVER FORCE promotes a replica without the master's agreement: writes the old master acknowledged before it learned of the promotion are discarded when it rejoins as a replica. A killed master's replica is promoted after the node timeout (1 s here); writes it had not replicated are lost. Lost appends show as lost entries (attributed below to the fault before their commit), lost marks as duplicates, lost lease renewals as two relays holding one partition for a while (order at risk).",
 	}
 }
 
@@ -310,12 +315,12 @@ func fleetChurn() *scenario {
 			join := len(live) <= 1 || (len(live) < 4 && r.rng.IntN(2) == 0)
 			if join {
 				slot := freeSlot(r, 4)
-				r.fault("relay-%d joins (%d running)", slot, len(live))
+				r.fault("relay joins", "relay-%d (%d running)", slot, len(live))
 				return r.startRelay(slot)
 			}
 			slot := live[r.rng.IntN(len(live))]
 			rp := r.relay(slot)
-			r.fault("relay-%d (%s) leaves: SIGTERM (%d running)", slot, rp.owner, len(live))
+			r.fault("relay leaves", "relay-%d (%s) SIGTERMed (%d running)", slot, rp.owner, len(live))
 			go func() {
 				if err := rp.terminate(15 * time.Second); err != nil {
 					r.logf("relay-%d: %v", slot, err)

@@ -40,7 +40,8 @@
 // # Verdicts
 //
 //   - Lost: appended (committed), never delivered. Unknown entries are never
-//     lost.
+//     lost. Each lost entry is attributed to the nearest fault at or before
+//     its commit time (Entry.At), when it has one.
 //   - Duplicates: deliveries of an ID beyond its first, at distinct offsets.
 //     The same (topic, partition, offset) read twice is a consumer re-read,
 //     not a duplicate. Each duplicate is attributed to the nearest fault at

@@ -203,7 +203,15 @@ func (h *History) Check() Report {
 
 	for i := range h.entries {
 		if !delivered[i] && !h.entries[i].unknown {
-			r.Lost = append(r.Lost, h.entries[i].Entry)
+			e := h.entries[i].Entry
+			r.Lost = append(r.Lost, e)
+			// The nearest fault at or before the commit, when it is known.
+			j := sort.Search(len(faults), func(k int) bool { return faults[k].At.After(e.At) }) - 1
+			if e.At.IsZero() || j < 0 {
+				r.LostBeforeFaults++
+			} else {
+				r.Faults[j].Lost++
+			}
 		}
 	}
 	r.recovery(faults, parts)

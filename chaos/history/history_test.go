@@ -276,3 +276,20 @@ func TestRecoveryByOutboxPartition(t *testing.T) {
 		t.Fatalf("per-partition recovery %v, want %v", got, want)
 	}
 }
+
+// A lost entry is attributed to the fault before its commit.
+func TestLostPerFault(t *testing.T) {
+	t.Parallel()
+	var h History
+	h.Fault(ms(100), "A")
+	h.Fault(ms(200), "B")
+	for i, at := range []int{50, 150, 250, 260} {
+		h.Append(Entry{ID: fmt.Sprintf("e%d", i), At: ms(at)})
+	}
+	h.Append(Entry{ID: "no-time"})
+	r := h.Check()
+	if len(r.Lost) != 5 || r.LostBeforeFaults != 2 || r.Faults[0].Lost != 1 || r.Faults[1].Lost != 2 {
+		t.Fatalf("lost %d, before faults %d, per fault %d %d; want 5, 2 (e0 and the one without a time), 1, 2",
+			len(r.Lost), r.LostBeforeFaults, r.Faults[0].Lost, r.Faults[1].Lost)
+	}
+}

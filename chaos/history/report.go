@@ -18,6 +18,10 @@ type Report struct {
 
 	// Lost holds the committed entries never delivered, in append order.
 	Lost []Entry
+	// LostBeforeFaults counts lost entries committed before the first
+	// fault, or recorded without a commit time (the others are counted by
+	// the fault before their commit, FaultReport.Lost).
+	LostBeforeFaults int
 	// Duplicates counts deliveries of an ID beyond its first.
 	Duplicates int
 	// DuplicatesBeforeFaults counts duplicates delivered before the first
@@ -40,6 +44,9 @@ type FaultReport struct {
 	Fault
 	// Duplicates delivered at or after this fault and before the next.
 	Duplicates int
+	// Lost counts lost entries committed at or after this fault and
+	// before the next (by Entry.At).
+	Lost int
 	// Recovery is the largest delivery gap of a partition after the fault
 	// (see the package doc).
 	Recovery time.Duration

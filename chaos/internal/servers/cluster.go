@@ -242,42 +242,69 @@ func (c *RedisCluster) Masters(ctx context.Context) ([]string, error) {
 // (see WaitHealthy), the old master a replica in sync, if it runs. Bound
 // it with ctx: it waits until then.
 func (c *RedisCluster) FailoverForce(ctx context.Context, masterAddr string) (string, error) {
+	return c.failover(ctx, masterAddr, true)
+}
+
+// Failover sends CLUSTER FAILOVER (without FORCE: the coordinated manual
+// failover of planned maintenance) to a running replica of masterAddr:
+// the master stops accepting writes, the replica catches up with its
+// replication stream and only then takes over, so no acknowledged write
+// is lost. It returns as FailoverForce does.
+func (c *RedisCluster) Failover(ctx context.Context, masterAddr string) (string, error) {
+	return c.failover(ctx, masterAddr, false)
+}
+
+func (c *RedisCluster) failover(ctx context.Context, masterAddr string, force bool) (string, error) {
 	if _, err := c.node(masterAddr); err != nil {
 		return "", err
 	}
-	v, err := view(ctx, masterAddr)
-	if err != nil {
-		return "", err
-	}
-	var id string
-	for _, l := range v {
-		if l.has("myself") {
-			if !l.has("master") {
-				return "", fmt.Errorf("servers: redis cluster: FailoverForce: %s is not a master (flags %s)", masterAddr, strings.Join(l.flags, ","))
-			}
-			id = l.id
-		}
-	}
-	run := map[string]bool{}
-	for _, n := range c.running() {
-		run[n.addr] = true
-	}
+	// A loaded machine can have a node briefly flag a replica as failing
+	// (the node timeout is 1s): look for a healthy replica for a while.
 	var replicas []string
-	for _, l := range v {
-		if l.master == id && l.has("slave") && !l.has("fail") && run[l.addr] {
-			replicas = append(replicas, l.addr)
+	for wait := time.Now().Add(10 * time.Second); ; {
+		v, err := view(ctx, masterAddr)
+		if err != nil {
+			return "", err
 		}
-	}
-	if len(replicas) == 0 {
-		return "", fmt.Errorf("servers: redis cluster: FailoverForce: %s has no running replica", masterAddr)
+		var id string
+		for _, l := range v {
+			if l.has("myself") {
+				if !l.has("master") {
+					return "", fmt.Errorf("servers: redis cluster: failover: %s is not a master (flags %s)", masterAddr, strings.Join(l.flags, ","))
+				}
+				id = l.id
+			}
+		}
+		run := map[string]bool{}
+		for _, n := range c.running() {
+			run[n.addr] = true
+		}
+		for _, l := range v {
+			if l.master == id && l.has("slave") && !l.has("fail") && !l.has("fail?") && run[l.addr] {
+				replicas = append(replicas, l.addr)
+			}
+		}
+		if len(replicas) > 0 {
+			break
+		}
+		if time.Now().After(wait) {
+			return "", fmt.Errorf("servers: redis cluster: failover: %s has no running, healthy replica", masterAddr)
+		}
+		if err := sleepCtx(ctx, clusterPoll); err != nil {
+			return "", err
+		}
 	}
 	slices.Sort(replicas)
 	replica := replicas[0]
 	failover := func() error {
 		rc := newClient(replica)
 		defer rc.Close()
-		if err := rc.Do(ctx, "CLUSTER", "FAILOVER", "FORCE").Err(); err != nil {
-			return fmt.Errorf("servers: redis cluster: CLUSTER FAILOVER FORCE on %s: %w", replica, err)
+		args := []any{"CLUSTER", "FAILOVER"}
+		if force {
+			args = append(args, "FORCE")
+		}
+		if err := rc.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("servers: redis cluster: %v on %s: %w", args, replica, err)
 		}
 		return nil
 	}
@@ -492,4 +519,15 @@ func (c *RedisCluster) Close() error {
 		errs = append(errs, n.p.Kill())
 	}
 	return errors.Join(errs...)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -310,6 +310,26 @@ func TestRedisCluster(t *testing.T) {
 		read(t, 2)
 	})
 
+	t.Run("Failover", func(t *testing.T) {
+		ms, err := rc.Masters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := ms[1]
+		promoted, err := rc.Failover(ctx, old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rc.Masters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(got, old) || !slices.Contains(got, promoted) || len(got) != 3 {
+			t.Fatalf("masters %v after a coordinated failover of %s to %s", got, old, promoted)
+		}
+		read(t, 2)
+	})
+
 	t.Run("KillMasterRestartNode", func(t *testing.T) {
 		waitReplicated(t, ctx, rc)
 		ms, err := rc.Masters(ctx)
