@@ -85,7 +85,8 @@ func prefixOfKey(key string) string {
 // script sorts into a scratch key it deletes). DueAt is the entry's next
 // attempt time; for an entry held back behind a failing entry of its key
 // and re-scored to that entry's retry time, it is the entry's own due
-// time (its position). Parked entries have a zero DueAt.
+// time (its position; its created-at for an entry imported due, whose
+// position is 0). Parked entries have a zero DueAt.
 //
 // A stored value that does not decode is exported as a parked entry with
 // the key and topic that could be read, the reason as LastError and the
@@ -149,8 +150,17 @@ func exportedInfo(id string, partition int, raw []byte, parked bool, score strin
 		f, _ := strconv.ParseFloat(score, 64)
 		ms = int64(f)
 	}
-	if pos, ok := position(raw); ok && e.Attempts == 0 && pos > 0 && pos < ms {
-		ms = pos // held back and re-scored: due since its position
+	if pos, ok := position(raw); ok && e.Attempts == 0 {
+		switch {
+		case pos > 0 && pos < ms:
+			ms = pos // held back and re-scored: due since its position
+		case pos == 0 && ms > time.Now().UnixMilli() && !e.CreatedAt.IsZero():
+			// Imported, due when imported (position 0), held back and
+			// re-scored: its due time is gone; it is due since its
+			// created-at at the latest, which keeps it due (ahead) when
+			// it is imported again.
+			ms = e.CreatedAt.UnixMilli()
+		}
 	}
 	info.DueAt = time.UnixMilli(ms)
 	return info
@@ -275,12 +285,14 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 		if _, ok := byPart[p]; !ok {
 			order = append(order, p)
 		}
-		kind, due := "n", ""
+		kind, due := "u", ""
 		switch {
 		case e.Parked:
 			kind = "p"
 		case e.Attempts > 0:
 			kind = "a"
+		case !e.NotBefore.IsZero():
+			kind = "n"
 		}
 		if !e.Parked && !e.DueAt.IsZero() {
 			due = strconv.FormatInt(ceilMillis(e.DueAt), 10)

@@ -3,7 +3,9 @@
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] sequence counter
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
 -- ARGV[1..] quadruples: id, kind ('p' parked, 'a' attempted, 'n' never
---           attempted), due time in ms ('' = now; ignored when parked),
+--           attempted and scheduled by NotBefore, 'u' never attempted
+--           and not scheduled), due time in ms, rounded up ('' = now;
+--           ignored when parked),
 --           encoded entry (format 2 with created-at, attempts and last
 --           error set; sequence and position zeroed)
 -- Returns the number of entries added (IDs already present, appended or
@@ -13,7 +15,11 @@
 --   - sequence: from the block hold_part.lua reserved when the partition
 --     is held (below every sequence appended since the hold), else from
 --     the append counter;
---   - due time: an entry due by the server's TIME (not parked) is made
+--   - due time: an entry due by the server's TIME rounded up to the ms
+--     (for kind 'u', within SKEW ms of it: an entry that was never
+--     attempted and has no NotBefore was due at its source when it was
+--     appended there, and a due time ahead of this server's clock by less
+--     than that is the two clocks' skew) is made
 --     due at min(its due time, the hold's since or now) - 1 ms: before
 --     every entry appended since the hold (or until now) that is due no
 --     earlier, also at the same millisecond, where the pending set would
@@ -31,9 +37,11 @@ hashes(KEYS[1], KEYS[6])
 zsets(KEYS[2], KEYS[4], KEYS[5])
 local bad = counter(KEYS[3])
 if bad then return bad end
-local now = now_ms()
+local nowu = now_us()
+local now = math.ceil(nowu / 1000)
+local SKEW = 60000
 local since = redis.call('HGET', KEYS[6], 'since')
-local floor = since and tonumber(since) or now
+local floor = since and tonumber(since) or math.floor(nowu / 1000)
 local cnt = #ARGV / 4
 local seq
 local nxt, last = redis.call('HGET', KEYS[6], 'next'), redis.call('HGET', KEYS[6], 'last')
@@ -52,9 +60,9 @@ for i = 1, #ARGV, 4 do
     if kind ~= 'p' then
       score = now
       if due ~= '' then score = tonumber(due) end
-      if score <= now then
+      if score <= now or kind == 'u' and score <= now + SKEW then
         score = math.min(score, floor) - 1
-      elseif kind == 'n' then
+      elseif kind ~= 'a' then
         pos = score
       end
       score = math.max(score, 0)
