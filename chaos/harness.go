@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/outboxrelay/outbox/chaos/internal/broker"
 )
 
@@ -117,6 +119,9 @@ func runHarness(ctx context.Context, args []string) error {
 		return fmt.Errorf("-run %q matches no scenario; -list lists them", *pattern)
 	}
 
+	// go-redis logs every failed dial of its pools; the harness kills and
+	// restarts Redis servers on purpose and reports what matters itself.
+	redis.SetLogger(quietRedis{})
 	h := &harness{cfg: cfg, keepFiles: *work != ""}
 	var err error
 	if h.root, err = repoRoot(); err != nil {
@@ -219,6 +224,10 @@ func repoRoot() (string, error) {
 		}
 	}
 }
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
