@@ -18,6 +18,11 @@ var errNotConfirmed = errors.New("not confirmed: nothing was changed")
 // describes it) unless yes is set. Without a terminal to ask on it refuses
 // with a usage error that says to pass --yes.
 func confirm(app *App, yes bool, what string, hasDryRun bool) error {
+	return confirmWith(app, yes, what, hasDryRun, "This cannot be undone.")
+}
+
+// confirmWith is confirm with its own sentence on what undoing takes.
+func confirmWith(app *App, yes bool, what string, hasDryRun bool, undo string) error {
 	if yes {
 		return nil
 	}
@@ -28,7 +33,7 @@ func confirm(app *App, yes bool, what string, hasDryRun bool) error {
 		}
 		return usageError("refusing to %s without a confirmation, and there is no terminal to ask on: pass --yes to go ahead%s", what, hint)
 	}
-	fmt.Fprintf(app.Stderr, "About to %s. This cannot be undone.\nType yes to go on: ", what)
+	fmt.Fprintf(app.Stderr, "About to %s. %s\nType yes to go on: ", what, undo)
 	line, err := bufio.NewReader(app.Stdin).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("reading the confirmation: %w", err)

@@ -421,7 +421,7 @@ func (m *mover) run(ctx context.Context) error {
 	}
 	if st.ThisMove {
 		what := fmt.Sprintf("seal the outbox %s%s (appends to it fail from then on) and move its %d entries to %s%s", m.from.Outbox, m.from.in(), st.Source.Total(), m.to.Outbox, m.to.in())
-		if err := confirm(m.app, m.cmd.Yes, what, true); err != nil {
+		if err := confirmWith(m.app, m.cmd.Yes, what, true, "outbox move --unseal undoes the seal; the moved entries stay in the destination."); err != nil {
 			return err
 		}
 	}
@@ -430,7 +430,7 @@ func (m *mover) run(ctx context.Context) error {
 	res, err := move.Run(ctx, m.from.Store, m.to.Store, m.opts)
 	bar.done(err == nil)
 	if err != nil {
-		if res.Moved+res.Skipped > 0 || errors.Is(err, context.Canceled) {
+		if res.Moved+res.Skipped > 0 {
 			fmt.Fprintf(out, "moved %d entries before it stopped: run the same outbox move again to finish (it resumes where it stopped)\n", res.Moved)
 		}
 		if errors.Is(err, context.Canceled) {
