@@ -164,6 +164,7 @@ func (s *Suite) workloads() []workload {
 		{"asynq", s.asynq},
 		{"outbox/postgres", func(ctx context.Context) error { return s.ours(ctx, s.postgresTarget()) }},
 		{"outbox/redis", func(ctx context.Context) error { return s.ours(ctx, s.redisTarget()) }},
+		{"W8 move", s.moveWorkload},
 	}
 }
 
