@@ -338,10 +338,15 @@ func (b *Backend) HoldState(ctx context.Context) (outbox.HoldState, error) {
 }
 
 // Seal seals the outbox in one statement (queries/seal.sql): it locks the
-// outbox table in SHARE ROW EXCLUSIVE mode, which waits until every open
-// transaction that appended to it has committed or rolled back, and
-// creates a BEFORE INSERT trigger that runs migration 006's seal
-// function, unless it exists. An append that waited behind the lock, and
+// key sequence table and the outbox table in SHARE ROW EXCLUSIVE mode,
+// which waits until every open transaction that appended to the outbox
+// has committed or rolled back, and creates, unless they exist, the
+// triggers that run migration 006's seal function: BEFORE INSERT on each
+// row of the outbox table whose seq is positive (every appended row; an
+// idempotent re-append too, since ON CONFLICT runs BEFORE triggers first)
+// and BEFORE INSERT on each statement on the key sequence table (the
+// append statement of Options.KeySequence, which inserts no outbox row
+// when every ID is already stored). An append that waited behind the lock, and
 // every append after, fails at its INSERT with an error wrapping
 // [outbox.ErrSealed] that names the outbox and the fix; a transaction
 // that had appended before Seal was called commits (or rolls back) before
@@ -369,8 +374,8 @@ func (b *Backend) Seal(ctx context.Context) error {
 	return b.interpretError(op, err)
 }
 
-// Unseal drops the seal trigger in one statement (which waits, like
-// Seal, for open transactions on the table); appends work again.
+// Unseal drops the seal triggers in one statement (which waits, like
+// Seal, for open transactions on the tables); appends work again.
 // Unsealing an outbox that is not sealed is a no-op. See [outbox.Sealer].
 func (b *Backend) Unseal(ctx context.Context) error {
 	const op = "Unseal"
@@ -384,7 +389,7 @@ func (b *Backend) Unseal(ctx context.Context) error {
 	return b.interpretError(op, err)
 }
 
-// Sealed reports whether the seal trigger exists, from the catalog, in
+// Sealed reports whether the outbox table's seal trigger exists, from the catalog, in
 // one statement. An outbox from before migration 006 cannot be sealed and
 // reports false. See [outbox.Sealer].
 func (b *Backend) Sealed(ctx context.Context) (bool, error) {
