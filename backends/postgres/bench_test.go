@@ -416,7 +416,8 @@ func BenchmarkPartitionStats(b *testing.B) {
 // BenchmarkExportBatch measures one ExportBatch(500) of a partition
 // holding 100,000 entries (read-only, so every iteration reads the same
 // first 500), without and with an index on (partition, seq), which the
-// migrations do not create (see docs/postgres.md, "Moving an outbox").
+// migrations do not create and Seal builds (see docs/postgres.md, "Moving
+// an outbox").
 func BenchmarkExportBatch(b *testing.B) {
 	const backlog, batch = 100_000, 500
 	for _, index := range []bool{false, true} {

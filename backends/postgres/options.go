@@ -208,12 +208,17 @@ type names struct {
 	// sequence and seal function; sealTrigger is the bare name of the
 	// trigger Seal creates on the outbox table.
 	hold, importSeq, sealFn, sealTrigger string
+	// exportIdx is the (partition, seq) index Seal builds for the export
+	// (qualified, for DROP INDEX), exportIdxBare its bare name (CREATE
+	// INDEX takes the table's schema).
+	exportIdx, exportIdxBare string
 }
 
 func newNames(schema, table string) names {
 	q := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
 	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), meta: q("_meta"), member: q("_member"), keyseq: q("_keyseq"), migrations: q("_migrations"),
-		hold: q("_hold"), importSeq: q("_import_seq"), sealFn: q("_seal"), sealTrigger: pgx.Identifier{table + "_sealed"}.Sanitize()}
+		hold: q("_hold"), importSeq: q("_import_seq"), sealFn: q("_seal"), sealTrigger: pgx.Identifier{table + "_sealed"}.Sanitize(),
+		exportIdx: q("_export_idx"), exportIdxBare: pgx.Identifier{table + "_export_idx"}.Sanitize()}
 }
 
 // Options returns the backend's options with the defaults filled in.

@@ -345,3 +345,65 @@ func TestMovePgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// Seal builds the (partition, seq) index the export reads through, and
+// the export plan uses it (no sort of the partition); Unseal drops it.
+func TestSealBuildsTheExportIndex(t *testing.T) {
+	t.Parallel()
+	b, p := newBackend(t, extended, pgoutbox.Options{})
+	ctx := t.Context()
+	schema := b.Options().Schema
+	exists := func() bool {
+		t.Helper()
+		var ok bool
+		if err := p.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'outbox_export_idx')", schema).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if exists() {
+		t.Fatal("a new outbox has the export index")
+	}
+	if err := b.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !exists() {
+		t.Fatal("Seal did not build the export index")
+	}
+	var plan string
+	table := pgx.Identifier{schema, "outbox"}.Sanitize()
+	// One connection for the setting and the plan (a tiny table would
+	// otherwise be read sequentially and sorted, index or not).
+	conn, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "RESET enable_seqscan") //nolint:errcheck
+	rows, err := conn.Query(ctx, "EXPLAIN SELECT seq FROM "+table+" WHERE partition = 0 ORDER BY seq LIMIT 500")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan += line + "\n"
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if !strings.Contains(plan, "outbox_export_idx") || strings.Contains(plan, "Sort") {
+		t.Errorf("the export's order does not come from the index:\n%s", plan)
+	}
+	if err := b.Unseal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if exists() {
+		t.Fatal("Unseal left the export index")
+	}
+}
