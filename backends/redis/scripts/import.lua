@@ -55,21 +55,21 @@ local added = 0
 for i = 1, #ARGV, 4 do
   local id, kind, due, blob = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   seq = seq + 1
-  if redis.call('HEXISTS', KEYS[1], id) == 0 then
-    local pos, score = 0, 0
-    if kind ~= 'p' then
-      score = now
-      if due ~= '' then score = tonumber(due) end
-      if score <= now or kind == 'u' and score <= now + SKEW then
-        score = math.min(score, floor) - 1
-      elseif kind ~= 'a' then
-        pos = score
-      end
-      score = math.max(score, 0)
+  local pos, score = 0, 0
+  if kind ~= 'p' then
+    score = now
+    if due ~= '' then score = tonumber(due) end
+    if score <= now or kind == 'u' and score <= now + SKEW then
+      score = math.min(score, floor) - 1
+    elseif kind ~= 'a' then
+      pos = score
     end
-    local s8 = pack('>I8', seq)
-    local v = '\2' .. s8 .. sub(blob, 10, 17) .. pack('>I8', pos) .. sub(blob, 26)
-    redis.call('HSET', KEYS[1], id, v)
+    score = math.max(score, 0)
+  end
+  local s8 = pack('>I8', seq)
+  local v = '\2' .. s8 .. sub(blob, 10, 17) .. pack('>I8', pos) .. sub(blob, 26)
+  -- One call decides and writes: an ID already present is skipped.
+  if redis.call('HSETNX', KEYS[1], id, v) == 1 then
     local m = s8 .. id
     if kind == 'p' then
       redis.call('ZADD', KEYS[5], 0, id)
