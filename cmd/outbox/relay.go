@@ -184,6 +184,7 @@ func (c *RelayCmd) Run(app *App) error {
 	monitorCtx, stopMonitor := context.WithCancel(context.Background())
 	defer stopMonitor()
 	go ready.monitor(monitorCtx, 10*time.Second)
+	go watchHold(monitorCtx, opened.Store, log, 15*time.Second)
 	log.Info("outbox relay: running; SIGTERM or SIGINT drains and exits",
 		"store", opened.Where, "outbox", opened.Outbox, "partitions", opened.Store.Partitions(),
 		"owner", relay.Owner(), "kafka_brokers", strings.Join(c.KafkaBrokers, ","), "kafka_tls", c.tlsOn(),
