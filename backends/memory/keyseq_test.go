@@ -3,7 +3,6 @@ package memory_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -169,13 +168,8 @@ func (b keySeqStripped) Lookup(ctx context.Context, id string) (outbox.EntryInfo
 
 func (b keySeqStripped) ExportBatch(ctx context.Context, l outbox.Lease, limit int) ([]outbox.EntryInfo, error) {
 	infos, err := b.Backend.ExportBatch(ctx, l, limit)
-	for i := range infos {
-		if err != nil {
-			break
-		}
-		es := []outbox.Entry{infos[i].Entry}
-		err = stripKeySeq(es)
-		infos[i].Entry = es[0]
+	if err == nil {
+		err = keyseqtest.StripInfos(infos, stripKeySeq)
 	}
 	return infos, err
 }
@@ -184,20 +178,7 @@ func (b keySeqStripped) ExportBatch(ctx context.Context, l outbox.Lease, limit i
 // entry exported from a numbering outbox carries (Import keeps headers as
 // they were and numbers nothing), so the reads above find it.
 func (b keySeqStripped) Import(ctx context.Context, infos []outbox.EntryInfo) (int, error) {
-	infos = slices.Clone(infos)
-	for i := range infos {
-		if infos[i].Key != "" {
-			if _, ok := infos[i].Headers[outbox.HeaderKeySeq]; !ok {
-				h := maps.Clone(infos[i].Headers)
-				if h == nil {
-					h = map[string]string{}
-				}
-				h[outbox.HeaderKeySeq] = "1"
-				infos[i].Headers = h
-			}
-		}
-	}
-	return b.Backend.Import(ctx, infos)
+	return b.Backend.Import(ctx, keyseqtest.NumberImports(infos))
 }
 
 type keySeqHarness struct{ b *memory.Backend }

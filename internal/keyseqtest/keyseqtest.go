@@ -6,6 +6,8 @@ package keyseqtest
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -32,4 +34,40 @@ func Strip(es []outbox.Entry, requireOnKeyed bool) error {
 		delete(es[i].Headers, outbox.HeaderKeySeq)
 	}
 	return nil
+}
+
+// StripInfos applies strip (a backend's use of Strip) to the entries of
+// exported infos, in place.
+func StripInfos(infos []outbox.EntryInfo, strip func([]outbox.Entry) error) error {
+	for i := range infos {
+		es := []outbox.Entry{infos[i].Entry}
+		if err := strip(es); err != nil {
+			return err
+		}
+		infos[i].Entry = es[0]
+	}
+	return nil
+}
+
+// NumberImports returns a copy of infos in which each keyed entry without
+// an outbox.HeaderKeySeq header has one ("1"): the header an entry
+// exported from a numbering outbox carries. Import keeps headers as they
+// were and numbers nothing, so without it the stripping reads would find
+// a keyed entry without a number.
+func NumberImports(infos []outbox.EntryInfo) []outbox.EntryInfo {
+	out := slices.Clone(infos)
+	for i := range out {
+		if out[i].Key == "" {
+			continue
+		}
+		if _, ok := out[i].Headers[outbox.HeaderKeySeq]; !ok {
+			h := maps.Clone(out[i].Headers)
+			if h == nil {
+				h = map[string]string{}
+			}
+			h[outbox.HeaderKeySeq] = "1"
+			out[i].Headers = h
+		}
+	}
+	return out
 }
