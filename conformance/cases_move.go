@@ -27,6 +27,7 @@ func moveCases[Tx any]() []testCase[Tx] {
 		{group: "Importer", name: "DueEntryFetchedBeforeEarlierAppend", run: importBeforeAppended[Tx]},
 		{group: "Importer", name: "RetryingEntryHoldsBackAppended", run: importHoldsBack[Tx]},
 		{group: "Importer", name: "DueEntryLoweredToHoldSince", run: importLowered[Tx]},
+		{group: "Importer", name: "DueEntryAheadBySkewFetchedFirst", run: importSkewedDue[Tx]},
 		{group: "Importer", name: "InvalidEntryRejectsWholeCall", run: importInvalid[Tx]},
 		{group: "Importer", name: "ParkedEntryWithoutTopicStaysParked", run: importParkedNoTopic[Tx]},
 		{group: "Holder", name: "HeldFetchesNothingUntilUnheld", partitions: 2, run: holdFetchesNothing[Tx]},
@@ -458,6 +459,27 @@ func importLowered[Tx any](t *testing.T, s *env[Tx]) {
 		t.Fatalf("Unhold: %v", err)
 	}
 	expectIDs(t, "fetch after Unhold", s.peek(t, 0), "imp1", "app1")
+}
+
+// importSkewedDue: an entry that was due at its source (never attempted,
+// no NotBefore: due since it was appended there) but whose DueAt is a
+// few seconds ahead of this store's clock (the source's clock runs ahead)
+// is still due here, and comes before the entries appended to its key
+// ("even across clock skew between the two stores"), in a held outbox as
+// a move imports.
+func importSkewedDue[Tx any](t *testing.T, s *env[Tx]) {
+	im := s.importer(t)
+	h := s.holder(t)
+	s.hold(t, h, "moving")
+	s.sleep(t, 20*time.Millisecond)
+	s.appendCommit(t, entry("app1", "k"))
+	ahead := exported("imp1", "k", time.Now().Add(5*time.Second).Truncate(time.Millisecond))
+	s.imports(t, im, 1, ahead)
+	if err := h.Unhold(s.ctx); err != nil {
+		t.Fatalf("Unhold: %v", err)
+	}
+	expectIDs(t, "fetch after holding, appending app1, importing imp1 (never attempted, no NotBefore, DueAt 5 s ahead of this clock: a source whose clock runs ahead) to its key, and unholding: imp1 was due at its source, so it comes first", s.peek(t, 0),
+		"imp1", "app1")
 }
 
 // importInvalid: an entry that breaks a rule Import checks fails the call

@@ -113,7 +113,10 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 // every entry appended with AppendInTx (whenever that was): an imported
 // entry with Attempts > 0 that is not parked holds back the appended
 // entries of its key, as a failing entry does. A due imported entry
-// (DueAt not after the backend's clock, or zero) is made due at the
+// (DueAt not after the backend's clock, or zero; or, never attempted and
+// without NotBefore, so due at its source since its append, DueAt less
+// than a minute ahead of the clock: the skew between the two clocks) is
+// made due at the
 // earlier of its DueAt and the time the backend was first held
 // ([Backend.Hold]), or the clock's now when it is not held; an entry due
 // later keeps its DueAt. A parked entry is stored parked.
@@ -166,7 +169,7 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 			continue
 		}
 		due := info.DueAt.Round(0)
-		if !due.After(now) && (due.IsZero() || due.After(bound)) {
+		if (!due.After(now) || dueAtSource(info, now)) && (due.IsZero() || due.After(bound)) {
 			due = bound
 		}
 		it.due = due
@@ -179,6 +182,19 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 	}
 	b.notify(added)
 	return n, nil
+}
+
+// importSkew is how far ahead of the backend's clock the DueAt of an
+// entry that was due at its source may be and still count as due here
+// (the two stores' clock skew), as the Redis backend's import.lua takes it.
+const importSkew = time.Minute
+
+// dueAtSource reports whether e was due at its source whatever its DueAt
+// says by this clock: never attempted and without a NotBefore, an entry
+// is due from its append on, so a DueAt ahead of now by less than
+// importSkew is the skew between the source's clock and this one.
+func dueAtSource(e outbox.EntryInfo, now time.Time) bool {
+	return e.Attempts <= 0 && e.NotBefore.IsZero() && !e.DueAt.After(now.Add(importSkew))
 }
 
 // checkImported checks what Import must be able to store of e.

@@ -192,7 +192,9 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 // appended entry (whose seq counts up from 1), among themselves in the
 // order imported. An imported entry with Attempts > 0 that is not parked
 // holds back the appended entries of its key. A due entry (DueAt zero or
-// not after the database's now()) is made due at the earlier of its DueAt
+// not after the database's now(); or, never attempted and without
+// NotBefore, so due at its source since its append, DueAt less than a
+// minute ahead of now(): the skew between the two clocks) is made due at the earlier of its DueAt
 // and the time the outbox was first held (now() when it is not held); an
 // entry due later keeps its DueAt. A zero CreatedAt is stored as now().
 //

@@ -9,7 +9,10 @@
 --    below every appended seq).
 -- t: the bound a due entry's due time is lowered to: the time the outbox
 --    was first held, or now() when it is not held.
--- ins: a due entry (due_at NULL or not after now()) gets the earlier of
+-- ins: a due entry (due_at NULL or not after now(); or never attempted,
+--    without not_before, so due at its source since its append, and due_at
+--    less than a minute ahead of now(): the two clocks' skew, as the Redis
+--    backend's import.lua takes it) gets the earlier of
 --    its due time and the bound; an entry due later keeps its due time. A
 --    parked entry's next_at is the bound (unused until Requeue sets it).
 --    ON CONFLICT (id) DO NOTHING skips IDs already stored (imported or
@@ -34,6 +37,8 @@ WITH e AS (
     SELECT n.seq, e.id, e.partition, e.topic, coalesce(e.key, ''::bytea), e.payload,
            e.headers, e.not_before, coalesce(e.created_at, t.now),
            CASE WHEN e.parked OR e.due_at IS NULL OR e.due_at <= t.now
+                     OR (e.attempts = 0 AND e.not_before IS NULL
+                         AND e.due_at <= t.now + interval '1 minute')
                 THEN least(coalesce(e.due_at, t.bound), t.bound)
                 ELSE e.due_at
            END,
