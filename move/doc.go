@@ -35,7 +35,7 @@
 //     [outbox.Importer.Import] into the destination, then
 //     [outbox.Exporter.RemoveExported], until the partition is empty,
 //     renewing the lease as it goes. When every partition is empty and the
-//     source is sealed, it releases the destination
+//     source is still sealed (Run checks), it releases the destination
 //     ([outbox.Holder.Unhold]): its relays deliver each key's moved
 //     entries before the entries appended to it (Import puts imported
 //     entries ahead of appended ones).
@@ -67,7 +67,10 @@
 // [*ConflictError] naming the ID, leaving that batch in the source. The
 // batch's other entries may already be in the destination too (a resumed
 // run skips them). Resolve the conflict (cancel one of the two entries
-// with `outbox cancel ID`) and run again.
+// with `outbox cancel ID`) and run again. Cancelling the source's entry
+// keeps each key's order; cancelling the destination's lets the next run
+// import the source's entry after the later entries of its key in that
+// batch, which were imported when the conflict was found.
 //
 // # Ordering
 //

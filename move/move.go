@@ -178,6 +178,11 @@ type Result struct {
 	// AlreadyDone reports that the move had finished before this run: the
 	// source sealed and empty, the destination released. Nothing was done.
 	AlreadyDone bool
+	// Sealed reports that the source is known to be sealed (by this run or
+	// an earlier one). It is false when Run stopped before its seal
+	// returned, for example interrupted while the seal waited for open
+	// transactions: the source may then still accept appends.
+	Sealed bool
 	// Took is how long the run took.
 	Took time.Duration
 }
@@ -436,6 +441,10 @@ func Unseal(ctx context.Context, from outbox.Store) error {
 // any failure or cancellation, it finishes the move. When the move was
 // already complete it returns at once with Result.AlreadyDone.
 //
+// Before it releases the destination it checks that the source is still
+// sealed: a source unsealed during the run (--unseal, a rollback) leaves
+// the destination held and fails Run.
+//
 // Context errors are returned as they are.
 func Run(ctx context.Context, from, to outbox.Store, opts Options) (Result, error) {
 	start := time.Now()
@@ -445,12 +454,12 @@ func Run(ctx context.Context, from, to outbox.Store, opts Options) (Result, erro
 	}
 	st, err := inspect(ctx, src, dst, opts)
 	if err != nil {
-		return Result{}, err
+		return Result{}, ctxOr(ctx, err)
 	}
 	res := Result{MoveID: st.MoveID}
 	switch {
 	case !st.Hold.Held && st.Sealed && st.Source.Total() == 0:
-		res.AlreadyDone = true
+		res.AlreadyDone, res.Sealed = true, true
 		res.Took = time.Since(start)
 		return res, nil
 	case !st.Hold.Held:
@@ -459,8 +468,10 @@ func Run(ctx context.Context, from, to outbox.Store, opts Options) (Result, erro
 		return res, fmt.Errorf("move: the destination is held by %q, not by a move from %s: nothing was changed; check the source you named", st.Hold.Reason, opts.SourceName)
 	}
 	if err := src.Seal(ctx); err != nil {
-		return res, fmt.Errorf("move: sealing the source: %w", err)
+		res.Took = time.Since(start)
+		return res, ctxOr(ctx, fmt.Errorf("move: sealing the source: %w", err))
 	}
+	res.Sealed = true
 	if !st.Sealed {
 		opts.Logger.InfoContext(ctx, "move: source sealed", "move", res.MoveID)
 	}
@@ -477,7 +488,7 @@ func Run(ctx context.Context, from, to outbox.Store, opts Options) (Result, erro
 		c, err := Count(ctx, src)
 		if err != nil {
 			m.fill(&res)
-			return res, fmt.Errorf("move: counting the source: %w", err)
+			return res, ctxOr(ctx, fmt.Errorf("move: counting the source: %w", err))
 		}
 		if c.Total() == 0 {
 			break
@@ -487,14 +498,36 @@ func Run(ctx context.Context, from, to outbox.Store, opts Options) (Result, erro
 			return res, fmt.Errorf("move: the sealed source still holds %s after three passes over its partitions: something adds entries to it (a requeue?); run the move again", c)
 		}
 	}
+	// Release only a destination whose source is still sealed: an
+	// unsealed source takes appends that would be delivered after the
+	// destination's entries of their keys, or not at all.
+	sealed, err := src.Sealed(ctx)
+	if err != nil {
+		m.fill(&res)
+		return res, ctxOr(ctx, fmt.Errorf("move: every entry was moved, but reading whether the source is still sealed failed (run the move again to release the destination): %w", err))
+	}
+	if !sealed {
+		m.fill(&res)
+		res.Sealed = false
+		return res, errors.New("move: every entry was moved, but the source is no longer sealed (outbox move --unseal during the move?), so the destination stays held: to finish the move, run it again (it seals the source again and moves what was appended since); to roll back, see outbox move --release")
+	}
 	if err := dst.Unhold(ctx); err != nil {
 		m.fill(&res)
-		return res, fmt.Errorf("move: every entry was moved, but releasing the destination failed (run the move again to release it): %w", err)
+		return res, ctxOr(ctx, fmt.Errorf("move: every entry was moved, but releasing the destination failed (run the move again to release it): %w", err))
 	}
 	opts.Logger.InfoContext(ctx, "move: done, destination released", "move", res.MoveID, "moved", m.moved, "skipped", m.skipped)
 	m.fill(&res)
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// ctxOr returns ctx's error when ctx is done (context errors pass through
+// unwrapped), err otherwise.
+func ctxOr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // mover is one Run's shared state.

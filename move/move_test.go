@@ -598,3 +598,72 @@ func TestHoldReason(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsealedDuringRunKeepsDestinationHeld: a source unsealed while Run
+// moves it (outbox move --unseal, a rollback) is not treated as done: Run
+// fails and leaves the destination held, as its doc says it releases the
+// destination only when the source is sealed and empty.
+func TestUnsealedDuringRunKeepsDestinationHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := seed(t, 5)
+	dst := memory.New(memory.Options{Partitions: 2})
+	opts := move.Options{SourceName: "src", Batch: 2, Workers: 1}
+	if _, err := move.Prepare(ctx, s.src, dst, opts); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	runOpts := opts
+	move.SetAfterImport(&runOpts, func(int, []string) error {
+		once.Do(func() {
+			if err := move.Unseal(ctx, s.src); err != nil {
+				t.Error(err)
+			}
+		})
+		return nil
+	})
+	res, err := move.Run(ctx, s.src, dst, runOpts)
+	if err == nil || !strings.Contains(err.Error(), "no longer sealed") {
+		t.Fatalf("Run: %v, want an error saying the source is no longer sealed", err)
+	}
+	if res.Sealed {
+		t.Errorf("Result.Sealed is true for an unsealed source")
+	}
+	hs, err := dst.HoldState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hs.Held {
+		t.Fatal("the destination was released although the source was unsealed during the move")
+	}
+	// Running the move again seals the source again and finishes.
+	if _, err := move.Run(ctx, s.src, dst, opts); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	checkMoved(t, dst, s.want)
+}
+
+// TestInterruptedBeforeSeal: a Run whose context ends before the seal
+// returns the context's error as it is and reports the source as not
+// sealed (the CLI must not claim it is).
+func TestInterruptedBeforeSeal(t *testing.T) {
+	t.Parallel()
+	s := seed(t, 2)
+	dst := memory.New(memory.Options{Partitions: 2})
+	opts := move.Options{SourceName: "src"}
+	if _, err := move.Prepare(context.Background(), s.src, dst, opts); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := move.Run(ctx, s.src, dst, opts)
+	if err != context.Canceled { //nolint:errorlint // context errors pass through unwrapped
+		t.Fatalf("Run: %v, want context.Canceled as it is", err)
+	}
+	if res.Sealed {
+		t.Error("Result.Sealed is true, but nothing was sealed")
+	}
+	if sealed, err := s.src.Sealed(context.Background()); err != nil || sealed {
+		t.Fatalf("Sealed: %v, %v", sealed, err)
+	}
+}

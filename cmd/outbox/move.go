@@ -431,10 +431,24 @@ func (m *mover) run(ctx context.Context) error {
 	bar.done(err == nil)
 	if err != nil {
 		if res.Moved+res.Skipped > 0 {
-			fmt.Fprintf(out, "moved %d entries before it stopped: run the same outbox move again to finish (it resumes where it stopped)\n", res.Moved)
+			skipped := ""
+			if res.Skipped > 0 {
+				skipped = fmt.Sprintf(" (and skipped %d already in the destination)", res.Skipped)
+			}
+			fmt.Fprintf(out, "moved %d entries%s before it stopped: run the same outbox move again to finish (it resumes where it stopped)\n", res.Moved, skipped)
 		}
-		if errors.Is(err, context.Canceled) {
-			return errors.New("interrupted: the source stays sealed and the destination held; run the move again to finish")
+		var why string
+		switch {
+		case errors.Is(err, context.Canceled):
+			why = "interrupted"
+		case errors.Is(err, context.DeadlineExceeded) && m.cmd.Timeout > 0:
+			why = fmt.Sprintf("gave up after --timeout %s", m.cmd.Timeout)
+		}
+		if why != "" {
+			if res.Sealed {
+				return fmt.Errorf("%s: the source stays sealed and the destination held; run the move again to finish", why)
+			}
+			return fmt.Errorf("%s before the source was sealed: nothing was moved and the source may still take appends; the destination stays held; run the move again", why)
 		}
 		return m.fail(err)
 	}
