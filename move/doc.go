@@ -66,11 +66,12 @@
 // resumed import, fine; anything else is a conflict, and Run stops with a
 // [*ConflictError] naming the ID, leaving that batch in the source. The
 // batch's other entries may already be in the destination too (a resumed
-// run skips them). Resolve the conflict (cancel one of the two entries
-// with `outbox cancel ID`) and run again. Cancelling the source's entry
-// keeps each key's order; cancelling the destination's lets the next run
-// import the source's entry after the later entries of its key in that
-// batch, which were imported when the conflict was found.
+// run skips them), except the later entries of the conflicting entry's
+// key: Run cancels those in the destination (when it is an
+// [outbox.Canceler]; they are still in the source), so they are not ahead
+// of the entry the conflict kept out. Resolve the conflict (cancel one of
+// the two entries with `outbox cancel ID`) and run again: the key's
+// entries are imported in their order, whichever copy was cancelled.
 //
 // # Ordering
 //

@@ -681,7 +681,7 @@ func (m *mover) partition(ctx context.Context, p int) error {
 // checkSkipped looks up, in the destination, the entries of a batch that
 // Import did not all add, and fails on one whose content differs.
 func (m *mover) checkSkipped(ctx context.Context, p int, batch []outbox.EntryInfo) error {
-	for _, e := range batch {
+	for i, e := range batch {
 		got, err := m.dst.Lookup(ctx, e.ID)
 		if errors.Is(err, outbox.ErrNotFound) {
 			continue // not there: Import cannot have skipped it
@@ -690,10 +690,35 @@ func (m *mover) checkSkipped(ctx context.Context, p int, batch []outbox.EntryInf
 			return fmt.Errorf("move: looking up entry %q in the destination: %w", e.ID, err)
 		}
 		if field := differs(e.Entry, got.Entry); field != "" {
+			m.withdrawAfter(ctx, batch, i)
 			return &ConflictError{ID: e.ID, Partition: p, Field: field}
 		}
 	}
 	return nil
+}
+
+// withdrawAfter cancels, in the destination, the entries of the batch
+// after batch[i] that have its key: Import put them there ahead of
+// batch[i], which the conflict keeps out. They are all still in the
+// source (a batch is removed only once it is imported whole), so the run
+// after the conflict is resolved imports the key's entries in their
+// order, whichever copy of the conflicting entry was cancelled. A
+// destination that cannot cancel keeps them; see the package doc.
+func (m *mover) withdrawAfter(ctx context.Context, batch []outbox.EntryInfo, i int) {
+	c, ok := m.dst.(outbox.Canceler)
+	key := batch[i].Key
+	if !ok || key == "" {
+		return
+	}
+	for _, e := range batch[i+1:] {
+		if e.Key != key {
+			continue
+		}
+		if err := c.Cancel(ctx, e.ID); err != nil && !errors.Is(err, outbox.ErrNotFound) {
+			m.opts.Logger.WarnContext(ctx, "move: withdrawing an entry imported after a conflict failed; cancel the source's copy of the conflicting entry to keep its key's order",
+				"id", e.ID, "conflict", batch[i].ID, "err", err)
+		}
+	}
 }
 
 // differs names the first field of what an entry is made of that differs.

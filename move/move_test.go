@@ -667,3 +667,53 @@ func TestInterruptedBeforeSeal(t *testing.T) {
 		t.Fatalf("Sealed: %v, %v", sealed, err)
 	}
 }
+
+// TestConflictKeepsKeyOrder: a conflict on an entry that has later
+// entries of its key in the batch. Whichever copy is cancelled, the key's
+// entries end in the destination in their order: the run that found the
+// conflict withdrew the later ones it had imported.
+func TestConflictKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := seed(t, 5)
+	dst := memory.New(memory.Options{Partitions: 2})
+	opts := move.Options{SourceName: "src"}
+	if _, err := move.Prepare(ctx, s.src, dst, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Append(ctx, outbox.Entry{ID: "k3-1", Topic: "orders", Key: "k3", Payload: []byte("another payload")}); err != nil {
+		t.Fatal(err)
+	}
+	var ce *move.ConflictError
+	if _, err := move.Run(ctx, s.src, dst, opts); !errors.As(err, &ce) || ce.ID != "k3-1" {
+		t.Fatalf("Run: %v, want a conflict on k3-1", err)
+	}
+	if _, err := dst.Lookup(ctx, "k3-2"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("k3-2, after the conflicting k3-1, is still in the destination (%v): it would come before k3-1", err)
+	}
+	if err := dst.Cancel(ctx, "k3-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := move.Run(ctx, s.src, dst, opts); err != nil {
+		t.Fatalf("after resolving: %v", err)
+	}
+	checkMoved(t, dst, s.want)
+	p := outbox.PartitionOf("k3", dst.Partitions())
+	l, err := dst.AcquireLease(ctx, p, "t", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := dst.ExportBatch(ctx, l, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range es {
+		if e.Key == "k3" {
+			order = append(order, e.ID)
+		}
+	}
+	if !slices.Equal(order, []string{"k3-0", "k3-1", "k3-2"}) {
+		t.Fatalf("key k3 in the destination in the order %v, want k3-0 k3-1 k3-2", order)
+	}
+}
