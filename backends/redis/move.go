@@ -253,8 +253,9 @@ func appendUint32(b []byte, v uint32) []byte {
 // in one pipeline (one round trip per node). Each partition's entries are
 // added atomically, but a call spanning partitions is not atomic across
 // them: when it fails part way, the partitions whose script ran keep
-// their entries, and calling Import again with the same entries (it is
-// idempotent) adds the rest.
+// their entries (the count returned with the error includes them), and
+// calling Import again with the same entries (it is idempotent) adds the
+// rest.
 //
 // Placement (import.lua): every imported entry except a scheduled one
 // (never attempted, due later) takes position 0 in its key's order, so it
@@ -329,13 +330,21 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 			err = run(true)
 		}
 	}
-	added := 0
+	// Every partition whose script ran counts, also when another's failed:
+	// the count is what the outbox holds now that it did not before.
+	added, failed := 0, -1
 	for i, c := range cmds {
 		if c.Err() != nil {
-			return added, b.fail(ctx, op, c.Err(), kss[i]...)
+			if failed < 0 {
+				failed = i
+			}
+			continue
 		}
 		n, _ := c.Int64()
 		added += int(n)
+	}
+	if failed >= 0 {
+		return added, b.fail(ctx, op, cmds[failed].Err(), kss[failed]...)
 	}
 	if err != nil {
 		return added, b.wrap(ctx, op, err)
