@@ -191,7 +191,13 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 		if err := r.checkAlive(); err != nil {
 			return nil, err
 		}
-		if err := r.sc.inject(ctx, r, i); err != nil {
+		// A fault that cannot be applied in a minute (a failover that
+		// never completes, a server that does not come back) ends the
+		// run with an error instead of hanging it.
+		fctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := r.sc.inject(fctx, r, i)
+		cancel()
+		if err != nil {
 			return nil, fmt.Errorf("fault %d: %w", i+1, err)
 		}
 		wait := r.sc.every
@@ -203,7 +209,10 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 		}
 	}
 	if r.sc.heal != nil {
-		if err := r.sc.heal(ctx, r); err != nil {
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := r.sc.heal(hctx, r)
+		cancel()
+		if err != nil {
 			return nil, fmt.Errorf("healing: %w", err)
 		}
 	}
