@@ -717,3 +717,42 @@ func TestConflictKeepsKeyOrder(t *testing.T) {
 		t.Fatalf("key k3 in the destination in the order %v, want k3-0 k3-1 k3-2", order)
 	}
 }
+
+// releasingSource unholds the destination just before it seals: a
+// `outbox move --release` that raced the start of the move.
+type releasingSource struct {
+	*memory.Backend
+	dst *memory.Backend
+}
+
+func (s releasingSource) Seal(ctx context.Context) error {
+	if err := s.dst.Unhold(ctx); err != nil {
+		return err
+	}
+	return s.Backend.Seal(ctx)
+}
+
+// TestReleaseRacingTheSeal: a destination released between Run's
+// inspection and its seal is found after the seal; Run moves nothing and
+// unseals the source again.
+func TestReleaseRacingTheSeal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := seed(t, 3)
+	dst := memory.New(memory.Options{Partitions: 2})
+	opts := move.Options{SourceName: "src"}
+	src := releasingSource{Backend: s.src, dst: dst}
+	if _, err := move.Prepare(ctx, src, dst, opts); err != nil {
+		t.Fatal(err)
+	}
+	res, err := move.Run(ctx, src, dst, opts)
+	if err == nil || !strings.Contains(err.Error(), "was released") || res.Moved != 0 || res.Sealed {
+		t.Fatalf("Run: %+v, %v; want an error saying the destination was released, nothing moved, the source unsealed", res, err)
+	}
+	if sealed, _ := s.src.Sealed(ctx); sealed {
+		t.Fatal("the source stayed sealed")
+	}
+	if st, _ := dst.Stats(ctx); st.Pending+st.Parked != 0 {
+		t.Fatalf("the destination holds %+v", st)
+	}
+}
