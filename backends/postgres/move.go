@@ -383,6 +383,24 @@ func (b *Backend) Seal(ctx context.Context) error {
 	// Unseal drops it. CONCURRENTLY: relays and operators keep working
 	// while it builds. No arguments: pgx sends it as a simple query,
 	// outside any transaction block, which CONCURRENTLY needs.
+	//
+	// A build that failed earlier (a lock timeout, a cancel) left an
+	// INVALID index of that name, which the planner never uses and IF NOT
+	// EXISTS would keep: it is dropped first, so running Seal (the move)
+	// again builds the index. (A build still running in a concurrent Seal
+	// is invalid too; dropping it makes that Seal fail, and it can be run
+	// again.)
+	var valid bool
+	err = b.pool.QueryRow(ctx, "SELECT indisvalid FROM pg_catalog.pg_index WHERE indexrelid = to_regclass($1)", b.names.exportIdx).Scan(&valid)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return b.interpretError(op, err)
+	case !valid:
+		if _, err := b.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+b.names.exportIdx); err != nil {
+			return b.interpretError(op, fmt.Errorf("dropping the invalid export index %s left by a build that failed (the outbox is sealed; run outbox move again, or drop it by hand): %w", b.names.exportIdx, err))
+		}
+	}
 	if _, err := b.pool.Exec(ctx, "CREATE INDEX CONCURRENTLY IF NOT EXISTS "+b.names.exportIdxBare+" ON "+b.names.outbox+" (partition, seq)"); err != nil {
 		return b.interpretError(op, fmt.Errorf("building the export index %s (the outbox is sealed; run outbox move again, or build it by hand): %w", b.names.exportIdx, err))
 	}
