@@ -484,7 +484,7 @@ func (b *Backend) setSealed(ctx context.Context, op string, sealed bool) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
-	_, err := b.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	set := func(pipe redis.Pipeliner) error {
 		for p := range b.parts {
 			if sealed {
 				pipe.Set(ctx, b.parts[p].sealed, "1", 0)
@@ -493,7 +493,19 @@ func (b *Backend) setSealed(ctx context.Context, op string, sealed bool) error {
 			}
 		}
 		return nil
-	})
+	}
+	var err error
+	if _, cluster := b.client.(*redis.ClusterClient); cluster {
+		// The partitions' flags live in different slots: one MULTI
+		// cannot hold them, so a transaction appending to several
+		// partitions may meet some flags set and others not.
+		_, err = b.client.Pipelined(ctx, set)
+	} else {
+		// One server: every flag in one MULTI/EXEC, so a transaction
+		// appending to several partitions runs wholly before the seal
+		// or wholly after it.
+		_, err = b.client.TxPipelined(ctx, set)
+	}
 	return b.wrap(ctx, op, err)
 }
 
