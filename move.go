@@ -36,7 +36,9 @@ type Exporter interface {
 	// parked, with their delivery state ([EntryInfo]: attempts, last error,
 	// due time, parked). Entries come in the partition's append order (a
 	// requeued entry counts as appended when it was requeued), so the
-	// entries of a key come in their order. It claims nothing and changes
+	// entries of a key come in the order they were appended (which is
+	// their delivery order but for a scheduled entry, whose place in its
+	// key's order is its NotBefore: see Importer). It claims nothing and changes
 	// nothing; a call after RemoveExported returns the entries after those
 	// removed. It is fenced like FindPendingBatch: a lease that is not
 	// live is refused with [ErrLeaseLost]. limit must be positive.
@@ -62,15 +64,26 @@ type Importer interface {
 	// appended) is skipped, so an interrupted move can import again.
 	//
 	// Order: imported entries come before every entry appended with
-	// AppendInTx, in each key's order, and among themselves in the order
-	// imported (calls in order, entries of a call in slice order). So an
-	// imported entry that was attempted and waits for its retry holds back
-	// the appended entries of its key, and the due time of an imported
-	// entry that is due is lowered, if need be, to the time the outbox was
-	// first held ([Holder]; the store's now when it is not held), so that
-	// it comes out before the appended entries of its key even across
-	// clock skew between the two stores. A scheduled or retrying entry due
-	// later keeps its due time.
+	// AppendInTx since the outbox was first held ([Holder]), in each key's
+	// order, and among themselves in the order imported (calls in order,
+	// entries of a call in slice order). A move holds an empty
+	// destination before anything is appended to it, so there that is
+	// every appended entry; an entry appended before the hold (or, without
+	// a hold, before the import) and due earlier than the imported one may
+	// come out first. So an imported entry that was attempted and waits
+	// for its retry holds back the appended entries of its key, and the
+	// due time of an imported entry that is due is lowered, if need be, to
+	// the time the outbox was first held (the store's now when it is not
+	// held), so that it comes out before the appended entries of its key
+	// even across clock skew between the two stores: a never-attempted
+	// entry without NotBefore whose due time is less than a minute ahead
+	// of the store's clock counts as due. A scheduled or retrying entry
+	// due later keeps its due time. Lowering makes due entries tie, and
+	// ties go by import order, which is the source's append order: a
+	// scheduled entry appended before a later entry of its key, both due
+	// after the destination was held and both still in the source when it
+	// is moved, comes out before it (in the source it would have come out
+	// at its NotBefore, after it).
 	//
 	// Import checks what it must store: a non-empty ID of at most
 	// [MaxIDLen] bytes, a topic of at most [MaxTopicLen] bytes (empty only

@@ -109,10 +109,12 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 // that repeats an ID earlier in the call, is skipped.
 //
 // Imported entries take append sequence numbers below every appended
-// entry's, in the order imported, so in each key's order they come before
-// every entry appended with AppendInTx (whenever that was): an imported
-// entry with Attempts > 0 that is not parked holds back the appended
-// entries of its key, as a failing entry does. A due imported entry
+// entry's, in the order imported, so an imported entry with Attempts > 0
+// that is not parked holds back the appended entries of its key, as a
+// failing entry does, whenever they were appended; among due entries,
+// which come out by due time and then sequence, an imported one comes
+// before the appended entries of its key that are due no earlier than the
+// time the backend was first held (every one appended since). A due imported entry
 // (DueAt not after the backend's clock, or zero; or, never attempted and
 // without NotBefore, so due at its source since its append, DueAt less
 // than a minute ahead of the clock: the skew between the two clocks) is
