@@ -70,6 +70,9 @@ func (r *result) summary() string {
 	if r.err != nil {
 		return fmt.Sprintf("chaos: %s: ERROR after %s: %v (logs: %s)", r.sc.name, r.elapsed.Round(time.Second), r.err, r.dir)
 	}
+	if r.sc.control != "" && r.passed() {
+		return fmt.Sprintf("chaos: %s: caught in %s (a negative control: the checker must fail it, and did): %v", r.sc.name, r.elapsed.Round(time.Second), r.report)
+	}
 	return fmt.Sprintf("chaos: %s: %s in %s: %v", r.sc.name, r.verdict(), r.elapsed.Round(time.Second), r.report)
 }
 
