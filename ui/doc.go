@@ -24,6 +24,10 @@
 //	                          {"entries": [SUMMARY, ...], "next_after": ID|null}
 //	                          SUMMARY = "id","topic","key","partition","attempts",
 //	                          "created_at","last_error" (its first 300 bytes),"payload_bytes"
+//	                          Entries are ordered by ID; limit defaults to 50, at most 500.
+//	                          One request scans at most 10,000 parked entries: a page
+//	                          may then hold fewer than limit (even none) with a
+//	                          next_after to continue from; null means the end.
 //	GET  /api/entries/{id}    SUMMARY with the full "last_error" and "state" ("pending"|
 //	                          "parked"), "not_before", "due_at", "headers",
 //	                          "payload": {"bytes", "text"|null (valid UTF-8), "json"|null
