@@ -101,25 +101,6 @@
     return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
   }
 
-  // parseTime reads a filter time: RFC 3339, a UTC time without a zone
-  // ("2024-05-01 12:00"), a date, or a duration ago ("90s", "30m", "2h",
-  // "1d"). It returns RFC 3339 in UTC, or "" for an empty input.
-  function parseTime(v, what) {
-    v = v.trim();
-    if (!v) return '';
-    const ago = /^-?(\d+(?:\.\d+)?)\s*(s|m|min|h|d)(?:\s*ago)?$/i.exec(v);
-    if (ago) {
-      const mult = { s: 1, m: 60, min: 60, h: 3600, d: 86400 }[ago[2].toLowerCase()];
-      return new Date(serverNow() - Number(ago[1]) * mult * 1000).toISOString();
-    }
-    let s = v.replace(' ', 'T');
-    if (/^\d{4}-\d\d-\d\d$/.test(s)) s += 'T00:00:00Z';
-    else if (/^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?$/.test(s)) s += 'Z';
-    const ms = Date.parse(s);
-    if (isNaN(ms)) throw new Error(what + ': cannot read "' + v + '"; give a UTC time like 2024-05-01T12:00Z or a duration ago like 2h');
-    return new Date(ms).toISOString();
-  }
-
   function setStatus(msg) {
     const s = $('status');
     s.textContent = msg || '';
@@ -155,7 +136,7 @@
   }
 
   // act confirms, posts, reports in the toast and then calls after.
-  async function act(kind, body, msg, after) {
+  async function act(kind, body, msg, scope, after) {
     if (S.ro) return;
     const label = kind === 'requeue' ? 'Requeue' : 'Cancel';
     if (!(await confirmAction(msg, 'Yes, ' + label.toLowerCase()))) return;
@@ -163,7 +144,7 @@
       const r = (await api('/api/' + kind, body)) || {};
       let text;
       if (kind === 'requeue') {
-        text = 'requeued ' + plural(r.requeued || 0, 'entry', 'entries');
+        text = 'requeued ' + plural(r.requeued || 0, 'entry', 'entries') + scope;
         const refused = r.refused || [];
         if (refused.length) {
           text += '; refused: ' + refused.slice(0, 5).map((f) => f.id + ': ' + f.reason).join('; ');
@@ -171,7 +152,7 @@
         }
         toast(text, !refused.length);
       } else {
-        toast('cancelled ' + plural(r.cancelled || 0, 'entry', 'entries'), true);
+        toast('cancelled ' + plural(r.cancelled || 0, 'entry', 'entries') + scope, true);
       }
     } catch (e) {
       toast(kind + ' failed: ' + e.message, false);
@@ -333,11 +314,13 @@
   const FILTERS = ['topic', 'key', 'error', 'since', 'until'];
 
   // readFilter reads the inputs into a FILTER, leaving out empty fields.
+  // The server reads the times (RFC 3339, a UTC date and time, or a
+  // duration ago such as 90m or 7d) and reports what it cannot read.
   function readFilter() {
     const f = {};
     for (const k of FILTERS) {
       const v = $('filter-' + k).value;
-      const got = k === 'since' || k === 'until' ? parseTime(v, k) : v;
+      const got = k === 'since' || k === 'until' ? v.trim() : v;
       if (got !== '') f[k] = got;
     }
     return f;
@@ -348,19 +331,14 @@
     if (f.topic != null) parts.push('topic "' + f.topic + '"');
     if (f.key != null) parts.push('key "' + f.key + '"');
     if (f.error != null) parts.push('error containing "' + f.error + '"');
-    if (f.since) parts.push('created since ' + fmtTime(f.since));
-    if (f.until) parts.push('created until ' + fmtTime(f.until));
+    if (f.since) parts.push('created since ' + f.since);
+    if (f.until) parts.push('created until ' + f.until);
     return parts.length ? 'parked entries with ' + parts.join(', ') : 'ALL parked entries (no filter)';
   }
 
   // applyFilter takes the inputs as the filter and goes to the first page.
   function applyFilter() {
-    try {
-      S.filter = readFilter();
-    } catch (e) {
-      setStatus(e.message);
-      return false;
-    }
+    S.filter = readFilter();
     S.after = '';
     S.stack = [];
     return true;
@@ -551,18 +529,19 @@
       if (!applyFilter()) return;
       const f = S.filter;
       const verb = kind === 'requeue' ? 'Requeue' : 'Cancel (delete for good)';
-      act(kind, { filter: f }, verb + ' ' + describe(f) + '?', loadParked);
+      const scope = Object.keys(f).length ? ' (' + describe(f).replace(/^parked entries with /, 'matching ') + ')' : ' (all parked)';
+      act(kind, { filter: f }, verb + ' ' + describe(f) + '?', scope, loadParked);
     };
     $('requeue-filtered').addEventListener('click', filtered('requeue'));
     $('cancel-filtered').addEventListener('click', filtered('cancel'));
 
     $('requeue-one').addEventListener('click', () => {
       const id = S.entry && S.entry.id;
-      if (id) act('requeue', { ids: [id] }, 'Requeue entry ' + id + '? The relay delivers it again.', () => loadEntry(id));
+      if (id) act('requeue', { ids: [id] }, 'Requeue entry ' + id + '? The relay delivers it again.', ' (' + id + ')', () => loadEntry(id));
     });
     $('cancel-one').addEventListener('click', () => {
       const id = S.entry && S.entry.id;
-      if (id) act('cancel', { ids: [id] }, 'Cancel entry ' + id + '? It is deleted for good and never delivered.', () => { location.hash = '#/parked'; });
+      if (id) act('cancel', { ids: [id] }, 'Cancel entry ' + id + '? It is deleted for good and never delivered.', ' (' + id + ')', () => { location.hash = '#/parked'; });
     });
     for (const k of VIEWS) $('view-' + k).addEventListener('click', () => showView(k));
 
