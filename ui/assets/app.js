@@ -365,7 +365,8 @@
       tr.dataset.id = e.id;
       tr.tabIndex = 0;
       const err = e.last_error || '';
-      const errTd = el('td', err.length > 120 ? err.slice(0, 120) + '…' : err, 'err-cell');
+      const errTd = el('td', null, 'err-cell');
+      errTd.append(el('div', err.length > 200 ? err.slice(0, 200) + '…' : err, 'clamp'));
       errTd.title = err;
       const created = el('td', fmtTime(e.created_at), 'nowrap');
       created.title = 'ID ' + e.id;
@@ -435,9 +436,7 @@
       S.entry = null;
       $('entry-body').hidden = true;
       const m = $('entry-missing');
-      m.textContent = err.status === 404
-        ? 'No entry ' + id + ': it was sent, cancelled or never existed (' + err.message + ').'
-        : 'entry ' + id + ': ' + err.message;
+      m.textContent = err.status === 404 ? err.message : 'entry ' + id + ': ' + err.message;
       m.hidden = false;
       return;
     }
