@@ -233,8 +233,12 @@ func (s *Server) handleParked(w http.ResponseWriter, r *http.Request) {
 // ("" when the scan reached the end).
 func (s *Server) scanParked(ctx context.Context, f filter, after string, limit int) ([]outbox.Entry, string, error) {
 	var out []outbox.Entry
+	size := scanPage
+	if !f.any() {
+		size = limit // every entry matches: read no more than the page
+	}
 	for scanned := 0; scanned < maxScan; {
-		page, err := s.in.Parked(ctx, after, scanPage)
+		page, err := s.in.Parked(ctx, after, size)
 		if err != nil {
 			return nil, "", err
 		}
@@ -244,14 +248,14 @@ func (s *Server) scanParked(ctx context.Context, f filter, after string, limit i
 			if f.match(e) {
 				out = append(out, e)
 				if len(out) == limit {
-					if i == len(page)-1 && len(page) < scanPage {
+					if i == len(page)-1 && len(page) < size {
 						return out, "", nil // the last parked entry
 					}
 					return out, after, nil
 				}
 			}
 		}
-		if len(page) < scanPage {
+		if len(page) < size {
 			return out, "", nil
 		}
 	}

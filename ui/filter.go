@@ -46,6 +46,11 @@ func parseFilter(f filterJSON, now time.Time) (filter, error) {
 	return out, nil
 }
 
+// any reports whether any filter is set.
+func (f filter) any() bool {
+	return f.topic != "" || f.key != "" || f.errText != "" || !f.since.IsZero() || !f.until.IsZero()
+}
+
 // match reports whether e passes every filter: topic and key exactly, the
 // error as a substring ignoring case, created at or after since and before
 // until.
