@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Services the tests need: PostgreSQL and Redis on 127.0.0.1.
+# Services the tests need: PostgreSQL and Redis on 127.0.0.1, and a Chromium
+# for the dashboard's browser tests (ui/browser_test.go).
 #
-#   ./scripts/services.sh check    say what is reachable, and how to get what is not
+#   ./scripts/services.sh check    say what is reachable (and which Chromium is found),
+#                                  and how to get what is not
 #   ./scripts/services.sh start    start local PostgreSQL / Redis servers that are
 #                                  installed but not running (Debian layout)
-#   ./scripts/services.sh install  apt-get install them and pgbouncer (root, Debian/Ubuntu),
-#                                  then start PostgreSQL and Redis (scripts/test.sh starts
-#                                  a private PgBouncer with scripts/pgbouncer.sh)
+#   ./scripts/services.sh install  apt-get install them, pgbouncer and chromium (root,
+#                                  Debian/Ubuntu; each only when missing), then start
+#                                  PostgreSQL and Redis (scripts/test.sh starts a private
+#                                  PgBouncer with scripts/pgbouncer.sh)
 #   ./scripts/services.sh redact   copy standard input to standard output with
 #                                  passwords in URLs and password= settings
 #                                  replaced by xxxxx (scripts/test.sh's filter)
@@ -54,6 +57,22 @@ redis_ok() {
 }
 bounded() { if command -v timeout >/dev/null; then timeout 5 "$@"; else "$@"; fi; }
 
+# chromium_path prints the Chromium the browser tests use, as they look for
+# it: OUTBOX_CHROMIUM when set, else the first of /usr/bin/chromium,
+# chromium-browser and google-chrome found (on the PATH too); it fails when
+# there is none.
+chromium_path() {
+	if [ -n "${OUTBOX_CHROMIUM:-}" ]; then
+		[ -x "$OUTBOX_CHROMIUM" ] && echo "$OUTBOX_CHROMIUM"
+		return
+	fi
+	local c
+	for c in /usr/bin/chromium chromium chromium-browser google-chrome; do
+		c="$(command -v "$c" 2>/dev/null)" && [ -x "$c" ] && { echo "$c"; return 0; }
+	done
+	return 1
+}
+
 check() {
 	local rc=0
 	if pg_ok; then echo "services: PostgreSQL ok ($pg_url)"; else
@@ -71,6 +90,19 @@ check() {
 		echo "  Get it: apt-get install redis-server (Redis >= 6.2) and start it, or point OUTBOX_REDIS_URL at yours."
 		[ -n "${OUTBOX_REDIS_URL:-}" ] ||
 			echo "  Or run a Docker engine: with OUTBOX_REDIS_URL unset, the tests start a Redis container."
+	fi
+	local chromium
+	if chromium="$(chromium_path)"; then
+		echo "services: Chromium ok ($chromium, $(bounded "$chromium" --version 2>/dev/null | head -n1))"
+	else
+		rc=1
+		if [ -n "${OUTBOX_CHROMIUM:-}" ]; then
+			echo "services: Chromium NOT found: OUTBOX_CHROMIUM=$OUTBOX_CHROMIUM is not an executable."
+		else
+			echo "services: Chromium NOT found (/usr/bin/chromium, chromium-browser, google-chrome)."
+		fi
+		echo "  Get it: apt-get install chromium (./scripts/services.sh install as root does), or point"
+		echo "  OUTBOX_CHROMIUM at a Chromium or Chrome binary. The dashboard's browser tests need it."
 	fi
 	[ $rc = 0 ] || echo "services: tests of missing services are skipped (they fail when OUTBOX_REQUIRE_SERVICES=1)."
 	return $rc
@@ -105,7 +137,7 @@ start() {
 
 install() {
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-		echo "services: install needs root on Debian/Ubuntu; install PostgreSQL and Redis yourself (see check)." >&2
+		echo "services: install needs root on Debian/Ubuntu; install PostgreSQL, Redis and Chromium yourself (see check)." >&2
 		return 1
 	fi
 	local need=()
@@ -114,6 +146,8 @@ install() {
 	# For the PgBouncer tests (scripts/pgbouncer.sh runs a private one;
 	# the package's own service is left as Debian configures it).
 	command -v pgbouncer >/dev/null || need+=(pgbouncer)
+	# For the dashboard's browser tests (ui/browser_test.go).
+	chromium_path >/dev/null || need+=(chromium)
 	if [ ${#need[@]} -gt 0 ]; then
 		echo "services: apt-get install ${need[*]}"
 		export DEBIAN_FRONTEND=noninteractive

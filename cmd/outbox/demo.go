@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -23,6 +25,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backoff"
 	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
+	"github.com/outboxrelay/outbox/ui"
 )
 
 // DemoCmd is outbox demo. Store's default is resolved when the demo runs
@@ -43,6 +46,14 @@ type DemoCmd struct {
 	Progress   time.Duration `default:"500ms" noconfig:"" help:"Interval of the progress line; 0 prints none."`
 	Backend    string        `placeholder:"NAME" noconfig:"" help:"Outbox backend: memory, postgres or redis; the last two in a fresh schema or key prefix that is removed at the end, also on Ctrl-C. Default: the kind of --store when given, else memory."`
 	Store      string        `placeholder:"URL" noconfig:"" help:"PostgreSQL or Redis URL for --backend postgres or redis. Default: $OUTBOX_POSTGRES_URL or $OUTBOX_REDIS_URL by backend, else the local server (port 5432 as user postgres; port 6379)."`
+	UI         bool          `name:"ui" noconfig:"" help:"Serve the dashboard of the demo's outbox while it runs (the URL is printed; actions answer 403 until the run ends), and keep serving it after the run, with requeue and cancel, until Ctrl-C (SIGINT) or SIGTERM; the exit status is still the run's."`
+	UIAddr     string        `name:"ui-addr" placeholder:"HOST:PORT" noconfig:"" help:"Loopback address of --ui's dashboard; port 0 picks a free one. Default: a free port of the IPv4 loopback address."`
+
+	// uiStop, when set, also ends the wait after the run (tests).
+	uiStop <-chan struct{}
+	// finished is set, with --ui, once the run reached its report: the
+	// signal that ends the wait after it does not change the outcome.
+	finished bool
 }
 
 // Help is the demo's description in outbox demo --help.
@@ -85,6 +96,18 @@ func (c *DemoCmd) Run(app *App) error {
 	}
 	ctx, stop := notifyInterrupt(context.Background())
 	defer stop()
+	if cfg.UI {
+		// The wait after the run ends on a signal (not on --timeout).
+		stopUI, interrupted := make(chan struct{}), ctx.Done()
+		go func() {
+			select {
+			case <-interrupted:
+			case <-app.stop: // nil unless a test set it: never ready
+			}
+			close(stopUI)
+		}()
+		cfg.uiStop = stopUI
+	}
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeout, errDemoTimeout)
 	defer cancel()
 	err = demo(ctx, cfg, app.Stdout)
@@ -92,7 +115,7 @@ func (c *DemoCmd) Run(app *App) error {
 		return nil
 	}
 	var in interruption
-	if errors.As(context.Cause(ctx), &in) {
+	if errors.As(context.Cause(ctx), &in) && !cfg.finished {
 		var left *leftBehindError
 		if errors.As(err, &left) {
 			err = fmt.Errorf("demo %v, and %w", in, left)
@@ -123,6 +146,16 @@ func (c *DemoCmd) resolve(getenv func(string) string) (*DemoCmd, error) {
 		return nil, usageError("demo: --timeout must be positive")
 	case r.Progress < 0:
 		return nil, usageError("demo: --progress must not be negative (0 prints no progress lines)")
+	}
+	if r.UI {
+		r.UIAddr = cmp.Or(r.UIAddr, "127.0.0.1:0")
+		host, port, err := net.SplitHostPort(r.UIAddr)
+		switch {
+		case err != nil || port == "":
+			return nil, usageError("demo: --ui-addr %q is not HOST:PORT (such as 127.0.0.1:0; port 0 picks a free one)", r.UIAddr)
+		case !isLoopbackHost(host):
+			return nil, usageError("demo: --ui-addr %s is not a loopback address; the demo's dashboard has no authentication: serve it on 127.0.0.1 (or run outbox ui --token on a store of your own)", r.UIAddr)
+		}
 	}
 	if r.Seed == 0 {
 		r.Seed = rand.Uint64() | 1
@@ -246,6 +279,14 @@ func demo(ctx context.Context, c *DemoCmd, out io.Writer) (err error) {
 
 	fmt.Fprintf(out, "outbox demo: %s, %d partitions, 2 relays, in-process Kafka (kfake); seed %d\n", db.name, c.Partitions, c.Seed)
 	fmt.Fprintf(out, "plan: %s\n", plan.describe(c))
+	var dash *demoDashboard
+	if c.UI {
+		if dash, err = startDemoDashboard(ctx, c, db); err != nil {
+			return err
+		}
+		defer dash.stop()
+		fmt.Fprintf(out, "dashboard  %s (actions answer 403 until the run ends)\n", dash.url)
+	}
 
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(demoTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -372,7 +413,60 @@ func demo(ctx context.Context, c *DemoCmd, out io.Writer) (err error) {
 	}
 	reportCtx, cancelReport := context.WithTimeout(ctx, demoStopTimeout)
 	defer cancelReport()
-	return w.report(reportCtx, out, db, stats, handover, time.Since(start))
+	err = w.report(reportCtx, out, db, stats, handover, time.Since(start))
+	if dash != nil {
+		c.finished = true
+		dash.running.Store(false)
+		fmt.Fprintf(out, "dashboard  %s still serves the demo's outbox, now with requeue and cancel; Ctrl-C (SIGINT) or SIGTERM ends the demo\n", dash.url)
+		<-c.uiStop
+	}
+	return err
+}
+
+// demoDashboard is the dashboard of outbox demo --ui.
+type demoDashboard struct {
+	url string
+	// running refuses actions while the run goes on: a requeue or a
+	// cancel would change the counts it checks.
+	running atomic.Bool
+	stop    func()
+}
+
+// startDemoDashboard serves the dashboard of db's outbox on --ui-addr.
+func startDemoDashboard(ctx context.Context, c *DemoCmd, db *demoBackend) (*demoDashboard, error) {
+	ln, err := net.Listen("tcp", c.UIAddr)
+	if err != nil {
+		return nil, fmt.Errorf("demo: --ui-addr %s: %w", c.UIAddr, err)
+	}
+	d := &demoDashboard{url: "http://" + ln.Addr().String() + "/"}
+	d.running.Store(true)
+	h := &lazyHandler{guard: func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && d.running.Load() {
+			uiError(w, http.StatusForbidden, "the demo is running, and a requeue or cancel would change the counts it checks: actions work once it has finished")
+			return true
+		}
+		return false
+	}}
+	storeName := db.name
+	if c.Store != "" {
+		storeName = redactText(c.Store) + " (" + db.name + ")"
+	}
+	// Sampling every second: a demo run lasts seconds.
+	stopUI, err := startUI(context.WithoutCancel(ctx), h, db.store, ui.Options{
+		StoreName: storeName, Kind: c.Backend, SampleInterval: time.Second,
+		Outbox: strings.TrimSuffix(strings.Replace(db.what, "keys ", "prefix ", 1), "*"),
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("demo: the dashboard: %w", err)
+	}
+	shutdown := serveUI(ln, h)
+	d.stop = func() {
+		shutdown()
+		stopUI()
+	}
+	return d, nil
 }
 
 // abort prints where the run stood and returns why it ended.

@@ -4,7 +4,8 @@
 //	outbox relay   --store URL --kafka-brokers HOSTS [--metrics-addr :9464]
 //	outbox migrate up|down|status|sql --store URL [--partitions N]
 //	outbox status|parked|show|requeue|cancel|purge --store URL [flags] [IDs]
-//	outbox demo [flags]
+//	outbox ui      --store URL [--addr 127.0.0.1:8080] [--read-only] [--token TOKEN]
+//	outbox demo [flags] [--ui]
 //	outbox version | help [COMMAND | stores | config]
 //
 // The store is named by --store URL, the OUTBOX_STORE variable or store:
@@ -53,6 +54,9 @@ type App struct {
 	StdinTerminal, StdoutTerminal, StderrTerminal bool
 
 	secrets *secretSet
+	// stop, when set, ends the commands that run until a signal (ui, the
+	// demo's --ui wait) as SIGINT would; tests set it.
+	stop <-chan struct{}
 }
 
 // CLI is the command line. Command structs live next to their code.
@@ -68,6 +72,7 @@ type CLI struct {
 	Requeue RequeueCmd `cmd:"" help:"Move parked entries back to pending: by ID, by filter or all."`
 	Cancel  CancelCmd  `cmd:"" help:"Delete entries: pending or parked ones by ID, parked ones by filter or all."`
 	Purge   PurgeCmd   `cmd:"" help:"Delete archived (sent) entries older than a time from the Postgres archive."`
+	UI      UICmd      `cmd:"" name:"ui" help:"Serve the dashboard of an outbox (counts, charts, partitions, parked entries, requeue and cancel) on 127.0.0.1:8080 until SIGTERM or SIGINT."`
 	Demo    DemoCmd    `cmd:"" help:"Append, relay to an in-process Kafka with injected failures, and verify: nothing to install."`
 	Version VersionCmd `cmd:"" help:"Print the version."`
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
+	"github.com/outboxrelay/outbox/ui"
 )
 
 // RelayCmd runs relays from one outbox to Kafka until SIGTERM or SIGINT.
@@ -52,6 +53,10 @@ type RelayCmd struct {
 	StatsInterval        time.Duration     `name:"stats-interval" default:"15s" placeholder:"DURATION" group:"Relay" help:"How often the outbox gauges (pending, due, parked, lag) are sampled: one query per interval on Postgres, one script per partition on Redis. Negative: no gauges. Default: ${default}."`
 	DrainTimeout         time.Duration     `name:"drain-timeout" default:"30s" placeholder:"DURATION" group:"Relay" help:"On SIGTERM or SIGINT, how long to wait for the batches in flight before cancelling them; the process exits at most about 3s after it. A second signal cancels at once. Default: ${default}."`
 	MetricsAddr          string            `name:"metrics-addr" placeholder:"HOST:PORT" group:"Operations" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (default: no server)."`
+	UIAddr               string            `name:"ui-addr" placeholder:"HOST:PORT" group:"Dashboard" help:"Serve the dashboard (as outbox ui does) on this address, e.g. 127.0.0.1:8080; the same address as --metrics-addr serves it on that server, next to /metrics, /healthz and /readyz (default: no dashboard). A non-loopback address needs --ui-token or --ui-basic-auth."`
+	UIReadOnly           bool              `name:"ui-read-only" group:"Dashboard" help:"The dashboard refuses every action (requeue, cancel)."`
+	UIToken              string            `name:"ui-token" env:"OUTBOX_UI_TOKEN" placeholder:"TOKEN" group:"Dashboard" help:"Token (at least 16 characters) every dashboard request needs (Authorization: Bearer TOKEN, or ?token=TOKEN once in a browser). /metrics, /healthz and /readyz need none. Never printed."`
+	UIBasicAuth          string            `name:"ui-basic-auth" placeholder:"USER" group:"Dashboard" help:"Require HTTP basic authentication as USER on the dashboard, with the password in the OUTBOX_UI_PASSWORD environment variable."`
 	LogFormat            string            `name:"log-format" enum:"text,json" default:"text" group:"Operations" placeholder:"FORMAT" help:"Log format on standard error: text or json. Default: ${default}."`
 	LogLevel             string            `name:"log-level" enum:"debug,info,warn,error" default:"info" group:"Operations" placeholder:"LEVEL" help:"Least severe level logged: debug, info, warn or error. Default: ${default}."`
 }
@@ -116,13 +121,31 @@ func (c *RelayCmd) Run(app *App) error {
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 
 	ready := &relayReadiness{log: log, ttl: 2 * time.Second, timeout: 2 * time.Second, scrub: c.scrubber(app)}
+	// The dashboard answers 503 until the store is open.
+	var dashboard *lazyHandler
+	if c.UIAddr != "" {
+		dashboard = &lazyHandler{}
+		if c.UIAddr != c.MetricsAddr {
+			ln, err := net.Listen("tcp", c.UIAddr)
+			if err != nil {
+				return fmt.Errorf("relay: --ui-addr %s: %w", c.UIAddr, err)
+			}
+			defer serveUI(ln, dashboard)()
+			log.Info("outbox relay: serving the dashboard", "url", "http://"+ln.Addr().String()+"/", "read_only", c.UIReadOnly)
+		}
+	}
 	var srv *http.Server
 	if c.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", c.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("relay: --metrics-addr %s: %w", c.MetricsAddr, err)
 		}
-		srv = relayServer(metrics, ready)
+		var onMetrics http.Handler
+		if c.UIAddr == c.MetricsAddr {
+			onMetrics = dashboard
+			log.Info("outbox relay: serving the dashboard next to /metrics", "url", "http://"+ln.Addr().String()+"/", "read_only", c.UIReadOnly)
+		}
+		srv = relayServer(metrics, ready, onMetrics)
 		go func() { _ = srv.Serve(ln) }()
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.Background(), relayShutdownGrace)
@@ -145,6 +168,14 @@ func (c *RelayCmd) Run(app *App) error {
 		return fmt.Errorf("relay: opening the outbox: %w", err)
 	}
 	defer opened.Close()
+	if dashboard != nil {
+		u := c.uiAccess()
+		stopUI, err := startUI(context.Background(), dashboard, opened.Store, u.options(opened.Where, opened.Kind, opened.Outbox, log))
+		if err != nil {
+			return fmt.Errorf("relay: the dashboard: %w", err)
+		}
+		defer stopUI()
+	}
 
 	probe := sink.Client()
 	if probe == nil { // transactional: one client per partition, built on use
@@ -195,6 +226,8 @@ func (c *RelayCmd) Run(app *App) error {
 	select {
 	case sig = <-early:
 	case sig = <-signals:
+	case <-app.stop: // nil unless a test set it
+		sig = syscall.SIGTERM
 	}
 	ready.setStopping()
 	stopMonitor()
@@ -277,16 +310,31 @@ func (c *RelayCmd) validate() error {
 	if c.MaxPartitions < 0 {
 		bad("--max-partitions must be 0 (no limit) or positive (it is %d)", c.MaxPartitions)
 	}
+	if c.UIAddr != "" {
+		errs = append(errs, c.uiAccess().check()...)
+	} else if c.UIReadOnly || c.UIBasicAuth != "" {
+		bad("--ui-read-only and --ui-basic-auth configure the dashboard, which only --ui-addr turns on")
+	}
 	if len(errs) > 0 {
 		return usageError("relay: %s", strings.Join(errs, "; "))
 	}
 	return nil
 }
 
+// uiAccess is the dashboard's settings from the --ui-* flags.
+func (c *RelayCmd) uiAccess() *uiAccess {
+	return &uiAccess{
+		addrFlag: "--ui-addr", tokenFlag: "--ui-token", basicFlag: "--ui-basic-auth",
+		addr: c.UIAddr, readOnly: c.UIReadOnly, token: c.UIToken,
+		basicUser: c.UIBasicAuth, basicPassword: os.Getenv(uiPasswordEnv),
+		sampleInterval: ui.DefaultSampleInterval,
+	}
+}
+
 // scrubber removes every secret the relay knows of from a text that does
 // not pass through the CLI's redacting writers (the /readyz body).
 func (c *RelayCmd) scrubber(app *App) func(string) string {
-	known := append(urlSecrets(c.Store), c.KafkaSASLPassword)
+	known := append(urlSecrets(c.Store), c.KafkaSASLPassword, c.UIToken, os.Getenv(uiPasswordEnv))
 	return func(s string) string {
 		if app.secrets != nil {
 			s = app.secrets.text(s)

@@ -17,9 +17,14 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-// relayServer serves the relay's /metrics, /healthz and /readyz.
-func relayServer(metrics http.Handler, ready *relayReadiness) *http.Server {
+// relayServer serves the relay's /metrics, /healthz and /readyz, and
+// every other path with dashboard when it is not nil (--ui-addr equal to
+// --metrics-addr); the three keep needing no token.
+func relayServer(metrics http.Handler, ready *relayReadiness, dashboard http.Handler) *http.Server {
 	mux := http.NewServeMux()
+	if dashboard != nil {
+		mux.Handle("/", dashboard)
+	}
 	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -1,0 +1,529 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Limits of the API.
+const (
+	defaultLimit = 50       // /api/parked's default limit
+	maxLimit     = 500      // /api/parked's largest limit
+	scanPage     = 500      // entries per Inspector.Parked call
+	maxScan      = 10_000   // parked entries one /api/parked request scans at most
+	errorCut     = 300      // bytes of last_error in a summary
+	hexCut       = 64 << 10 // bytes of the payload in the hex dump
+	chunkSize    = 500      // IDs per Inspector.Requeue call
+	maxBody      = 8 << 20  // largest action body
+	maxIDs       = 10_000   // most IDs in one action
+)
+
+// counts is COUNTS of the package documentation.
+type counts struct {
+	Pending    int64      `json:"pending"`
+	Due        int64      `json:"due"`
+	Parked     int64      `json:"parked"`
+	LagSeconds float64    `json:"lag_seconds"`
+	OldestDue  *time.Time `json:"oldest_due"`
+}
+
+func toCounts(st outbox.Stats, now time.Time) counts {
+	c := counts{Pending: st.Pending, Due: st.Due, Parked: st.Parked, OldestDue: tptr(st.OldestDue)}
+	if !st.OldestDue.IsZero() {
+		if lag := now.Sub(st.OldestDue); lag > 0 {
+			c.LagSeconds = lag.Seconds()
+		}
+	}
+	return c
+}
+
+// tptr is t in UTC, or nil when t is zero (JSON null).
+func tptr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+type holdJSON struct {
+	Held   bool       `json:"held"`
+	Reason string     `json:"reason"`
+	Since  *time.Time `json:"since"`
+}
+
+type sampleJSON struct {
+	T time.Time `json:"t"`
+	counts
+}
+
+type overviewJSON struct {
+	Store          string       `json:"store"`
+	Kind           string       `json:"kind"`
+	Outbox         string       `json:"outbox"`
+	ReadOnly       bool         `json:"read_only"`
+	Partitions     int          `json:"partitions"`
+	Now            time.Time    `json:"now"`
+	Stats          counts       `json:"stats"`
+	Held           *holdJSON    `json:"held"`
+	Sealed         *bool        `json:"sealed"`
+	SampleInterval float64      `json:"sample_interval_seconds"`
+	Samples        []sampleJSON `json:"samples"`
+}
+
+func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	ctx := r.Context()
+	st, err := s.in.Stats(ctx)
+	if err != nil {
+		s.storeError(w, "reading the counts", err)
+		return
+	}
+	now := s.opts.Now()
+	o := overviewJSON{
+		Store: s.opts.StoreName, Kind: s.opts.Kind, Outbox: s.opts.Outbox, ReadOnly: s.opts.ReadOnly,
+		Partitions: s.store.Partitions(), Now: now.UTC(), Stats: toCounts(st, now),
+		SampleInterval: s.opts.SampleInterval.Seconds(), Samples: []sampleJSON{},
+	}
+	if h, ok := s.store.(outbox.Holder); ok {
+		hs, err := h.HoldState(ctx)
+		if err != nil {
+			s.storeError(w, "reading whether the outbox is held", err)
+			return
+		}
+		o.Held = &holdJSON{Held: hs.Held, Reason: hs.Reason, Since: tptr(hs.Since)}
+	}
+	if sl, ok := s.store.(outbox.Sealer); ok {
+		sealed, err := sl.Sealed(ctx)
+		if err != nil {
+			s.storeError(w, "reading whether the outbox is sealed", err)
+			return
+		}
+		o.Sealed = &sealed
+	}
+	for _, smp := range s.samples() {
+		o.Samples = append(o.Samples, sampleJSON{T: smp.T, counts: toCounts(smp.Stats, smp.T)})
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+type leaseJSON struct {
+	Owner   string    `json:"owner"`
+	Version int64     `json:"version"`
+	Expires time.Time `json:"expires"`
+}
+
+type partitionJSON struct {
+	Partition int `json:"partition"`
+	counts
+	Lease *leaseJSON `json:"lease"`
+}
+
+func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	pi, ok := s.store.(outbox.PartitionInspector)
+	if !ok {
+		writeJSON(w, http.StatusOK, map[string]any{"partitions": nil})
+		return
+	}
+	ps, err := pi.PartitionStats(r.Context())
+	if err != nil {
+		s.storeError(w, "reading the partitions", err)
+		return
+	}
+	now := s.opts.Now()
+	out := make([]partitionJSON, 0, len(ps))
+	for _, p := range ps {
+		pj := partitionJSON{Partition: p.Partition, counts: toCounts(p.Stats, now)}
+		if p.Lease.Owner != "" {
+			pj.Lease = &leaseJSON{Owner: p.Lease.Owner, Version: p.Lease.Version, Expires: p.Lease.Expires.UTC()}
+		}
+		out = append(out, pj)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"partitions": out})
+}
+
+// summaryJSON is SUMMARY of the package documentation.
+type summaryJSON struct {
+	ID           string    `json:"id"`
+	Topic        string    `json:"topic"`
+	Key          string    `json:"key"`
+	Partition    int       `json:"partition"`
+	Attempts     int       `json:"attempts"`
+	CreatedAt    time.Time `json:"created_at"`
+	LastError    string    `json:"last_error"`
+	PayloadBytes int       `json:"payload_bytes"`
+}
+
+func toSummary(e outbox.Entry, errLen int) summaryJSON {
+	return summaryJSON{
+		ID: e.ID, Topic: e.Topic, Key: e.Key, Partition: e.Partition, Attempts: e.Attempts,
+		CreatedAt: e.CreatedAt.UTC(), LastError: cut(e.LastError, errLen), PayloadBytes: len(e.Payload),
+	}
+}
+
+// cut is s's first n bytes at most, never splitting a rune (n < 0: all).
+func cut(s string, n int) string {
+	if n < 0 || len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+type parkedJSON struct {
+	Entries   []summaryJSON `json:"entries"`
+	NextAfter *string       `json:"next_after"`
+}
+
+func (s *Server) handleParked(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	q := r.URL.Query()
+	f, err := parseFilter(filterJSON{Topic: q.Get("topic"), Key: q.Get("key"), Error: q.Get("error"), Since: q.Get("since"), Until: q.Get("until")}, s.opts.Now())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	limit := defaultLimit
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("ui: limit=%q is not a positive whole number; give 1 to %d (default %d)", v, maxLimit, defaultLimit))
+			return
+		}
+		limit = min(limit, maxLimit)
+	}
+	entries, next, err := s.scanParked(r.Context(), f, q.Get("after"), limit)
+	if err != nil {
+		s.storeError(w, "listing the parked entries", err)
+		return
+	}
+	out := parkedJSON{Entries: make([]summaryJSON, 0, len(entries))}
+	for _, e := range entries {
+		out.Entries = append(out.Entries, toSummary(e, errorCut))
+	}
+	if next != "" {
+		out.NextAfter = &next
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// scanParked returns up to limit parked entries after the ID after that
+// match f, scanning at most maxScan of them, and the ID to continue after
+// ("" when the scan reached the end).
+func (s *Server) scanParked(ctx context.Context, f filter, after string, limit int) ([]outbox.Entry, string, error) {
+	var out []outbox.Entry
+	size := scanPage
+	if !f.any() {
+		size = limit // every entry matches: read no more than the page
+	}
+	for scanned := 0; scanned < maxScan; {
+		page, err := s.in.Parked(ctx, after, size)
+		if err != nil {
+			return nil, "", err
+		}
+		for i, e := range page {
+			scanned++
+			after = e.ID
+			if f.match(e) {
+				out = append(out, e)
+				if len(out) == limit {
+					if i == len(page)-1 && len(page) < size {
+						return out, "", nil // the last parked entry
+					}
+					return out, after, nil
+				}
+			}
+		}
+		if len(page) < size {
+			return out, "", nil
+		}
+	}
+	return out, after, nil
+}
+
+type payloadJSON struct {
+	Bytes  int     `json:"bytes"`
+	Text   *string `json:"text"`
+	JSON   *string `json:"json"`
+	Hex    string  `json:"hex"`
+	Base64 string  `json:"base64"`
+}
+
+type entryJSON struct {
+	summaryJSON
+	State     string            `json:"state"`
+	NotBefore *time.Time        `json:"not_before"`
+	DueAt     *time.Time        `json:"due_at"`
+	Headers   map[string]string `json:"headers"`
+	Payload   payloadJSON       `json:"payload"`
+}
+
+func (s *Server) handleEntry(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	id := r.PathValue("id")
+	lk, ok := s.store.(outbox.Looker)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, fmt.Sprintf("ui: this backend (%T) does not implement outbox.Looker, which the entry view needs; find the entry in /api/parked", s.store))
+		return
+	}
+	info, err := lk.Lookup(r.Context(), id)
+	if errors.Is(err, outbox.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("ui: no pending or parked entry has ID %q (never appended, already sent, or cancelled)", id))
+		return
+	}
+	if err != nil {
+		s.storeError(w, "looking the entry up", err)
+		return
+	}
+	e := entryJSON{
+		summaryJSON: toSummary(info.Entry, -1),
+		State:       "pending",
+		NotBefore:   tptr(info.NotBefore),
+		DueAt:       tptr(info.DueAt),
+		Headers:     info.Headers,
+		Payload:     renderPayload(info.Payload),
+	}
+	if info.Parked {
+		e.State = "parked"
+	}
+	if e.Headers == nil {
+		e.Headers = map[string]string{}
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+// renderPayload renders p every way the entry view shows it.
+func renderPayload(p []byte) payloadJSON {
+	out := payloadJSON{Bytes: len(p), Hex: hex.Dump(p[:min(len(p), hexCut)]), Base64: base64.StdEncoding.EncodeToString(p)}
+	if utf8.Valid(p) {
+		t := string(p)
+		out.Text = &t
+	}
+	if t := bytes.TrimSpace(p); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		var buf bytes.Buffer
+		if json.Indent(&buf, t, "", "  ") == nil {
+			j := buf.String()
+			out.JSON = &j
+		}
+	}
+	return out
+}
+
+// actionJSON is the body of /api/requeue and /api/cancel.
+type actionJSON struct {
+	IDs    []string    `json:"ids"`
+	Filter *filterJSON `json:"filter"`
+}
+
+type refusalJSON struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// readAction checks and decodes an action, and returns the IDs it names:
+// given, or those of the parked entries its filter matches, oldest first.
+// byFilter reports which.
+func (s *Server) readAction(w http.ResponseWriter, r *http.Request, verb string) (todo []string, byFilter, ok bool) {
+	if !s.checkAction(w, r) {
+		return nil, false, false
+	}
+	var a actionJSON
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		writeError(w, http.StatusBadRequest, "ui: the body is not {\"ids\": [...]} or {\"filter\": {...}}: "+err.Error())
+		return nil, false, false
+	}
+	switch {
+	case a.IDs != nil && a.Filter != nil:
+		writeError(w, http.StatusBadRequest, "ui: give \"ids\" or \"filter\", not both")
+		return nil, false, false
+	case a.Filter != nil:
+		f, err := parseFilter(*a.Filter, s.opts.Now())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return nil, false, false
+		}
+		es, err := s.collectParked(r.Context(), f)
+		if err != nil {
+			s.storeError(w, "listing the parked entries to "+verb, err)
+			return nil, false, false
+		}
+		return ids(es), true, true
+	case len(a.IDs) == 0:
+		writeError(w, http.StatusBadRequest, "ui: say which entries to "+verb+": {\"ids\": [\"ID\", ...]} or {\"filter\": {\"topic\", \"key\", \"error\", \"since\", \"until\"}}")
+		return nil, false, false
+	case len(a.IDs) > maxIDs:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("ui: %d IDs are more than one action takes (%d); send them in several, or use a filter", len(a.IDs), maxIDs))
+		return nil, false, false
+	}
+	return dedupe(a.IDs), false, true
+}
+
+// collectParked walks every parked entry once and returns those f
+// matches, without payloads, oldest first.
+func (s *Server) collectParked(ctx context.Context, f filter) ([]outbox.Entry, error) {
+	var out []outbox.Entry
+	for after := ""; ; {
+		page, err := s.in.Parked(ctx, after, scanPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page {
+			if f.match(e) {
+				e.Payload, e.Headers = nil, nil
+				out = append(out, e)
+			}
+		}
+		if len(page) < scanPage {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+func ids(es []outbox.Entry) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func dedupe(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
+	todo, byFilter, ok := s.readAction(w, r, "requeue")
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	refused := []refusalJSON{}
+	// Named IDs: say why one that is not parked stays as it is (Requeue
+	// would ignore it silently).
+	if lk, ok := s.store.(outbox.Looker); ok && !byFilter {
+		kept := todo[:0:0]
+		for _, id := range todo {
+			info, err := lk.Lookup(ctx, id)
+			switch {
+			case errors.Is(err, outbox.ErrNotFound):
+				refused = append(refused, refusalJSON{id, "not found (already sent, cancelled, or never appended)"})
+			case err != nil:
+				s.storeError(w, "looking the entries up", err)
+				return
+			case !info.Parked:
+				refused = append(refused, refusalJSON{id, "not parked (it is pending; requeue moves parked entries only)"})
+			default:
+				kept = append(kept, id)
+			}
+		}
+		todo = kept
+	}
+	total := 0
+	for i := 0; i < len(todo); i += chunkSize {
+		n, err := s.in.Requeue(ctx, todo[i:min(i+chunkSize, len(todo))]...)
+		total += n
+		var rr *outbox.RequeueRefusedError
+		if errors.As(err, &rr) {
+			for _, f := range rr.Refused {
+				refused = append(refused, refusalJSON{f.ID, f.Reason})
+			}
+		} else if err != nil {
+			s.storeError(w, fmt.Sprintf("requeueing (%d requeued before the error)", total), err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"requeued": total, "refused": refused})
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.store.(outbox.Canceler)
+	if !ok {
+		if s.checkAction(w, r) {
+			writeError(w, http.StatusNotImplemented, fmt.Sprintf("ui: this backend (%T) does not implement outbox.Canceler; it cannot cancel entries", s.store))
+		}
+		return
+	}
+	todo, _, ok := s.readAction(w, r, "cancel")
+	if !ok {
+		return
+	}
+	n := 0
+	for _, id := range todo {
+		err := c.Cancel(r.Context(), id)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, outbox.ErrNotFound):
+		default:
+			s.storeError(w, fmt.Sprintf("cancelling (%d cancelled before the error)", n), err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cancelled": n})
+}
+
+// storeError answers a failed store call: 503 when the store is closed
+// or the request was cancelled, 502 otherwise.
+func (s *Server) storeError(w http.ResponseWriter, doing string, err error) {
+	status := http.StatusBadGateway
+	if errors.Is(err, outbox.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusServiceUnavailable
+	}
+	writeError(w, status, "ui: "+doing+" failed: "+err.Error()+"; check that the store is reachable and try again")
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"ui: encoding the response failed: `+strings.ReplaceAll(err.Error(), `"`, `'`)+`"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
