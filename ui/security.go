@@ -40,7 +40,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) bool {
 			}
 			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
 			q.Del("token")
-			u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+			// One leading slash: "//host/..." would send the browser to
+			// another site.
+			u := url.URL{Path: "/" + strings.TrimLeft(r.URL.Path, "/\\"), RawQuery: q.Encode()}
 			http.Redirect(w, r, u.String(), http.StatusSeeOther)
 			return false
 		}
@@ -105,6 +107,8 @@ func validCSRF(v string) bool {
 	return err == nil
 }
 
+const readOnlyMessage = "ui: the dashboard is read-only; restart it without read-only mode (outbox ui without --read-only) to requeue or cancel"
+
 // checkAction checks a POST before it changes anything: not read-only, a
 // JSON body, an Origin (when sent) of this host and the CSRF header equal
 // to the cookie. It answers the error (and false) otherwise.
@@ -113,7 +117,7 @@ func (s *Server) checkAction(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if s.opts.ReadOnly {
-		writeError(w, http.StatusForbidden, "ui: the dashboard is read-only; restart it without read-only mode (outbox ui without --read-only) to requeue or cancel")
+		writeError(w, http.StatusForbidden, readOnlyMessage)
 		return false
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {

@@ -20,6 +20,8 @@ const (
 	DefaultSampleInterval = 5 * time.Second
 	// DefaultHistory is Options.History's default.
 	DefaultHistory = 15 * time.Minute
+	// maxSamples bounds the ring buffer (and /api/overview's samples).
+	maxSamples = 10_000
 )
 
 // Options configure a [Server]. The zero value serves an unnamed store,
@@ -52,7 +54,8 @@ type Options struct {
 	// rejected.
 	SampleInterval time.Duration
 	// History is how far back the samples go: the ring buffer holds
-	// History/SampleInterval of them (at least 1). Default 15m
+	// History/SampleInterval of them (at least 1, at most 10,000: a
+	// shorter SampleInterval shortens the history). Default 15m
 	// ([DefaultHistory]); negative values are rejected.
 	History time.Duration
 	// Logger receives the sampler's errors (a failed Stats call) at WARN.
@@ -120,11 +123,8 @@ func New(store outbox.Store, opts Options) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	n := int(opts.History / opts.SampleInterval)
-	if n < 1 {
-		n = 1
-	}
-	s := &Server{store: store, in: in, opts: opts, ring: make([]sample, 0, n), stop: make(chan struct{})}
+	n := min(max(opts.History/opts.SampleInterval, 1), maxSamples)
+	s := &Server{store: store, in: in, opts: opts, ring: make([]sample, 0, int(n)), stop: make(chan struct{})}
 	s.routes()
 	return s, nil
 }
@@ -155,6 +155,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
 	if !s.authenticate(w, r) {
+		return
+	}
+	if s.opts.ReadOnly && r.Method == http.MethodPost {
+		writeError(w, http.StatusForbidden, readOnlyMessage)
 		return
 	}
 	s.mux.ServeHTTP(w, r)

@@ -41,7 +41,7 @@ func relayServer(metrics http.Handler, ready *relayReadiness, dashboard http.Han
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
 	})
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return uiHTTPServer(mux)
 }
 
 // relayReport is the body of /readyz.

@@ -184,7 +184,7 @@ func (c *UICmd) Run(app *App) error {
 	if err != nil {
 		return fmt.Errorf("ui: --addr %s: %w", c.Addr, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
+	hs := uiHTTPServer(srv)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	sampling := make(chan struct{})
@@ -264,10 +264,25 @@ func startUI(ctx context.Context, h *lazyHandler, store outbox.Store, opts ui.Op
 	}, nil
 }
 
+// uiHTTPServer is the HTTP server of a dashboard (and of the relay's
+// /metrics): a slow client cannot hold a connection open for ever, with
+// a request's header or body, or idle between requests. There is no
+// write timeout: a requeue of many entries may take long, and ends when
+// the client goes away.
+func uiHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
 // serveUI serves h on ln; the returned function shuts the server down
 // gracefully (bounded by uiShutdownGrace).
 func serveUI(ln net.Listener, h http.Handler) (shutdown func()) {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	hs := uiHTTPServer(h)
 	go func() { _ = hs.Serve(ln) }()
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), uiShutdownGrace)
