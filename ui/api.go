@@ -367,10 +367,13 @@ func (s *Server) readAction(w http.ResponseWriter, r *http.Request, verb string)
 			writeError(w, http.StatusBadRequest, err.Error())
 			return nil, false, false
 		}
-		es, err := s.collectParked(r.Context(), f)
+		es, more, err := s.collectParked(r.Context(), f)
 		if err != nil {
 			s.storeError(w, "listing the parked entries to "+verb, err)
 			return nil, false, false
+		}
+		if more {
+			w.Header().Set(moreHeader, "1")
 		}
 		return ids(es), true, true
 	case len(a.IDs) == 0:
@@ -383,22 +386,33 @@ func (s *Server) readAction(w http.ResponseWriter, r *http.Request, verb string)
 	return dedupe(a.IDs), false, true
 }
 
-// collectParked walks every parked entry once and returns those f
-// matches, without payloads, oldest first.
-func (s *Server) collectParked(ctx context.Context, f filter) ([]outbox.Entry, error) {
-	var out []outbox.Entry
+// moreHeader is set on a filtered action's response (internally, between
+// readAction and the handler) when more entries matched than one action
+// takes.
+const moreHeader = "X-Outbox-More"
+
+// collectParked walks the parked entries in ID order and returns those f
+// matches, without payloads, oldest first: at most maxIDs of them, with
+// more set when others match beyond them (one action acts on at most
+// maxIDs entries, so a filter over a million parked entries neither holds
+// them all in memory nor runs for minutes; the caller repeats it).
+func (s *Server) collectParked(ctx context.Context, f filter) (out []outbox.Entry, more bool, err error) {
 	for after := ""; ; {
 		page, err := s.in.Parked(ctx, after, scanPage)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		for _, e := range page {
 			if f.match(e) {
-				e.Payload, e.Headers = nil, nil
+				if len(out) == maxIDs {
+					more = true
+					break
+				}
+				e.Payload, e.Headers, e.LastError = nil, nil, ""
 				out = append(out, e)
 			}
 		}
-		if len(page) < scanPage {
+		if more || len(page) < scanPage {
 			break
 		}
 		after = page[len(page)-1].ID
@@ -409,7 +423,7 @@ func (s *Server) collectParked(ctx context.Context, f filter) ([]outbox.Entry, e
 		}
 		return out[i].ID < out[j].ID
 	})
-	return out, nil
+	return out, more, nil
 }
 
 func ids(es []outbox.Entry) []string {
@@ -473,7 +487,7 @@ func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"requeued": total, "refused": refused})
+	writeJSON(w, http.StatusOK, map[string]any{"requeued": total, "refused": refused, "more": s.more(w)})
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
@@ -500,7 +514,14 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"cancelled": n})
+	writeJSON(w, http.StatusOK, map[string]any{"cancelled": n, "more": s.more(w)})
+}
+
+// more reports, and takes off the response, the mark collectParked left.
+func (s *Server) more(w http.ResponseWriter) bool {
+	more := w.Header().Get(moreHeader) != ""
+	w.Header().Del(moreHeader)
+	return more
 }
 
 // storeError answers a failed store call: 503 when the store is closed
@@ -510,7 +531,11 @@ func (s *Server) storeError(w http.ResponseWriter, doing string, err error) {
 	if errors.Is(err, outbox.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		status = http.StatusServiceUnavailable
 	}
-	writeError(w, status, "ui: "+doing+" failed: "+err.Error()+"; check that the store is reachable and try again")
+	msg := err.Error()
+	if s.opts.Redact != nil {
+		msg = s.opts.Redact(msg)
+	}
+	writeError(w, status, "ui: "+doing+" failed: "+msg+"; check that the store is reachable and try again")
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -34,8 +34,12 @@
 //	                          (an object or array, indented), "hex" (a dump of the first
 //	                          64 KiB), "base64"}; 404 {"error"} when there is none
 //	POST /api/requeue         {"ids": [...]} or {"filter": FILTER} -> {"requeued": N,
-//	                           "refused": [{"id","reason"}]}
-//	POST /api/cancel          {"ids": [...]} or {"filter": FILTER} -> {"cancelled": N}
+//	                           "refused": [{"id","reason"}], "more": bool}
+//	POST /api/cancel          {"ids": [...]} or {"filter": FILTER} -> {"cancelled": N,
+//	                           "more": bool}
+//	                          one action takes at most 10,000 entries (named or
+//	                          matched, in ID order); "more" is true when a filter
+//	                          matched others beyond them: post it again
 //	                          FILTER = {"topic","key","error","since","until"} (parked
 //	                          entries only; the same matching as /api/parked)
 //

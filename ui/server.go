@@ -58,6 +58,10 @@ type Options struct {
 	// shorter SampleInterval shortens the history). Default 15m
 	// ([DefaultHistory]); negative values are rejected.
 	History time.Duration
+	// Redact, when set, is applied to the text of every store error before
+	// a response carries it (the drivers' errors should hold no password,
+	// but a caller that knows its secrets can make sure). Default nil.
+	Redact func(string) string
 	// Logger receives the sampler's errors (a failed Stats call) at WARN.
 	// Default slog.Default().
 	Logger *slog.Logger

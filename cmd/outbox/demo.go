@@ -456,6 +456,7 @@ func startDemoDashboard(ctx context.Context, c *DemoCmd, db *demoBackend) (*demo
 		StoreName: storeName, Kind: c.Backend, SampleInterval: time.Second,
 		Outbox: strings.TrimSuffix(strings.Replace(db.what, "keys ", "prefix ", 1), "*"),
 		Logger: slog.New(slog.DiscardHandler),
+		Redact: func(s string) string { return redactText(s) },
 	})
 	if err != nil {
 		_ = ln.Close()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -122,6 +123,16 @@ func (c *RelayCmd) Run(app *App) error {
 
 	ready := &relayReadiness{log: log, ttl: 2 * time.Second, timeout: 2 * time.Second, scrub: c.scrubber(app)}
 	// The dashboard answers 503 until the store is open.
+	// The HTTP servers stop before the store closes (a request of the
+	// dashboard in flight would otherwise meet a closed store): each stop
+	// runs once, from a defer after the store's Close, or from its own
+	// defer when the relay ends before the store is open.
+	var stopHTTP []func()
+	defer func() {
+		for _, stop := range stopHTTP {
+			stop()
+		}
+	}()
 	var dashboard *lazyHandler
 	if c.UIAddr != "" {
 		dashboard = &lazyHandler{}
@@ -130,7 +141,7 @@ func (c *RelayCmd) Run(app *App) error {
 			if err != nil {
 				return fmt.Errorf("relay: --ui-addr %s: %w", c.UIAddr, err)
 			}
-			defer serveUI(ln, dashboard)()
+			stopHTTP = append(stopHTTP, sync.OnceFunc(serveUI(ln, dashboard)))
 			log.Info("outbox relay: serving the dashboard", "url", "http://"+ln.Addr().String()+"/", "read_only", c.UIReadOnly)
 		}
 	}
@@ -147,11 +158,11 @@ func (c *RelayCmd) Run(app *App) error {
 		}
 		srv = relayServer(metrics, ready, onMetrics)
 		go func() { _ = srv.Serve(ln) }()
-		defer func() {
+		stopHTTP = append(stopHTTP, sync.OnceFunc(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), relayShutdownGrace)
 			defer cancel()
 			_ = srv.Shutdown(ctx)
-		}()
+		}))
 		log.Info("outbox relay: serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	}
 
@@ -168,9 +179,14 @@ func (c *RelayCmd) Run(app *App) error {
 		return fmt.Errorf("relay: opening the outbox: %w", err)
 	}
 	defer opened.Close()
+	defer func() {
+		for _, stop := range stopHTTP {
+			stop()
+		}
+	}()
 	if dashboard != nil {
 		u := c.uiAccess()
-		stopUI, err := startUI(context.Background(), dashboard, opened.Store, u.options(opened.Where, opened.Kind, opened.Outbox, log))
+		stopUI, err := startUI(context.Background(), dashboard, opened.Store, u.options(opened.Where, opened.Kind, opened.Outbox, log, c.scrubber(app)))
 		if err != nil {
 			return fmt.Errorf("relay: the dashboard: %w", err)
 		}

@@ -95,8 +95,9 @@ func isLoopbackHost(host string) bool {
 }
 
 // options are the ui.Options of the settings for the outbox o names.
-func (u *uiAccess) options(storeName, kind, outboxName string, log *slog.Logger) ui.Options {
+func (u *uiAccess) options(storeName, kind, outboxName string, log *slog.Logger, redact func(string) string) ui.Options {
 	return ui.Options{
+		Redact:         redact,
 		StoreName:      storeName,
 		Kind:           kind,
 		Outbox:         outboxName,
@@ -174,7 +175,14 @@ func (c *UICmd) Run(app *App) error {
 	defer opened.Close()
 
 	log := slog.New(slog.NewTextHandler(app.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	srv, err := ui.New(opened.Store, u.options(opened.Where, opened.Kind, opened.Outbox, log))
+	known := append(urlSecrets(c.Store), u.token, u.basicPassword)
+	redact := func(s string) string {
+		if app.secrets != nil {
+			s = app.secrets.text(s)
+		}
+		return redactText(s, known...)
+	}
+	srv, err := ui.New(opened.Store, u.options(opened.Where, opened.Kind, opened.Outbox, log, redact))
 	if err != nil {
 		return fmt.Errorf("ui: %w", err)
 	}

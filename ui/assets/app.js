@@ -150,9 +150,11 @@
           text += '; refused: ' + refused.slice(0, 5).map((f) => f.id + ': ' + f.reason).join('; ');
           if (refused.length > 5) text += ' (and ' + (refused.length - 5) + ' more)';
         }
+        if (r.more) text += '; more entries match: run it again';
         toast(text, !refused.length);
       } else {
-        toast('cancelled ' + plural(r.cancelled || 0, 'entry', 'entries') + scope, true);
+        toast('cancelled ' + plural(r.cancelled || 0, 'entry', 'entries') + scope +
+          (r.more ? '; more entries match: run it again' : ''), true);
       }
     } catch (e) {
       toast(kind + ' failed: ' + e.message, false);
