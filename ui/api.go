@@ -498,12 +498,26 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	todo, _, ok := s.readAction(w, r, "cancel")
+	todo, byFilter, ok := s.readAction(w, r, "cancel")
 	if !ok {
 		return
 	}
+	lk, canLook := s.store.(outbox.Looker)
 	n := 0
 	for _, id := range todo {
+		// A filter acts on parked entries: one requeued since the filter
+		// was read (pending again) is left alone. Checked just before
+		// its cancel, so only a requeue between the two calls escapes.
+		if byFilter && canLook {
+			info, err := lk.Lookup(r.Context(), id)
+			if errors.Is(err, outbox.ErrNotFound) || err == nil && !info.Parked {
+				continue
+			}
+			if err != nil {
+				s.storeError(w, fmt.Sprintf("looking entry %s up (%d cancelled before the error)", id, n), err)
+				return
+			}
+		}
 		err := c.Cancel(r.Context(), id)
 		switch {
 		case err == nil:

@@ -118,3 +118,96 @@ func TestStoreErrorsAreRedacted(t *testing.T) {
 		t.Fatalf("overview of a failing store: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// The Bearer scheme is matched whatever its case.
+func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	t.Parallel()
+	s, err := ui.New(memory.New(memory.Options{Partitions: 1}), ui.Options{Token: "a-token-of-16-chars"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"Bearer a-token-of-16-chars", "bearer a-token-of-16-chars", "BEARER  a-token-of-16-chars"} {
+		req := httptest.NewRequest(http.MethodGet, "/api/overview", nil)
+		req.Header.Set("Authorization", h)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Errorf("%q: %d %s", h, rec.Code, rec.Body)
+		}
+	}
+	req := httptest.NewRequest(http.MethodGet, "/api/overview", nil)
+	req.Header.Set("Authorization", "Basic a-token-of-16-chars")
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized {
+		t.Errorf("another scheme with the token: %d, want 401", rec.Code)
+	}
+}
+
+// requeueing wraps a store whose Cancel first requeues the entry it is
+// asked about last time: another operator's requeue landing between the
+// filter's read and the cancels.
+type requeueing struct {
+	*memory.Backend
+	id string
+}
+
+func (r requeueing) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
+	if id == r.id {
+		if _, err := r.Backend.Requeue(ctx, id); err != nil {
+			return outbox.EntryInfo{}, err
+		}
+	}
+	return r.Backend.Lookup(ctx, id)
+}
+
+// A cancel by filter leaves alone an entry requeued since the filter was
+// read.
+func TestCancelByFilterSkipsARequeuedEntry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := memory.New(memory.Options{Partitions: 1})
+	if err := b.Append(ctx, outbox.Entry{ID: "a", Topic: "t"}, outbox.Entry{ID: "b", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.AcquireLease(ctx, 0, "seed", 60e9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.FindPendingBatch(ctx, l, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a", Error: "x", Park: true}, {ID: "b", Error: "x", Park: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReleaseLease(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ui.New(requeueing{b, "b"}, ui.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := httptest.NewRecorder()
+	s.ServeHTTP(page, httptest.NewRequest(http.MethodGet, "/", nil))
+	var csrf *http.Cookie
+	for _, c := range page.Result().Cookies() {
+		if c.Name == "outbox_csrf" {
+			csrf = c
+		}
+	}
+	req := httptest.NewRequest(http.MethodPost, "/api/cancel", strings.NewReader(`{"filter":{"topic":"t"}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Outbox-CSRF", csrf.Value)
+	req.AddCookie(csrf)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"cancelled":1`) {
+		t.Fatalf("cancel: %d %s, want 1 cancelled", rec.Code, rec.Body)
+	}
+	if info, err := b.Lookup(ctx, "b"); err != nil || info.Parked {
+		t.Fatalf("b: %+v, %v; want it pending, not cancelled", info, err)
+	}
+	if _, err := b.Lookup(ctx, "a"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("a: %v, want cancelled", err)
+	}
+}

@@ -35,7 +35,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) bool {
 	if tok != "" {
 		if q := r.URL.Query(); q.Has("token") {
 			if !equal(q.Get("token"), tok) {
-				s.unauthorized(w, "ui: the token in ?token= is wrong; use the token outbox ui printed (or the one it was given)")
+				s.unauthorized(w, "ui: the token in ?token= is wrong; use the token outbox ui was started with (--token or OUTBOX_UI_TOKEN)")
 				return false
 			}
 			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
@@ -46,7 +46,8 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) bool {
 			http.Redirect(w, r, u.String(), http.StatusSeeOther)
 			return false
 		}
-		if a, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(strings.TrimSpace(a), tok) {
+		// The scheme name is case-insensitive (RFC 9110, 11.1).
+		if scheme, a, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); ok && strings.EqualFold(scheme, "Bearer") && equal(strings.TrimSpace(a), tok) {
 			return true
 		}
 		if c, err := r.Cookie(tokenCookie); err == nil && equal(c.Value, tok) {
@@ -71,7 +72,7 @@ func (s *Server) authHint() string {
 	case s.opts.Token != "" && s.opts.BasicUser != "":
 		return "ui: authentication needed: send \"Authorization: Bearer TOKEN\", open the page once with ?token=TOKEN, or give the basic credentials"
 	case s.opts.Token != "":
-		return "ui: authentication needed: send \"Authorization: Bearer TOKEN\" or open the page once with ?token=TOKEN (the token outbox ui printed)"
+		return "ui: authentication needed: send \"Authorization: Bearer TOKEN\" or open the page once with ?token=TOKEN (the token outbox ui was started with)"
 	default:
 		return "ui: authentication needed: give the basic credentials (user and password) the dashboard was started with"
 	}
