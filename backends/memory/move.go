@@ -84,23 +84,9 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 // not live gives an error wrapping [outbox.ErrLeaseLost] and nothing
 // changes. ids is not retained. See [outbox.Exporter].
 func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []string) error {
-	if err := b.lock(ctx); err != nil {
-		return err
-	}
-	defer b.mu.Unlock()
-	if len(ids) == 0 {
-		return nil
-	}
-	p, err := b.fence(lease, b.clock())
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if it := b.entries[id]; it != nil && it.e.Partition == lease.Partition {
-			b.remove(p, it)
-		}
-	}
-	return nil
+	// The memory backend keeps no archive: MarkSent already deletes an
+	// entry in any state.
+	return b.MarkSent(ctx, lease, ids)
 }
 
 // Import adds entries exported from another outbox, as they were there,
