@@ -644,6 +644,15 @@ func sealRefuses[Tx any](t *testing.T, s *env[Tx]) {
 	s.markFailed(t, l, outbox.Failure{ID: "e1", Error: "once", Delay: -time.Hour})
 	expectIDs(t, "fetch of a sealed outbox after a failure", s.fetch(t, l, 10), "e1")
 	s.markSent(t, l, "e1")
+	// Requeue works on a sealed outbox (Sealer's doc): e2 parked, then
+	// requeued, is fetched again.
+	if in, ok := s.b.(outbox.Inspector); ok {
+		expectIDs(t, "fetch of e2 on a sealed outbox", s.fetch(t, l, 10), "e2")
+		s.markFailed(t, l, outbox.Failure{ID: "e2", Error: "poison", Park: true})
+		if n, err := in.Requeue(s.ctx, "e2"); err != nil || n != 1 {
+			t.Fatalf("Requeue on a sealed outbox: %d, %v; want 1 requeued", n, err)
+		}
+	}
 	if x, ok := s.b.(outbox.Exporter); ok {
 		if got := infoIDs(s.exportAll(t, x, l, 10)); !slices.Equal(got, []string{"e2"}) {
 			t.Errorf("ExportBatch of a sealed outbox returned %v; want e2 (the refused append left nothing)", got)
