@@ -6,8 +6,8 @@
 # faults injected, histories checked (see docs/reliability.md).
 #
 #   ./scripts/chaos.sh -short     every scenario briefly (part of the test
-#                                 command, so of CI); about 3 minutes
-#   ./scripts/chaos.sh            the full run (about half an hour); writes
+#                                 command, so of CI); about 2 minutes here
+#   ./scripts/chaos.sh            the full run (about 17 minutes here); writes
 #                                 docs/reliability.md
 #   ./scripts/chaos.sh -run redis only the scenarios whose name matches
 #
