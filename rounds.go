@@ -40,17 +40,25 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		return 0
 	}
 	rounds := planRounds(batch, r.opts.Unordered, r.keyOrder, r.opts.MaxInFlight)
+	out.sent = make([]string, 0, len(batch))
 	// lastRound is the last round holding each key (ordered mode only:
-	// unordered publishing holds nothing back).
-	lastRound := map[string]int{}
-	if !r.opts.Unordered {
-		for i, round := range rounds {
-			for _, e := range round {
-				if e.Key != "" {
-					lastRound[e.Key] = i
+	// unordered publishing holds nothing back), made when a park first
+	// needs it.
+	var lastRound map[string]int
+	laterRound := func(key string, i int) bool {
+		if lastRound == nil {
+			lastRound = map[string]int{}
+			if !r.opts.Unordered {
+				for i, round := range rounds {
+					for _, e := range round {
+						if e.Key != "" {
+							lastRound[e.Key] = i
+						}
+					}
 				}
 			}
 		}
+		return lastRound[key] > i
 	}
 	// failedKeys are the keys held back for the rest of the batch: one of
 	// their entries failed with a retryable error, or was given back
@@ -59,13 +67,16 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 	attempted := false
 	for i, round := range rounds {
 		// Drop entries whose key failed earlier in this batch.
-		live := round[:0:0]
-		for _, e := range round {
-			if e.Key != "" && failedKeys[e.Key] {
-				out.skipped = append(out.skipped, e.ID)
-				continue
+		live := round
+		if len(failedKeys) > 0 {
+			live = round[:0:0]
+			for _, e := range round {
+				if e.Key != "" && failedKeys[e.Key] {
+					out.skipped = append(out.skipped, e.ID)
+					continue
+				}
+				live = append(live, e)
 			}
-			live = append(live, e)
 		}
 		if len(live) == 0 {
 			continue
@@ -85,11 +96,17 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		// entries. When no breaker is closed the sink is down: they are
 		// given back unchanged, burning no attempt, and the worker waits
 		// for a probe.
-		gates := w.gate(live)
-		open := live[:0:0]
+		gates, allAllowed := w.gate(live)
+		open := live
+		if !allAllowed {
+			open = live[:0:0]
+		}
 		from := len(out.failures)
 		sinkWorks := false
 		for j, e := range live {
+			if allAllowed {
+				break
+			}
 			g := gates[e.Topic]
 			if g.allowed {
 				open = append(open, e)
@@ -112,14 +129,14 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 			}
 		}
 		if len(open) == 0 {
-			if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return lastRound[key] > i }) {
+			if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return laterRound(key, i) }) {
 				return 0
 			}
 			continue
 		}
 		attempted = true
 		w.publish(ctx, open, gates, failedKeys, &out)
-		if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return lastRound[key] > i }) {
+		if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return laterRound(key, i) }) {
 			return 0 // the lease is given up; nothing more is recorded
 		}
 	}
@@ -156,12 +173,19 @@ type gate struct {
 }
 
 // gate asks the breaker of every topic of round whether the round may
-// publish its entries.
-func (w *worker) gate(round []Entry) map[string]gate {
+// publish its entries; all reports whether every topic's may.
+func (w *worker) gate(round []Entry) (gates map[string]gate, all bool) {
 	r := w.r
 	now := r.opts.Now()
-	gates := map[string]gate{}
-	for _, e := range round {
+	gates = map[string]gate{}
+	all = true
+	last := ""
+	for i := range round {
+		e := &round[i]
+		if i > 0 && e.Topic == last {
+			continue
+		}
+		last = e.Topic
 		if _, ok := gates[e.Topic]; ok {
 			continue
 		}
@@ -175,8 +199,9 @@ func (w *worker) gate(round []Entry) map[string]gate {
 			g.scale = r.opts.BackpressureScale
 		}
 		gates[e.Topic] = g
+		all = all && allowed
 	}
-	return gates
+	return gates, all
 }
 
 // parkTopicless parks the entries of batch that have no topic, which no
@@ -462,51 +487,78 @@ func (w *worker) release(ctx context.Context, ids []string) {
 // previous entry when both have the same topic, and in the next round
 // otherwise; unordered: the batch as is. Rounds larger than maxInFlight
 // are split.
+//
+// A batch that is one round is returned as it is (sub-slices of batch);
+// otherwise the rounds share one new backing array. Each round's capacity
+// is its length, so appending to one never writes into another.
 func planRounds(batch []Entry, unordered, keyOrder bool, maxInFlight int) [][]Entry {
 	var rounds [][]Entry
 	switch {
-	case unordered:
+	case unordered || len(batch) == 0:
 		rounds = [][]Entry{batch}
-	case keyOrder:
-		type last struct {
-			round int
-			topic string
-		}
-		seen := make(map[string]last, len(batch))
-		for _, e := range batch {
-			i := 0
-			if e.Key != "" {
-				if l, ok := seen[e.Key]; ok {
-					i = l.round
-					if l.topic != e.Topic {
-						i++
-					}
-				}
-				seen[e.Key] = last{i, e.Topic}
-			}
-			for i >= len(rounds) {
-				rounds = append(rounds, nil)
-			}
-			rounds[i] = append(rounds[i], e)
-		}
 	default:
-		seen := make(map[string]int, len(batch))
-		for _, e := range batch {
-			i := 0
-			if e.Key != "" {
-				i = seen[e.Key]
-				seen[e.Key] = i + 1
+		// at[i] is the round of batch[i]; sizes the length of each round.
+		at := make([]int32, len(batch))
+		var sizes []int
+		if keyOrder {
+			type last struct {
+				round int32
+				topic string
 			}
-			if i == len(rounds) {
-				rounds = append(rounds, nil)
+			seen := make(map[string]last, len(batch))
+			for j := range batch {
+				e := &batch[j]
+				var i int32
+				if e.Key != "" {
+					if l, ok := seen[e.Key]; ok {
+						i = l.round
+						if l.topic != e.Topic {
+							i++
+						}
+					}
+					seen[e.Key] = last{i, e.Topic}
+				}
+				at[j] = i
+				for int(i) >= len(sizes) {
+					sizes = append(sizes, 0)
+				}
+				sizes[i]++
 			}
-			rounds[i] = append(rounds[i], e)
+		} else {
+			seen := make(map[string]int32, len(batch))
+			for j := range batch {
+				e := &batch[j]
+				var i int32
+				if e.Key != "" {
+					i = seen[e.Key]
+					seen[e.Key] = i + 1
+				}
+				at[j] = i
+				if int(i) == len(sizes) {
+					sizes = append(sizes, 0)
+				}
+				sizes[i]++
+			}
+		}
+		if len(sizes) == 1 {
+			rounds = [][]Entry{batch}
+			break
+		}
+		buf := make([]Entry, len(batch))
+		rounds = make([][]Entry, len(sizes))
+		off := 0
+		for i, n := range sizes {
+			rounds[i] = buf[off : off : off+n]
+			off += n
+		}
+		for j, i := range at {
+			rounds[i] = append(rounds[i], batch[j])
 		}
 	}
 	var out [][]Entry
 	for _, r := range rounds {
 		for len(r) > maxInFlight {
-			out = append(out, r[:maxInFlight])
+			out = append(out, r[:maxInFlight:maxInFlight])
 			r = r[maxInFlight:]
 		}
 		if len(r) > 0 {

@@ -70,6 +70,12 @@ type Backend struct {
 	qPurge, qNotifyCommitted                string
 	qHeartbeat, qLeave                      string
 
+	// qMarkSentTID is MarkSent of entries whose row versions the last
+	// fetch read (see fetchedRows); fetched remembers, per partition,
+	// where the rows of its last fetch are.
+	qMarkSentTID string
+	fetched      []fetchedRows
+
 	// qFindNoHold is find_pending_batch.sql without the hold check, for an
 	// outbox from before migration 006 (which has no hold table);
 	// noHoldTable reports that the Backend uses it. Its first column
@@ -130,8 +136,9 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b := &Backend{pool: pool, opts: opts, names: n}
 	b.noHoldTable.Store(!hasHold)
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
-	archiveInsert := ""
+	archiveInsert, sentReturning := "", "o.id"
 	if opts.Archive {
+		sentReturning = "o.*"
 		// An ID sent twice (appended again after its first delivery, as
 		// the SPI allows) keeps the row of its latest delivery.
 		archiveInsert = `, a AS (
@@ -148,7 +155,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
         sent_at = EXCLUDED.sent_at
 )`
 	}
-	r := strings.NewReplacer("{archive_insert}", archiveInsert, "{lock_rows}", lockRows)
+	r := strings.NewReplacer("{archive_insert}", archiveInsert, "{sent_returning}", sentReturning, "{lock_rows}", lockRows)
 	load := func(name string) string {
 		return b.render(r.Replace(loadQuery(name)))
 	}
@@ -186,6 +193,8 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qUnseal = load("unseal")
 	b.qSealed = load("sealed")
 	b.qMarkSent = load("mark_sent")
+	b.qMarkSentTID = load("mark_sent_tid")
+	b.fetched = make([]fetchedRows, opts.Partitions)
 	b.qMarkFailed = load("mark_failed")
 	b.qParkCorrupt = load("park_corrupt")
 	b.qRequeueCheck = load("requeue_check")

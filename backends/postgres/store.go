@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -212,6 +213,7 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 		seq  int64
 	}
 	var order []position
+	var where map[string]pgtype.TID
 	for rows.Next() {
 		leaseOK = true
 		var (
@@ -230,7 +232,8 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 			}
 		)
 		var holdTable bool
-		if err := rows.Scan(&holdTable, &pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created); err != nil {
+		var ctid pgtype.TID
+		if err := rows.Scan(&holdTable, &pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created, &ctid); err != nil {
 			return nil, nil, b.interpretError(op, err)
 		}
 		if noHold && holdTable {
@@ -252,6 +255,12 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 		e.Headers = c.headers
 		out = append(out, e)
 		order = append(order, position{pos.next.Time, pos.seq.Int64})
+		if ctid.Valid {
+			if where == nil {
+				where = make(map[string]pgtype.TID, limit)
+			}
+			where[e.ID] = ctid
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, b.interpretError(op, err)
@@ -259,6 +268,7 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 	if !leaseOK {
 		return nil, nil, leaseLost(op, lease)
 	}
+	b.fetched[lease.Partition].remember(lease, where)
 	idx := make([]int, len(out))
 	for i := range idx {
 		idx[i] = i
@@ -291,7 +301,45 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
 		return argErr(op, err)
 	}
+	if ctids := b.fetched[lease.Partition].ctids(lease, ids); len(ctids) > 0 {
+		return b.fenced(ctx, op, lease, b.qMarkSentTID, lease.Partition, lease.Owner, lease.Version, ids, ctids)
+	}
 	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, ids)
+}
+
+// fetchedRows holds the ctids of the rows the last fetch of a partition
+// returned, with the lease it ran under. MarkSent under that lease finds
+// those rows by their ctids (queries/mark_sent_tid.sql) instead of one
+// primary-key descent per ID, which halves its cost; a ctid is only a
+// hint (a row updated or deleted since has another, or none), so the
+// statement also deletes by ID whatever it did not find there.
+type fetchedRows struct {
+	mu      sync.Mutex
+	owner   string
+	version int64
+	where   map[string]pgtype.TID
+}
+
+func (f *fetchedRows) remember(lease outbox.Lease, where map[string]pgtype.TID) {
+	f.mu.Lock()
+	f.owner, f.version, f.where = lease.Owner, lease.Version, where
+	f.mu.Unlock()
+}
+
+// ctids returns the ctids known for ids under lease.
+func (f *fetchedRows) ctids(lease outbox.Lease, ids []string) []pgtype.TID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.where == nil || f.owner != lease.Owner || f.version != lease.Version {
+		return nil
+	}
+	out := make([]pgtype.TID, 0, len(ids))
+	for _, id := range ids {
+		if t, ok := f.where[id]; ok {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // MarkFailed records the failures in one statement (an UPDATE joined to

@@ -35,9 +35,13 @@ var (
 // Backend is the Redis outbox backend. It is safe for concurrent use. It
 // never closes the client it was given.
 type Backend struct {
-	client  redis.UniversalClient
-	opts    Options
-	parts   []keys
+	client redis.UniversalClient
+	opts   Options
+	parts  []keys
+	// claims remembers, per partition, the pending members of the entries
+	// the last fetch returned, so MarkSent can remove them without reading
+	// their values (see claimCache).
+	claims  []claimCache
 	meta    string // hash: partitions, created-at (the prefix's own slot)
 	members string // hash: owner -> membership record (the prefix's own slot)
 	cluster bool
@@ -125,6 +129,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Back
 		return nil, err
 	}
 	b.parts = make([]keys, n)
+	b.claims = make([]claimCache, n)
 	for p := range b.parts {
 		b.parts[p] = partitionKeys(opts.Prefix, p)
 	}

@@ -411,3 +411,52 @@ func testRequeueRefuses(t *testing.T, c redis.UniversalClient) {
 	require.NoError(t, err)
 	assert.False(t, info.Parked)
 }
+
+// TestSoundAgreesWithParse: the claim's fast check (sound in lib.lua)
+// accepts exactly the format 2 values parse finds well formed with a
+// topic, and finds the key parse finds, for every corruption and for
+// sound values with and without key and headers.
+func TestSoundAgreesWithParse(t *testing.T) {
+	t.Parallel()
+	c := standaloneClient(t)
+	ctx := testCtx(t)
+	lib, err := scriptFS.ReadFile("scripts/lib.lua")
+	require.NoError(t, err)
+	probe := string(lib) + `
+local v = ARGV[1]
+local ko, kl = sound(v)
+local p = parse(v)
+local ok = string.byte(v, 1) == 2 and not p.why and p.topic ~= ''
+local key = ''
+if ko then key = string.sub(v, ko + 1, ko + kl) end
+return {ko and 1 or 0, ok and 1 or 0, key, p.key or ''}`
+	good := []outbox.Entry{
+		{Topic: "t", Key: "key", Headers: map[string]string{"h": "v"}, Payload: []byte("p")},
+		{Topic: "t", Key: "key", Headers: map[string]string{"a": "", "b": "x"}},
+		{Topic: "t"},
+		{Topic: "topic", Payload: make([]byte, 1000), NotBefore: time.Unix(1, 0)},
+	}
+	values := map[string][]byte{}
+	for i, e := range good {
+		v := encodeEntry(&e)
+		v[1] = 1 // a sequence, as the append script writes one
+		values[fmt.Sprintf("sound %d", i)] = v
+		for _, cr := range corruptions {
+			if len(e.Headers) == 0 && strings.Contains(cr.name, "header ") {
+				continue
+			}
+			values[fmt.Sprintf("%s of %d", cr.name, i)] = cr.damage(v)
+		}
+		values[fmt.Sprintf("format 1 of %d", i)] = append([]byte{encodingV1}, append(v[1:17], v[25:]...)...)
+		values[fmt.Sprintf("format 3 of %d", i)] = append([]byte{encodingQuarantined}, v[1:]...)
+	}
+	for name, v := range values {
+		res, err := c.Eval(ctx, probe, []string{"{sound-probe}"}, v).Slice()
+		require.NoError(t, err, name)
+		fast, ok := res[0].(int64), res[1].(int64)
+		assert.Equal(t, ok, fast, "%s: sound accepts it iff parse finds it sound (format 2 with a topic)", name)
+		if fast == 1 {
+			assert.Equal(t, res[3], res[2], "%s: sound finds the key parse finds", name)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -232,6 +233,13 @@ func decodeEntry(id string, partition int, b []byte) (outbox.Entry, error) {
 		e.NotBefore = time.Unix(0, nb)
 	}
 	return e, nil
+}
+
+// bytesOf returns the bytes of s without copying them, for decodeEntry,
+// which only reads its input and copies what it keeps (the payload and
+// every string). The result must never be written to.
+func bytesOf(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
 // position returns the position of a format 2 entry (Unix ms: its first

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -172,11 +173,15 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 		batch.Parked = append(batch.Parked, outbox.CorruptEntry{ID: f[0], Key: f[1], Topic: f[2], Reason: f[3]})
 	}
 	batch.Entries = make([]outbox.Entry, 0, len(flat)/2)
+	members := make(map[string]string, len(flat)/2)
 	var corrupt []outbox.Failure
 	for i := 0; i < len(flat); i += 2 {
 		id, _ := flat[i].(string)
 		raw, _ := flat[i+1].(string)
-		e, err := decodeEntry(id, lease.Partition, []byte(raw))
+		if len(raw) > 9 && raw[0] == encodingV2 {
+			members[id] = raw[1:9] + id
+		}
+		e, err := decodeEntry(id, lease.Partition, bytesOf(raw))
 		if err == nil && e.Topic == "" {
 			err = fmt.Errorf("%w: topic is empty", errCorrupt)
 		}
@@ -190,12 +195,63 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 		}
 		batch.Entries = append(batch.Entries, e)
 	}
+	b.claims[lease.Partition].remember(lease, members)
 	if len(corrupt) > 0 {
 		if err := b.MarkFailed(ctx, lease, corrupt); err != nil {
 			return outbox.Batch{}, err
 		}
 	}
 	return batch, nil
+}
+
+// claimCache holds the pending members (8-byte sequence, then ID) of the
+// entries the last fetch of a partition returned, with the lease it was
+// made under. MarkSent under the same lease sends an ID with its member,
+// and mark_sent.lua removes such entries without reading their values;
+// IDs it does not know (or another lease's) are sent alone and read. A
+// member is only a hint: the script removes an entry only when that
+// member is pending (see mark_sent.lua), so a stale one costs a read, never
+// a wrong removal.
+type claimCache struct {
+	mu      sync.Mutex
+	owner   string
+	version int64
+	members map[string]string
+}
+
+func (c *claimCache) remember(lease outbox.Lease, members map[string]string) {
+	c.mu.Lock()
+	c.owner, c.version, c.members = lease.Owner, lease.Version, members
+	c.mu.Unlock()
+}
+
+// markArgs returns ARGV for mark_sent.lua: the token, the number of ID and
+// member pairs, the pairs, then the IDs without a known member. A repeated
+// ID is sent once.
+func (c *claimCache) markArgs(lease outbox.Lease, ids []string) []any {
+	args := make([]any, 2, 2+2*len(ids))
+	args[0] = token(lease)
+	var plain []string
+	seen := make(map[string]struct{}, len(ids))
+	c.mu.Lock()
+	known := c.members != nil && c.owner == lease.Owner && c.version == lease.Version
+	for _, id := range ids {
+		if _, dup := seen[id]; dup {
+			continue
+		}
+		seen[id] = struct{}{}
+		if m, ok := c.members[id]; ok && known {
+			args = append(args, id, m)
+		} else {
+			plain = append(plain, id)
+		}
+	}
+	c.mu.Unlock()
+	args[1] = (len(args) - 2) / 2
+	for _, id := range plain {
+		args = append(args, id)
+	}
+	return args
 }
 
 // fenced runs a lease-fenced script whose result is -1 (lease lost) or a
@@ -225,9 +281,9 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err != nil {
 		return err
 	}
-	args := idArgs(lease, ids)
+	args := b.claims[lease.Partition].markArgs(lease, ids)
 	return b.fenced(ctx, "MarkSent", scriptMarkSent, lease,
-		[]string{k.lease, k.pending, k.entries, k.keyorder}, args)
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked}, args)
 }
 
 // MarkFailed runs mark_failed.lua (one round trip, fenced by the lease).

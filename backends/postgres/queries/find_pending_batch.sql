@@ -10,13 +10,15 @@
 -- filter above the index scan (a held outbox reads no entry row). For an
 -- outbox from before 006 it is empty, and {hold_probe} reports whether the
 -- hold table has appeared since (the Backend then switches to the query
--- with the check); otherwise {hold_probe} is false.
+-- with the check); otherwise {hold_probe} is false. ctid is where each row
+-- version is: MarkSent of these entries finds them by it (see
+-- mark_sent_tid.sql).
 SELECT {hold_probe}, c.seq, c.next_at, c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
-       c.attempts, c.last_error, c.created_at
+       c.attempts, c.last_error, c.created_at, c.ctid
 FROM {lease} AS l
 LEFT JOIN LATERAL (
     SELECT o.seq, o.next_at, o.id, o.topic, o.key, o.payload, o.headers,
-           o.not_before, o.attempts, o.last_error, o.created_at
+           o.not_before, o.attempts, o.last_error, o.created_at, o.ctid
     FROM {outbox} AS o
     WHERE o.partition = l.partition
       {hold_check}

@@ -94,6 +94,9 @@ local marked = redis.call('EXISTS', KEYS[4]) == 1
 -- open[key]: the last member of the key's marked entries the walk in
 -- blocker found returned (the walk resumes after it).
 local returned, stop, held, heldat, open = {}, {}, {}, {}, {}
+-- anyheld: whether stop or held has an entry (then every keyed entry takes
+-- the general path). nout: the length of out.
+local anyheld, nout = false, 0
 -- rescore: score, member pairs for ZADD pending once the scan is over.
 local rescore = {}
 
@@ -137,14 +140,38 @@ end
 
 while got < limit and scanned < budget do
   local want = math.min(limit - got + 16, budget - scanned)
-  local r = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', skipped, want)
+  local r = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', skipped, want)
   if #r == 0 then break end
-  for i = 1, #r, 2 do
+  -- The chunk's values in one call. This loop writes no value but the
+  -- one it is looking at, so the others stay as read.
+  local ids = {}
+  for i = 1, #r do ids[i] = string.sub(r[i], 9) end
+  local vals = {}
+  for lo = 1, #ids, 4096 do
+    local part = redis.call('HMGET', KEYS[3], unpack(ids, lo, math.min(lo + 4095, #ids)))
+    for j = 1, #part do vals[lo + j - 1] = part[j] end
+  end
+  for i = 1, #r do
     if got >= limit or scanned >= budget then break end
     scanned = scanned + 1
-    local m, score = r[i], tonumber(r[i + 1])
-    local id = string.sub(m, 9)
-    local v = redis.call('HGET', KEYS[3], id)
+    local m, id, v = r[i], ids[i], vals[i]
+    -- The fast path: a sound format 2 value under its own member, whose
+    -- key (if any) needs no key-order member because nothing is marked,
+    -- stopped or held in this call (see "Per-key order" above). Anything
+    -- else takes the general path below.
+    local ko, kl
+    if v then ko, kl = sound(v) end
+    if ko and string.sub(v, 2, 9) == string.sub(m, 1, 8) and (kl == 0 or not (marked or anyheld)) then
+      if kl > 0 and u32(v, 26) > 0 then
+        stop[string.sub(v, ko + 1, ko + kl)] = true
+        anyheld = true
+      end
+      skipped = skipped + 1
+      got = got + 1
+      nout = nout + 2
+      out[nout - 1] = id
+      out[nout] = v
+    else
     local p = v and string.byte(v, 1) ~= 3 and parse(v)
     local stray = p and not p.why and string.sub(v, 2, 9) ~= string.sub(m, 1, 8)
     if stray and (redis.call('ZSCORE', KEYS[2], member(v, id)) or redis.call('ZSCORE', KEYS[5], id)) then
@@ -183,7 +210,11 @@ while got < limit and scanned < budget do
         local converted
         v, converted = as_v2(v)
         local km, pfx
-        if key ~= '' then
+        if key ~= '' and (marked or converted or stop[key] or held[key]) then
+          -- Only then can the key-order member matter: with nothing
+          -- marked, stopped or held, every entry of the key this call
+          -- meets is returned, and the set (empty when the call began, so
+          -- holding only members this call adds) never holds its member.
           pfx = key_prefix(key)
           km = pfx .. string.sub(v, 18, 25) .. m
           if converted then
@@ -193,7 +224,9 @@ while got < limit and scanned < budget do
         end
         if converted then redis.call('HSET', KEYS[3], id, v) end
         local ok, bs = true, nil
-        if km then
+        if key ~= '' and not km then
+          if attempts_of(v) > 0 then stop[key], anyheld = true, true end
+        elseif km then
           if stop[key] then
             ok = false
           elseif held[key] and precedes(held[key], km, #pfx + 1) then
@@ -207,16 +240,18 @@ while got < limit and scanned < budget do
         if ok then
           skipped = skipped + 1 -- it stays in pending, in front of the next chunk
           if km then
-            if attempts_of(v) > 0 then stop[key] = true else returned[km] = true end
+            if attempts_of(v) > 0 then stop[key], anyheld = true, true else returned[km] = true end
           end
           got = got + 1
-          out[#out + 1] = id
-          out[#out + 1] = v
+          nout = nout + 2
+          out[nout - 1] = id
+          out[nout] = v
         else
           -- It stays where it is until the scan is over, in front of the
           -- next chunk.
           skipped = skipped + 1
           local at = nil
+          local score = bs and tonumber(redis.call('ZSCORE', KEYS[2], m))
           if bs and bs > score then
             rescore[#rescore + 1] = bs
             rescore[#rescore + 1] = m
@@ -227,9 +262,11 @@ while got < limit and scanned < budget do
           end
           if not held[key] or precedes(km, held[key], #pfx + 1) then
             held[key], heldat[key] = km, at
+            anyheld = true
           end
         end
       end
+    end
     end
   end
 end

@@ -1,28 +1,95 @@
 -- mark_sent.lua: MarkSent (fenced).
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
--- KEYS[4] key-order zset
--- ARGV[1] token "version:owner"   ARGV[2..] entry IDs
+-- KEYS[4] key-order zset   KEYS[5] parked zset
+-- ARGV[1] token "version:owner"   ARGV[2] k
+-- ARGV[3 .. 2+2k] pairs: an entry ID, then the pending member the claim
+-- returned it under
+-- ARGV[3+2k ..] entry IDs without a member
 -- Returns -1 when the lease is lost (nothing changed), else the number of
 -- entries removed. Unknown, already sent and parked IDs are ignored.
 --
 -- A sent entry leaves the key-order set (if it was there), so it no
 -- longer holds back the entries after it.
+--
+-- Pairs, while the key-order set is empty (nothing failing or held back):
+-- one ZREM of the members; when it removed every one of them, each entry
+-- was pending under its member, and one HDEL removes the values. When it
+-- removed fewer (an entry cancelled meanwhile, parked, sent by an earlier
+-- call, or appended again under a new sequence), a value is removed only
+-- when it has the member's sequence and is not parked: its member was the
+-- one just removed. Everything else (IDs alone, and pairs while the
+-- key-order set has members) reads the values: HMGET, then ZMSCORE of
+-- their members (an entry is removed only when its member is pending), one
+-- ZREM, one HDEL and one ZREM of the key-order members. Chunks of 256
+-- entries.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
-zsets(KEYS[2], KEYS[4])
+zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3])
+local marked = redis.call('EXISTS', KEYS[4]) == 1
+local k = tonumber(ARGV[2])
 local n = 0
-for i = 2, #ARGV do
-  local id = ARGV[i]
-  local v = redis.call('HGET', KEYS[3], id)
-  if v then
-    v = as_v2(v)
-    local m = member(v, id)
-    if redis.call('ZREM', KEYS[2], m) == 1 then
-      redis.call('HDEL', KEYS[3], id)
-      local key = key_of(v)
-      if key ~= '' then redis.call('ZREM', KEYS[4], order_member(key, v, m)) end
-      n = n + 1
+-- plain: the IDs removed by reading their values.
+local plain = {}
+
+for lo = 3, 2 + 2 * k, 512 do
+  local hi = math.min(lo + 511, 2 + 2 * k)
+  local ids, ms = {}, {}
+  for i = lo, hi, 2 do
+    ids[#ids + 1], ms[#ms + 1] = ARGV[i], ARGV[i + 1]
+  end
+  if marked then
+    for _, id in ipairs(ids) do plain[#plain + 1] = id end
+  else
+    local c = redis.call('ZREM', KEYS[2], unpack(ms))
+    if c == #ms then
+      redis.call('HDEL', KEYS[3], unpack(ids))
+    elseif c > 0 then
+      local vals = redis.call('HMGET', KEYS[3], unpack(ids))
+      local del = {}
+      for i = 1, #ids do
+        local v = vals[i]
+        if v and string.sub(v, 2, 9) == string.sub(ms[i], 1, 8) and not redis.call('ZSCORE', KEYS[5], ids[i]) then
+          del[#del + 1] = ids[i]
+        end
+      end
+      if #del > 0 then redis.call('HDEL', KEYS[3], unpack(del)) end
+    end
+    n = n + c
+  end
+end
+for i = 3 + 2 * k, #ARGV do plain[#plain + 1] = ARGV[i] end
+
+local seen = {}
+for lo = 1, #plain, 256 do
+  local hi = math.min(lo + 255, #plain)
+  local vals = redis.call('HMGET', KEYS[3], unpack(plain, lo, hi))
+  local ids, ms, vs = {}, {}, {}
+  for i = 1, #vals do
+    local id, v = plain[lo + i - 1], vals[i]
+    if v and not seen[id] then
+      seen[id] = true
+      v = as_v2(v)
+      ids[#ids + 1], ms[#ms + 1], vs[#vs + 1] = id, member(v, id), v
+    end
+  end
+  if #ms > 0 then
+    local scores = redis.call('ZMSCORE', KEYS[2], unpack(ms))
+    local rid, rm, rk = {}, {}, {}
+    for i = 1, #ms do
+      if scores[i] then
+        rid[#rid + 1], rm[#rm + 1] = ids[i], ms[i]
+        if marked then
+          local key = key_of(vs[i])
+          if key ~= '' then rk[#rk + 1] = order_member(key, vs[i], ms[i]) end
+        end
+      end
+    end
+    if #rm > 0 then
+      redis.call('ZREM', KEYS[2], unpack(rm))
+      redis.call('HDEL', KEYS[3], unpack(rid))
+      if #rk > 0 then redis.call('ZREM', KEYS[4], unpack(rk)) end
+      n = n + #rm
     end
   end
 end
