@@ -301,8 +301,8 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
 		return argErr(op, err)
 	}
-	if ctids := b.fetched[lease.Partition].ctids(lease, ids); len(ctids) > 0 {
-		return b.fenced(ctx, op, lease, b.qMarkSentTID, lease.Partition, lease.Owner, lease.Version, ids, ctids)
+	if ctids, known := b.fetched[lease.Partition].ctids(lease, ids); len(ctids) > 0 {
+		return b.fenced(ctx, op, lease, b.qMarkSentTID, lease.Partition, lease.Owner, lease.Version, ids, ctids, known)
 	}
 	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, ids)
 }
@@ -326,20 +326,21 @@ func (f *fetchedRows) remember(lease outbox.Lease, where map[string]pgtype.TID) 
 	f.mu.Unlock()
 }
 
-// ctids returns the ctids known for ids under lease.
-func (f *fetchedRows) ctids(lease outbox.Lease, ids []string) []pgtype.TID {
+// ctids returns the ctids known for ids under lease, and the IDs they are
+// of (parallel slices).
+func (f *fetchedRows) ctids(lease outbox.Lease, ids []string) ([]pgtype.TID, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.where == nil || f.owner != lease.Owner || f.version != lease.Version {
-		return nil
+		return nil, nil
 	}
-	out := make([]pgtype.TID, 0, len(ids))
+	tids, known := make([]pgtype.TID, 0, len(ids)), make([]string, 0, len(ids))
 	for _, id := range ids {
 		if t, ok := f.where[id]; ok {
-			out = append(out, t)
+			tids, known = append(tids, t), append(known, id)
 		}
 	}
-	return out
+	return tids, known
 }
 
 // MarkFailed records the failures in one statement (an UPDATE joined to

@@ -1,10 +1,10 @@
 -- MarkSent of entries this Backend fetched: $1 partition, $2 owner,
--- $3 version, $4 ids, $5 the ctids the fetch read those of them it
--- returned (any order). Fenced like mark_sent.sql. d1 deletes the rows
--- found at those ctids (a TID scan: no index descent per row) whose ID is
--- one of $4; a ctid that no longer holds such a row (the row was updated
--- or deleted since the fetch, and its slot perhaps reused) deletes
--- nothing, and d2 deletes by ID every entry of $4 that d1 did not (in
+-- $3 version, $4 ids, and $5/$6 parallel arrays: the ctid at which the
+-- fetch read each of those it returned, and its ID. Fenced like
+-- mark_sent.sql. d1 deletes the row at each ctid when it has that ID (a
+-- TID scan per pair: no index descent); a ctid that no longer holds that
+-- row (it was updated or deleted since the fetch, and its slot perhaps
+-- reused) deletes nothing, and d2 deletes by ID every entry of $4 that d1 did not (in
 -- the usual case d1 deleted as many rows as $4 has IDs, and d2 reads
 -- nothing). Returns whether the lease
 -- matched and how many rows were removed. The DELETEs return whole rows
@@ -15,7 +15,8 @@ WITH l AS MATERIALIZED (
     FOR SHARE
 ), d1 AS (
     DELETE FROM {outbox} AS o
-    WHERE o.ctid = ANY($5::tid[]) AND o.id = ANY($4::text[]) AND o.partition = $1
+    USING unnest($5::tid[], $6::text[]) AS f(t, id)
+    WHERE o.ctid = f.t AND o.id = f.id AND o.partition = $1
       AND EXISTS (SELECT 1 FROM l)
     RETURNING {sent_returning}
 ), d2 AS (
