@@ -40,6 +40,8 @@ type Config struct {
 	SmallBack int           // W4 small backlog
 	LatencyN  int           // W3 entries per run (upper bound)
 	LatencyD  time.Duration // W3 longest duration per run
+	ProbeD    time.Duration // W3 window of one sustainable-rate probe
+	ProbeBis  int           // W3 bisection steps of the sustainable-rate search
 	PGURL     string
 	RedisURL  string
 	RedisDB   int
@@ -75,10 +77,12 @@ func main() {
 		cfg.N, cfg.N1, cfg.Runs = 2000, 1000, 1
 		cfg.BigBack, cfg.SmallBack = 20000, 2000
 		cfg.LatencyN, cfg.LatencyD = 600, 2*time.Second
+		cfg.ProbeD, cfg.ProbeBis = 600*time.Millisecond, 2
 	} else {
 		cfg.N, cfg.N1, cfg.Runs = 100000, 20000, 3
 		cfg.BigBack, cfg.SmallBack = 1000000, 10000
 		cfg.LatencyN, cfg.LatencyD = 100000, 10*time.Second
+		cfg.ProbeD, cfg.ProbeBis = 2*time.Second, 3
 	}
 	if *n > 0 {
 		cfg.N = *n

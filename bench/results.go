@@ -40,6 +40,19 @@ func (sr *series) add(v float64, c *Counts) {
 	}
 }
 
+// median is the median of the runs so far (0 without any).
+func (sr *series) median() float64 {
+	if len(sr.vals) == 0 {
+		return 0
+	}
+	v := slices.Clone(sr.vals)
+	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
+}
+
 // record stores a figure; it does nothing when sr has no runs (the
 // workload failed before its first run ended).
 func (s *Suite) record(key, workload, system, unit string, higher bool, sr *series, note string) *Result {
@@ -49,10 +62,7 @@ func (s *Suite) record(key, workload, system, unit string, higher bool, sr *seri
 	v := slices.Clone(sr.vals)
 	slices.Sort(v)
 	r := &Result{Key: key, Workload: workload, System: system, Unit: unit, Higher: higher,
-		Runs: sr.vals, Median: v[len(v)/2], Min: v[0], Max: v[len(v)-1], Counts: sr.counts, Note: note}
-	if len(v)%2 == 0 {
-		r.Median = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
+		Runs: sr.vals, Median: sr.median(), Min: v[0], Max: v[len(v)-1], Counts: sr.counts, Note: note}
 	s.mu.Lock()
 	s.results = slices.DeleteFunc(s.results, func(o *Result) bool { return o.Key == key })
 	s.results = append(s.results, r)
@@ -99,6 +109,7 @@ type comparison struct {
 	ours    string
 	other   string
 	target  float64 // ratio target (ours/other ≥ target); 0 = no target
+	atMost  float64 // ratio upper bound, where lower is better (ours/other ≤ atMost); 0 = none
 	abs     float64 // absolute upper bound for ours; 0 = none
 	atLeast float64 // absolute lower bound for ours; 0 = none
 	unit    string  // the unit of abs and atLeast; default "ms"
@@ -125,10 +136,16 @@ var comparisons = []comparison{
 	{group: "Redis drain, 100k backlog, no-op sink", ours: "ours.redis.drain.noop", other: "asynq.drain", target: 3},
 	{group: "Redis drain, 100k backlog, no-op sink", ours: "ours.redis.drain.noop", other: "raw.redis.claimdelete"},
 	{group: "Redis drain, 100k backlog, to kfake", ours: "ours.redis.drain.kfake", other: "ours.redis.drain.noop"},
-	{group: "Postgres commit-to-sink p99, half load, wake-ups", ours: "ours.pg.lat.wake.p99", abs: 25},
-	{group: "Redis commit-to-sink p99, half load, wake-ups", ours: "ours.redis.lat.wake.p99", abs: 25},
-	{group: "Postgres commit-to-sink p99, quarter load, wake-ups", ours: "ours.pg.lat.wake4.p99"},
-	{group: "Redis commit-to-sink p99, quarter load, wake-ups", ours: "ours.redis.lat.wake4.p99"},
+	{group: "Postgres sustainable end-to-end rate (32 callers, 1 relay, no-op sink)", ours: "ours.pg.lat.sustainable"},
+	{group: "Redis sustainable end-to-end rate (32 callers, 1 relay, no-op sink)", ours: "ours.redis.lat.sustainable"},
+	{group: "Postgres commit-to-sink p99, half of the sustainable rate, wake-ups", ours: "ours.pg.lat.wake.p99", abs: 10},
+	{group: "Redis commit-to-sink p99, half of the sustainable rate, wake-ups", ours: "ours.redis.lat.wake.p99", abs: 10},
+	{group: "Postgres commit-to-sink p99 vs River's commit-to-work p99, same arrivals, half of the Postgres sustainable rate", ours: "ours.pg.lat.wake.p99", other: "river.lat.pg.half.p99", atMost: 0.2},
+	{group: "Redis commit-to-sink p99 vs River's commit-to-work p99, same arrivals, half of the Redis sustainable rate", ours: "ours.redis.lat.wake.p99", other: "river.lat.redis.half.p99", atMost: 0.2},
+	{group: "Postgres commit-to-sink p99, a quarter of the sustainable rate, wake-ups", ours: "ours.pg.lat.wake4.p99"},
+	{group: "Redis commit-to-sink p99, a quarter of the sustainable rate, wake-ups", ours: "ours.redis.lat.wake4.p99"},
+	{group: "Postgres commit-to-sink p99 vs River's commit-to-work p99, same arrivals, a quarter of the Postgres sustainable rate", ours: "ours.pg.lat.wake4.p99", other: "river.lat.pg.quarter.p99"},
+	{group: "Redis commit-to-sink p99 vs River's commit-to-work p99, same arrivals, a quarter of the Redis sustainable rate", ours: "ours.redis.lat.wake4.p99", other: "river.lat.redis.quarter.p99"},
 	{group: "Postgres drain, big backlog vs small", ours: "ours.pg.backlog.big.rate", other: "ours.pg.backlog.small.rate", target: 0.9},
 	{group: "Postgres raw claim-and-delete, big backlog vs small", ours: "raw.pg.backlog.big.rate", other: "raw.pg.backlog.small.rate"},
 	{group: "Redis drain, big backlog vs small", ours: "ours.redis.backlog.big.rate", other: "ours.redis.backlog.small.rate", target: 0.9},
@@ -204,13 +221,19 @@ func (s *Suite) markdownTables() string {
 		}
 		ratio, per := ratios(o, x)
 		met := "—"
-		if c.target > 0 {
+		switch {
+		case c.target > 0:
 			met = "yes"
 			if ratio < c.target {
 				met = "**no**"
 			}
+		case c.atMost > 0:
+			met = "yes"
+			if ratio > c.atMost {
+				met = "**no**"
+			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s %s | %.2f× | %s | %s | %s |\n", c.group, fmtFigure(o), x.System, fmtFigure(x), ratio, per, targetText(c), met)
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %s× | %s | %s | %s |\n", c.group, fmtFigure(o), x.System, fmtFigure(x), fmtRatio(ratio), per, targetText(c), met)
 	}
 	b.WriteString("\n## Every figure (median of the runs, min–max)\n\n")
 	b.WriteString("| workload | system | median | min | max | unit | delivered / duplicates / order violations |\n|---|---|---|---|---|---|---|\n")
@@ -235,6 +258,15 @@ func (s *Suite) markdownTables() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.Workload, sys, fmtNum(r.Median), fmtNum(r.Min), fmtNum(r.Max), r.Unit, cnt)
 	}
 	return b.String()
+}
+
+// fmtRatio prints a ratio with two decimals, or two significant digits
+// below 0.1 (a latency ratio can be far below it).
+func fmtRatio(r float64) string {
+	if r != 0 && math.Abs(r) < 0.1 {
+		return fmt.Sprintf("%.2g", r)
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 // ratios returns ours/other: the median of the per-round ratios when both
@@ -282,6 +314,8 @@ func targetText(c comparison) string {
 		return fmt.Sprintf("≥ %g %s", c.atLeast, unit)
 	case c.target > 0:
 		return fmt.Sprintf("≥ %g×", c.target)
+	case c.atMost > 0:
+		return fmt.Sprintf("≤ %g×", c.atMost)
 	}
 	return ""
 }

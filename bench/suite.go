@@ -31,9 +31,10 @@ type Suite struct {
 	mu       sync.Mutex
 	results  []*Result
 	failures []string
-	// drainRate remembers W2's no-op drain rate per backend, for W3's
-	// half-load arrival rate.
-	drainRate map[string]float64
+	// latRate remembers each of our backends' sustainable end-to-end rate
+	// (W3) and the round that measured it, for River's W3 points, which
+	// run at the same arrival rates later in the round.
+	latRate map[string]roundRate
 	// run is the round being run: every workload runs once per round, so
 	// the runs of all systems interleave and the machine's drift hits them
 	// alike.
@@ -109,7 +110,7 @@ func newSuite(ctx context.Context, cfg Config) (*Suite, error) {
 		pool.Close()
 		return nil, fmt.Errorf("redis at %s is not reachable (%w); start it or set OUTBOX_REDIS_URL", cfg.RedisURL, err)
 	}
-	s := &Suite{cfg: cfg, pool: pool, rdb: rdb, drainRate: map[string]float64{}, acc: map[string]*series{}, keep: map[string]any{}}
+	s := &Suite{cfg: cfg, pool: pool, rdb: rdb, latRate: map[string]roundRate{}, acc: map[string]*series{}, keep: map[string]any{}}
 	s.info = machineInfo(ctx, s)
 	// What an interrupted run left behind: an outbox stores its partition
 	// count, so a leftover table or key prefix that a new instance's name
@@ -164,6 +165,9 @@ func (s *Suite) workloads() []workload {
 		{"asynq", s.asynq},
 		{"outbox/postgres", func(ctx context.Context) error { return s.ours(ctx, s.postgresTarget()) }},
 		{"outbox/redis", func(ctx context.Context) error { return s.ours(ctx, s.redisTarget()) }},
+		// River's W3 points run at the arrival rates our W3 measured
+		// earlier in the round.
+		{riverW3Name, s.riverW3},
 		{"W8 move", s.moveWorkload},
 	}
 }
@@ -174,6 +178,10 @@ func (s *Suite) workloads() []workload {
 func (s *Suite) selectedWorkload(w workload) bool {
 	if s.selected(w.name) {
 		return true
+	}
+	if w.name == riverW3Name {
+		// River's W3 points also run with our W3 ("-only 'postgres W3'").
+		return !s.skipped(w.name) && s.onlyNamesOurW3()
 	}
 	backend, ours := strings.CutPrefix(w.name, "outbox/")
 	if !ours || s.cfg.Only == nil || (s.cfg.Skip != nil && s.cfg.Skip.MatchString(w.name)) {
@@ -191,10 +199,12 @@ func (s *Suite) selected(name string) bool {
 	if s.cfg.Only != nil && !s.cfg.Only.MatchString(name) {
 		return false
 	}
-	if s.cfg.Skip != nil && s.cfg.Skip.MatchString(name) {
-		return false
-	}
-	return true
+	return !s.skipped(name)
+}
+
+// skipped reports whether -skip names name.
+func (s *Suite) skipped(name string) bool {
+	return s.cfg.Skip != nil && s.cfg.Skip.MatchString(name)
 }
 
 func (s *Suite) logf(format string, args ...any) {

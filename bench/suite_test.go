@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -270,5 +271,133 @@ func TestFleetBoundsDuplicatesByTakeoversTimesBatch(t *testing.T) {
 	over.Duplicates = 501
 	if err := f.check(over); err == nil {
 		t.Error("one takeover, 501 duplicates: no error")
+	}
+}
+
+func TestJudgeProbeAppliesTheSustainableRule(t *testing.T) {
+	t.Parallel()
+	// At 10,000/s, probeGrowth (20 ms) is 200 entries of arrivals and
+	// probeCeiling (100 ms) 1,000.
+	const asked = 10000
+	for _, c := range []struct {
+		name     string
+		achieved float64
+		backlog  []int64
+		ok       bool
+		why      string
+	}{
+		{"SteadyBacklogPasses", 10000, []int64{50, 80, 60, 70, 40, 90, 60, 50, 70}, true, ""},
+		{"BacklogShrinkingPasses", 9900, []int64{900, 800, 700, 300, 200, 100, 50, 40, 30}, true, ""},
+		{"SlowArrivalsFail", 9400, []int64{5, 5, 5, 5, 5, 5, 5, 5, 5}, false, "arrivals 94%"},
+		{"GrowingBacklogFails", 10000, []int64{100, 120, 140, 300, 350, 400, 450, 500, 520}, false, "backlog grew"},
+		{"GrowthWithinTheSlackPasses", 10000, []int64{100, 100, 100, 200, 200, 200, 290, 300, 300}, true, ""},
+		{"BacklogOverTheCeilingFails", 10000, []int64{1000, 1100, 900, 1000, 1050, 950, 1000, 1001, 990}, false, "backlog reached 1001"},
+		{"TooFewSamplesFail", 10000, []int64{0, 0}, false, "fewer than 3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			v := judgeProbe(asked, c.achieved, c.backlog)
+			if v.ok != c.ok {
+				t.Fatalf("ok = %v (%s), want %v", v.ok, v, c.ok)
+			}
+			if c.why != "" && !strings.Contains(strings.Join(v.why, "; "), c.why) {
+				t.Errorf("why = %q, want it to mention %q", v.why, c.why)
+			}
+		})
+	}
+}
+
+func TestSearchRateDoublesThenBisects(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		limit     float64 // the highest rate the fake system sustains
+		steps     int
+		want      float64
+		wantProbe []float64
+		wantErr   bool
+	}{
+		{"BisectsBetweenLastPassAndFirstFailure", 27000, 3, 26000, []float64{1000, 2000, 4000, 8000, 16000, 32000, 24000, 28000, 26000}, false},
+		{"NoBisectionStepsKeepsTheLastDoubling", 27000, 0, 16000, []float64{1000, 2000, 4000, 8000, 16000, 32000}, false},
+		{"StopsAtTheTop", 5e6, 3, 1024000, nil, false},
+		{"BisectsBelowTheStartWhenItFails", 700, 2, 500, []float64{1000, 500, 800}, false},
+		{"FailsWhenNothingPasses", 10, 2, 0, []float64{1000, 500, 300}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var probed []float64
+			got, err := searchRate(1000, 1024000, c.steps, func(r float64) (bool, error) {
+				probed = append(probed, r)
+				return r <= c.limit, nil
+			})
+			if (err != nil) != c.wantErr {
+				t.Fatalf("err = %v, want an error: %v", err, c.wantErr)
+			}
+			if got != c.want {
+				t.Errorf("rate = %v, want %v", got, c.want)
+			}
+			if c.wantProbe != nil && !slices.Equal(probed, c.wantProbe) {
+				t.Errorf("probed %v, want %v", probed, c.wantProbe)
+			}
+		})
+	}
+}
+
+func TestTargetsTableJudgesRatioUpperBounds(t *testing.T) {
+	t.Parallel()
+	s := &Suite{}
+	s.results = []*Result{
+		{Key: "ours.pg.lat.wake.p99", System: "outbox/postgres p99", Unit: "ms", Runs: []float64{4}, Median: 4},
+		{Key: "river.lat.pg.half.p99", System: "River p99", Unit: "ms", Runs: []float64{40}, Median: 40},
+		{Key: "ours.redis.lat.wake.p99", System: "outbox/redis p99", Unit: "ms", Runs: []float64{3}, Median: 3},
+		{Key: "river.lat.redis.half.p99", System: "River p99", Unit: "ms", Runs: []float64{10}, Median: 10},
+	}
+	table := s.markdownTables()
+	for _, want := range []string{
+		"half of the Postgres sustainable rate | 4.00 ms | River p99 40.0 ms | 0.10× |  | ≤ 0.2× | yes |",
+		"half of the Redis sustainable rate | 3.00 ms | River p99 10.0 ms | 0.30× |  | ≤ 0.2× | **no** |",
+		"Postgres commit-to-sink p99, half of the sustainable rate, wake-ups | 4.00 ms | — | — | 4.00 ms | ≤ 10 ms | yes |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the targets table has no row ending %q", want)
+		}
+	}
+}
+
+func TestRiverW3GoesWithOurW3(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		only, skip string
+		want       bool
+	}{
+		{"", "", true},
+		{"W3", "", true},
+		{"river", "", true},
+		{"postgres W3", "", true},
+		{"redis W3", "", true},
+		{"W3", "river", false},
+		{"postgres W3", "outbox/postgres", false},
+		{"outbox/postgres", "", false},
+		{"W5", "", false},
+	} {
+		s := &Suite{}
+		if c.only != "" {
+			s.cfg.Only = regexp.MustCompile(c.only)
+		}
+		if c.skip != "" {
+			s.cfg.Skip = regexp.MustCompile(c.skip)
+		}
+		if got := s.selectedWorkload(workload{name: riverW3Name}); got != c.want {
+			t.Errorf("-only %q -skip %q: selectedWorkload(%q) = %v, want %v", c.only, c.skip, riverW3Name, got, c.want)
+		}
+	}
+}
+
+func TestFmtRatioKeepsSmallRatiosReadable(t *testing.T) {
+	t.Parallel()
+	for r, want := range map[float64]string{0: "0.00", 0.0077: "0.0077", 0.012: "0.012", 0.1: "0.10", 0.856: "0.86", 2.5: "2.50"} {
+		if got := fmtRatio(r); got != want {
+			t.Errorf("fmtRatio(%v) = %q, want %q", r, got, want)
+		}
 	}
 }
