@@ -49,11 +49,19 @@ type instance struct {
 var instanceSeq atomic.Int64
 
 func (s *Suite) postgresTarget() target {
+	return s.postgresTargetWith(nil)
+}
+
+// postgresTargetWith is postgresTarget with its Options changed by set.
+func (s *Suite) postgresTargetWith(set func(*pgoutbox.Options)) target {
 	return target{name: "postgres", key: "pg", title: "Postgres", open: func(ctx context.Context, partitions int) (*instance, error) {
 		if _, err := s.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schemaOurs); err != nil {
 			return nil, err
 		}
 		opts := pgoutbox.Options{Schema: schemaOurs, Table: "ob" + strconv.FormatInt(instanceSeq.Add(1), 10), Partitions: partitions, Logger: oursLogger()}
+		if set != nil {
+			set(&opts)
+		}
 		if err := pgoutbox.Migrate(ctx, s.pool, opts); err != nil {
 			return nil, err
 		}
@@ -421,6 +429,32 @@ func (s *Suite) w1w2(ctx context.Context, t target) error {
 			s.fail("outbox/%s drain to kfake run %d: %v", t.name, run+1, err)
 		}
 		kafka.add(rate(n, el), &c)
+	}
+	if t.name == "postgres" {
+		// What the appends' notifications cost: the same appends with
+		// Options.NoNotify, in the same round.
+		quiet := s.postgresTargetWith(func(o *pgoutbox.Options) { o.NoNotify = true })
+		q1, q100 := s.sr(t.key+".app1.quiet"), s.sr(t.key+".app100.quiet")
+		for _, c := range []struct {
+			per, n int
+			sr     *series
+		}{{1, n1, q1}, {100, n, q100}} {
+			in, err := quiet.open(ctx, 1)
+			if err != nil {
+				return err
+			}
+			el, err := in.fill(ctx, msgs.head(c.n), c.per)
+			if err == nil {
+				err = in.expectPending(ctx, c.n)
+			}
+			in.close()
+			if err != nil {
+				return fmt.Errorf("append %d/tx without notifications: %w", c.per, err)
+			}
+			c.sr.add(rate(c.n, el), nil)
+		}
+		s.record("ours.pg.append1.quiet", fmt.Sprintf("%s append, 1 entry/tx, %d callers", title, Callers), "outbox/postgres AppendInTx, NoNotify", "entries/s", true, q1, "no LISTEN/NOTIFY wake-ups: what the notifications cost")
+		s.record("ours.pg.append100.quiet", fmt.Sprintf("%s append, 100 entries/tx, %d callers", title, Callers), "outbox/postgres AppendInTx, NoNotify", "entries/s", true, q100, "no LISTEN/NOTIFY wake-ups: what the notifications cost")
 	}
 	s.record("ours."+t.key+".append1", fmt.Sprintf("%s append, 1 entry/tx, %d callers", title, Callers), "outbox/"+t.name+" AppendInTx", "entries/s", true, app1, "")
 	s.record("ours."+t.key+".append100", fmt.Sprintf("%s append, 100 entries/tx, %d callers", title, Callers), "outbox/"+t.name+" AppendInTx", "entries/s", true, app100, "")
