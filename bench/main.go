@@ -171,6 +171,7 @@ func run(ctx context.Context, cfg Config) int {
 			if ctx.Err() != nil || failed[w.name] || !s.selectedWorkload(w) {
 				continue
 			}
+			s.settle(ctx)
 			t0 := time.Now()
 			s.logf("== round %d/%d: %s", run+1, cfg.Runs, w.name)
 			if err := w.fn(ctx); err != nil {

@@ -343,6 +343,7 @@ func (s *Suite) ours(ctx context.Context, t target) error {
 		if !s.oursSelected(t.name, sub) {
 			continue
 		}
+		s.settle(ctx)
 		t0 := time.Now()
 		if err := w.fn(ctx, t); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", w.name, err))

@@ -262,6 +262,31 @@ func (s *Suite) analyzeSchema(ctx context.Context, schema string) error {
 	return s.analyze(ctx, tables...)
 }
 
+// settle waits (at most 30 s) until Redis has freed what earlier workloads
+// deleted: UNLINK frees a large key in a background thread, which would
+// otherwise take CPU from the next workload's timed part on a 2-core
+// machine (measured: W4's 1M-entry drain ran at 0.43-0.46x the 10k one
+// right after W3's outboxes were deleted, 0.87-0.91x on its own).
+func (s *Suite) settle(ctx context.Context) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		info, err := s.rdb.Info(ctx, "memory").Result()
+		if err != nil {
+			return
+		}
+		pending := ""
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "lazyfree_pending_objects:"); ok {
+				pending = v
+			}
+		}
+		if pending == "" || pending == "0" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // deleteKeys removes the keys matching pattern with SCAN and UNLINK, so
 // nothing but the harness's own keys is touched.
 func deleteKeys(ctx context.Context, rdb *redis.Client, pattern string) error {
