@@ -24,5 +24,3 @@ func (b *Backend) SetAcquireQuery(q string) { b.qAcquire = b.render(q) }
 // PartitionStatsQuery is the rendered PartitionStats statement ($1 the
 // partition count).
 func (b *Backend) PartitionStatsQuery() string { return b.qPartitionStats }
-func (b *Backend) MarkSentQuery() string       { return b.qMarkSent }
-func (b *Backend) MarkSentTIDQuery() string    { return b.qMarkSentTID }
