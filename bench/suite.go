@@ -265,8 +265,9 @@ func (s *Suite) analyzeSchema(ctx context.Context, schema string) error {
 // settle waits (at most 30 s) until Redis has freed what earlier workloads
 // deleted: UNLINK frees a large key in a background thread, which would
 // otherwise take CPU from the next workload's timed part on a 2-core
-// machine (measured: W4's 1M-entry drain ran at 0.43-0.46x the 10k one
-// right after W3's outboxes were deleted, 0.87-0.91x on its own).
+// machine. (It was added for W4's 1M-vs-10k drain, 0.43-0.46x inside a
+// full run against 0.87-0.91x alone; it did not close that gap, see
+// analysis.md.)
 func (s *Suite) settle(ctx context.Context) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
