@@ -49,10 +49,10 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		if lastRound == nil {
 			lastRound = map[string]int{}
 			if !r.opts.Unordered {
-				for i, round := range rounds {
+				for j, round := range rounds {
 					for _, e := range round {
 						if e.Key != "" {
-							lastRound[e.Key] = i
+							lastRound[e.Key] = j
 						}
 					}
 				}
@@ -105,7 +105,7 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		sinkWorks := false
 		for j, e := range live {
 			if allAllowed {
-				break
+				break // open is live
 			}
 			g := gates[e.Topic]
 			if g.allowed {
