@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/lastfetch"
 )
 
 // Compile-time checks of the interfaces Backend implements.
@@ -71,10 +72,10 @@ type Backend struct {
 	qHeartbeat, qLeave                      string
 
 	// qMarkSentTID is MarkSent of entries whose row versions the last
-	// fetch read (see fetchedRows); fetched remembers, per partition,
-	// where the rows of its last fetch are.
+	// fetch read; fetched remembers, per partition, the ctid of each row
+	// the last fetch returned (see MarkSent).
 	qMarkSentTID string
-	fetched      []fetchedRows
+	fetched      []lastfetch.Cache[pgtype.TID]
 
 	// qFindNoHold is find_pending_batch.sql without the hold check, for an
 	// outbox from before migration 006 (which has no hold table);
@@ -194,7 +195,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qSealed = load("sealed")
 	b.qMarkSent = load("mark_sent")
 	b.qMarkSentTID = load("mark_sent_tid")
-	b.fetched = make([]fetchedRows, opts.Partitions)
+	b.fetched = make([]lastfetch.Cache[pgtype.TID], opts.Partitions)
 	b.qMarkFailed = load("mark_failed")
 	b.qParkCorrupt = load("park_corrupt")
 	b.qRequeueCheck = load("requeue_check")

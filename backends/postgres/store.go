@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -268,7 +267,7 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 	if !leaseOK {
 		return nil, nil, leaseLost(op, lease)
 	}
-	b.fetched[lease.Partition].remember(lease, where)
+	b.fetched[lease.Partition].Remember(lease, where)
 	idx := make([]int, len(out))
 	for i := range idx {
 		idx[i] = i
@@ -301,46 +300,22 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
 		return argErr(op, err)
 	}
-	if ctids, known := b.fetched[lease.Partition].ctids(lease, ids); len(ctids) > 0 {
+	// The rows the partition's last fetch under lease returned are found by
+	// their ctids (queries/mark_sent_tid.sql) instead of one primary-key
+	// descent per ID, about half the cost; a ctid is only a hint (a row
+	// updated or deleted since has another, or none), so the statement
+	// also deletes by ID whatever it did not find there.
+	var ctids []pgtype.TID
+	var known []string
+	b.fetched[lease.Partition].Each(lease, ids, func(id string, t pgtype.TID, ok bool) {
+		if ok {
+			ctids, known = append(ctids, t), append(known, id)
+		}
+	})
+	if len(ctids) > 0 {
 		return b.fenced(ctx, op, lease, b.qMarkSentTID, lease.Partition, lease.Owner, lease.Version, ids, ctids, known)
 	}
 	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, ids)
-}
-
-// fetchedRows holds the ctids of the rows the last fetch of a partition
-// returned, with the lease it ran under. MarkSent under that lease finds
-// those rows by their ctids (queries/mark_sent_tid.sql) instead of one
-// primary-key descent per ID, which halves its cost; a ctid is only a
-// hint (a row updated or deleted since has another, or none), so the
-// statement also deletes by ID whatever it did not find there.
-type fetchedRows struct {
-	mu      sync.Mutex
-	owner   string
-	version int64
-	where   map[string]pgtype.TID
-}
-
-func (f *fetchedRows) remember(lease outbox.Lease, where map[string]pgtype.TID) {
-	f.mu.Lock()
-	f.owner, f.version, f.where = lease.Owner, lease.Version, where
-	f.mu.Unlock()
-}
-
-// ctids returns the ctids known for ids under lease, and the IDs they are
-// of (parallel slices).
-func (f *fetchedRows) ctids(lease outbox.Lease, ids []string) ([]pgtype.TID, []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.where == nil || f.owner != lease.Owner || f.version != lease.Version {
-		return nil, nil
-	}
-	tids, known := make([]pgtype.TID, 0, len(ids)), make([]string, 0, len(ids))
-	for _, id := range ids {
-		if t, ok := f.where[id]; ok {
-			tids, known = append(tids, t), append(known, id)
-		}
-	}
-	return tids, known
 }
 
 // MarkFailed records the failures in one statement (an UPDATE joined to

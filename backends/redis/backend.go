@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/lastfetch"
 )
 
 // Compile-time checks of the interfaces Backend implements.
@@ -38,10 +39,10 @@ type Backend struct {
 	client redis.UniversalClient
 	opts   Options
 	parts  []keys
-	// claims remembers, per partition, the pending members of the entries
+	// claims remembers, per partition, the pending member of each entry
 	// the last fetch returned, so MarkSent can remove them without reading
-	// their values (see claimCache).
-	claims  []claimCache
+	// their values (see markArgs).
+	claims  []lastfetch.Cache[string]
 	meta    string // hash: partitions, created-at (the prefix's own slot)
 	members string // hash: owner -> membership record (the prefix's own slot)
 	cluster bool
@@ -129,7 +130,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Back
 		return nil, err
 	}
 	b.parts = make([]keys, n)
-	b.claims = make([]claimCache, n)
+	b.claims = make([]lastfetch.Cache[string], n)
 	for p := range b.parts {
 		b.parts[p] = partitionKeys(opts.Prefix, p)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // MarkSent sends the entries its Backend fetched with their pending
-// members and removes them without reading their values (see claimCache);
+// members and removes them without reading their values (see Backend.markArgs);
 // these tests put an entry of such a batch in every state it can reach
 // before the MarkSent and check that only pending entries of the batch are
 // removed.

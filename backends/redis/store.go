@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -195,7 +194,7 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 		}
 		batch.Entries = append(batch.Entries, e)
 	}
-	b.claims[lease.Partition].remember(lease, members)
+	b.claims[lease.Partition].Remember(lease, members)
 	if len(corrupt) > 0 {
 		if err := b.MarkFailed(ctx, lease, corrupt); err != nil {
 			return outbox.Batch{}, err
@@ -204,49 +203,23 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	return batch, nil
 }
 
-// claimCache holds the pending members (8-byte sequence, then ID) of the
-// entries the last fetch of a partition returned, with the lease it was
-// made under. MarkSent under the same lease sends an ID with its member,
-// and mark_sent.lua removes such entries without reading their values;
-// IDs it does not know (or another lease's) are sent alone and read. A
-// member is only a hint: the script removes an entry only when that
-// member is pending (see mark_sent.lua), so a stale one costs a read, never
-// a wrong removal.
-type claimCache struct {
-	mu      sync.Mutex
-	owner   string
-	version int64
-	members map[string]string
-}
-
-func (c *claimCache) remember(lease outbox.Lease, members map[string]string) {
-	c.mu.Lock()
-	c.owner, c.version, c.members = lease.Owner, lease.Version, members
-	c.mu.Unlock()
-}
-
 // markArgs returns ARGV for mark_sent.lua: the token, the number of ID and
-// member pairs, the pairs, then the IDs without a known member. A repeated
-// ID is sent once.
-func (c *claimCache) markArgs(lease outbox.Lease, ids []string) []any {
+// member pairs, the pairs (the IDs the partition's last fetch under lease
+// returned, with the pending member it returned each under), then the
+// other IDs. A member is only a hint: the script removes an entry only
+// when that member is pending (see mark_sent.lua), so a stale one costs a
+// read, never a wrong removal.
+func (b *Backend) markArgs(lease outbox.Lease, ids []string) []any {
 	args := make([]any, 2, 2+2*len(ids))
 	args[0] = token(lease)
 	var plain []string
-	seen := make(map[string]struct{}, len(ids))
-	c.mu.Lock()
-	known := c.members != nil && c.owner == lease.Owner && c.version == lease.Version
-	for _, id := range ids {
-		if _, dup := seen[id]; dup {
-			continue
-		}
-		seen[id] = struct{}{}
-		if m, ok := c.members[id]; ok && known {
-			args = append(args, id, m)
+	b.claims[lease.Partition].Each(lease, ids, func(id, member string, ok bool) {
+		if ok {
+			args = append(args, id, member)
 		} else {
 			plain = append(plain, id)
 		}
-	}
-	c.mu.Unlock()
+	})
 	args[1] = (len(args) - 2) / 2
 	for _, id := range plain {
 		args = append(args, id)
@@ -281,7 +254,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err != nil {
 		return err
 	}
-	args := b.claims[lease.Partition].markArgs(lease, ids)
+	args := b.markArgs(lease, ids)
 	return b.fenced(ctx, "MarkSent", scriptMarkSent, lease,
 		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked}, args)
 }
