@@ -97,35 +97,32 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		// given back unchanged, burning no attempt, and the worker waits
 		// for a probe.
 		gates, allAllowed := w.gate(live)
-		open := live
+		open := live // every topic's breaker lets the round through
+		from := len(out.failures)
 		if !allAllowed {
 			open = live[:0:0]
-		}
-		from := len(out.failures)
-		sinkWorks := false
-		for j, e := range live {
-			if allAllowed {
-				break // open is live
-			}
-			g := gates[e.Topic]
-			if g.allowed {
-				open = append(open, e)
-				continue
-			}
-			if j == 0 || !sinkWorks {
-				sinkWorks = r.breakers.anyClosed()
-			}
-			if e.Key != "" && !r.opts.Unordered {
-				failedKeys[e.Key] = true
-			}
-			if sinkWorks {
-				w.deferEntry(e, g, &out)
-				attempted = true
-				continue
-			}
-			out.skipped = append(out.skipped, e.ID)
-			if blocked == 0 || g.wait < blocked {
-				blocked = max(g.wait, time.Millisecond)
+			sinkWorks := false
+			for j, e := range live {
+				g := gates[e.Topic]
+				if g.allowed {
+					open = append(open, e)
+					continue
+				}
+				if j == 0 || !sinkWorks {
+					sinkWorks = r.breakers.anyClosed()
+				}
+				if e.Key != "" && !r.opts.Unordered {
+					failedKeys[e.Key] = true
+				}
+				if sinkWorks {
+					w.deferEntry(e, g, &out)
+					attempted = true
+					continue
+				}
+				out.skipped = append(out.skipped, e.ID)
+				if blocked == 0 || g.wait < blocked {
+					blocked = max(g.wait, time.Millisecond)
+				}
 			}
 		}
 		if len(open) == 0 {

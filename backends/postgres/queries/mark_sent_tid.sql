@@ -4,11 +4,10 @@
 -- mark_sent.sql. d1 deletes the row at each ctid when it has that ID (a
 -- TID scan per pair: no index descent); a ctid that no longer holds that
 -- row (it was updated or deleted since the fetch, and its slot perhaps
--- reused) deletes nothing, and d2 deletes by ID every entry of $4 that d1 did not (in
--- the usual case d1 deleted as many rows as $4 has IDs, and d2 reads
--- nothing). Returns whether the lease
--- matched and how many rows were removed. The DELETEs return whole rows
--- only when the archive takes them.
+-- reused) deletes nothing, and d2 deletes by ID every entry of $4 that d1
+-- did not (in the usual case d1 deleted as many rows as $4 has IDs, and d2
+-- reads nothing). Returns whether the lease matched and how many rows were
+-- removed. The DELETEs return whole rows only when the archive takes them.
 WITH l AS MATERIALIZED (
     SELECT 1 FROM {lease}
     WHERE partition = $1 AND owner = $2 AND version = $3 AND expires_at > now()

@@ -172,101 +172,101 @@ while got < limit and scanned < budget do
       out[nout - 1] = id
       out[nout] = v
     else
-    local p = v and string.byte(v, 1) ~= 3 and parse(v)
-    local stray = p and not p.why and string.sub(v, 2, 9) ~= string.sub(m, 1, 8)
-    if stray and (redis.call('ZSCORE', KEYS[2], member(v, id)) or redis.call('ZSCORE', KEYS[5], id)) then
-      v = nil -- the entry is pending under its own member, or parked
-    end
-    if not v then
-      redis.call('ZREM', KEYS[2], m)
-    elseif not p then
-      -- A quarantined value back in pending: park it again as it is.
-      redis.call('ZREM', KEYS[2], m)
-      redis.call('ZADD', KEYS[5], 0, id)
-      local q = parse(v)
-      got = got + 1 -- a park counts against the limit
-      parked[#parked + 1] = {id, q.key or '', q.topic or '', last_error_of(v)}
-    elseif stray then
-      local reason = 'redisoutbox: parked by FindPendingBatch: its only pending member has sequence ' .. seq_of(m) .. ' but its stored value has sequence ' .. seq_of(string.sub(v, 2, 9)) ..
-        '; the value is sound: Requeue gives it a new sequence'
-      v = as_v2(v)
-      redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, reason))
-      redis.call('ZREM', KEYS[2], m)
-      redis.call('ZADD', KEYS[5], 0, id)
-      got = got + 1 -- a park counts against the limit
-      parked[#parked + 1] = {id, p.key, p.topic, reason}
-    elseif p.why or p.topic == '' then
-      local why = p.why or 'topic is empty (AppendInTx never writes one, so the sink has nowhere to publish it)'
-      local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
-        '; the payload holds the raw stored value'
-      redis.call('HSET', KEYS[3], id, quarantine(v, p, string.sub(m, 1, 8), reason, nowu, now))
-      redis.call('ZREM', KEYS[2], m)
-      redis.call('ZADD', KEYS[5], 0, id)
-      got = got + 1 -- a park counts against the limit
-      parked[#parked + 1] = {id, p.key or '', p.topic or '', reason}
-    else
-      local key = p.key
-      do
-        local converted
-        v, converted = as_v2(v)
-        local km, pfx
-        if key ~= '' and (marked or converted or stop[key] or held[key]) then
-          -- Only then can the key-order member matter: with nothing
-          -- marked, stopped or held, every entry of the key this call
-          -- meets is returned, and the set (empty when the call began, so
-          -- holding only members this call adds) never holds its member.
-          pfx = key_prefix(key)
-          km = pfx .. string.sub(v, 18, 25) .. m
-          if converted then
-            redis.call('ZADD', KEYS[4], 0, km)
-            marked = true
+      local p = v and string.byte(v, 1) ~= 3 and parse(v)
+      local stray = p and not p.why and string.sub(v, 2, 9) ~= string.sub(m, 1, 8)
+      if stray and (redis.call('ZSCORE', KEYS[2], member(v, id)) or redis.call('ZSCORE', KEYS[5], id)) then
+        v = nil -- the entry is pending under its own member, or parked
+      end
+      if not v then
+        redis.call('ZREM', KEYS[2], m)
+      elseif not p then
+        -- A quarantined value back in pending: park it again as it is.
+        redis.call('ZREM', KEYS[2], m)
+        redis.call('ZADD', KEYS[5], 0, id)
+        local q = parse(v)
+        got = got + 1 -- a park counts against the limit
+        parked[#parked + 1] = {id, q.key or '', q.topic or '', last_error_of(v)}
+      elseif stray then
+        local reason = 'redisoutbox: parked by FindPendingBatch: its only pending member has sequence ' .. seq_of(m) .. ' but its stored value has sequence ' .. seq_of(string.sub(v, 2, 9)) ..
+          '; the value is sound: Requeue gives it a new sequence'
+        v = as_v2(v)
+        redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, reason))
+        redis.call('ZREM', KEYS[2], m)
+        redis.call('ZADD', KEYS[5], 0, id)
+        got = got + 1 -- a park counts against the limit
+        parked[#parked + 1] = {id, p.key, p.topic, reason}
+      elseif p.why or p.topic == '' then
+        local why = p.why or 'topic is empty (AppendInTx never writes one, so the sink has nowhere to publish it)'
+        local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
+          '; the payload holds the raw stored value'
+        redis.call('HSET', KEYS[3], id, quarantine(v, p, string.sub(m, 1, 8), reason, nowu, now))
+        redis.call('ZREM', KEYS[2], m)
+        redis.call('ZADD', KEYS[5], 0, id)
+        got = got + 1 -- a park counts against the limit
+        parked[#parked + 1] = {id, p.key or '', p.topic or '', reason}
+      else
+        local key = p.key
+        do
+          local converted
+          v, converted = as_v2(v)
+          local km, pfx
+          if key ~= '' and (marked or converted or stop[key] or held[key]) then
+            -- Only then can the key-order member matter: with nothing
+            -- marked, stopped or held, every entry of the key this call
+            -- meets is returned, and the set (empty when the call began, so
+            -- holding only members this call adds) never holds its member.
+            pfx = key_prefix(key)
+            km = pfx .. string.sub(v, 18, 25) .. m
+            if converted then
+              redis.call('ZADD', KEYS[4], 0, km)
+              marked = true
+            end
           end
-        end
-        if converted then redis.call('HSET', KEYS[3], id, v) end
-        local ok, bs = true, nil
-        if key ~= '' and not km then
-          if attempts_of(v) > 0 then stop[key], anyheld = true, true end
-        elseif km then
-          if stop[key] then
-            ok = false
-          elseif held[key] and precedes(held[key], km, #pfx + 1) then
-            ok, bs = false, heldat[key]
-          elseif marked then
-            local blocked
-            blocked, bs = blocker(key, pfx, km)
-            ok = not blocked
+          if converted then redis.call('HSET', KEYS[3], id, v) end
+          local ok, bs = true, nil
+          if key ~= '' and not km then
+            if attempts_of(v) > 0 then stop[key], anyheld = true, true end
+          elseif km then
+            if stop[key] then
+              ok = false
+            elseif held[key] and precedes(held[key], km, #pfx + 1) then
+              ok, bs = false, heldat[key]
+            elseif marked then
+              local blocked
+              blocked, bs = blocker(key, pfx, km)
+              ok = not blocked
+            end
           end
-        end
-        if ok then
-          skipped = skipped + 1 -- it stays in pending, in front of the next chunk
-          if km then
-            if attempts_of(v) > 0 then stop[key], anyheld = true, true else returned[km] = true end
-          end
-          got = got + 1
-          nout = nout + 2
-          out[nout - 1] = id
-          out[nout] = v
-        else
-          -- It stays where it is until the scan is over, in front of the
-          -- next chunk.
-          skipped = skipped + 1
-          local at = nil
-          local score = bs and tonumber(redis.call('ZSCORE', KEYS[2], m))
-          if bs and bs > score then
-            rescore[#rescore + 1] = bs
-            rescore[#rescore + 1] = m
-            redis.call('ZADD', KEYS[4], 0, km)
-            marked, at = true, bs
-          elseif bs then
-            at = score
-          end
-          if not held[key] or precedes(km, held[key], #pfx + 1) then
-            held[key], heldat[key] = km, at
-            anyheld = true
+          if ok then
+            skipped = skipped + 1 -- it stays in pending, in front of the next chunk
+            if km then
+              if attempts_of(v) > 0 then stop[key], anyheld = true, true else returned[km] = true end
+            end
+            got = got + 1
+            nout = nout + 2
+            out[nout - 1] = id
+            out[nout] = v
+          else
+            -- It stays where it is until the scan is over, in front of the
+            -- next chunk.
+            skipped = skipped + 1
+            local at = nil
+            local score = bs and tonumber(redis.call('ZSCORE', KEYS[2], m))
+            if bs and bs > score then
+              rescore[#rescore + 1] = bs
+              rescore[#rescore + 1] = m
+              redis.call('ZADD', KEYS[4], 0, km)
+              marked, at = true, bs
+            elseif bs then
+              at = score
+            end
+            if not held[key] or precedes(km, held[key], #pfx + 1) then
+              held[key], heldat[key] = km, at
+              anyheld = true
+            end
           end
         end
       end
-    end
     end
   end
 end
