@@ -177,6 +177,31 @@ type BatchFetcher interface {
 	FetchBatch(ctx context.Context, lease Lease, limit int) (Batch, error)
 }
 
+// Prefetcher is an optional interface of a [Store] that can claim a
+// partition's next batch while the batch before it is still in flight, so
+// that the store's work on the next batch overlaps the relay's publishing
+// of this one. The relay calls FetchNext, when a store implements it,
+// right after a fetch that returned entries, if the batch was full or an
+// append was signalled meanwhile; it publishes the entries FetchNext
+// returned only after it recorded every entry of the batch in flight as
+// sent or parked, and otherwise gives them back with Release, unattempted.
+type Prefetcher interface {
+	// FetchNext claims up to limit entries of lease.Partition as
+	// FetchBatch would (and reports its parks the same way) if the entries
+	// of inFlight, the unfinished claims of lease's last fetch, were no
+	// longer pending: it never returns an entry of inFlight, and entries
+	// behind them in the partition's order take their place. The entries
+	// of inFlight stay claimed by lease, unchanged.
+	//
+	// Per-key hold-back: an entry of inFlight with Attempts > 0 holds back
+	// the later entries of its key, as a pending attempted entry does. A
+	// backend may also hold back the later entries of the key of an
+	// inFlight entry that was never attempted (the next fetch after the
+	// batch in flight is finished returns them). inFlight is not retained;
+	// only its entries' ID, Key and Attempts are read.
+	FetchNext(ctx context.Context, lease Lease, limit int, inFlight []Entry) (Batch, error)
+}
+
 // Batch is what [BatchFetcher.FetchBatch] returns.
 type Batch struct {
 	// Entries are the claimed entries, as FindPendingBatch returns them.

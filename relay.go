@@ -74,7 +74,9 @@ type Relay struct {
 	keyOrder bool
 	// fetcher is the store as a BatchFetcher, nil when it is not one.
 	fetcher BatchFetcher
-	coord   coordinator
+	// prefetcher is the store as a Prefetcher, nil when it is not one.
+	prefetcher Prefetcher
+	coord      coordinator
 	// landing is how long after Publish returns a message can still be
 	// written by the broker (the sink's LandingBounder), 0 if it cannot.
 	landing time.Duration
@@ -173,6 +175,7 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 		workers: make([]*worker, n),
 	}
 	r.fetcher, _ = store.(BatchFetcher)
+	r.prefetcher, _ = store.(Prefetcher)
 	if lb, ok := sink.(LandingBounder); ok {
 		bound := lb.LandingBound()
 		if bound < 0 {

@@ -66,6 +66,12 @@ func (s *decodingStore) FindPendingBatch(ctx context.Context, l outbox.Lease, li
 	return b.Entries, err
 }
 
+// FetchNext is FetchBatch, as the memory backend's FetchNext is
+// FindPendingBatch (claimed entries are never returned again).
+func (s *decodingStore) FetchNext(ctx context.Context, l outbox.Lease, limit int, _ []outbox.Entry) (outbox.Batch, error) {
+	return s.FetchBatch(ctx, l, limit)
+}
+
 // A park the store makes while fetching (an entry it cannot decode) is
 // logged once with what could be read of the entry, and counted in the
 // relay's stats and metrics like a park of the relay's own; an entry

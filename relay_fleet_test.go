@@ -72,6 +72,13 @@ func (n *node) FindPendingBatch(ctx context.Context, l outbox.Lease, limit int) 
 	return n.Backend.FindPendingBatch(ctx, l, limit)
 }
 
+// FetchNext is FindPendingBatch, as the memory backend's is: the node is
+// cut off from it, and counts it, the same way.
+func (n *node) FetchNext(ctx context.Context, l outbox.Lease, limit int, _ []outbox.Entry) (outbox.Batch, error) {
+	entries, err := n.FindPendingBatch(ctx, l, limit)
+	return outbox.Batch{Entries: entries}, err
+}
+
 func (n *node) MarkSent(ctx context.Context, l outbox.Lease, ids []string) error {
 	if n.dead.Load() {
 		return errCutOff

@@ -104,6 +104,11 @@ func (s *countingStore) FindPendingBatch(ctx context.Context, l outbox.Lease, n 
 	return s.Backend.FindPendingBatch(ctx, l, n)
 }
 
+func (s *countingStore) FetchNext(ctx context.Context, l outbox.Lease, n int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	s.note()
+	return s.Backend.FetchNext(ctx, l, n, inFlight)
+}
+
 func (s *countingStore) MarkSent(ctx context.Context, l outbox.Lease, ids []string) error {
 	s.note()
 	return s.Backend.MarkSent(ctx, l, ids)

@@ -30,14 +30,17 @@ import (
 //
 // It returns how long to wait before the next fetch when nothing of the
 // batch was published because every entry's topic has its breaker open
-// and no topic's breaker is closed (0 otherwise).
-func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Duration) {
+// and no topic's breaker is closed (0 otherwise), and whether the batch
+// ended clean: every entry recorded as sent or parked, under the lease the
+// worker still holds (a batch prefetched behind it may then be published;
+// see [Prefetcher]).
+func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Duration, clean bool) {
 	r := w.r
 	var out outcomes
 	defer w.summarizeParks(&out, len(batch))
 	batch, ok := w.parkTopicless(ctx, batch, &out)
 	if !ok {
-		return 0
+		return 0, false
 	}
 	rounds := planRounds(batch, r.opts.Unordered, r.keyOrder, r.opts.MaxInFlight)
 	out.sent = make([]string, 0, len(batch))
@@ -127,24 +130,25 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		}
 		if len(open) == 0 {
 			if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return laterRound(key, i) }) {
-				return 0
+				return 0, false
 			}
 			continue
 		}
 		attempted = true
 		w.publish(ctx, open, gates, failedKeys, &out)
 		if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return laterRound(key, i) }) {
-			return 0 // the lease is given up; nothing more is recorded
+			return 0, false // the lease is given up; nothing more is recorded
 		}
 	}
 	if w.holding.Load() {
 		w.record(ctx, &out)
 	}
+	clean = out.recorded && len(out.skipped) == 0 && !out.retried
 	if attempted {
 		// Something was published: fetch again at once, as usual.
-		return 0
+		return 0, clean
 	}
-	return blocked
+	return blocked, clean && blocked == 0
 }
 
 // deferEntry fails e, whose topic's breaker is open, without publishing
@@ -231,6 +235,9 @@ type outcomes struct {
 	sent     []string
 	failures []Failure // not recorded yet
 	skipped  []string
+	// recorded is set once every outcome of the batch is written, and
+	// retried when one of them was a retryable failure.
+	recorded, retried bool
 
 	parked      int    // parks recorded in this batch
 	firstReason string // the first of them's error
@@ -393,6 +400,7 @@ func (w *worker) record(ctx context.Context, out *outcomes) {
 	}
 	w.countFailures(ctx, failures, out)
 	w.release(ctx, out.skipped)
+	out.recorded = w.holding.Load()
 }
 
 // countFailures counts recorded failures in the stats and metrics, and the
@@ -409,6 +417,7 @@ func (w *worker) countFailures(ctx context.Context, failures []Failure, out *out
 			}
 			out.parked++
 		} else {
+			out.retried = true
 			r.retried.Add(1)
 			r.metrics.outcome(ctx, w.partition, "retried", 1)
 		}

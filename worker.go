@@ -45,7 +45,13 @@ type worker struct {
 func (w *worker) run(ctx, hardCtx context.Context) {
 	r := w.r
 	defer w.drop(hardCtx, true)
+	// next is a batch claimed ahead (see prefetch), published in the next
+	// pass once the lease is kept.
+	var next *prefetched
 	for ctx.Err() == nil {
+		if next != nil && (!w.holding.Load() || !w.want.Load()) {
+			next = nil // the lease ends: its claims come back by themselves
+		}
 		if !w.holding.Load() {
 			if !w.want.Load() {
 				// Idle until the coordinator asks: a partition this relay
@@ -74,13 +80,25 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			}
 			continue
 		}
-		// A wake-up that arrives while the fetch runs stays in the
-		// channel, so the wait after an empty fetch returns at once.
-		select {
-		case <-w.wake:
-		default:
+		var (
+			batch   []Entry
+			corrupt int
+			err     error
+		)
+		if next != nil {
+			// Claimed while the batch before was published, which ended
+			// clean (see afterBatch).
+			batch, corrupt = next.batch, next.corrupt
+			next = nil
+		} else {
+			// A wake-up that arrives while the fetch runs stays in the
+			// channel, so the wait after an empty fetch returns at once.
+			select {
+			case <-w.wake:
+			default:
+			}
+			batch, corrupt, err = w.fetch(hardCtx, w.lease, nil)
 		}
-		batch, corrupt, err := w.fetch(hardCtx)
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			w.lost(err)
@@ -96,9 +114,16 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			w.idle(ctx, min(r.opts.PollInterval, w.renewIn()))
 			continue
 		}
+		full := len(batch)+corrupt >= r.opts.BatchSize
 		if len(batch) > 0 {
 			r.batches.Add(1)
-			if blocked := w.process(hardCtx, batch); blocked > 0 {
+			pf := w.prefetch(hardCtx, batch, full)
+			blocked, clean := w.process(hardCtx, batch)
+			next = w.afterBatch(hardCtx, pf, clean)
+			if next != nil {
+				continue
+			}
+			if blocked > 0 {
 				// Nothing was published: every entry's topic has its
 				// breaker open (or is held back behind one). Wait for
 				// the first breaker to let a probe through rather than
@@ -107,7 +132,7 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 				continue
 			}
 		}
-		if len(batch)+corrupt < r.opts.BatchSize {
+		if !full {
 			// The store had nothing more that was due: wait for a
 			// wake-up (one that arrived meanwhile returns at once) or
 			// the poll, instead of an empty fetch per batch.
@@ -116,19 +141,91 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 	}
 }
 
-// fetch claims the next batch. From a [BatchFetcher] it also learns the
+// prefetched is a batch claimed by [Prefetcher.FetchNext] while the batch
+// before it was published.
+type prefetched struct {
+	done    chan struct{} // closed when the fetch returned
+	lease   Lease         // the lease it was claimed under
+	woke    bool          // it took a wake-up from the channel
+	batch   []Entry
+	corrupt int
+	err     error
+}
+
+// prefetch starts claiming the batch behind batch, the one about to be
+// published, when the store is a [Prefetcher] and more is due: batch was
+// full (full), or a wake-up arrived since the fetch. Otherwise it returns
+// nil and leaves the wake-up channel as it was.
+func (w *worker) prefetch(ctx context.Context, batch []Entry, full bool) *prefetched {
+	if w.r.prefetcher == nil {
+		return nil
+	}
+	woke := false
+	select {
+	case <-w.wake:
+		woke = true
+	default:
+	}
+	if !full && !woke {
+		return nil
+	}
+	p := &prefetched{done: make(chan struct{}), lease: w.lease, woke: woke}
+	go func() {
+		defer close(p.done)
+		p.batch, p.corrupt, p.err = w.fetch(ctx, p.lease, batch)
+	}()
+	return p
+}
+
+// afterBatch waits for the prefetch p (nil when none was started) and
+// returns it when its entries may be published next: the batch before it
+// ended clean (every entry recorded as sent or parked) and the worker
+// still holds the lease it was claimed under and is not handing the
+// partition over. Otherwise it gives the entries back unattempted and
+// returns nil, and puts back a wake-up the prefetch took: the worker goes
+// on as if it had not prefetched.
+func (w *worker) afterBatch(ctx context.Context, p *prefetched, clean bool) *prefetched {
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	sameLease := p.lease.Owner == w.lease.Owner && p.lease.Version == w.lease.Version
+	if p.err == nil && clean && sameLease && w.holding.Load() && w.want.Load() {
+		if len(p.batch) > 0 || p.corrupt > 0 {
+			return p
+		}
+		return nil // nothing more was due: wait as after a short batch
+	}
+	if p.err != nil && !errors.Is(p.err, ErrLeaseLost) && ctx.Err() == nil {
+		w.r.log.Debug("outbox relay: fetching the next batch ahead failed; fetching it again", "partition", w.partition, "err", p.err)
+	}
+	if sameLease && len(p.batch) > 0 {
+		w.release(ctx, idsOf(p.batch))
+	}
+	if p.woke {
+		w.wakeUp()
+	}
+	return nil
+}
+
+// fetch claims the next batch under lease; with inFlight (the batch being
+// published) through [Prefetcher.FetchNext]. From a [BatchFetcher] it also learns the
 // entries the store parked because they do not decode: each is logged
 // (the first maxCorruptLogs of a fetch one by one, the rest in one line)
 // and counted like a park of the relay's own; it reports how many there
 // were.
-func (w *worker) fetch(ctx context.Context) ([]Entry, int, error) {
+func (w *worker) fetch(ctx context.Context, lease Lease, inFlight []Entry) ([]Entry, int, error) {
 	r := w.r
-	bf := r.fetcher
-	if bf == nil {
-		batch, err := r.store.FindPendingBatch(ctx, w.lease, r.opts.BatchSize)
-		return batch, 0, err
+	var b Batch
+	var err error
+	switch {
+	case inFlight != nil:
+		b, err = r.prefetcher.FetchNext(ctx, lease, r.opts.BatchSize, inFlight)
+	case r.fetcher != nil:
+		b, err = r.fetcher.FetchBatch(ctx, lease, r.opts.BatchSize)
+	default:
+		b.Entries, err = r.store.FindPendingBatch(ctx, lease, r.opts.BatchSize)
 	}
-	b, err := bf.FetchBatch(ctx, w.lease, r.opts.BatchSize)
 	if err != nil {
 		return nil, 0, err
 	}

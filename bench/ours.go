@@ -31,7 +31,9 @@ type target struct {
 	name  string // "postgres" or "redis"
 	key   string // result key part: "pg" or "redis"
 	title string // in workload names: "Postgres" or "Redis"
-	open  func(ctx context.Context, partitions int) (*instance, error)
+	// server is the command name of the store's server processes.
+	server string
+	open   func(ctx context.Context, partitions int) (*instance, error)
 }
 
 // instance is one fresh, empty outbox of a target.
@@ -54,7 +56,7 @@ func (s *Suite) postgresTarget() target {
 
 // postgresTargetWith is postgresTarget with its Options changed by set.
 func (s *Suite) postgresTargetWith(set func(*pgoutbox.Options)) target {
-	return target{name: "postgres", key: "pg", title: "Postgres", open: func(ctx context.Context, partitions int) (*instance, error) {
+	return target{name: "postgres", key: "pg", title: "Postgres", server: "postgres", open: func(ctx context.Context, partitions int) (*instance, error) {
 		if _, err := s.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schemaOurs); err != nil {
 			return nil, err
 		}
@@ -104,7 +106,7 @@ func (s *Suite) postgresTargetWith(set func(*pgoutbox.Options)) target {
 }
 
 func (s *Suite) redisTarget() target {
-	return target{name: "redis", key: "redis", title: "Redis", open: func(ctx context.Context, partitions int) (*instance, error) {
+	return target{name: "redis", key: "redis", title: "Redis", server: "redis-server", open: func(ctx context.Context, partitions int) (*instance, error) {
 		tag := "obench" + strconv.FormatInt(instanceSeq.Add(1), 10)
 		b, err := redisoutbox.New(ctx, s.rdb, redisoutbox.Options{Prefix: "{" + tag + "}", Partitions: partitions, Logger: oursLogger()})
 		if err != nil {
@@ -398,7 +400,11 @@ func (s *Suite) w1w2(ctx context.Context, t target) error {
 		app100.add(rate(n, el), nil)
 
 		tr := newTracker(n)
+		c0 := readCPU(t.server)
 		el, err = s.drainRelay(ctx, in.store, countSink{tr}, tr, 1, nil)
+		if self, srv, ok := perEntry(c0, readCPU(t.server), n); ok && err == nil {
+			s.logf("%s drain CPU per entry: relay process %v, %s %v, wall %v", t.name, self, t.server, srv, el/time.Duration(n))
+		}
 		cn := tr.counts_()
 		if err == nil {
 			err = cn.check(false)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -131,8 +132,12 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 			return fmt.Errorf("raw claim-and-delete: ANALYZE: %w", err)
 		}
 		tr := newTracker(n)
+		c0 := readCPU("postgres")
 		if el, err = s.rawPGDrain(ctx, schemaRaw+".entries", n, tr); err != nil {
 			return err
+		}
+		if self, srv, ok := perEntry(c0, readCPU("postgres"), n); ok {
+			s.logf("raw postgres drain CPU per entry: this process %v, postgres %v, wall %v", self, srv, el/time.Duration(n))
 		}
 		if err := s.checkRawRows(ctx, schemaRaw+".entries", 0); err != nil {
 			return fmt.Errorf("raw claim-and-delete: %w", err)
@@ -262,8 +267,12 @@ func (s *Suite) rawRedis(ctx context.Context) error {
 		app100.add(rate(n, el), nil)
 
 		tr := newTracker(n)
+		c0 := readCPU("redis-server")
 		if el, err = s.rawRedisDrain(ctx, rawKeys, n, tr); err != nil {
 			return err
+		}
+		if self, srv, ok := perEntry(c0, readCPU("redis-server"), n); ok {
+			s.logf("raw redis drain CPU per entry: this process %v, redis-server %v, wall %v", self, srv, el/time.Duration(n))
 		}
 		if err := s.checkRawRedis(ctx, rawKeys, 0); err != nil {
 			return fmt.Errorf("raw claim-and-delete: %w", err)

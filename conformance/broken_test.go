@@ -151,6 +151,7 @@ var variants = []variant{
 	{"mark-sent-deferred", "MarkSent returns at once and deletes the entries 100ms later, with the partition's lease of that moment (as an asynchronous write would), so a new holder can be handed them again", []string{"Concurrency/CompetingClaimersNeverShareAnEntry"}},
 	{"fetch-batch-over-limit", "FetchBatch fills its entries up to limit besides the parks, so entries and parks together exceed limit", []string{"Corrupt/ParkedWithReasonAndPartitionFlows"}},
 	{"fetch-batch-reversed", "FetchBatch returns each batch in reverse order (FindPendingBatch is right)", []string{"BatchFetcher/SameBatchAsFindPendingBatch"}},
+	{"prefetch-returns-in-flight", "FetchNext releases the entries in flight and returns them again, first", []string{"Prefetcher/LeavesInFlightOut"}},
 	{"fetch-batch-unfenced", "FetchBatch with a stale lease uses the partition's newest lease instead (FindPendingBatch is fenced)", []string{"BatchFetcher/FencedLikeFindPendingBatch"}},
 	{"import-appended-after", "Import appends the unparked entries it is given one by one as AppendInTx would (normal append order, after the entries already appended; attempts dropped)", []string{"Importer/DueEntryFetchedBeforeEarlierAppend", "Importer/RetryingEntryHoldsBackAppended", "Importer/InvalidEntryRejectsWholeCall"}},
 	{"import-not-idempotent", "Import gives an ID the outbox already holds a new ID, so importing again duplicates it", []string{"Importer/IdempotentByIDAndCounts"}},
@@ -584,6 +585,28 @@ func (w *broken) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) 
 		slices.Reverse(b.Entries)
 	}
 	return b, err
+}
+
+// FetchNext is FetchBatch, as the memory backend's FetchNext is
+// FindPendingBatch (claimed entries are never returned again), so every
+// variant breaks the relay's fetches ahead as it breaks its other fetches.
+// The prefetch-returns-in-flight variant breaks what FetchNext adds.
+func (w *broken) FetchNext(ctx context.Context, lease outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	switch w.variant {
+	case "prefetch-returns-in-flight":
+		if err := w.Backend.Release(ctx, lease, inFlightIDs(inFlight)); err != nil {
+			return outbox.Batch{}, err
+		}
+	}
+	return w.FetchBatch(ctx, lease, limit)
+}
+
+func inFlightIDs(entries []outbox.Entry) []string {
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
+	}
+	return ids
 }
 
 // FetchBatch simulates a backend that decodes what it stores: the entries

@@ -92,6 +92,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, partitionCountCases[Tx]()...)
 	cases = append(cases, corruptCases[Tx]()...)
 	cases = append(cases, batchFetcherCases[Tx]()...)
+	cases = append(cases, prefetcherCases[Tx]()...)
 	cases = append(cases, moveCases[Tx]()...)
 	cases = append(cases, auditCases[Tx]()...)
 	cases = append(cases, relayCases[Tx]()...)

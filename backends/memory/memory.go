@@ -343,6 +343,18 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 	return out, nil
 }
 
+// FetchNext claims the batch behind inFlight, the lease's unfinished
+// claims, while they are still in flight (see [outbox.Prefetcher]). This
+// backend never returns a claimed entry again, so FetchNext is
+// FindPendingBatch: a claimed entry that was attempted keeps holding back
+// the later entries of its key, and one that was not holds back nothing.
+// It parks nothing (what this backend holds always decodes), so
+// Batch.Parked is empty.
+func (b *Backend) FetchNext(ctx context.Context, lease outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	entries, err := b.FindPendingBatch(ctx, lease, limit)
+	return outbox.Batch{Entries: entries}, err
+}
+
 // heldBack reports whether an entry of its key appended earlier is
 // failing.
 func (p *partition) heldBack(it *item) bool {

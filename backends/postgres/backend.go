@@ -83,7 +83,10 @@ type Backend struct {
 	// reports whether the hold table has appeared since, and the first
 	// fetch that sees it clears noHoldTable for good (see findPending).
 	qFindNoHold string
-	noHoldTable atomic.Bool
+	// qFindNext and qFindNextNoHold are qFind and qFindNoHold for
+	// FetchNext: they leave out the IDs in flight ($5).
+	qFindNext, qFindNextNoHold string
+	noHoldTable                atomic.Bool
 	// Moving (move.go).
 	qExport, qRemoveExported, qImport string
 	qHold, qUnhold, qHoldState        string
@@ -179,10 +182,15 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qAcquire = load("acquire_lease")
 	b.qRenew = load("renew_lease")
 	b.qReleaseLease = load("release_lease")
-	b.qFind = strings.NewReplacer("{hold_probe}", "false",
-		"{hold_check}", "AND NOT EXISTS (SELECT 1 FROM "+n.hold+")").Replace(load("find_pending_batch"))
-	b.qFindNoHold = strings.NewReplacer("{hold_probe}", "to_regclass("+quoteLiteral(n.hold)+") IS NOT NULL",
-		"{hold_check}", "").Replace(load("find_pending_batch"))
+	for _, q := range []struct {
+		find, noHold *string
+		except       string
+	}{{&b.qFind, &b.qFindNoHold, ""}, {&b.qFindNext, &b.qFindNextNoHold, "AND o.id <> ALL($5::text[])"}} {
+		*q.find = strings.NewReplacer("{hold_probe}", "false", "{except}", q.except,
+			"{hold_check}", "AND NOT EXISTS (SELECT 1 FROM "+n.hold+")").Replace(load("find_pending_batch"))
+		*q.noHold = strings.NewReplacer("{hold_probe}", "to_regclass("+quoteLiteral(n.hold)+") IS NOT NULL",
+			"{except}", q.except, "{hold_check}", "").Replace(load("find_pending_batch"))
+	}
 	b.qExport = load("export_batch")
 	b.qRemoveExported = load("remove_exported")
 	b.qImport = load("import")

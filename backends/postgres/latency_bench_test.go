@@ -48,8 +48,17 @@ type timedStore struct {
 }
 
 func (z *timedStore) FetchBatch(ctx context.Context, l outbox.Lease, limit int) (outbox.Batch, error) {
+	return z.timed(func() (outbox.Batch, error) { return z.Backend.FetchBatch(ctx, l, limit) })
+}
+
+// FetchNext is timed as FetchBatch is: the relay fetches ahead through it.
+func (z *timedStore) FetchNext(ctx context.Context, l outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	return z.timed(func() (outbox.Batch, error) { return z.Backend.FetchNext(ctx, l, limit, inFlight) })
+}
+
+func (z *timedStore) timed(fetch func() (outbox.Batch, error)) (outbox.Batch, error) {
 	t0 := time.Now().UnixNano()
-	batch, err := z.Backend.FetchBatch(ctx, l, limit)
+	batch, err := fetch()
 	t1 := time.Now().UnixNano()
 	z.mu.Lock()
 	for _, e := range batch.Entries {

@@ -95,7 +95,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 // nor count them against limit (after a round of only parks it reads up
 // to limit entries again).
 func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
-	batch, err := b.fetchBatch(ctx, "FindPendingBatch", lease, limit, false)
+	batch, err := b.fetchBatch(ctx, "FindPendingBatch", lease, limit, false, nil)
 	return batch.Entries, err
 }
 
@@ -118,13 +118,29 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 // time (see docs/postgres.md, "Corrupt rows"). Safe for concurrent use;
 // after Close it returns [outbox.ErrClosed].
 func (b *Backend) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
-	return b.fetchBatch(ctx, "FetchBatch", lease, limit, true)
+	return b.fetchBatch(ctx, "FetchBatch", lease, limit, true, nil)
 }
 
-// fetchBatch serves FetchBatch and FindPendingBatch. bounded counts the
-// parks against limit (FetchBatch reports them); FindPendingBatch, which
-// drops them, reads up to limit entries again after a round of parks only.
-func (b *Backend) fetchBatch(ctx context.Context, op string, lease outbox.Lease, limit int, bounded bool) (outbox.Batch, error) {
+// FetchNext is [Backend.FetchBatch] while inFlight, the lease's
+// unfinished claims, are still in flight (see [outbox.Prefetcher]): the
+// same statement leaves their IDs out (they are still pending, so one that
+// was attempted keeps holding back its key), and the batch is made of the
+// entries behind them. A never-attempted entry of inFlight holds back
+// nothing. Safe for concurrent use; after Close it returns
+// [outbox.ErrClosed].
+func (b *Backend) FetchNext(ctx context.Context, lease outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	except := make([]string, len(inFlight))
+	for i := range inFlight {
+		except[i] = inFlight[i].ID
+	}
+	return b.fetchBatch(ctx, "FetchNext", lease, limit, true, except)
+}
+
+// fetchBatch serves FetchBatch, FetchNext (except are the IDs it leaves
+// out, non-nil) and FindPendingBatch. bounded counts the parks against
+// limit (FetchBatch reports them); FindPendingBatch, which drops them,
+// reads up to limit entries again after a round of parks only.
+func (b *Backend) fetchBatch(ctx context.Context, op string, lease outbox.Lease, limit int, bounded bool, except []string) (outbox.Batch, error) {
 	if err := b.checkOpen(op); err != nil {
 		return outbox.Batch{}, err
 	}
@@ -137,7 +153,7 @@ func (b *Backend) fetchBatch(ctx context.Context, op string, lease outbox.Lease,
 		if bounded {
 			n -= len(parked)
 		}
-		out, corrupt, err := b.findPending(ctx, op, lease, n)
+		out, corrupt, err := b.findPending(ctx, op, lease, n, except)
 		if err != nil {
 			return outbox.Batch{}, err
 		}
@@ -193,13 +209,19 @@ func (b *Backend) parkCorrupt(ctx context.Context, op string, lease outbox.Lease
 // once it does (the outbox was migrated while this Backend ran), the
 // Backend switches to the query with the check for good and runs it
 // instead, so a hold set after the migration is never missed.
-func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease, limit int) ([]outbox.Entry, []outbox.CorruptEntry, error) {
+func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease, limit int, except []string) ([]outbox.Entry, []outbox.CorruptEntry, error) {
 	noHold := b.noHoldTable.Load()
-	q := b.qFind
+	q, args := b.qFind, []any{lease.Partition, lease.Owner, lease.Version, limit}
+	if except != nil {
+		q, args = b.qFindNext, append(args, except)
+	}
 	if noHold {
 		q = b.qFindNoHold
+		if except != nil {
+			q = b.qFindNextNoHold
+		}
 	}
-	rows, err := b.pool.Query(ctx, q, lease.Partition, lease.Owner, lease.Version, limit)
+	rows, err := b.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, nil, b.interpretError(op, err)
 	}
@@ -238,7 +260,7 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 		if noHold && holdTable {
 			rows.Close()
 			b.noHoldTable.Store(false)
-			return b.findPending(ctx, op, lease, limit)
+			return b.findPending(ctx, op, lease, limit, except)
 		}
 		if !id.Valid { // the lease holds, nothing is due
 			continue

@@ -3,6 +3,7 @@ package redisoutbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -105,7 +106,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 // FindPendingBatch is [Backend.FetchBatch] without the report of the
 // entries it parked.
 func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
-	batch, err := b.fetch(ctx, "FindPendingBatch", lease, limit)
+	batch, err := b.fetch(ctx, "FindPendingBatch", lease, limit, nil)
 	return batch.Entries, err
 }
 
@@ -134,10 +135,26 @@ func (b *Backend) FindPendingBatch(ctx context.Context, lease outbox.Lease, limi
 // not positive, partition out of range); a key of the partition of the
 // wrong type gives an error naming it.
 func (b *Backend) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
-	return b.fetch(ctx, "FetchBatch", lease, limit)
+	return b.fetch(ctx, "FetchBatch", lease, limit, nil)
 }
 
-func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limit int) (outbox.Batch, error) {
+// FetchNext is [Backend.FetchBatch] while inFlight, the lease's unfinished
+// claims, are still in flight (see [outbox.Prefetcher]): claim.lua passes
+// over their pending members without reading their values, and the keys
+// of the attempted ones are held back from the start. A never-attempted
+// entry of inFlight holds back its key's later entries only when the
+// partition's key-order set holds its member (an entry once held back or
+// converted from format 1); they come with the next fetch.
+func (b *Backend) FetchNext(ctx context.Context, lease outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	if inFlight == nil {
+		inFlight = []outbox.Entry{}
+	}
+	return b.fetch(ctx, "FetchNext", lease, limit, inFlight)
+}
+
+// fetch runs claim.lua for FetchBatch, FindPendingBatch and (with a
+// non-nil inFlight) FetchNext.
+func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
 	if err := b.check(ctx); err != nil {
 		return outbox.Batch{}, err
 	}
@@ -145,9 +162,22 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 		return outbox.Batch{}, argErr(op, err)
 	}
 	k := &b.parts[lease.Partition]
-	budget := 2*limit + 256
+	budget := 2*limit + 256 + len(inFlight)
 	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold}
-	res, err := scriptClaim.Run(ctx, b.client, ks, token(lease), limit, budget).Result()
+	args := []any{token(lease), limit, budget}
+	if inFlight != nil {
+		args = slices.Grow(args, 1+len(inFlight))
+		args = append(args, len(inFlight))
+		for i := range inFlight {
+			args = append(args, inFlight[i].ID)
+		}
+		for i := range inFlight {
+			if e := &inFlight[i]; e.Attempts > 0 && e.Key != "" {
+				args = append(args, e.Key)
+			}
+		}
+	}
+	res, err := scriptClaim.Run(ctx, b.client, ks, args...).Result()
 	if err != nil {
 		return outbox.Batch{}, b.fail(ctx, op, err, ks...)
 	}
@@ -203,27 +233,27 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	return batch, nil
 }
 
-// markArgs returns ARGV for mark_sent.lua: the token, the number of ID and
-// member pairs, the pairs (the IDs the partition's last fetch under lease
-// returned, with the pending member it returned each under), then the
-// other IDs. A member is only a hint: the script removes an entry only
+// markArgs returns ARGV for mark_sent.lua: the token, the number k of the
+// IDs the partition's last two fetches under lease returned, the pending
+// members they returned those k under, the k IDs in the same order, then
+// the other IDs. A member is only a hint: the script removes an entry only
 // when that member is pending (see mark_sent.lua), so a stale one costs a
 // read, never a wrong removal.
 func (b *Backend) markArgs(lease outbox.Lease, ids []string) []any {
-	args := make([]any, 2, 2+2*len(ids))
-	args[0] = token(lease)
-	var plain []string
+	var members, known, plain []any
 	b.claims[lease.Partition].Each(lease, ids, func(id, member string, ok bool) {
 		if ok {
-			args = append(args, id, member)
+			if members == nil {
+				members, known = make([]any, 0, len(ids)), make([]any, 0, len(ids))
+			}
+			members, known = append(members, member), append(known, id)
 		} else {
 			plain = append(plain, id)
 		}
 	})
-	args[1] = (len(args) - 2) / 2
-	for _, id := range plain {
-		args = append(args, id)
-	}
+	args := make([]any, 0, 2+len(members)+len(known)+len(plain))
+	args = append(args, token(lease), len(members))
+	args = append(append(append(args, members...), known...), plain...)
 	return args
 }
 

@@ -14,7 +14,7 @@ func TestCacheAnswersOnlyUnderItsLease(t *testing.T) {
 	l := outbox.Lease{Owner: "a", Version: 3}
 	got := func(lease outbox.Lease) map[string]int {
 		out := map[string]int{}
-		c.Each(lease, []string{"x", "y", "z"}, func(id string, v int, ok bool) {
+		c.Each(lease, []string{"v", "w", "x", "y", "z"}, func(id string, v int, ok bool) {
 			if ok {
 				out[id] = v
 			}
@@ -33,9 +33,18 @@ func TestCacheAnswersOnlyUnderItsLease(t *testing.T) {
 			t.Fatalf("under lease %+v: %v, want nothing", other, g)
 		}
 	}
-	c.Remember(l, map[string]int{"y": 2})
-	if g := got(l); len(g) != 1 || g["y"] != 2 {
-		t.Fatalf("after a new fetch: %v, want only y=2", g)
+	c.Remember(l, map[string]int{"y": 2, "z": 4})
+	if g := got(l); len(g) != 3 || g["x"] != 1 || g["y"] != 2 || g["z"] != 4 {
+		t.Fatalf("after a second fetch: %v, want x=1 (the fetch before) y=2 z=4 (the last fetch first)", g)
+	}
+	c.Remember(l, nil)
+	if g := got(l); len(g) != 2 || g["y"] != 2 || g["z"] != 4 {
+		t.Fatalf("after a third fetch that found nothing: %v, want the second fetch's y=2 z=4 only", g)
+	}
+	c.Remember(outbox.Lease{Owner: "a", Version: 4}, map[string]int{"w": 5})
+	c.Remember(l, map[string]int{"v": 6})
+	if g := got(l); len(g) != 1 || g["v"] != 6 {
+		t.Fatalf("after fetches under another lease and back: %v, want only v=6", g)
 	}
 }
 

@@ -1,4 +1,7 @@
--- FindPendingBatch: $1 partition, $2 owner, $3 version, $4 limit.
+-- FindPendingBatch: $1 partition, $2 owner, $3 version, $4 limit; for
+-- FetchNext also $5, the IDs in flight, which {except} leaves out (they
+-- are still pending, so an attempted one still holds its key back through
+-- the NOT EXISTS; see Prefetcher in backend.go).
 -- No row at all: the lease is lost. One row of NULLs: the lease holds and
 -- nothing is due. The lease row is the claim: nothing is written per row,
 -- so the lease's own unfinished entries are returned again (the relay
@@ -23,6 +26,7 @@ LEFT JOIN LATERAL (
     WHERE o.partition = l.partition
       {hold_check}
       AND o.state = 'pending'
+      {except}
       AND o.next_at <= now()
       AND (o.key = ''::bytea OR NOT EXISTS (
             SELECT 1 FROM {outbox} AS h

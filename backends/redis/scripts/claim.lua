@@ -3,6 +3,8 @@
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
 -- ARGV[1] token "version:owner"   ARGV[2] limit   ARGV[3] scan budget
+-- ARGV[4] n (optional, FetchNext): ARGV[5..4+n] the IDs in flight, the
+-- rest the keys of the attempted ones among them
 -- Returns -1 when the lease is lost, else {entries, parked}: entries is a
 -- flat array id1, value1, id2, value2, ... of entries in (due, append)
 -- order; parked is a flat array id, key, topic, reason, ... of the entries
@@ -73,6 +75,15 @@
 --     member, is removed when it would block;
 --   - a format 1 entry is converted to format 2 and marked.
 -- Every park is reported in the second array of the result.
+--
+-- In flight (FetchNext, see Prefetcher in backend.go): the IDs in flight
+-- are claims of this lease that the relay is still publishing. They are
+-- scanned (they count against the budget, not the limit) but never read,
+-- returned or changed, and stay where they are. The keys of the attempted
+-- ones are stopped from the start, so their later entries are held back as
+-- by any attempted entry; an unattempted one holds back nothing, unless
+-- the key-order set holds its member (blocker then finds it pending), which
+-- only delays its key's later entries to the next fetch.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}} end
 zsets(KEYS[2], KEYS[4], KEYS[5])
@@ -81,6 +92,10 @@ local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local nowu = now_us()
 local now = math.floor(nowu / 1000)
 local out, got, scanned, skipped = {}, 0, 0, 0
+-- inflight[id]: in flight (see above); exleft: how many of them the scan
+-- has not met yet (the first chunk reads that many more members).
+local inflight, exleft = {}, tonumber(ARGV[4] or '0')
+for i = 5, 4 + exleft do inflight[ARGV[i]] = true end
 -- parked: id, key, topic, reason of each entry parked here.
 local parked = {}
 -- marked: whether the key-order set may hold members (checked once;
@@ -97,6 +112,10 @@ local returned, stop, held, heldat, open = {}, {}, {}, {}, {}
 -- anyheld: whether stop or held has an entry (then every keyed entry takes
 -- the general path). nout: the length of out.
 local anyheld, nout = false, 0
+for i = 5 + exleft, #ARGV do
+  stop[ARGV[i]] = true
+  anyheld = true
+end
 -- rescore: score, member pairs for ZADD pending once the scan is over.
 local rescore = {}
 
@@ -139,130 +158,144 @@ local function blocker(key, pfx, km)
 end
 
 while got < limit and scanned < budget do
-  local want = math.min(limit - got + 16, budget - scanned)
+  local want = math.min(limit - got + 16 + exleft, budget - scanned)
   local r = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', skipped, want)
   if #r == 0 then break end
-  -- The chunk's values in one call. This loop writes no value but the
-  -- one it is looking at, so the others stay as read.
-  local ids = {}
-  for i = 1, #r do ids[i] = string.sub(r[i], 9) end
+  -- The chunk's values in one call (but those of entries in flight). This
+  -- loop writes no value but the one it is looking at, so the others stay
+  -- as read.
+  local ids, read, slot = {}, {}, {}
+  for i = 1, #r do
+    local id = string.sub(r[i], 9)
+    ids[i] = id
+    if not inflight[id] then
+      read[#read + 1] = id
+      slot[#read] = i
+    end
+  end
   local vals = {}
-  for lo = 1, #ids, 4096 do
-    local part = redis.call('HMGET', KEYS[3], unpack(ids, lo, math.min(lo + 4095, #ids)))
-    for j = 1, #part do vals[lo + j - 1] = part[j] end
+  for lo = 1, #read, 4096 do
+    local part = redis.call('HMGET', KEYS[3], unpack(read, lo, math.min(lo + 4095, #read)))
+    for j = 1, #part do vals[slot[lo + j - 1]] = part[j] end
   end
   for i = 1, #r do
     if got >= limit or scanned >= budget then break end
     scanned = scanned + 1
     local m, id, v = r[i], ids[i], vals[i]
-    -- The fast path: a sound format 2 value under its own member, whose
-    -- key (if any) needs no key-order member because nothing is marked,
-    -- stopped or held in this call (see "Per-key order" above). Anything
-    -- else takes the general path below.
-    local ko, kl
-    if v then ko, kl = sound(v) end
-    if ko and string.sub(v, 2, 9) == string.sub(m, 1, 8) and (kl == 0 or not (marked or anyheld)) then
-      if kl > 0 and u32(v, 26) > 0 then
-        stop[string.sub(v, ko + 1, ko + kl)] = true
-        anyheld = true
-      end
+    if inflight[id] then
+      -- In flight: it stays in pending, in front of the next chunk.
       skipped = skipped + 1
-      got = got + 1
-      nout = nout + 2
-      out[nout - 1] = id
-      out[nout] = v
+      exleft = exleft - 1
     else
-      local p = v and string.byte(v, 1) ~= 3 and parse(v)
-      local stray = p and not p.why and string.sub(v, 2, 9) ~= string.sub(m, 1, 8)
-      if stray and (redis.call('ZSCORE', KEYS[2], member(v, id)) or redis.call('ZSCORE', KEYS[5], id)) then
-        v = nil -- the entry is pending under its own member, or parked
-      end
-      if not v then
-        redis.call('ZREM', KEYS[2], m)
-      elseif not p then
-        -- A quarantined value back in pending: park it again as it is.
-        redis.call('ZREM', KEYS[2], m)
-        redis.call('ZADD', KEYS[5], 0, id)
-        local q = parse(v)
-        got = got + 1 -- a park counts against the limit
-        parked[#parked + 1] = {id, q.key or '', q.topic or '', last_error_of(v)}
-      elseif stray then
-        local reason = 'redisoutbox: parked by FindPendingBatch: its only pending member has sequence ' .. seq_of(m) .. ' but its stored value has sequence ' .. seq_of(string.sub(v, 2, 9)) ..
-          '; the value is sound: Requeue gives it a new sequence'
-        v = as_v2(v)
-        redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, reason))
-        redis.call('ZREM', KEYS[2], m)
-        redis.call('ZADD', KEYS[5], 0, id)
-        got = got + 1 -- a park counts against the limit
-        parked[#parked + 1] = {id, p.key, p.topic, reason}
-      elseif p.why or p.topic == '' then
-        local why = p.why or 'topic is empty (AppendInTx never writes one, so the sink has nowhere to publish it)'
-        local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
-          '; the payload holds the raw stored value'
-        redis.call('HSET', KEYS[3], id, quarantine(v, p, string.sub(m, 1, 8), reason, nowu, now))
-        redis.call('ZREM', KEYS[2], m)
-        redis.call('ZADD', KEYS[5], 0, id)
-        got = got + 1 -- a park counts against the limit
-        parked[#parked + 1] = {id, p.key or '', p.topic or '', reason}
+      -- The fast path: a sound format 2 value under its own member, whose
+      -- key (if any) needs no key-order member because nothing is marked,
+      -- stopped or held in this call (see "Per-key order" above). Anything
+      -- else takes the general path below.
+      local ko, kl
+      if v then ko, kl = sound(v) end
+      if ko and string.sub(v, 2, 9) == string.sub(m, 1, 8) and (kl == 0 or not (marked or anyheld)) then
+        if kl > 0 and u32(v, 26) > 0 then
+          stop[string.sub(v, ko + 1, ko + kl)] = true
+          anyheld = true
+        end
+        skipped = skipped + 1
+        got = got + 1
+        nout = nout + 2
+        out[nout - 1] = id
+        out[nout] = v
       else
-        local key = p.key
-        do
-          local converted
-          v, converted = as_v2(v)
-          local km, pfx
-          if key ~= '' and (marked or converted or stop[key] or held[key]) then
-            -- Only then can the key-order member matter: with nothing
-            -- marked, stopped or held, every entry of the key this call
-            -- meets is returned, and the set (empty when the call began, so
-            -- holding only members this call adds) never holds its member.
-            pfx = key_prefix(key)
-            km = pfx .. string.sub(v, 18, 25) .. m
-            if converted then
-              redis.call('ZADD', KEYS[4], 0, km)
-              marked = true
+        local p = v and string.byte(v, 1) ~= 3 and parse(v)
+        local stray = p and not p.why and string.sub(v, 2, 9) ~= string.sub(m, 1, 8)
+        if stray and (redis.call('ZSCORE', KEYS[2], member(v, id)) or redis.call('ZSCORE', KEYS[5], id)) then
+          v = nil -- the entry is pending under its own member, or parked
+        end
+        if not v then
+          redis.call('ZREM', KEYS[2], m)
+        elseif not p then
+          -- A quarantined value back in pending: park it again as it is.
+          redis.call('ZREM', KEYS[2], m)
+          redis.call('ZADD', KEYS[5], 0, id)
+          local q = parse(v)
+          got = got + 1 -- a park counts against the limit
+          parked[#parked + 1] = {id, q.key or '', q.topic or '', last_error_of(v)}
+        elseif stray then
+          local reason = 'redisoutbox: parked by FindPendingBatch: its only pending member has sequence ' .. seq_of(m) .. ' but its stored value has sequence ' .. seq_of(string.sub(v, 2, 9)) ..
+            '; the value is sound: Requeue gives it a new sequence'
+          v = as_v2(v)
+          redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, reason))
+          redis.call('ZREM', KEYS[2], m)
+          redis.call('ZADD', KEYS[5], 0, id)
+          got = got + 1 -- a park counts against the limit
+          parked[#parked + 1] = {id, p.key, p.topic, reason}
+        elseif p.why or p.topic == '' then
+          local why = p.why or 'topic is empty (AppendInTx never writes one, so the sink has nowhere to publish it)'
+          local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
+            '; the payload holds the raw stored value'
+          redis.call('HSET', KEYS[3], id, quarantine(v, p, string.sub(m, 1, 8), reason, nowu, now))
+          redis.call('ZREM', KEYS[2], m)
+          redis.call('ZADD', KEYS[5], 0, id)
+          got = got + 1 -- a park counts against the limit
+          parked[#parked + 1] = {id, p.key or '', p.topic or '', reason}
+        else
+          local key = p.key
+          do
+            local converted
+            v, converted = as_v2(v)
+            local km, pfx
+            if key ~= '' and (marked or converted or stop[key] or held[key]) then
+              -- Only then can the key-order member matter: with nothing
+              -- marked, stopped or held, every entry of the key this call
+              -- meets is returned, and the set (empty when the call began, so
+              -- holding only members this call adds) never holds its member.
+              pfx = key_prefix(key)
+              km = pfx .. string.sub(v, 18, 25) .. m
+              if converted then
+                redis.call('ZADD', KEYS[4], 0, km)
+                marked = true
+              end
             end
-          end
-          if converted then redis.call('HSET', KEYS[3], id, v) end
-          local ok, bs = true, nil
-          if key ~= '' and not km then
-            if attempts_of(v) > 0 then stop[key], anyheld = true, true end
-          elseif km then
-            if stop[key] then
-              ok = false
-            elseif held[key] and precedes(held[key], km, #pfx + 1) then
-              ok, bs = false, heldat[key]
-            elseif marked then
-              local blocked
-              blocked, bs = blocker(key, pfx, km)
-              ok = not blocked
+            if converted then redis.call('HSET', KEYS[3], id, v) end
+            local ok, bs = true, nil
+            if key ~= '' and not km then
+              if attempts_of(v) > 0 then stop[key], anyheld = true, true end
+            elseif km then
+              if stop[key] then
+                ok = false
+              elseif held[key] and precedes(held[key], km, #pfx + 1) then
+                ok, bs = false, heldat[key]
+              elseif marked then
+                local blocked
+                blocked, bs = blocker(key, pfx, km)
+                ok = not blocked
+              end
             end
-          end
-          if ok then
-            skipped = skipped + 1 -- it stays in pending, in front of the next chunk
-            if km then
-              if attempts_of(v) > 0 then stop[key], anyheld = true, true else returned[km] = true end
-            end
-            got = got + 1
-            nout = nout + 2
-            out[nout - 1] = id
-            out[nout] = v
-          else
-            -- It stays where it is until the scan is over, in front of the
-            -- next chunk.
-            skipped = skipped + 1
-            local at = nil
-            local score = bs and tonumber(redis.call('ZSCORE', KEYS[2], m))
-            if bs and bs > score then
-              rescore[#rescore + 1] = bs
-              rescore[#rescore + 1] = m
-              redis.call('ZADD', KEYS[4], 0, km)
-              marked, at = true, bs
-            elseif bs then
-              at = score
-            end
-            if not held[key] or precedes(km, held[key], #pfx + 1) then
-              held[key], heldat[key] = km, at
-              anyheld = true
+            if ok then
+              skipped = skipped + 1 -- it stays in pending, in front of the next chunk
+              if km then
+                if attempts_of(v) > 0 then stop[key], anyheld = true, true else returned[km] = true end
+              end
+              got = got + 1
+              nout = nout + 2
+              out[nout - 1] = id
+              out[nout] = v
+            else
+              -- It stays where it is until the scan is over, in front of the
+              -- next chunk.
+              skipped = skipped + 1
+              local at = nil
+              local score = bs and tonumber(redis.call('ZSCORE', KEYS[2], m))
+              if bs and bs > score then
+                rescore[#rescore + 1] = bs
+                rescore[#rescore + 1] = m
+                redis.call('ZADD', KEYS[4], 0, km)
+                marked, at = true, bs
+              elseif bs then
+                at = score
+              end
+              if not held[key] or precedes(km, held[key], #pfx + 1) then
+                held[key], heldat[key] = km, at
+                anyheld = true
+              end
             end
           end
         end

@@ -3,8 +3,9 @@
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset
 -- ARGV[1] token "version:owner"   ARGV[2] k
--- ARGV[3 .. 2+2k] pairs: an entry ID, then the pending member the claim
--- returned it under
+-- ARGV[3 .. 2+k] the pending members the claim returned k entries under,
+-- ARGV[3+k .. 2+2k] those entries' IDs, in the same order (pairs: the
+-- i-th member and the i-th ID)
 -- ARGV[3+2k ..] entry IDs without a member
 -- Returns -1 when the lease is lost (nothing changed), else the number of
 -- entries removed. Unknown, already sent and parked IDs are ignored.
@@ -32,25 +33,23 @@ local n = 0
 -- plain: the IDs removed by reading their values.
 local plain = {}
 
-for lo = 3, 2 + 2 * k, 512 do
-  local hi = math.min(lo + 511, 2 + 2 * k)
-  local ids, ms = {}, {}
-  for i = lo, hi, 2 do
-    ids[#ids + 1], ms[#ms + 1] = ARGV[i], ARGV[i + 1]
-  end
+for lo = 3, 2 + k, 512 do
+  local hi = math.min(lo + 511, 2 + k)
   if marked then
-    for _, id in ipairs(ids) do plain[#plain + 1] = id end
+    for i = lo + k, hi + k do plain[#plain + 1] = ARGV[i] end
   else
-    local c = redis.call('ZREM', KEYS[2], unpack(ms))
-    if c == #ms then
-      redis.call('HDEL', KEYS[3], unpack(ids))
+    -- The members and IDs are passed to the server straight from ARGV:
+    -- this path builds nothing per entry.
+    local c = redis.call('ZREM', KEYS[2], unpack(ARGV, lo, hi))
+    if c == hi - lo + 1 then
+      redis.call('HDEL', KEYS[3], unpack(ARGV, lo + k, hi + k))
     elseif c > 0 then
-      local vals = redis.call('HMGET', KEYS[3], unpack(ids))
+      local vals = redis.call('HMGET', KEYS[3], unpack(ARGV, lo + k, hi + k))
       local del = {}
-      for i = 1, #ids do
-        local v = vals[i]
-        if v and string.sub(v, 2, 9) == string.sub(ms[i], 1, 8) and not redis.call('ZSCORE', KEYS[5], ids[i]) then
-          del[#del + 1] = ids[i]
+      for i = 1, #vals do
+        local v, m, id = vals[i], ARGV[lo + i - 1], ARGV[lo + k + i - 1]
+        if v and string.sub(v, 2, 9) == string.sub(m, 1, 8) and not redis.call('ZSCORE', KEYS[5], id) then
+          del[#del + 1] = id
         end
       end
       if #del > 0 then redis.call('HDEL', KEYS[3], unpack(del)) end

@@ -1,0 +1,150 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backends/memory"
+	"github.com/outboxrelay/outbox/backoff"
+)
+
+// prefetchLog is the memory backend (an outbox.Prefetcher) that logs the
+// calls the relay makes for its batches, in the order they return.
+type prefetchLog struct {
+	*memory.Backend
+
+	mu       sync.Mutex
+	sent     map[string]int // ID -> how many publishes had returned when it was marked sent
+	next     [][]string     // in flight at each FetchNext
+	released [][]string
+	sink     *recorder
+}
+
+func (s *prefetchLog) FetchNext(ctx context.Context, l outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	b, err := s.Backend.FetchNext(ctx, l, limit, inFlight)
+	s.mu.Lock()
+	s.next = append(s.next, idsOf(inFlight))
+	s.mu.Unlock()
+	return b, err
+}
+
+func (s *prefetchLog) MarkSent(ctx context.Context, l outbox.Lease, ids []string) error {
+	err := s.Backend.MarkSent(ctx, l, ids)
+	n := len(s.sink.snapshot())
+	s.mu.Lock()
+	for _, id := range ids {
+		s.sent[id] = n
+	}
+	s.mu.Unlock()
+	return err
+}
+
+func (s *prefetchLog) Release(ctx context.Context, l outbox.Lease, ids []string) error {
+	s.mu.Lock()
+	s.released = append(s.released, slices.Clone(ids))
+	s.mu.Unlock()
+	return s.Backend.Release(ctx, l, ids)
+}
+
+
+// With a store that is a Prefetcher, the relay claims each batch behind a
+// full one while it publishes that one (FetchNext, with the batch in
+// flight), and publishes it only after the batch before it was marked
+// sent: a crash never has more than one batch published and unrecorded.
+func TestRelayPublishesBatchesFetchedAheadAfterTheBatchBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := &recorder{}
+		s := &prefetchLog{Backend: memory.New(memory.Options{}), sent: map[string]int{}, sink: sink}
+		const n, batch = 50, 10
+		var all []outbox.Entry
+		for i := range n {
+			all = append(all, outbox.Entry{ID: fmt.Sprintf("e%02d", i), Topic: "t", Key: fmt.Sprint("k", i%7)})
+		}
+		appendAll(t, s.Backend, all...)
+		startRelay(t, s, sink, outbox.RelayOptions{BatchSize: batch})
+		waitFor(t, time.Minute, "every entry marked sent", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return len(s.sent) == n
+		})
+		got := idsOf(sink.snapshot())
+		if !slices.Equal(got, idsOf(all)) {
+			t.Fatalf("published %v, want every entry once, in append order", got)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.next) < n/batch-1 {
+			t.Fatalf("FetchNext was called %d times, want at least %d (once behind each full batch but the last)", len(s.next), n/batch-1)
+		}
+		for i, inFlight := range s.next {
+			if want := idsOf(all[i*batch : (i+1)*batch]); !slices.Equal(inFlight, want) {
+				t.Fatalf("FetchNext call %d had %v in flight, want batch %d, %v", i+1, inFlight, i+1, want)
+			}
+		}
+		// Entry j is published as the j-th; every entry of an earlier
+		// batch must have been marked sent before that.
+		for j := batch; j < n; j++ {
+			for i := 0; i < j/batch*batch; i++ {
+				if s.sent[all[i].ID] > j {
+					t.Fatalf("%s (batch %d) was published before %s (batch %d) was marked sent", all[j].ID, j/batch+1, all[i].ID, i/batch+1)
+				}
+			}
+		}
+		if len(s.released) > 0 {
+			t.Fatalf("released %v; every batch ended clean", s.released)
+		}
+	})
+}
+
+// When an entry of the batch in flight fails, the batch fetched ahead was
+// claimed before the failure held its key back: the relay gives it back
+// unattempted (Release) and fetches again, so the key's later entry waits
+// for the retry, as without the fetch ahead.
+func TestRelayGivesBackTheBatchFetchedAheadWhenTheBatchBeforeFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := &recorder{fail: func(e outbox.Entry, attempt int) error {
+			if e.ID == "a1" && attempt == 1 {
+				return errors.New("broker unreachable")
+			}
+			return nil
+		}}
+		s := &prefetchLog{Backend: memory.New(memory.Options{}), sent: map[string]int{}, sink: sink}
+		appendAll(t, s.Backend,
+			outbox.Entry{ID: "a1", Topic: "t", Key: "a"}, outbox.Entry{ID: "b1", Topic: "t", Key: "b"},
+			outbox.Entry{ID: "a2", Topic: "t", Key: "a"}, outbox.Entry{ID: "b2", Topic: "t", Key: "b"})
+		startRelay(t, s, sink, outbox.RelayOptions{BatchSize: 2,
+			Backoff: backoff.Policy{Base: time.Second, Max: time.Second, Min: time.Second}})
+		waitFor(t, time.Minute, "every entry marked sent", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return len(s.sent) == 4
+		})
+		if got := idsOf(sink.snapshot()); !slices.Equal(got, []string{"b1", "b2", "a1", "a2"}) {
+			t.Fatalf("delivered %v, want b1 b2 a1 a2: b's entries go on, a2 waits for a1's retry", got)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.next) == 0 || !slices.Equal(s.next[0], []string{"a1", "b1"}) {
+			t.Fatalf("FetchNext calls had %v in flight, want a1 b1 first", s.next)
+		}
+		if len(s.released) == 0 || !slices.Equal(s.released[0], []string{"a2", "b2"}) {
+			t.Fatalf("released %v, want a2 b2 (the batch fetched ahead) first", s.released)
+		}
+		info, err := s.Lookup(context.Background(), "a2")
+		if err == nil {
+			t.Fatalf("a2 is still in the store: %+v", info)
+		}
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		if st := sink.attempts; st["a2"] != 1 || st["b2"] != 1 {
+			t.Fatalf("attempts a2 %d, b2 %d; the batch fetched ahead must be given back unattempted and published once", st["a2"], st["b2"])
+		}
+	})
+}
