@@ -123,7 +123,8 @@ type Store interface {
 	// themselves, in their original order, to the next holder. A backend
 	// may or may not return an unfinished entry again to the same lease, so
 	// the relay finishes (MarkSent, MarkFailed or Release) every entry of a
-	// batch before it fetches the next one.
+	// batch before it fetches the next one, unless the store is a
+	// [Prefetcher] (then it names the batch in flight).
 	//
 	// The returned slice and its entries are owned by the caller.
 	FindPendingBatch(ctx context.Context, lease Lease, limit int) ([]Entry, error)

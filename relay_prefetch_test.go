@@ -53,7 +53,6 @@ func (s *prefetchLog) Release(ctx context.Context, l outbox.Lease, ids []string)
 	return s.Backend.Release(ctx, l, ids)
 }
 
-
 // With a store that is a Prefetcher, the relay claims each batch behind a
 // full one while it publishes that one (FetchNext, with the batch in
 // flight), and publishes it only after the batch before it was marked

@@ -64,3 +64,47 @@ func perEntry(a, b cpuMark, n int) (self, server time.Duration, ok bool) {
 	}
 	return (b.self - a.self) / time.Duration(n), max(b.server-a.server, 0) / time.Duration(n), true
 }
+
+// busyMark is a reading of the machine's CPU time (/proc/stat's cpu line),
+// in clock ticks: all of it and the idle part (idle and iowait).
+type busyMark struct {
+	total, idle int64
+	ok          bool
+}
+
+func readBusy() busyMark {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return busyMark{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return busyMark{}
+	}
+	var m busyMark
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return busyMark{}
+		}
+		if i >= 7 { // guest time is counted in user time already
+			break
+		}
+		m.total += n
+		if i == 3 || i == 4 {
+			m.idle += n
+		}
+	}
+	m.ok = true
+	return m
+}
+
+// to returns how busy the machine's CPUs were from a to b, in percent of
+// all of them, or -1 when a reading failed.
+func (a busyMark) to(b busyMark) float64 {
+	if !a.ok || !b.ok || b.total <= a.total {
+		return -1
+	}
+	return 100 * (1 - float64(b.idle-a.idle)/float64(b.total-a.total))
+}

@@ -141,6 +141,7 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 		n := min(s.cfg.LatencyN, int(arr*s.cfg.LatencyD.Seconds()))
 		asked, got, perTx := s.sr(t.key+".lat.asked."+mode), s.sr(t.key+".lat.rate."+mode), s.sr(t.key+".lat.pertx."+mode)
 		p50, p99, pmax := s.sr(t.key+".lat.p50."+mode), s.sr(t.key+".lat.p99."+mode), s.sr(t.key+".lat.max."+mode)
+		busy := s.sr(t.key + ".lat.busy." + mode)
 		for run := range s.thisRun() {
 			in, err := t.open(ctx, 1)
 			if err != nil {
@@ -156,22 +157,23 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 				s.fail("outbox/%s W3 %s run %d: %v", t.name, mode, run+1, err)
 				continue
 			}
-			res.add(arr, asked, got, perTx, p50, p99, pmax)
+			res.add(arr, asked, got, perTx, p50, p99, pmax, busy)
 		}
 		w := fmt.Sprintf("%s commit-to-sink, %.0f/s (%s of the sustainable rate, %s)", title, asked.median(), m.share, m.how)
-		recordLatency(s, "ours."+t.key+".lat."+mode, w, sys, fmt.Sprintf("at most %d entries or %s per run", n, s.cfg.LatencyD), asked, got, perTx, p50, p99, pmax)
+		recordLatency(s, "ours."+t.key+".lat."+mode, w, sys, fmt.Sprintf("at most %d entries or %s per run", n, s.cfg.LatencyD), asked, got, perTx, p50, p99, pmax, busy)
 	}
 	return nil
 }
 
 // recordLatency records the figures of one latency point under prefix.
-func recordLatency(s *Suite, prefix, w, sys, note string, asked, got, perTx, p50, p99, pmax *series) {
+func recordLatency(s *Suite, prefix, w, sys, note string, asked, got, perTx, p50, p99, pmax, busy *series) {
 	s.record(prefix+".p50", w, sys+" p50", "ms", false, p50, note)
 	s.record(prefix+".p99", w, sys+" p99", "ms", false, p99, "")
 	s.record(prefix+".max", w, sys+" max", "ms", false, pmax, "")
 	s.record(prefix+".asked", w, sys+" arrivals asked", "entries/s", true, asked, "per round")
 	s.record(prefix+".rate", w, sys+" arrivals achieved", "entries/s", true, got, fmt.Sprintf("%d callers, open loop", latCallers))
 	s.record(prefix+".pertx", w, sys+" entries per transaction", "entries", true, perTx, "mean; a caller behind its arrivals commits them together")
+	s.record(prefix+".busy", w, sys+" machine CPU busy", "%", false, busy, "all cores, while the arrivals ran (/proc/stat)")
 }
 
 // storeOnly hides a Store's optional interfaces (its Notifier), so a relay
@@ -442,6 +444,7 @@ type openLoop struct {
 	txs      atomic.Int64   // transactions committed
 	last     atomic.Int64   // unix ns of the last commit
 	start    time.Time
+	busy     float64 // the machine's CPU busy while run ran, % (-1: unknown)
 }
 
 func newOpenLoop(msgs *messages) *openLoop {
@@ -464,6 +467,8 @@ func (o *openLoop) run(ctx context.Context, perSec float64, maxD time.Duration, 
 	var wg sync.WaitGroup
 	var firstErr atomic.Pointer[error]
 	o.start = time.Now()
+	b0 := readBusy()
+	defer func() { o.busy = b0.to(readBusy()) }()
 	deadline := o.start.Add(maxD)
 	for w := range latCallers {
 		jobs[w] = make(chan int, perLane[w])
@@ -546,10 +551,11 @@ type latRun struct {
 	counts   Counts
 	achieved float64 // committed entries/s, from the start to the last commit
 	perTx    float64 // mean entries per transaction
+	busy     float64 // the machine's CPU busy while the arrivals ran, % (-1: unknown)
 }
 
 // add adds the run's figures to the series of its latency point.
-func (r latRun) add(asked float64, askedS, got, perTx, p50, p99, pmax *series) {
+func (r latRun) add(asked float64, askedS, got, perTx, p50, p99, pmax, busy *series) {
 	ms := sortedMS(r.lat)
 	askedS.add(asked, nil)
 	got.add(r.achieved, nil)
@@ -557,6 +563,9 @@ func (r latRun) add(asked float64, askedS, got, perTx, p50, p99, pmax *series) {
 	p50.add(percentile(ms, 50), &r.counts)
 	p99.add(percentile(ms, 99), nil)
 	pmax.add(ms[len(ms)-1], nil)
+	if r.busy >= 0 {
+		busy.add(r.busy, nil)
+	}
 }
 
 // finish waits until tr has every committed message (for at most
@@ -567,7 +576,7 @@ func (o *openLoop) finish(ctx context.Context, tr *tracker, timeout time.Duratio
 	if k == 0 {
 		return latRun{}, fmt.Errorf("no arrival was committed")
 	}
-	r := latRun{achieved: rate(k, time.Duration(o.last.Load()-o.start.UnixNano())), perTx: float64(k) / float64(o.txs.Load())}
+	r := latRun{achieved: rate(k, time.Duration(o.last.Load()-o.start.UnixNano())), perTx: float64(k) / float64(o.txs.Load()), busy: o.busy}
 	werr := tr.waitN(ctx, k, timeout)
 	r.counts = tr.counts_()
 	r.counts.Expected = k
@@ -667,6 +676,7 @@ func (s *Suite) riverW3(ctx context.Context) error {
 			prefix := "river.lat." + t.key + "." + p.point
 			asked, got, perTx := s.sr(prefix+".asked"), s.sr(prefix+".rate"), s.sr(prefix+".pertx")
 			p50, p99, pmax := s.sr(prefix+".p50"), s.sr(prefix+".p99"), s.sr(prefix+".max")
+			busy := s.sr(prefix + ".busy")
 			for run := range s.thisRun() {
 				if _, err := s.pool.Exec(ctx, "TRUNCATE "+schemaRiver+".river_job"); err != nil {
 					return err
@@ -676,10 +686,10 @@ func (s *Suite) riverW3(ctx context.Context) error {
 					s.fail("river W3 at %s's %s point, run %d: %v", t.title, p.point, run+1, err)
 					continue
 				}
-				res.add(arr, asked, got, perTx, p50, p99, pmax)
+				res.add(arr, asked, got, perTx, p50, p99, pmax, busy)
 			}
 			w := fmt.Sprintf("River commit-to-work, %.0f/s (%s of %s)", asked.median(), p.share, of)
-			recordLatency(s, prefix, w, "River", fmt.Sprintf("at most %d entries or %s per run; %s", n, s.cfg.LatencyD, riverW3Settings), asked, got, perTx, p50, p99, pmax)
+			recordLatency(s, prefix, w, "River", fmt.Sprintf("at most %d entries or %s per run; %s", n, s.cfg.LatencyD, riverW3Settings), asked, got, perTx, p50, p99, pmax, busy)
 		}
 	}
 	return nil

@@ -94,6 +94,11 @@
 //     FindPendingBatch returns for the same state, and is fenced and
 //     checks its limit as FindPendingBatch does (skipped, saying so, when
 //     the backend does not implement [outbox.BatchFetcher]).
+//   - Prefetcher: FetchNext with a batch in flight returns the entries
+//     behind it, never one in flight, and leaves those unchanged; an
+//     attempted entry in flight holds back its key; it is fenced and checks
+//     its limit as FetchBatch does (skipped, saying so, when the backend
+//     does not implement [outbox.Prefetcher]).
 //   - Corrupt: a stored entry damaged by hand (the harness implements
 //     [Corrupter] and names the ways; skipped, saying so, when it does
 //     not), once for each way: it is parked with a reason and one attempt,

@@ -20,6 +20,7 @@ var (
 	_ outbox.Canceler     = (*Backend)(nil)
 	_ outbox.Inspector    = (*Backend)(nil)
 	_ outbox.Membership   = (*Backend)(nil)
+	_ outbox.Prefetcher   = (*Backend)(nil)
 	_ outbox.Looker       = (*Backend)(nil)
 
 	_ outbox.PartitionInspector = (*Backend)(nil)

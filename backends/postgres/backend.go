@@ -34,6 +34,7 @@ var (
 	_ outbox.PartitionInspector = (*Backend)(nil)
 	_ outbox.Looker             = (*Backend)(nil)
 	_ outbox.BatchFetcher       = (*Backend)(nil)
+	_ outbox.Prefetcher         = (*Backend)(nil)
 
 	_ outbox.Exporter = (*Backend)(nil)
 	_ outbox.Importer = (*Backend)(nil)

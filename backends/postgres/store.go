@@ -87,7 +87,8 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 // this one ends, and come back at once, unchanged and in order, to the
 // next holder. Nothing marks an entry as handed out, so the same lease is
 // handed its unfinished entries again by its next fetch (the SPI allows it:
-// the relay finishes every batch before fetching the next). See
+// the relay finishes every batch before fetching the next, or names it to
+// [Backend.FetchNext]). See
 // [outbox.Store.FindPendingBatch].
 //
 // A row that cannot be published as stored is parked, not returned, as
