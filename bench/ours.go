@@ -558,6 +558,9 @@ func (s *Suite) w4(ctx context.Context, t target) error {
 	}
 	tr := bb.tr
 	for run := range s.thisRun() {
+		if t.name == "redis" {
+			s.logf("   W4 redis, before the big drain: %s", s.redisMemory(ctx))
+		}
 		el, lat, err := storeDrain(ctx, bb.in.store, drainN, tr)
 		if err != nil {
 			return fmt.Errorf("big backlog run %d: %w", run+1, err)

@@ -288,6 +288,25 @@ func (s *Suite) settle(ctx context.Context) {
 	}
 }
 
+// redisMemory returns the server's memory figures that bear on how fast
+// it walks a large key (INFO memory): what it holds, what the allocator
+// and the OS give it, and the fragmentation between them.
+func (s *Suite) redisMemory(ctx context.Context) string {
+	info, err := s.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return "INFO memory: " + err.Error()
+	}
+	want := []string{"used_memory_human", "used_memory_rss_human", "mem_fragmentation_ratio", "allocator_frag_ratio", "allocator_rss_ratio", "lazyfree_pending_objects"}
+	var out []string
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && slices.Contains(want, k) {
+			out = append(out, k+"="+v)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // deleteKeys removes the keys matching pattern with SCAN and UNLINK, so
 // nothing but the harness's own keys is touched.
 func deleteKeys(ctx context.Context, rdb *redis.Client, pattern string) error {
