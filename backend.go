@@ -182,8 +182,7 @@ type BatchFetcher interface {
 // partition's next batch while the batch before it is still in flight, so
 // that the store's work on the next batch overlaps the relay's publishing
 // of this one. The relay calls FetchNext, when a store implements it,
-// right after a fetch that returned entries, if the batch was full or an
-// append was signalled meanwhile; it publishes the entries FetchNext
+// right after a fetch that returned a full batch; it publishes the entries FetchNext
 // returned only after it recorded every entry of the batch in flight as
 // sent or parked, and otherwise gives them back with Release, unattempted.
 type Prefetcher interface {

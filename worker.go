@@ -153,11 +153,15 @@ type prefetched struct {
 }
 
 // prefetch starts claiming the batch behind batch, the one about to be
-// published, when the store is a [Prefetcher] and more is due: batch was
-// full (full), or a wake-up arrived since the fetch. Otherwise it returns
-// nil and leaves the wake-up channel as it was.
+// published, when the store is a [Prefetcher] and batch was full (full),
+// so more is likely due. Not behind a short batch: the batch fetched
+// ahead waits for the MarkSent of the one before it, so an entry
+// committed while that one is published would wait for one more
+// MarkSent than when fetched after it (Postgres's MarkSent, a commit,
+// takes longer than its fetch). A wake-up that arrived before the fetch
+// ahead starts is taken, as before any fetch.
 func (w *worker) prefetch(ctx context.Context, batch []Entry, full bool) *prefetched {
-	if w.r.prefetcher == nil {
+	if w.r.prefetcher == nil || !full {
 		return nil
 	}
 	woke := false
@@ -165,9 +169,6 @@ func (w *worker) prefetch(ctx context.Context, batch []Entry, full bool) *prefet
 	case <-w.wake:
 		woke = true
 	default:
-	}
-	if !full && !woke {
-		return nil
 	}
 	p := &prefetched{done: make(chan struct{}), lease: w.lease, woke: woke}
 	go func() {

@@ -151,7 +151,7 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 			if mode == "poll" {
 				store = storeOnly{in.store}
 			}
-			res, err := s.latencyRun(ctx, in, store, n, arr, s.cfg.LatencyD)
+			res, err := s.latencyRun(ctx, t, in, store, n, arr, s.cfg.LatencyD)
 			in.close()
 			if err != nil {
 				s.fail("outbox/%s W3 %s run %d: %v", t.name, mode, run+1, err)
@@ -182,7 +182,7 @@ type storeOnly struct{ outbox.Store }
 
 // latencyRun runs one W3 measurement: n entries arriving at perSec (for
 // at most maxD) with a relay over store draining into a counting sink.
-func (s *Suite) latencyRun(ctx context.Context, in *instance, store outbox.Store, n int, perSec float64, maxD time.Duration) (latRun, error) {
+func (s *Suite) latencyRun(ctx context.Context, t target, in *instance, store outbox.Store, n int, perSec float64, maxD time.Duration) (latRun, error) {
 	msgs := newMessages(n, 7)
 	tr := newTracker(n)
 	stop, err := s.startRelay(ctx, store, tr)
@@ -191,8 +191,13 @@ func (s *Suite) latencyRun(ctx context.Context, in *instance, store outbox.Store
 	}
 	defer stop()
 	o := newOpenLoop(msgs)
+	c0 := readCPU(t.server)
 	if err := o.run(ctx, perSec, maxD, appendCommit(in, msgs), nil); err != nil {
 		return latRun{}, err
+	}
+	if self, srv, ok := perEntry(c0, readCPU(t.server), int(o.sent.Load())); ok {
+		s.logf("   W3 %s at %.0f/s: CPU per committed entry: this process (appenders and relay) %v, %s %v; machine busy %.0f%%",
+			t.name, perSec, self, t.server, srv, o.busy)
 	}
 	return o.finish(ctx, tr, 30*time.Second)
 }

@@ -186,7 +186,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	for _, q := range []struct {
 		find, noHold *string
 		except       string
-	}{{&b.qFind, &b.qFindNoHold, ""}, {&b.qFindNext, &b.qFindNextNoHold, "AND o.id <> ALL($5::text[])"}} {
+	}{{&b.qFind, &b.qFindNoHold, ""}, {&b.qFindNext, &b.qFindNextNoHold, "AND o.id NOT IN (SELECT unnest($5::text[]))"}} {
 		*q.find = strings.NewReplacer("{hold_probe}", "false", "{except}", q.except,
 			"{hold_check}", "AND NOT EXISTS (SELECT 1 FROM "+n.hold+")").Replace(load("find_pending_batch"))
 		*q.noHold = strings.NewReplacer("{hold_probe}", "to_regclass("+quoteLiteral(n.hold)+") IS NOT NULL",

@@ -15,6 +15,9 @@ func NewRowLocking(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Back
 // FindQuery is the rendered FindPendingBatch statement.
 func (b *Backend) FindQuery() string { return b.qFind }
 
+// FindNextQuery is the rendered FetchNext statement ($5 the IDs in flight).
+func (b *Backend) FindNextQuery() string { return b.qFindNext }
+
 // SetAcquireQuery replaces the AcquireLease statement (before any use of
 // b) with q, rendered like the embedded queries ({lease} and the other
 // table tokens), for the test and benchmark that compare it with the

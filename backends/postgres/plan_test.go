@@ -2,6 +2,7 @@ package pgoutbox_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,7 +27,8 @@ func load(ctx context.Context, p *pgxpool.Pool, table string, n int) error {
 	return err
 }
 
-// TestClaimQueryUsesPartialIndexes checks with EXPLAIN that the claim walks
+// TestClaimQueryUsesPartialIndexes checks with EXPLAIN that the claim (and
+// FetchNext's claim, with a batch in flight) walks
 // the due index in order and answers the hold-back with its index, on a
 // backlog with a few failing entries. Run with -v to see the plan.
 func TestClaimQueryUsesPartialIndexes(t *testing.T) {
@@ -48,28 +50,47 @@ func TestClaimQueryUsesPartialIndexes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := p.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+b.FindQuery(), l.Partition, l.Owner, l.Version, 500)
-	if err != nil {
-		t.Fatal(err)
+	// FetchNext's statement, with a batch of 500 in flight, must walk the
+	// same indexes.
+	inFlight := make([]string, 500)
+	for i := range inFlight {
+		inFlight[i] = fmt.Sprintf("e%08d", 21+i)
 	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := strings.Join(lines, "\n")
-	t.Logf("FindPendingBatch plan:\n%s", plan)
-	for _, idx := range []string{"outbox_due_idx", "outbox_holdback_idx"} {
-		if !strings.Contains(plan, idx) {
-			t.Errorf("the claim plan does not use %s", idx)
+	for _, q := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"FindPendingBatch", b.FindQuery(), []any{l.Partition, l.Owner, l.Version, 500}},
+		{"FetchNext", b.FindNextQuery(), []any{l.Partition, l.Owner, l.Version, 500, inFlight}},
+	} {
+		rows, err := p.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+q.sql, q.args...)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if regexp.MustCompile(`Seq Scan on outbox(\s|$)`).MatchString(plan) {
-		t.Errorf("the claim plan scans the whole outbox")
-	}
-	// The hold (migration 006) is checked once per statement, as a
-	// one-time filter over the due index scan, not per row.
-	if !strings.Contains(plan, "One-Time Filter") || !strings.Contains(plan, "outbox_hold") {
-		t.Errorf("the claim plan does not check the hold once per statement (a one-time filter on outbox_hold)")
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		t.Logf("%s plan:\n%s", q.name, plan)
+		for _, idx := range []string{"outbox_due_idx", "outbox_holdback_idx"} {
+			if !strings.Contains(plan, idx) {
+				t.Errorf("the %s plan does not use %s", q.name, idx)
+			}
+		}
+		if regexp.MustCompile(`Seq Scan on outbox(\s|$)`).MatchString(plan) {
+			t.Errorf("the %s plan scans the whole outbox", q.name)
+		}
+		// The IDs in flight are hashed once per statement, not compared
+		// with each row one by one.
+		if q.name == "FetchNext" && !strings.Contains(plan, "hashed SubPlan") {
+			t.Errorf("the FetchNext plan does not look the IDs in flight up in a hashed subplan")
+		}
+		// The hold (migration 006) is checked once per statement, as a
+		// one-time filter over the due index scan, not per row.
+		if !strings.Contains(plan, "One-Time Filter") || !strings.Contains(plan, "outbox_hold") {
+			t.Errorf("the %s plan does not check the hold once per statement (a one-time filter on outbox_hold)", q.name)
+		}
 	}
 }
 
