@@ -21,10 +21,18 @@ type prefetchLog struct {
 	*memory.Backend
 
 	mu       sync.Mutex
+	fetches  int            // FindPendingBatch calls
 	sent     map[string]int // ID -> how many publishes had returned when it was marked sent
 	next     [][]string     // in flight at each FetchNext
 	released [][]string
 	sink     *recorder
+}
+
+func (s *prefetchLog) FindPendingBatch(ctx context.Context, l outbox.Lease, limit int) ([]outbox.Entry, error) {
+	s.mu.Lock()
+	s.fetches++
+	s.mu.Unlock()
+	return s.Backend.FindPendingBatch(ctx, l, limit)
 }
 
 func (s *prefetchLog) FetchNext(ctx context.Context, l outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
@@ -144,6 +152,31 @@ func TestRelayGivesBackTheBatchFetchedAheadWhenTheBatchBeforeFails(t *testing.T)
 		defer sink.mu.Unlock()
 		if st := sink.attempts; st["a2"] != 1 || st["b2"] != 1 {
 			t.Fatalf("attempts a2 %d, b2 %d; the batch fetched ahead must be given back unattempted and published once", st["a2"], st["b2"])
+		}
+	})
+}
+
+// A fetch ahead that finds nothing due ends the drain like a short batch:
+// the worker waits for a wake-up or the poll instead of fetching again.
+func TestRelayWaitsAfterAFetchAheadFindsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := &recorder{}
+		s := &prefetchLog{Backend: memory.New(memory.Options{}), sent: map[string]int{}, sink: sink}
+		for i := range 10 {
+			appendAll(t, s.Backend, outbox.Entry{ID: fmt.Sprint("e", i), Topic: "t", Key: fmt.Sprint("k", i)})
+		}
+		startRelay(t, s, sink, outbox.RelayOptions{BatchSize: 10, PollInterval: time.Hour})
+		waitFor(t, time.Minute, "every entry marked sent", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return len(s.sent) == 10
+		})
+		time.Sleep(time.Second) // well before the lease's renewal, which fetches too
+		synctest.Wait()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.fetches != 1 || len(s.next) != 1 {
+			t.Fatalf("%d fetches and %d fetches ahead in the second after the drain; want 1 and 1 (the full batch, then the fetch ahead that found nothing, then a wait)", s.fetches, len(s.next))
 		}
 	})
 }

@@ -121,6 +121,12 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			blocked, clean := w.process(hardCtx, batch)
 			next = w.afterBatch(hardCtx, pf, clean)
 			if next != nil {
+				if len(next.batch) == 0 && next.corrupt == 0 {
+					// The fetch ahead found nothing more due: wait as
+					// after a short batch.
+					next = nil
+					w.idle(ctx, min(r.opts.PollInterval, w.renewIn()))
+				}
 				continue
 			}
 			if blocked > 0 {
@@ -179,7 +185,7 @@ func (w *worker) prefetch(ctx context.Context, batch []Entry, full bool) *prefet
 }
 
 // afterBatch waits for the prefetch p (nil when none was started) and
-// returns it when its entries may be published next: the batch before it
+// returns it (perhaps without entries) when its entries may be published next: the batch before it
 // ended clean (every entry recorded as sent or parked) and the worker
 // still holds the lease it was claimed under and is not handing the
 // partition over. Otherwise it gives the entries back unattempted and
@@ -192,10 +198,7 @@ func (w *worker) afterBatch(ctx context.Context, p *prefetched, clean bool) *pre
 	<-p.done
 	sameLease := p.lease.Owner == w.lease.Owner && p.lease.Version == w.lease.Version
 	if p.err == nil && clean && sameLease && w.holding.Load() && w.want.Load() {
-		if len(p.batch) > 0 || p.corrupt > 0 {
-			return p
-		}
-		return nil // nothing more was due: wait as after a short batch
+		return p // perhaps empty: then nothing more was due
 	}
 	if p.err != nil && !errors.Is(p.err, ErrLeaseLost) && ctx.Err() == nil {
 		w.r.log.Debug("outbox relay: fetching the next batch ahead failed; fetching it again", "partition", w.partition, "err", p.err)
