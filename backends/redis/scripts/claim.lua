@@ -158,7 +158,7 @@ local function blocker(key, pfx, km)
 end
 
 while got < limit and scanned < budget do
-  local want = math.min(limit - got + 16 + exleft, budget - scanned)
+  local want = math.min(limit - got + 16 + math.max(exleft, 0), budget - scanned)
   local r = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', skipped, want)
   if #r == 0 then break end
   -- The chunk's values in one call (but those of entries in flight). This
@@ -185,7 +185,7 @@ while got < limit and scanned < budget do
     if inflight[id] then
       -- In flight: it stays in pending, in front of the next chunk.
       skipped = skipped + 1
-      exleft = exleft - 1
+      exleft = exleft - 1 -- below 0 only for a stray member of one of them
     else
       -- The fast path: a sound format 2 value under its own member, whose
       -- key (if any) needs no key-order member because nothing is marked,
