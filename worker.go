@@ -203,7 +203,8 @@ func (w *worker) afterBatch(ctx context.Context, p *prefetched, clean bool) *pre
 	if p.err != nil && !errors.Is(p.err, ErrLeaseLost) && ctx.Err() == nil {
 		w.r.log.Debug("outbox relay: fetching the next batch ahead failed; fetching it again", "partition", w.partition, "err", p.err)
 	}
-	if sameLease && len(p.batch) > 0 {
+	if sameLease && len(p.batch) > 0 && ctx.Err() == nil {
+		// (Stopping hard, the lease's release or expiry returns them.)
 		w.release(ctx, idsOf(p.batch))
 	}
 	if p.woke {
