@@ -182,9 +182,11 @@ type BatchFetcher interface {
 // partition's next batch while the batch before it is still in flight, so
 // that the store's work on the next batch overlaps the relay's publishing
 // of this one. The relay calls FetchNext, when a store implements it,
-// right after a fetch that returned a full batch; it publishes the entries FetchNext
-// returned only after it recorded every entry of the batch in flight as
-// sent or parked, and otherwise gives them back with Release, unattempted.
+// right after a fetch that returned a full batch; it publishes the
+// entries FetchNext returned only after it recorded every entry of the
+// batch in flight as sent or parked, and otherwise gives them back
+// unattempted: with Release while it holds the lease, else (lease lost,
+// stopping) through the lease's end.
 type Prefetcher interface {
 	// FetchNext claims up to limit entries of lease.Partition as
 	// FetchBatch would (and reports its parks the same way) if the entries

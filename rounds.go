@@ -148,7 +148,7 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		// Something was published: fetch again at once, as usual.
 		return 0, clean
 	}
-	return blocked, clean && blocked == 0
+	return blocked, clean // a blocked batch skipped entries, so it is not clean
 }
 
 // deferEntry fails e, whose topic's breaker is open, without publishing

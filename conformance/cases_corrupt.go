@@ -21,6 +21,7 @@ func corruptCases[Tx any]() []testCase[Tx] {
 	return []testCase[Tx]{
 		{group: "Corrupt", name: "ParkedWithReasonAndPartitionFlows", run: corruptParked[Tx]},
 		{group: "Corrupt", name: "ReportedOnceByFetchBatch", run: corruptReported[Tx]},
+		{group: "Corrupt", name: "ReportedByFetchNext", run: corruptReportedAhead[Tx]},
 		{group: "Corrupt", name: "RunLongerThanABatchDoesNotStall", run: corruptRun[Tx]},
 		{group: "Corrupt", name: "RequeueRefused", run: corruptRequeue[Tx]},
 	}
@@ -208,6 +209,53 @@ func corruptReported[Tx any](t *testing.T, s *env[Tx]) {
 		for _, p := range reported {
 			if e := parked[p.ID]; e.LastError != p.Reason {
 				t.Fatalf("%s was reported parked with reason %q, but its LastError is %q; they must be the same", p.ID, p.Reason, e.LastError)
+			}
+		}
+	}
+}
+
+// corruptReportedAhead: FetchNext (outbox.Prefetcher), with the first
+// entry in flight, parks and reports the damaged entries as FetchBatch
+// does, each once with its reason as its LastError, and returns every
+// other entry but the one in flight.
+func corruptReportedAhead[Tx any](t *testing.T, s *env[Tx]) {
+	c := s.corrupter(t)
+	p := s.prefetcher(t)
+	bad, _ := s.corruptFixture(t, c)
+	l := s.acquire(t, 0, s.owner("relay"), longTTL)
+	inFlight := s.fetch(t, l, 1)
+	if len(inFlight) != 1 || inFlight[0].ID != "c0-g1" {
+		t.Fatalf("first batch %v, want c0-g1", ids(inFlight))
+	}
+	b, err := p.FetchNext(s.ctx, l, 100, inFlight)
+	if err != nil {
+		t.Fatalf("FetchNext(%s, 100, in flight c0-g1): %v (a stored entry that does not decode must be parked, not fail the fetch)", fmtLease(l), err)
+	}
+	for _, e := range b.Entries {
+		if _, ok := bad[e.ID]; ok || e.ID == "c0-g1" {
+			t.Fatalf("FetchNext returned %s, which is damaged or in flight", e.ID)
+		}
+	}
+	if want := 4*len(c.Corruptions()) - 1; len(b.Entries) != want {
+		t.Fatalf("FetchNext returned %d entries (%v), want the %d undamaged ones behind c0-g1", len(b.Entries), ids(b.Entries), want)
+	}
+	count := map[string]int{}
+	for _, cp := range b.Parked {
+		count[cp.ID]++
+		if _, ok := bad[cp.ID]; !ok || cp.Reason == "" {
+			t.Fatalf("FetchNext reported a park of %q (reason %q); only damaged entries are parked, each with a reason", cp.ID, cp.Reason)
+		}
+	}
+	for id, how := range bad {
+		if count[id] != 1 {
+			t.Fatalf("FetchNext reported the park of %s (%s) %d times, want once", id, how, count[id])
+		}
+	}
+	if ins, ok := s.b.(outbox.Inspector); ok {
+		parked := s.allParked(t, ins)
+		for _, cp := range b.Parked {
+			if e := parked[cp.ID]; e.LastError != cp.Reason {
+				t.Fatalf("%s was reported parked with reason %q, but its LastError is %q; they must be the same", cp.ID, cp.Reason, e.LastError)
 			}
 		}
 	}

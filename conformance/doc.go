@@ -105,7 +105,8 @@
 //     never handed to the relay, and the rest of its partition, its own key
 //     included, is delivered in order (also behind a run of damaged
 //     entries longer than a batch); an [outbox.BatchFetcher] reports each
-//     such park once, with the reason that became its LastError; an
+//     such park once, with the reason that became its LastError, and so
+//     does an [outbox.Prefetcher]'s FetchNext; an
 //     [outbox.Inspector] refuses to requeue it with an
 //     [outbox.RequeueRefusedError] while requeueing the healthy entries of
 //     the same call.
