@@ -412,51 +412,67 @@ func testRequeueRefuses(t *testing.T, c redis.UniversalClient) {
 	assert.False(t, info.Parked)
 }
 
-// TestSoundAgreesWithParse: the claim's fast check (sound in lib.lua)
-// accepts exactly the format 2 values parse finds well formed with a
-// topic, and finds the key parse finds, for every corruption and for
-// sound values with and without key and headers.
-func TestSoundAgreesWithParse(t *testing.T) {
+// TestQuarantine: quarantine.lua, which parks what the claim's fast path
+// returned and Go's decoder refused, quarantines a malformed value as the
+// claim does; a value it finds well formed (a refusal the script does not
+// share) is parked by MarkFailed with the decoder's reason and its value
+// unchanged; an entry no longer pending under the member the claim
+// returned it under is left alone.
+func TestQuarantine(t *testing.T) {
 	t.Parallel()
 	c := standaloneClient(t)
 	ctx := testCtx(t)
-	lib, err := scriptFS.ReadFile("scripts/lib.lua")
+	b := newBackend(t, c, Options{Partitions: 1})
+	require.NoError(t, b.Append(ctx,
+		outbox.Entry{ID: "bad", Topic: "topic", Key: "k"},
+		outbox.Entry{ID: "odd", Topic: "t", Key: "k2"},
+		outbox.Entry{ID: "gone", Topic: "t"}))
+	require.NoError(t, corrupt(ctx, c, b, "bad", "topic length past the end"))
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
 	require.NoError(t, err)
-	probe := string(lib) + `
-local v = ARGV[1]
-local ko, kl = sound(v)
-local p = parse(v)
-local ok = string.byte(v, 1) == 2 and not p.why and p.topic ~= ''
-local key = ''
-if ko then key = string.sub(v, ko + 1, ko + kl) end
-return {ko and 1 or 0, ok and 1 or 0, key, p.key or ''}`
-	good := []outbox.Entry{
-		{Topic: "t", Key: "key", Headers: map[string]string{"h": "v"}, Payload: []byte("p")},
-		{Topic: "t", Key: "key", Headers: map[string]string{"a": "", "b": "x"}},
-		{Topic: "t"},
-		{Topic: "topic", Payload: make([]byte, 1000), NotBefore: time.Unix(1, 0)},
+	var pairs []any
+	vals := map[string]string{}
+	for _, id := range []string{"bad", "odd", "gone"} {
+		v, err := c.HGet(ctx, b.parts[0].entries, id).Result()
+		require.NoError(t, err)
+		vals[id] = v
+		pairs = append(pairs, v[1:9]+id, id)
 	}
-	values := map[string][]byte{}
-	for i, e := range good {
-		v := encodeEntry(&e)
-		v[1] = 1 // a sequence, as the append script writes one
-		values[fmt.Sprintf("sound %d", i)] = v
-		for _, cr := range corruptions {
-			if len(e.Headers) == 0 && strings.Contains(cr.name, "header ") {
-				continue
-			}
-			values[fmt.Sprintf("%s of %d", cr.name, i)] = cr.damage(v)
+	require.NoError(t, b.MarkSent(ctx, l, []string{"gone"}))
+	refused := []refusal{
+		{id: "bad", e: outbox.Entry{Key: "k"}, err: fmt.Errorf("%w: topic longer than the value", errCorrupt)},
+		{id: "odd", e: outbox.Entry{Key: "k2", Topic: "t"}, err: fmt.Errorf("%w: refused by this build alone", errCorrupt)},
+		{id: "gone", err: fmt.Errorf("%w: refused", errCorrupt)},
+	}
+	parked, err := b.quarantine(ctx, "FetchBatch", l, pairs, refused)
+	require.NoError(t, err)
+	require.Len(t, parked, 2)
+	assert.Equal(t, "bad", parked[0].ID)
+	assert.Equal(t, "k", parked[0].Key)
+	assert.Contains(t, parked[0].Reason, "corrupt stored entry, parked by FindPendingBatch: topic longer than the value")
+	assert.Equal(t, "odd", parked[1].ID)
+	assert.Equal(t, "k2", parked[1].Key)
+	assert.Equal(t, "t", parked[1].Topic)
+	assert.Contains(t, parked[1].Reason, "refused by this build alone (parked by FetchBatch after Go's decoder refused it; the stored value is unchanged)")
+
+	all, err := b.Parked(ctx, "", 10)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"bad", "odd"}, ids(all))
+	for _, e := range all {
+		switch e.ID {
+		case "bad":
+			assert.Equal(t, vals["bad"], string(e.Payload), "quarantined: the raw value is the payload")
+		case "odd":
+			raw, err := c.HGet(ctx, b.parts[0].entries, "odd").Result()
+			require.NoError(t, err)
+			assert.Equal(t, vals["odd"][17:25], raw[17:25], "the value is unchanged but for its failure")
 		}
-		values[fmt.Sprintf("format 1 of %d", i)] = append([]byte{encodingV1}, append(v[1:17], v[25:]...)...)
-		values[fmt.Sprintf("format 3 of %d", i)] = append([]byte{encodingQuarantined}, v[1:]...)
 	}
-	for name, v := range values {
-		res, err := c.Eval(ctx, probe, []string{"{sound-probe}"}, v).Slice()
-		require.NoError(t, err, name)
-		fast, ok := res[0].(int64), res[1].(int64)
-		assert.Equal(t, ok, fast, "%s: sound accepts it iff parse finds it sound (format 2 with a topic)", name)
-		if fast == 1 {
-			assert.Equal(t, res[3], res[2], "%s: sound finds the key parse finds", name)
-		}
-	}
+	_, err = b.Lookup(ctx, "gone")
+	assert.ErrorIs(t, err, outbox.ErrNotFound, "an entry sent meanwhile is left alone")
+
+	lost := l
+	lost.Version++
+	_, err = b.quarantine(ctx, "FetchBatch", lost, pairs[:2], refused[:1])
+	assert.ErrorIs(t, err, outbox.ErrLeaseLost)
 }

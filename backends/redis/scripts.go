@@ -82,11 +82,12 @@ var (
 	scriptImport        = mustScript("import")
 	scriptExport        = mustScript("export")
 	scriptRemove        = mustScript("remove_exported")
+	scriptQuarantine    = mustScript("quarantine")
 
 	allScripts = []script{scriptAppend, scriptAppendKeySeq, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
 		scriptMarkSent, scriptMarkFailed, scriptReleaseClaims, scriptCancel, scriptRequeue,
 		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave,
-		scriptHold, scriptHoldPart, scriptImport, scriptExport, scriptRemove}
+		scriptHold, scriptHoldPart, scriptImport, scriptExport, scriptRemove, scriptQuarantine}
 )
 
 func isNoScript(err error) bool {

@@ -3,7 +3,6 @@ package redisoutbox
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -166,11 +165,7 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold}
 	args := []any{token(lease), limit, budget}
 	if inFlight != nil {
-		args = slices.Grow(args, 1+len(inFlight))
-		args = append(args, len(inFlight))
-		for i := range inFlight {
-			args = append(args, inFlight[i].ID)
-		}
+		args = append(args, b.inFlightArgs(lease, inFlight)...)
 		for i := range inFlight {
 			if e := &inFlight[i]; e.Attempts > 0 && e.Key != "" {
 				args = append(args, e.Key)
@@ -203,34 +198,139 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	}
 	batch.Entries = make([]outbox.Entry, 0, len(flat)/2)
 	members := make(map[string]string, len(flat)/2)
-	var corrupt []outbox.Failure
+	// refused: the entries Go's decoder refused, in the claim's order.
+	var refused []refusal
+	var pairs []any // member, ID of each refused format 2 entry
 	for i := 0; i < len(flat); i += 2 {
 		id, _ := flat[i].(string)
 		raw, _ := flat[i+1].(string)
+		var m string
 		if len(raw) > 9 && raw[0] == encodingV2 {
-			members[id] = raw[1:9] + id
+			m = raw[1:9] + id
+			members[id] = m
 		}
 		e, err := decodeEntry(id, lease.Partition, bytesOf(raw))
 		if err == nil && e.Topic == "" {
 			err = fmt.Errorf("%w: topic is empty", errCorrupt)
 		}
 		if err != nil {
-			// The script checks the same structure, so this is a bug or a
-			// format this build does not know: park, never stall.
-			reason := outbox.TruncateUTF8(err.Error()+" (parked by "+op+" after Go's decoder refused it; the stored value is unchanged)", b.opts.MaxErrorLen)
-			corrupt = append(corrupt, outbox.Failure{ID: id, Park: true, Error: reason})
-			batch.Parked = append(batch.Parked, outbox.CorruptEntry{ID: id, Key: e.Key, Topic: e.Topic, Reason: reason})
+			// The claim's fast path returns a format 2 value unchecked past
+			// its attempts (claim.lua): quarantine.lua parks it below.
+			refused = append(refused, refusal{id: id, e: e, err: err})
+			if m != "" {
+				pairs = append(pairs, m, id)
+			}
 			continue
 		}
 		batch.Entries = append(batch.Entries, e)
 	}
 	b.claims[lease.Partition].Remember(lease, members)
-	if len(corrupt) > 0 {
-		if err := b.MarkFailed(ctx, lease, corrupt); err != nil {
+	if refused != nil {
+		parked, err := b.quarantine(ctx, op, lease, pairs, refused)
+		if err != nil {
 			return outbox.Batch{}, err
 		}
+		batch.Parked = append(batch.Parked, parked...)
 	}
 	return batch, nil
+}
+
+// refusal is an entry a claim returned that Go's decoder refused: its ID,
+// what the decoder could read of it, and why it refused it.
+type refusal struct {
+	id  string
+	e   outbox.Entry
+	err error
+}
+
+// quarantine parks the entries a claim returned that Go's decoder refused
+// (refused; pairs holds the pending member and ID of those in
+// format 2) and reports the parks. quarantine.lua quarantines each one it
+// finds malformed, as the claim does in its general path. One it finds
+// well formed (a format this build's decoder does not know, or a bug) is
+// parked by MarkFailed with the decoder's reason, its stored value
+// unchanged, so it never stalls the partition.
+func (b *Backend) quarantine(ctx context.Context, op string, lease outbox.Lease, pairs []any, refused []refusal) ([]outbox.CorruptEntry, error) {
+	k := &b.parts[lease.Partition]
+	var out []outbox.CorruptEntry
+	// done: refused entries the script parked, or found no longer pending
+	// under the member the claim returned them under (nothing to park).
+	done := map[string]bool{}
+	if len(pairs) > 0 {
+		ks := []string{k.lease, k.pending, k.entries, k.parked}
+		res, err := scriptQuarantine.Run(ctx, b.client, ks, append([]any{token(lease)}, pairs...)...).Result()
+		if err != nil {
+			return nil, b.fail(ctx, op, err, ks...)
+		}
+		if code, ok := res.(int64); ok {
+			return nil, codeErr(op, lease, code)
+		}
+		two, ok := res.([]any)
+		if !ok || len(two) != 2 {
+			return nil, fmt.Errorf("redisoutbox: %s: unexpected quarantine result %T", op, res)
+		}
+		parked, ok1 := two[0].([]any)
+		sound, ok2 := two[1].([]any)
+		if !ok1 || !ok2 || len(parked)%4 != 0 {
+			return nil, fmt.Errorf("redisoutbox: %s: unexpected quarantine result %v", op, res)
+		}
+		for i := 0; i < len(parked); i += 4 {
+			var f [4]string
+			for j := range f {
+				f[j], _ = parked[i+j].(string)
+			}
+			out = append(out, outbox.CorruptEntry{ID: f[0], Key: f[1], Topic: f[2], Reason: f[3]})
+		}
+		keep := make(map[string]bool, len(sound))
+		for _, v := range sound {
+			id, _ := v.(string)
+			keep[id] = true
+		}
+		for i := 1; i < len(pairs); i += 2 {
+			if id := pairs[i].(string); !keep[id] {
+				done[id] = true
+			}
+		}
+	}
+	var failures []outbox.Failure
+	for _, r := range refused {
+		if done[r.id] {
+			continue
+		}
+		reason := outbox.TruncateUTF8(r.err.Error()+" (parked by "+op+" after Go's decoder refused it; the stored value is unchanged)", b.opts.MaxErrorLen)
+		failures = append(failures, outbox.Failure{ID: r.id, Park: true, Error: reason})
+		out = append(out, outbox.CorruptEntry{ID: r.id, Key: r.e.Key, Topic: r.e.Topic, Reason: reason})
+	}
+	if len(failures) == 0 {
+		return out, nil
+	}
+	if err := b.MarkFailed(ctx, lease, failures); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// inFlightArgs returns the ARGV of claim.lua for the entries in flight
+// (but the keys of the attempted ones): the number of those whose pending
+// member the partition's last two fetches under lease returned them
+// under, those members, then the number of the others and their IDs. The
+// script matches a member as it scans without taking the ID out of it.
+func (b *Backend) inFlightArgs(lease outbox.Lease, inFlight []outbox.Entry) []any {
+	ids := make([]string, len(inFlight))
+	for i := range inFlight {
+		ids[i] = inFlight[i].ID
+	}
+	members := make([]any, 1, 2+len(inFlight))
+	var plain []any
+	b.claims[lease.Partition].Each(lease, ids, func(id, member string, ok bool) {
+		if ok {
+			members = append(members, member)
+		} else {
+			plain = append(plain, id)
+		}
+	})
+	members[0] = len(members) - 1
+	return append(append(members, len(plain)), plain...)
 }
 
 // markArgs returns ARGV for mark_sent.lua: the token, the number k of the

@@ -3,8 +3,10 @@
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
 -- ARGV[1] token "version:owner"   ARGV[2] limit   ARGV[3] scan budget
--- ARGV[4] n (optional, FetchNext): ARGV[5..4+n] the IDs in flight, the
--- rest the keys of the attempted ones among them
+-- ARGV[4] m (optional, FetchNext): ARGV[5..4+m] the pending members of
+-- entries in flight, ARGV[5+m] n: ARGV[6+m..5+m+n] the IDs of the other
+-- entries in flight (whose member the caller does not know), the rest the
+-- keys of the attempted ones among them
 -- Returns -1 when the lease is lost, else {entries, parked}: entries is a
 -- flat array id1, value1, id2, value2, ... of entries in (due, append)
 -- order; parked is a flat array id, key, topic, reason, ... of the entries
@@ -68,7 +70,10 @@
 --     writes one), is parked and quarantined: rewritten in format 3 (see
 --     quarantine in lib.lua) with what could be read of its key and topic,
 --     the reason as last error and the raw value as payload; Requeue
---     refuses it;
+--     refuses it. The general path below finds it; a value that takes the
+--     fast path (format 2, never attempted, under its own member) is
+--     returned unchecked past its attempts, and the Go side has
+--     quarantine.lua park it the same way when its decoder refuses it;
 --   - a format 3 value met in pending (moved there by hand) is parked
 --     again as it is;
 --   - a key-order member whose entry is not pending, or too short to be a
@@ -76,10 +81,13 @@
 --   - a format 1 entry is converted to format 2 and marked.
 -- Every park is reported in the second array of the result.
 --
--- In flight (FetchNext, see Prefetcher in backend.go): the IDs in flight
--- are claims of this lease that the relay is still publishing. They are
--- scanned (they count against the budget, not the limit) but never read,
--- returned or changed, and stay where they are. The keys of the attempted
+-- In flight (FetchNext, see Prefetcher in backend.go): the entries in
+-- flight are claims of this lease that the relay is still publishing.
+-- They are scanned (they count against the budget, not the limit) but
+-- never read, returned or changed, and stay where they are. One given by
+-- its member is matched by that member: another (stray) member of its ID
+-- is read and repaired like any stray member (removed, its entry being
+-- pending under its own). The keys of the attempted
 -- ones are stopped from the start, so their later entries are held back as
 -- by any attempted entry; an unattempted one holds back nothing, unless
 -- the key-order set holds its member (blocker then finds it pending), which
@@ -92,10 +100,20 @@ local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local nowu = now_us()
 local now = math.floor(nowu / 1000)
 local out, got, scanned, skipped = {}, 0, 0, 0
--- inflight[id]: in flight (see above); exleft: how many of them the scan
--- has not met yet (the first chunk reads that many more members).
-local inflight, exleft = {}, tonumber(ARGV[4] or '0')
-for i = 5, 4 + exleft do inflight[ARGV[i]] = true end
+-- inflight[member], inflightid[id]: in flight (see above), by pending
+-- member, or by ID when the caller did not know the member (nil when
+-- there is none); exleft: how many of them the scan has not met yet (the
+-- first chunk reads that many more members).
+local inflight, inflightid = {}, nil
+local nm = tonumber(ARGV[4] or '0')
+for i = 5, 4 + nm do inflight[ARGV[i]] = true end
+local ni = tonumber(ARGV[5 + nm] or '0')
+if ni > 0 then
+  inflightid = {}
+  for i = 6 + nm, 5 + nm + ni do inflightid[ARGV[i]] = true end
+end
+local exleft, firstkey = nm + ni, 6 + nm + ni
+if not ARGV[4] then firstkey = 5 end
 -- parked: id, key, topic, reason of each entry parked here.
 local parked = {}
 -- marked: whether the key-order set may hold members (checked once;
@@ -112,7 +130,7 @@ local returned, stop, held, heldat, open = {}, {}, {}, {}, {}
 -- anyheld: whether stop or held has an entry (then every keyed entry takes
 -- the general path). nout: the length of out.
 local anyheld, nout = false, 0
-for i = 5 + exleft, #ARGV do
+for i = firstkey, #ARGV do
   stop[ARGV[i]] = true
   anyheld = true
 end
@@ -164,40 +182,52 @@ while got < limit and scanned < budget do
   -- The chunk's values in one call (but those of entries in flight). This
   -- loop writes no value but the one it is looking at, so the others stay
   -- as read.
-  local ids, read, slot = {}, {}, {}
+  -- read: the IDs whose values are read, in scan order; fl[i]: r[i] is
+  -- in flight (not read). The k-th entry not in flight has ID read[k]
+  -- and value vals[k].
+  local read, fl = {}, {}
   for i = 1, #r do
-    local id = string.sub(r[i], 9)
-    ids[i] = id
-    if not inflight[id] then
-      read[#read + 1] = id
-      slot[#read] = i
+    local m = r[i]
+    if inflight[m] then
+      fl[i] = true
+    else
+      local id = string.sub(m, 9)
+      if inflightid and inflightid[id] then
+        fl[i] = true
+      else
+        read[#read + 1] = id
+      end
     end
   end
   local vals = {}
-  for lo = 1, #read, 4096 do
-    local part = redis.call('HMGET', KEYS[3], unpack(read, lo, math.min(lo + 4095, #read)))
-    for j = 1, #part do vals[slot[lo + j - 1]] = part[j] end
+  if #read > 0 and #read <= 4096 then
+    vals = redis.call('HMGET', KEYS[3], unpack(read))
+  else
+    for lo = 1, #read, 4096 do
+      local part = redis.call('HMGET', KEYS[3], unpack(read, lo, math.min(lo + 4095, #read)))
+      for j = 1, #part do vals[lo + j - 1] = part[j] end
+    end
   end
+  local k = 0
   for i = 1, #r do
     if got >= limit or scanned >= budget then break end
     scanned = scanned + 1
-    local m, id, v = r[i], ids[i], vals[i]
-    if inflight[id] then
+    local m = r[i]
+    if fl[i] then
       -- In flight: it stays in pending, in front of the next chunk.
       skipped = skipped + 1
-      exleft = exleft - 1 -- below 0 only for a stray member of one of them
+      exleft = exleft - 1 -- below 0 only for a stray member of one given by ID
     else
-      -- The fast path: a sound format 2 value under its own member, whose
-      -- key (if any) needs no key-order member because nothing is marked,
-      -- stopped or held in this call (see "Per-key order" above). Anything
-      -- else takes the general path below.
-      local ko, kl
-      if v then ko, kl = sound(v) end
-      if ko and string.sub(v, 2, 9) == string.sub(m, 1, 8) and (kl == 0 or not (marked or anyheld)) then
-        if kl > 0 and u32(v, 26) > 0 then
-          stop[string.sub(v, ko + 1, ko + kl)] = true
-          anyheld = true
-        end
+      k = k + 1
+      local id, v = read[k], vals[k]
+      -- The fast path: a never attempted format 2 value under its own
+      -- member while nothing is marked, stopped or held in this call, so
+      -- its key (if any) needs no key-order member (see "Per-key order"
+      -- above). Its structure past the attempts is not checked here: the
+      -- Go decoder checks every value returned, and quarantine.lua parks
+      -- one it refuses as the general path below parks a corrupt value.
+      -- Anything else takes the general path.
+      if v and not (marked or anyheld) and #v >= 37 and string.byte(v, 1) == 2 and u32(v, 26) == 0 and string.sub(v, 2, 9) == string.sub(m, 1, 8) then
         skipped = skipped + 1
         got = got + 1
         nout = nout + 2
@@ -228,12 +258,7 @@ while got < limit and scanned < budget do
           got = got + 1 -- a park counts against the limit
           parked[#parked + 1] = {id, p.key, p.topic, reason}
         elseif p.why or p.topic == '' then
-          local why = p.why or 'topic is empty (AppendInTx never writes one, so the sink has nowhere to publish it)'
-          local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
-            '; the payload holds the raw stored value'
-          redis.call('HSET', KEYS[3], id, quarantine(v, p, string.sub(m, 1, 8), reason, nowu, now))
-          redis.call('ZREM', KEYS[2], m)
-          redis.call('ZADD', KEYS[5], 0, id)
+          local reason = park_corrupt(KEYS[2], KEYS[3], KEYS[5], id, m, v, p, nowu, now)
           got = got + 1 -- a park counts against the limit
           parked[#parked + 1] = {id, p.key or '', p.topic or '', reason}
         else

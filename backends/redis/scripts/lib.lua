@@ -151,38 +151,6 @@ local function parse(v)
   return p
 end
 
--- sound returns, for a format 2 value v that parse finds well formed and
--- whose topic is not empty, the 0-based offset and the length of its key;
--- nil for any other value (parse then says what is wrong with it). It
--- checks what parse checks, with no table and no string built: the claim
--- calls it for every entry it reads.
-local function sound(v)
-  local n = #v
-  if n < 37 or string.byte(v, 1) ~= 2 then return nil end
-  local off = 33 + u32(v, 30)
-  if n - off < 4 then return nil end
-  local ko, kl = off + 4, u32(v, off + 1)
-  off = ko + kl
-  if n - off < 4 then return nil end
-  local tl = u32(v, off + 1)
-  if tl == 0 then return nil end
-  off = off + 4 + tl
-  if n - off < 12 then return nil end
-  local nh = u32(v, off + 9)
-  off = off + 12
-  if nh > 0 then
-    if nh * 8 > n - off then return nil end
-    for _ = 1, nh do
-      if n - off < 4 then return nil end
-      off = off + 4 + u32(v, off + 1)
-      if n - off < 4 then return nil end
-      off = off + 4 + u32(v, off + 1)
-      if off > n then return nil end
-    end
-  end
-  return ko, kl
-end
-
 -- last_error_of returns the last error of a format 2 or 3 value ('' when
 -- the value is too short to hold one).
 local function last_error_of(v)
@@ -204,6 +172,22 @@ local function quarantine(v, p, seq8, reason, nowu, now)
   local key, topic = p.key or '', p.topic or ''
   return '\3' .. seq8 .. struct.pack('>I8I8I4I4', created, now, attempts, #reason) .. reason ..
     struct.pack('>I4', #key) .. key .. struct.pack('>I4', #topic) .. topic .. struct.pack('>I8I4', 0, 0) .. v
+end
+
+-- park_corrupt parks entry id, pending under member m in zset kp, whose
+-- value v in hash ke parse (result p) finds malformed or without a topic:
+-- the value is quarantined (see quarantine), the member leaves pending and
+-- the ID joins parked zset kq. It returns the reason, the entry's last
+-- error now. claim.lua calls it for a value it meets in its general path,
+-- quarantine.lua for one the Go decoder refused.
+local function park_corrupt(kp, ke, kq, id, m, v, p, nowu, now)
+  local why = p.why or 'topic is empty (AppendInTx never writes one, so the sink has nowhere to publish it)'
+  local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
+    '; the payload holds the raw stored value'
+  redis.call('HSET', ke, id, quarantine(v, p, string.sub(m, 1, 8), reason, nowu, now))
+  redis.call('ZREM', kp, m)
+  redis.call('ZADD', kq, 0, id)
+  return reason
 end
 
 -- as_v2 returns v in format 2 and whether it converted it. A format 1
