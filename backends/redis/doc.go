@@ -26,7 +26,7 @@
 //	{outbox:0}:keyorder  zset    per marked keyed entry: key-len|key|position|seq8|ID, score 0
 //	{outbox:0}:lease     string  "version:owner", PX = lease TTL
 //	{outbox:0}:leasever  counter last lease version (never expires)
-//	{outbox:0}:seq       counter last append sequence
+//	{outbox:0}:seq       counter last append sequence (also bumped when a member moves within pending)
 //	{outbox:0}:keyseq    hash    entry key -> last per-key sequence number (only with Options.KeySequence)
 //
 // and the outbox as a whole, in the slot of the prefix's own tag:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -162,30 +163,49 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	}
 	k := &b.parts[lease.Partition]
 	budget := 2*limit + 256 + len(inFlight)
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold}
-	args := []any{token(lease), limit, budget}
-	if inFlight != nil {
-		args = append(args, b.inFlightArgs(lease, inFlight)...)
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq}
+	front := &b.fronts[lease.Partition]
+	hint, alone := front.hint(lease, inFlight)
+	claim := func(alone bool) (any, error) {
+		args := []any{token(lease), limit, budget}
+		if inFlight == nil {
+			return scriptClaim.Run(ctx, b.client, ks, args...).Result()
+		}
+		args = append(args, hint...)
+		if alone {
+			args = append(args, 0, 0)
+		} else {
+			args = append(args, b.inFlightArgs(lease, inFlight)...)
+		}
 		for i := range inFlight {
 			if e := &inFlight[i]; e.Attempts > 0 && e.Key != "" {
 				args = append(args, e.Key)
 			}
 		}
+		return scriptClaim.Run(ctx, b.client, ks, args...).Result()
 	}
-	res, err := scriptClaim.Run(ctx, b.client, ks, args...).Result()
+	res, err := claim(alone)
+	if code, ok := res.(int64); ok && code == codeHintRefused && err == nil {
+		// The hint went without the entries in flight and did not hold:
+		// claim again with them (and with them next time, see frontSlot).
+		front.held(false)
+		res, err = claim(false)
+	}
 	if err != nil {
 		return outbox.Batch{}, b.fail(ctx, op, err, ks...)
 	}
 	if code, ok := res.(int64); ok {
 		return outbox.Batch{}, codeErr(op, lease, code)
 	}
-	two, ok := res.([]any)
-	if !ok || len(two) != 2 {
+	four, ok := res.([]any)
+	if !ok || len(four) != 4 {
 		return outbox.Batch{}, fmt.Errorf("redisoutbox: %s: unexpected script result %T", op, res)
 	}
-	flat, ok1 := two[0].([]any)
-	parked, ok2 := two[1].([]any)
-	if !ok1 || !ok2 || len(flat)%2 != 0 || len(parked)%4 != 0 {
+	flat, ok1 := four[0].([]any)
+	parked, ok2 := four[1].([]any)
+	gen, ok3 := four[2].(string)
+	held, ok4 := four[3].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || len(flat)%2 != 0 || len(parked)%4 != 0 {
 		return outbox.Batch{}, fmt.Errorf("redisoutbox: %s: unexpected script result %v", op, res)
 	}
 	var batch outbox.Batch
@@ -225,6 +245,13 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 		batch.Entries = append(batch.Entries, e)
 	}
 	b.claims[lease.Partition].Remember(lease, members)
+	if refused != nil {
+		gen = "" // what was quarantined left the stretch the hint describes
+	}
+	if len(hint) > 0 && hint[0] != "" {
+		front.held(held == 1)
+	}
+	front.remember(lease, gen, batch.Entries, members)
 	if refused != nil {
 		parked, err := b.quarantine(ctx, op, lease, pairs, refused)
 		if err != nil {
@@ -419,7 +446,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		args = append(args, f.ID, park, strconv.FormatInt(delay, 10), outbox.TruncateUTF8(f.Error, b.opts.MaxErrorLen))
 	}
 	return b.fenced(ctx, "MarkFailed", scriptMarkFailed, lease,
-		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked}, args)
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}, args)
 }
 
 // idArgs is ARGV for the scripts that take the lease token then entry IDs.
@@ -497,4 +524,75 @@ func (b *Backend) runEach(ctx context.Context, op string, s script, call func(k 
 		}
 	}
 	return cmds, nil
+}
+
+// codeHintRefused is claim.lua's result when a front hint sent without the
+// entries in flight did not hold.
+const codeHintRefused = -4
+
+// frontSlot holds a partition's front hint: what claim.lua needs to start
+// a FetchNext behind the entries in flight instead of reading them again
+// (see "The front hint" in claim.lua). The last fetch's result sets it; a
+// FetchNext whose entries in flight are exactly that result sends it. The
+// entries in flight go along (for the claim to match them as it scans
+// when the hint does not hold) only after a hint did not hold, until one
+// holds again: while nothing but the relay writes the partition (a
+// backlog draining) the hint holds every time, and the call carries no
+// list; while appends come in, each bumps the generation, the hint fails,
+// and the list goes with every call (no second round trip).
+type frontSlot struct {
+	mu      sync.Mutex
+	owner   string // the lease it was claimed under
+	version int64
+	gen     string // the sequence counter as the claim read it; "" for none
+	first   string // ID and pending member of the first entry returned
+	fm      string
+	last    string // and of the last
+	lm      string
+	n       int
+	// refused: the last hint sent did not hold.
+	refused bool
+}
+
+// held records whether the last hint sent held.
+func (f *frontSlot) held(ok bool) {
+	f.mu.Lock()
+	f.refused = !ok
+	f.mu.Unlock()
+}
+
+// remember records the result of a fetch under lease: gen as claim.lua
+// returned it, the entries returned and their pending members by ID.
+func (f *frontSlot) remember(lease outbox.Lease, gen string, entries []outbox.Entry, members map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen = ""
+	if gen == "" || len(entries) == 0 {
+		return
+	}
+	first, last := entries[0].ID, entries[len(entries)-1].ID
+	fm, ok1 := members[first]
+	lm, ok2 := members[last]
+	if !ok1 || !ok2 {
+		return
+	}
+	f.owner, f.version = lease.Owner, lease.Version
+	f.gen, f.first, f.fm, f.last, f.lm, f.n = gen, first, fm, last, lm, len(entries)
+}
+
+// hint returns claim.lua's ARGV[4..7] for a FetchNext under lease with
+// inFlight (nil, false for another fetch): the hint when inFlight is what
+// the last fetch returned under lease, else an empty generation; and
+// whether to send it without the entries in flight (the last hint sent
+// held).
+func (f *frontSlot) hint(lease outbox.Lease, inFlight []outbox.Entry) (args []any, alone bool) {
+	if inFlight == nil {
+		return nil, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gen == "" || f.owner != lease.Owner || f.version != lease.Version || len(inFlight) != f.n || inFlight[0].ID != f.first || inFlight[len(inFlight)-1].ID != f.last {
+		return []any{"", "", "", 0}, false
+	}
+	return []any{f.gen, f.fm, f.lm, f.n}, !f.refused
 }

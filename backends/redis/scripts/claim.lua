@@ -2,17 +2,22 @@
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
+-- KEYS[7] sequence counter
 -- ARGV[1] token "version:owner"   ARGV[2] limit   ARGV[3] scan budget
--- ARGV[4] m (optional, FetchNext): ARGV[5..4+m] the pending members of
--- entries in flight, ARGV[5+m] n: ARGV[6+m..5+m+n] the IDs of the other
--- entries in flight (whose member the caller does not know), the rest the
--- keys of the attempted ones among them
--- Returns -1 when the lease is lost, else {entries, parked}: entries is a
+-- ARGV[4..7] (optional, FetchNext) the front hint: a generation ('' for
+-- none), the first and last pending member of the entries in flight, and
+-- their number (see "The front hint" below); ARGV[8] m: ARGV[9..8+m] the
+-- pending members of entries in flight, ARGV[9+m] n: ARGV[10+m..9+m+n]
+-- the IDs of the other entries in flight (whose member the caller does
+-- not know), the rest the keys of the attempted ones among them
+-- Returns -1 when the lease is lost, else {entries, parked, generation}: entries is a
 -- flat array id1, value1, id2, value2, ... of entries in (due, append)
 -- order; parked is a flat array id, key, topic, reason, ... of the entries
 -- this call parked because their stored value could not be used, in the
 -- order it met them (key and topic as far as they could be read, '' when
--- not; reason is the entry's last error now). Entries and parks together
+-- not; reason is the entry's last error now); generation is the sequence
+-- counter as this call read it when the entries it returned may serve as
+-- the front hint of the next FetchNext (see below), else ''. Entries and parks together
 -- are at most ARGV[2]. While the partition is held (KEYS[6] exists, see
 -- hold_part.lua) it returns {{}, {}}: nothing is claimed, parked or
 -- re-scored.
@@ -92,28 +97,66 @@
 -- by any attempted entry; an unattempted one holds back nothing, unless
 -- the key-order set holds its member (blocker then finds it pending), which
 -- only delays its key's later entries to the next fetch.
+-- The front hint. A FetchNext while the entries in flight are exactly
+-- the first members of pending can start its scan behind them instead of
+-- reading them again. A call returns a generation (the sequence counter
+-- as it read it) when, from the first entry it returned to the last, it
+-- scanned nothing it left pending but the entries it returned (no entry in
+-- flight, none held back). Every write that puts a member into pending or
+-- moves one within it changes the counter: appends, Requeue and Import
+-- take sequences from it (an Import into a held partition from the block
+-- Hold took from it, and a claim while held returns nothing, so no
+-- generation), and MarkFailed, Cancel and a claim that re-scores
+-- held-back entries bump it. So when the counter still holds
+-- the generation, the first entry in flight is the first member of
+-- pending (rank 0) and the last one's rank is their number less one,
+-- nothing entered that stretch since, and nothing else is in it: the
+-- entries in flight are all of it. The call then starts at that offset,
+-- as if it had scanned them (they are skipped exactly as entries in flight
+-- are; the keys of attempted ones are stopped from ARGV). Otherwise it
+-- scans from the start and matches them by member or ID, as without the
+-- hint.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
-if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}} end
+if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}, '', 0} end
 zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3])
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local nowu = now_us()
 local now = math.floor(nowu / 1000)
 local out, got, scanned, skipped = {}, 0, 0, 0
+-- gen: the sequence counter ('' when it does not hold a number: then no
+-- generation is returned and no hint taken).
+local gen = redis.call('GET', KEYS[7])
+if not gen or not string.match(gen, '^%d+$') then gen = '' end
 -- inflight[member], inflightid[id]: in flight (see above), by pending
 -- member, or by ID when the caller did not know the member (nil when
 -- there is none); exleft: how many of them the scan has not met yet (the
 -- first chunk reads that many more members).
-local inflight, inflightid = {}, nil
-local nm = tonumber(ARGV[4] or '0')
-for i = 5, 4 + nm do inflight[ARGV[i]] = true end
-local ni = tonumber(ARGV[5 + nm] or '0')
-if ni > 0 then
-  inflightid = {}
-  for i = 6 + nm, 5 + nm + ni do inflightid[ARGV[i]] = true end
-end
-local exleft, firstkey = nm + ni, 6 + nm + ni
+local inflight, inflightid, exleft, hinted = {}, nil, 0, 0
+local nm = tonumber(ARGV[8] or '0')
+local ni = tonumber(ARGV[9 + nm] or '0')
+local firstkey = 10 + nm + ni
 if not ARGV[4] then firstkey = 5 end
+if ARGV[4] and ARGV[4] ~= '' and ARGV[4] == gen
+    and redis.call('ZRANK', KEYS[2], ARGV[5]) == 0
+    and redis.call('ZRANK', KEYS[2], ARGV[6]) == tonumber(ARGV[7]) - 1 then
+  -- The front hint holds: start behind the entries in flight.
+  skipped = tonumber(ARGV[7])
+  scanned = skipped
+  hinted = 1
+elseif ARGV[4] and ARGV[4] ~= '' and nm + ni == 0 then
+  return -4 -- the hint alone, and it does not hold: ask for the entries in flight
+else
+  for i = 9, 8 + nm do inflight[ARGV[i]] = true end
+  if ni > 0 then
+    inflightid = {}
+    for i = 10 + nm, 9 + nm + ni do inflightid[ARGV[i]] = true end
+  end
+  exleft = nm + ni
+end
+-- first, dirty: the member of the first entry returned, and whether an
+-- entry left pending was scanned after it (then no generation).
+local first, dirty = nil, false
 -- parked: id, key, topic, reason of each entry parked here.
 local parked = {}
 -- marked: whether the key-order set may hold members (checked once;
@@ -216,6 +259,7 @@ while got < limit and scanned < budget do
     if fl[i] then
       -- In flight: it stays in pending, in front of the next chunk.
       skipped = skipped + 1
+      if first then dirty = true end
       exleft = exleft - 1 -- below 0 only for a stray member of one given by ID
     else
       k = k + 1
@@ -230,6 +274,7 @@ while got < limit and scanned < budget do
       if v and not (marked or anyheld) and #v >= 37 and string.byte(v, 1) == 2 and u32(v, 26) == 0 and string.sub(v, 2, 9) == string.sub(m, 1, 8) then
         skipped = skipped + 1
         got = got + 1
+        if not first then first = m end
         nout = nout + 2
         out[nout - 1] = id
         out[nout] = v
@@ -300,6 +345,7 @@ while got < limit and scanned < budget do
                 if attempts_of(v) > 0 then stop[key], anyheld = true, true else returned[km] = true end
               end
               got = got + 1
+              if not first then first = m end
               nout = nout + 2
               out[nout - 1] = id
               out[nout] = v
@@ -307,6 +353,7 @@ while got < limit and scanned < budget do
               -- It stays where it is until the scan is over, in front of the
               -- next chunk.
               skipped = skipped + 1
+              if first then dirty = true end
               local at = nil
               local score = bs and tonumber(redis.call('ZSCORE', KEYS[2], m))
               if bs and bs > score then
@@ -328,11 +375,17 @@ while got < limit and scanned < budget do
     end
   end
 end
+if #rescore > 0 and gen ~= '' then
+  -- Moved within pending: a front hint read before no longer holds.
+  redis.call('INCR', KEYS[7])
+  gen = ''
+end
 for i = 1, #rescore, 512 do
   redis.call('ZADD', KEYS[2], unpack(rescore, i, math.min(i + 511, #rescore)))
 end
+if dirty or not first then gen = '' end
 local flat = {}
 for _, e in ipairs(parked) do
   for j = 1, 4 do flat[#flat + 1] = e[j] end
 end
-return {out, flat}
+return {out, flat, gen, hinted}
