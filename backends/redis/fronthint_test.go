@@ -72,13 +72,18 @@ func refused(t *testing.T, b *Backend, l outbox.Lease, inFlight []outbox.Entry) 
 	return !held
 }
 
-// scoreOf returns the pending score of entry id, read before it leaves.
+// memberOf returns the pending member of entry id (read before it leaves).
+func memberOf(t *testing.T, b *Backend, id string) string {
+	t.Helper()
+	v, err := b.client.HGet(context.Background(), b.parts[0].entries, id).Result()
+	require.NoError(t, err)
+	return v[1:9] + id
+}
+
+// scoreOf returns the pending score of entry id.
 func scoreOf(t *testing.T, b *Backend, id string) int64 {
 	t.Helper()
-	ctx := context.Background()
-	v, err := b.client.HGet(ctx, b.parts[0].entries, id).Result()
-	require.NoError(t, err)
-	sc, err := b.client.ZScore(ctx, b.parts[0].pending, v[1:9]+id).Result()
+	sc, err := b.client.ZScore(context.Background(), b.parts[0].pending, memberOf(t, b, id)).Result()
 	require.NoError(t, err)
 	return int64(sc)
 }
@@ -86,10 +91,7 @@ func scoreOf(t *testing.T, b *Backend, id string) int64 {
 // rankOf returns the rank of entry id in pending.
 func rankOf(t *testing.T, b *Backend, id string) int64 {
 	t.Helper()
-	ctx := context.Background()
-	v, err := b.client.HGet(ctx, b.parts[0].entries, id).Result()
-	require.NoError(t, err)
-	r, err := b.client.ZRank(ctx, b.parts[0].pending, v[1:9]+id).Result()
+	r, err := b.client.ZRank(context.Background(), b.parts[0].pending, memberOf(t, b, id)).Result()
 	require.NoError(t, err)
 	return r
 }
