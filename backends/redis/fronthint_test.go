@@ -250,3 +250,116 @@ func TestFrontHint(t *testing.T) {
 		assert.Equal(t, "", args[0], "no hint: a2 is in the stretch, left pending")
 	})
 }
+
+// markFront runs mark_sent.lua in front mode for batch as MarkSent does:
+// the number removed, or codeHintRefused.
+func markFront(t *testing.T, b *Backend, l outbox.Lease, batch []outbox.Entry) int64 {
+	t.Helper()
+	k := &b.parts[0]
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}
+	hint := b.fronts[0].markHint(l, ids(batch))
+	require.NotNil(t, hint, "a hint for exactly that batch")
+	args := append(append([]any{token(l), "front"}, hint...), anys(ids(batch))...)
+	n, err := scriptMarkSent.Run(context.Background(), b.client, ks, args...).Int64()
+	require.NoError(t, err)
+	return n
+}
+
+// TestMarkSentFront: MarkSent of exactly a batch a fetch returned, while
+// it is the front of pending, removes it by rank (mark_sent.lua's front
+// mode), key-order members included; after any write that could change
+// the front the script refuses and MarkSent sends the members instead.
+func TestMarkSentFront(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+
+	t.Run("Holds", func(t *testing.T) {
+		t.Parallel()
+		b, l, first := frontFixture(t, 30, 10)
+		next, err := b.FetchNext(ctx, l, 10, first.Entries)
+		require.NoError(t, err)
+		assert.EqualValues(t, 10, markFront(t, b, l, first.Entries), "the batch before the last fetch: its hint is kept too")
+		for _, id := range ids(first.Entries) {
+			_, err := b.Lookup(ctx, id)
+			assert.ErrorIs(t, err, outbox.ErrNotFound)
+		}
+		require.NoError(t, b.MarkSent(ctx, l, ids(next.Entries)))
+		rest, err := b.FetchBatch(ctx, l, 100)
+		require.NoError(t, err)
+		assert.Equal(t, idRange(20, 30), ids(rest.Entries))
+	})
+	t.Run("OnlyTheWholeBatch", func(t *testing.T) {
+		t.Parallel()
+		b, l, first := frontFixture(t, 30, 10)
+		assert.Nil(t, b.fronts[0].markHint(l, ids(first.Entries[1:])), "part of it")
+		dup := append(ids(first.Entries[:9]), "e00")
+		assert.Nil(t, b.fronts[0].markHint(l, dup), "an ID twice")
+		other := l
+		other.Version++
+		assert.Nil(t, b.fronts[0].markHint(other, ids(first.Entries)), "another lease")
+	})
+	t.Run("RefusedAfterAnAppend", func(t *testing.T) {
+		t.Parallel()
+		b, l, first := frontFixture(t, 30, 10)
+		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "early", Topic: "t", NotBefore: time.Unix(1, 0)}))
+		assert.EqualValues(t, codeHintRefused, markFront(t, b, l, first.Entries))
+		// MarkSent is refused the same way, then sends the members.
+		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
+		assert.Nil(t, b.fronts[0].markHint(l, ids(first.Entries)), "after a refusal the members go along")
+		rest, err := b.FetchBatch(ctx, l, 100)
+		require.NoError(t, err)
+		assert.Equal(t, append([]string{"early"}, idRange(10, 30)...), ids(rest.Entries), "early is kept, the batch removed")
+	})
+	t.Run("RefusedWhenNotTheFront", func(t *testing.T) {
+		t.Parallel()
+		b, l, first := frontFixture(t, 30, 10)
+		require.NoError(t, b.MarkSent(ctx, l, []string{"e09"}))
+		assert.EqualValues(t, codeHintRefused, markFront(t, b, l, first.Entries))
+	})
+	t.Run("RefusedAfterAMoveIntoTheBatch", func(t *testing.T) {
+		t.Parallel()
+		b, l, first := frontFixture(t, 30, 10)
+		// As in TestFrontHint/MarkFailed: e05 leaves, y moves into its
+		// place, the ranks of the batch's ends hold; removing the first 10
+		// by rank would remove y.
+		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "y", Topic: "t"}))
+		first, err := b.FetchBatch(ctx, l, 10)
+		require.NoError(t, err)
+		at := scoreOf(t, b, "e05")
+		require.NoError(t, b.MarkSent(ctx, l, []string{"e05"}))
+		now, err := b.client.Time(ctx).Result()
+		require.NoError(t, err)
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "y", Error: "x", Delay: time.Duration(at-now.UnixMilli()) * time.Millisecond}}))
+		require.Equal(t, int64(9), rankOf(t, b, "e09"), "y is in the batch's stretch")
+		assert.EqualValues(t, codeHintRefused, markFront(t, b, l, first.Entries))
+		_, err = b.Lookup(ctx, "y")
+		assert.NoError(t, err, "y is still there")
+	})
+	t.Run("KeyOrderMembers", func(t *testing.T) {
+		t.Parallel()
+		c := standaloneClient(t)
+		b := newBackend(t, c, Options{Partitions: 1})
+		require.NoError(t, b.Append(ctx,
+			outbox.Entry{ID: "a1", Topic: "t", Key: "k"},
+			outbox.Entry{ID: "a2", Topic: "t", Key: "k"},
+			outbox.Entry{ID: "b1", Topic: "t", Key: "j"}))
+		l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+		require.NoError(t, err)
+		got, err := b.FetchBatch(ctx, l, 1)
+		require.NoError(t, err)
+		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: got.Entries[0].ID, Error: "x", Delay: -time.Hour}}))
+		batch, err := b.FetchBatch(ctx, l, 1)
+		require.NoError(t, err)
+		require.Equal(t, []string{"a1"}, ids(batch.Entries))
+		n, err := c.ZCard(ctx, b.parts[0].keyorder).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the attempted a1 is in the key-order set")
+		assert.EqualValues(t, 1, markFront(t, b, l, batch.Entries))
+		n, err = c.ZCard(ctx, b.parts[0].keyorder).Result()
+		require.NoError(t, err)
+		assert.EqualValues(t, 0, n, "a1 left the key-order set")
+		rest, err := b.FetchBatch(ctx, l, 10)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a2", "b1"}, ids(rest.Entries), "a2 no longer held back")
+	})
+}

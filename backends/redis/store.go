@@ -411,9 +411,35 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err != nil {
 		return err
 	}
-	args := b.markArgs(lease, ids)
-	return b.fenced(ctx, "MarkSent", scriptMarkSent, lease,
-		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked}, args)
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}
+	front := &b.fronts[lease.Partition]
+	if hint := front.markHint(lease, ids); hint != nil {
+		// The batch is the front of pending: remove it by rank, with no
+		// members sent (see mark_sent.lua).
+		args := make([]any, 0, 5+len(ids))
+		args = append(append(append(args, token(lease), "front"), hint...), anys(ids)...)
+		n, err := scriptMarkSent.Run(ctx, b.client, ks, args...).Int64()
+		if err != nil {
+			return b.fail(ctx, "MarkSent", err, ks...)
+		}
+		if n != codeHintRefused {
+			if n < 0 {
+				return codeErr("MarkSent", lease, n)
+			}
+			return nil
+		}
+		front.held(false)
+	}
+	return b.fenced(ctx, "MarkSent", scriptMarkSent, lease, ks, b.markArgs(lease, ids))
+}
+
+// anys returns ss as a []any.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // MarkFailed runs mark_failed.lua (one round trip, fenced by the lease).
@@ -530,28 +556,41 @@ func (b *Backend) runEach(ctx context.Context, op string, s script, call func(k 
 // entries in flight did not hold.
 const codeHintRefused = -4
 
-// frontSlot holds a partition's front hint: what claim.lua needs to start
-// a FetchNext behind the entries in flight instead of reading them again
-// (see "The front hint" in claim.lua). The last fetch's result sets it; a
-// FetchNext whose entries in flight are exactly that result sends it. The
-// entries in flight go along (for the claim to match them as it scans
-// when the hint does not hold) only after a hint did not hold, until one
+// frontSlot holds a partition's front hints: what claim.lua needs to
+// start a FetchNext behind the entries in flight instead of reading them
+// again, and mark_sent.lua to remove a batch that is the front of pending
+// by rank (see "The front hint" in claim.lua). The last two fetches under
+// one lease set them (the relay marks a batch sent after it fetched the
+// next one ahead). A FetchNext whose entries in flight are exactly the
+// last fetch's result sends its hint; a MarkSent of exactly one of the
+// two results sends that one's.
+//
+// The entries in flight (or the pending members MarkSent would otherwise
+// send) go along only after a hint did not hold, until a FetchNext's hint
 // holds again: while nothing but the relay writes the partition (a
-// backlog draining) the hint holds every time, and the call carries no
-// list; while appends come in, each bumps the generation, the hint fails,
-// and the list goes with every call (no second round trip).
+// backlog draining) the hints hold every time, and the calls carry no
+// list; while appends come in, each bumps the generation, the hints fail,
+// and the lists go with every call, in one round trip (a hint sent alone
+// that fails costs a second one, once).
 type frontSlot struct {
 	mu      sync.Mutex
-	owner   string // the lease it was claimed under
+	owner   string // the lease the hints were claimed under
 	version int64
-	gen     string // the sequence counter as the claim read it; "" for none
-	first   string // ID and pending member of the first entry returned
-	fm      string
-	last    string // and of the last
-	lm      string
-	n       int
+	cur     frontHint // the last fetch's
+	prev    frontHint // the fetch before it, under the same lease
 	// refused: the last hint sent did not hold.
 	refused bool
+}
+
+// frontHint describes the result of one fetch; gen is "" for none.
+type frontHint struct {
+	gen   string // the sequence counter as the claim read it
+	first string // ID and pending member of the first entry returned
+	fm    string
+	last  string // and of the last
+	lm    string
+	n     int
+	byID  map[string]string // the pending member of every entry returned
 }
 
 // held records whether the last hint sent held.
@@ -562,22 +601,22 @@ func (f *frontSlot) held(ok bool) {
 }
 
 // remember records the result of a fetch under lease: gen as claim.lua
-// returned it, the entries returned and their pending members by ID.
+// returned it, the entries returned and their pending members by ID (the
+// map is kept, not copied: the caller no longer changes it).
 func (f *frontSlot) remember(lease outbox.Lease, gen string, entries []outbox.Entry, members map[string]string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.gen = ""
-	if gen == "" || len(entries) == 0 {
+	if f.owner == lease.Owner && f.version == lease.Version {
+		f.prev = f.cur
+	} else {
+		f.prev = frontHint{}
+	}
+	f.owner, f.version, f.cur = lease.Owner, lease.Version, frontHint{}
+	if gen == "" || len(entries) == 0 || len(members) != len(entries) {
 		return
 	}
 	first, last := entries[0].ID, entries[len(entries)-1].ID
-	fm, ok1 := members[first]
-	lm, ok2 := members[last]
-	if !ok1 || !ok2 {
-		return
-	}
-	f.owner, f.version = lease.Owner, lease.Version
-	f.gen, f.first, f.fm, f.last, f.lm, f.n = gen, first, fm, last, lm, len(entries)
+	f.cur = frontHint{gen: gen, first: first, fm: members[first], last: last, lm: members[last], n: len(entries), byID: members}
 }
 
 // hint returns claim.lua's ARGV[4..7] for a FetchNext under lease with
@@ -591,8 +630,39 @@ func (f *frontSlot) hint(lease outbox.Lease, inFlight []outbox.Entry) (args []an
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.gen == "" || f.owner != lease.Owner || f.version != lease.Version || len(inFlight) != f.n || inFlight[0].ID != f.first || inFlight[len(inFlight)-1].ID != f.last {
+	h := &f.cur
+	if h.gen == "" || f.owner != lease.Owner || f.version != lease.Version || len(inFlight) != h.n || inFlight[0].ID != h.first || inFlight[len(inFlight)-1].ID != h.last {
 		return []any{"", "", "", 0}, false
 	}
-	return []any{f.gen, f.fm, f.lm, f.n}, !f.refused
+	return []any{h.gen, h.fm, h.lm, h.n}, !f.refused
+}
+
+// markHint returns mark_sent.lua's ARGV[3..5] (generation, first and last
+// member) when ids are exactly the entries one of the last two fetches
+// under lease returned, in any order, and the last hint sent held; else
+// nil.
+func (f *frontSlot) markHint(lease outbox.Lease, ids []string) []any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refused || f.owner != lease.Owner || f.version != lease.Version {
+		return nil
+	}
+	for _, h := range []*frontHint{&f.cur, &f.prev} {
+		if h.gen == "" || len(ids) != h.n {
+			continue
+		}
+		seen := make(map[string]bool, len(ids))
+		all := true
+		for _, id := range ids {
+			if _, ok := h.byID[id]; !ok || seen[id] {
+				all = false
+				break
+			}
+			seen[id] = true
+		}
+		if all {
+			return []any{h.gen, h.fm, h.lm}
+		}
+	}
+	return nil
 }
