@@ -10,16 +10,19 @@
 -- pending members of entries in flight, ARGV[9+m] n: ARGV[10+m..9+m+n]
 -- the IDs of the other entries in flight (whose member the caller does
 -- not know), the rest the keys of the attempted ones among them
--- Returns -1 when the lease is lost, else {entries, parked, generation}: entries is a
+-- Returns -1 when the lease is lost, -4 when a front hint came without the
+-- entries in flight and does not hold (nothing changed), else {entries,
+-- parked, generation, hinted}: entries is a
 -- flat array id1, value1, id2, value2, ... of entries in (due, append)
 -- order; parked is a flat array id, key, topic, reason, ... of the entries
 -- this call parked because their stored value could not be used, in the
 -- order it met them (key and topic as far as they could be read, '' when
 -- not; reason is the entry's last error now); generation is the sequence
 -- counter as this call read it when the entries it returned may serve as
--- the front hint of the next FetchNext (see below), else ''. Entries and parks together
+-- the front hint of the next FetchNext (see below), else ''; hinted is 1
+-- when the front hint held, else 0. Entries and parks together
 -- are at most ARGV[2]. While the partition is held (KEYS[6] exists, see
--- hold_part.lua) it returns {{}, {}}: nothing is claimed, parked or
+-- hold_part.lua) it returns {{}, {}, '', 0}: nothing is claimed, parked or
 -- re-scored.
 --
 -- The lease is the claim: only its holder reads the partition, so the
@@ -97,6 +100,7 @@
 -- by any attempted entry; an unattempted one holds back nothing, unless
 -- the key-order set holds its member (blocker then finds it pending), which
 -- only delays its key's later entries to the next fetch.
+--
 -- The front hint. A FetchNext while the entries in flight are exactly
 -- the first members of pending can start its scan behind them instead of
 -- reading them again. A call returns a generation (the sequence counter
