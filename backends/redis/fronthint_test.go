@@ -56,9 +56,9 @@ func claimHinted(t *testing.T, b *Backend, l outbox.Lease, inFlight []outbox.Ent
 		require.EqualValues(t, codeHintRefused, code)
 		return nil, false
 	}
-	four := res.([]any)
-	require.EqualValues(t, 1, four[3], "a claim that returns entries says the hint held")
-	flat := four[0].([]any)
+	five := res.([]any)
+	require.EqualValues(t, 1, five[4], "a claim that returns entries says the hint held")
+	flat := five[0].([]any)
 	for i := 0; i < len(flat); i += 2 {
 		got = append(got, flat[i].(string))
 	}
@@ -129,6 +129,61 @@ func TestFrontHint(t *testing.T) {
 		got, held = claimHinted(t, b, l, next.Entries, 10)
 		assert.True(t, held)
 		assert.Equal(t, idRange(20, 30), got)
+	})
+	t.Run("AfterTheyWereSent", func(t *testing.T) {
+		t.Parallel()
+		// The MarkSent of the entries in flight reached the server before
+		// the fetch ahead: pending's first member sorts after the last of
+		// them, so none is left and the claim starts at the front.
+		b, l, first := frontFixture(t, 30, 10)
+		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
+		got, held := claimHinted(t, b, l, first.Entries, 10)
+		assert.True(t, held)
+		assert.Equal(t, idRange(10, 20), got)
+	})
+	t.Run("SomeOfThemLeft", func(t *testing.T) {
+		t.Parallel()
+		b, l, first := frontFixture(t, 30, 10)
+		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries[1:])))
+		assert.True(t, refused(t, b, l, first.Entries), "e00 is left: it sorts before where e09 was")
+		b, l, first = frontFixture(t, 30, 10)
+		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries[:9])))
+		assert.True(t, refused(t, b, l, first.Entries), "e09 is left, first but not at rank 9")
+	})
+	t.Run("EqualScores", func(t *testing.T) {
+		t.Parallel()
+		// Appended in one call, the entries share their score: members of
+		// one score sort by their bytes (sequence first).
+		for _, leave := range []bool{true, false} {
+			c := standaloneClient(t)
+			b := newBackend(t, c, Options{Partitions: 1})
+			es := make([]outbox.Entry, 20)
+			for i := range es {
+				es[i] = outbox.Entry{ID: fmt.Sprintf("e%02d", i), Topic: "t"}
+			}
+			require.NoError(t, b.Append(ctx, es...))
+			l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+			require.NoError(t, err)
+			first, err := b.FetchBatch(ctx, l, 10)
+			require.NoError(t, err)
+			require.Equal(t, scoreOf(t, b, "e09"), scoreOf(t, b, "e10"), "one score")
+			if leave {
+				require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries[:9])))
+				assert.True(t, refused(t, b, l, first.Entries), "e09 is left")
+			} else {
+				require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
+				got, held := claimHinted(t, b, l, first.Entries, 10)
+				assert.True(t, held, "e10 sorts after e09")
+				assert.Equal(t, idRange(10, 20), got)
+			}
+		}
+	})
+	t.Run("SentAndAnAppend", func(t *testing.T) {
+		t.Parallel()
+		b, l, first := frontFixture(t, 30, 10)
+		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
+		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "late", Topic: "t"}))
+		assert.True(t, refused(t, b, l, first.Entries), "the generation changed")
 	})
 	t.Run("NotForOtherEntriesInFlight", func(t *testing.T) {
 		t.Parallel()

@@ -197,15 +197,16 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	if code, ok := res.(int64); ok {
 		return outbox.Batch{}, codeErr(op, lease, code)
 	}
-	four, ok := res.([]any)
-	if !ok || len(four) != 4 {
+	five, ok := res.([]any)
+	if !ok || len(five) != 5 {
 		return outbox.Batch{}, fmt.Errorf("redisoutbox: %s: unexpected script result %T", op, res)
 	}
-	flat, ok1 := four[0].([]any)
-	parked, ok2 := four[1].([]any)
-	gen, ok3 := four[2].(string)
-	held, ok4 := four[3].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || len(flat)%2 != 0 || len(parked)%4 != 0 {
+	flat, ok1 := five[0].([]any)
+	parked, ok2 := five[1].([]any)
+	gen, ok3 := five[2].(string)
+	lscore, ok4 := five[3].(string)
+	held, ok5 := five[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || len(flat)%2 != 0 || len(parked)%4 != 0 {
 		return outbox.Batch{}, fmt.Errorf("redisoutbox: %s: unexpected script result %v", op, res)
 	}
 	var batch outbox.Batch
@@ -251,7 +252,7 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	if len(hint) > 0 && hint[0] != "" {
 		front.held(held == 1)
 	}
-	front.remember(lease, gen, batch.Entries, members)
+	front.remember(lease, gen, lscore, batch.Entries, members)
 	if refused != nil {
 		parked, err := b.quarantine(ctx, op, lease, pairs, refused)
 		if err != nil {
@@ -590,7 +591,10 @@ type frontHint struct {
 	last  string // and of the last
 	lm    string
 	n     int
-	byID  map[string]string // the pending member of every entry returned
+	// lscore: the pending score of the last entry returned, as the claim
+	// read it
+	lscore string
+	byID   map[string]string // the pending member of every entry returned
 }
 
 // held records whether the last hint sent held.
@@ -600,10 +604,10 @@ func (f *frontSlot) held(ok bool) {
 	f.mu.Unlock()
 }
 
-// remember records the result of a fetch under lease: gen as claim.lua
-// returned it, the entries returned and their pending members by ID (the
-// map is kept, not copied: the caller no longer changes it).
-func (f *frontSlot) remember(lease outbox.Lease, gen string, entries []outbox.Entry, members map[string]string) {
+// remember records the result of a fetch under lease: gen and lscore as
+// claim.lua returned them, the entries returned and their pending members
+// by ID (the map is kept, not copied: the caller no longer changes it).
+func (f *frontSlot) remember(lease outbox.Lease, gen, lscore string, entries []outbox.Entry, members map[string]string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.owner == lease.Owner && f.version == lease.Version {
@@ -616,10 +620,10 @@ func (f *frontSlot) remember(lease outbox.Lease, gen string, entries []outbox.En
 		return
 	}
 	first, last := entries[0].ID, entries[len(entries)-1].ID
-	f.cur = frontHint{gen: gen, first: first, fm: members[first], last: last, lm: members[last], n: len(entries), byID: members}
+	f.cur = frontHint{gen: gen, first: first, fm: members[first], last: last, lm: members[last], n: len(entries), lscore: lscore, byID: members}
 }
 
-// hint returns claim.lua's ARGV[4..7] for a FetchNext under lease with
+// hint returns claim.lua's ARGV[4..8] for a FetchNext under lease with
 // inFlight (nil, false for another fetch): the hint when inFlight is what
 // the last fetch returned under lease, else an empty generation; and
 // whether to send it without the entries in flight (the last hint sent
@@ -632,9 +636,9 @@ func (f *frontSlot) hint(lease outbox.Lease, inFlight []outbox.Entry) (args []an
 	defer f.mu.Unlock()
 	h := &f.cur
 	if h.gen == "" || f.owner != lease.Owner || f.version != lease.Version || len(inFlight) != h.n || inFlight[0].ID != h.first || inFlight[len(inFlight)-1].ID != h.last {
-		return []any{"", "", "", 0}, false
+		return []any{"", "", "", 0, ""}, false
 	}
-	return []any{h.gen, h.fm, h.lm, h.n}, !f.refused
+	return []any{h.gen, h.fm, h.lm, h.n, h.lscore}, !f.refused
 }
 
 // markHint returns mark_sent.lua's ARGV[3..5] (generation, first and last

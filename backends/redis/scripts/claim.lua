@@ -4,25 +4,27 @@
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
 -- KEYS[7] sequence counter
 -- ARGV[1] token "version:owner"   ARGV[2] limit   ARGV[3] scan budget
--- ARGV[4..7] (optional, FetchNext) the front hint: a generation ('' for
--- none), the first and last pending member of the entries in flight, and
--- their number (see "The front hint" below); ARGV[8] m: ARGV[9..8+m] the
--- pending members of entries in flight, ARGV[9+m] n: ARGV[10+m..9+m+n]
--- the IDs of the other entries in flight (whose member the caller does
--- not know), the rest the keys of the attempted ones among them
+-- ARGV[4..8] (optional, FetchNext) the front hint: a generation ('' for
+-- none), the first and last pending member of the entries in flight,
+-- their number, and the last one's score as the claim read it (see "The
+-- front hint" below); ARGV[9] m: ARGV[10..9+m] the pending members of
+-- entries in flight, ARGV[10+m] n: ARGV[11+m..10+m+n] the IDs of the
+-- other entries in flight (whose member the caller does not know), the
+-- rest the keys of the attempted ones among them
 -- Returns -1 when the lease is lost, -4 when a front hint came without the
 -- entries in flight and does not hold (nothing changed), else {entries,
--- parked, generation, hinted}: entries is a
+-- parked, generation, last score, hinted}: entries is a
 -- flat array id1, value1, id2, value2, ... of entries in (due, append)
 -- order; parked is a flat array id, key, topic, reason, ... of the entries
 -- this call parked because their stored value could not be used, in the
 -- order it met them (key and topic as far as they could be read, '' when
 -- not; reason is the entry's last error now); generation is the sequence
 -- counter as this call read it when the entries it returned may serve as
--- the front hint of the next FetchNext (see below), else ''; hinted is 1
--- when the front hint held, else 0. Entries and parks together
+-- the front hint of the next FetchNext (see below), else ''; last score
+-- is then the pending score of the last entry returned (else ''); hinted
+-- is 1 when the front hint held, else 0. Entries and parks together
 -- are at most ARGV[2]. While the partition is held (KEYS[6] exists, see
--- hold_part.lua) it returns {{}, {}, '', 0}: nothing is claimed, parked or
+-- hold_part.lua) it returns {{}, {}, '', '', 0}: nothing is claimed, parked or
 -- re-scored.
 --
 -- The lease is the claim: only its holder reads the partition, so the
@@ -117,11 +119,16 @@
 -- nothing entered that stretch since, and nothing else is in it: the
 -- entries in flight are all of it. The call then starts at that offset,
 -- as if it had scanned them (they are skipped exactly as entries in flight
--- are; the keys of attempted ones are stopped from ARGV). Otherwise it
--- scans from the start and matches them by member or ID, as without the
--- hint.
+-- are; the keys of attempted ones are stopped from ARGV). And since, with
+-- the counter unchanged, pending has only lost members since (their order
+-- kept), a first member of pending that sorts after where the last entry
+-- in flight was (its score and member) means none of them is left (they
+-- were sent meanwhile, as when the relay's MarkSent of them reaches the
+-- server before this call): the call starts at offset 0 with nothing in
+-- flight. Otherwise it scans from the start and matches them by member or
+-- ID, as without the hint.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
-if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}, '', 0} end
+if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}, '', '', 0} end
 zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3])
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -137,30 +144,38 @@ if not gen or not string.match(gen, '^%d+$') then gen = '' end
 -- there is none); exleft: how many of them the scan has not met yet (the
 -- first chunk reads that many more members).
 local inflight, inflightid, exleft, hinted = {}, nil, 0, 0
-local nm = tonumber(ARGV[8] or '0')
-local ni = tonumber(ARGV[9 + nm] or '0')
-local firstkey = 10 + nm + ni
+local nm = tonumber(ARGV[9] or '0')
+local ni = tonumber(ARGV[10 + nm] or '0')
+local firstkey = 11 + nm + ni
 if not ARGV[4] then firstkey = 5 end
-if ARGV[4] and ARGV[4] ~= '' and ARGV[4] == gen
-    and redis.call('ZRANK', KEYS[2], ARGV[5]) == 0
-    and redis.call('ZRANK', KEYS[2], ARGV[6]) == tonumber(ARGV[7]) - 1 then
-  -- The front hint holds: start behind the entries in flight.
-  skipped = tonumber(ARGV[7])
-  scanned = skipped
-  hinted = 1
+-- front: the offset the front hint gives (see above), or nil.
+local front = nil
+if ARGV[4] and ARGV[4] ~= '' and ARGV[4] == gen then
+  local r0 = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if r0[1] == ARGV[5] and redis.call('ZRANK', KEYS[2], ARGV[6]) == tonumber(ARGV[7]) - 1 then
+    front = tonumber(ARGV[7])
+  elseif not r0[1] or tonumber(r0[2]) > tonumber(ARGV[8])
+      or tonumber(r0[2]) == tonumber(ARGV[8]) and bytes_less(ARGV[6], r0[1]) then
+    front = 0
+  end
+end
+if front then
+  -- Start behind the entries in flight (none left: at the start).
+  skipped, scanned, hinted = front, front, 1
 elseif ARGV[4] and ARGV[4] ~= '' and nm + ni == 0 then
   return -4 -- the hint alone, and it does not hold: ask for the entries in flight
 else
-  for i = 9, 8 + nm do inflight[ARGV[i]] = true end
+  for i = 10, 9 + nm do inflight[ARGV[i]] = true end
   if ni > 0 then
     inflightid = {}
-    for i = 10 + nm, 9 + nm + ni do inflightid[ARGV[i]] = true end
+    for i = 11 + nm, 10 + nm + ni do inflightid[ARGV[i]] = true end
   end
   exleft = nm + ni
 end
--- first, dirty: the member of the first entry returned, and whether an
--- entry left pending was scanned after it (then no generation).
-local first, dirty = nil, false
+-- first, last, dirty: the members of the first and last entry returned,
+-- and whether an entry left pending was scanned after the first (then no
+-- generation).
+local first, last, dirty = nil, nil, false
 -- parked: id, key, topic, reason of each entry parked here.
 local parked = {}
 -- marked: whether the key-order set may hold members (checked once;
@@ -279,6 +294,7 @@ while got < limit and scanned < budget do
         skipped = skipped + 1
         got = got + 1
         if not first then first = m end
+        last = m
         nout = nout + 2
         out[nout - 1] = id
         out[nout] = v
@@ -350,6 +366,7 @@ while got < limit and scanned < budget do
               end
               got = got + 1
               if not first then first = m end
+              last = m
               nout = nout + 2
               out[nout - 1] = id
               out[nout] = v
@@ -387,9 +404,14 @@ end
 for i = 1, #rescore, 512 do
   redis.call('ZADD', KEYS[2], unpack(rescore, i, math.min(i + 511, #rescore)))
 end
-if dirty or not first then gen = '' end
+local lscore = ''
+if dirty or not first then
+  gen = ''
+elseif gen ~= '' then
+  lscore = redis.call('ZSCORE', KEYS[2], last)
+end
 local flat = {}
 for _, e in ipairs(parked) do
   for j = 1, 4 do flat[#flat + 1] = e[j] end
 end
-return {out, flat, gen, hinted}
+return {out, flat, gen, lscore, hinted}

@@ -190,6 +190,18 @@ local function park_corrupt(kp, ke, kq, id, m, v, p, nowu, now)
   return reason
 end
 
+-- bytes_less reports whether string a sorts before b byte by byte, as
+-- Redis orders the members of a sorted set with equal scores (Lua's own
+-- string comparison follows the server's collation locale).
+local function bytes_less(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
 -- bump_gen increments the sequence counter k when it holds a number: a
 -- member entered pending or moved within it, so a front hint read before
 -- no longer holds (see claim.lua).
