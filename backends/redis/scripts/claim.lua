@@ -154,8 +154,8 @@ if ARGV[4] and ARGV[4] ~= '' and ARGV[4] == gen then
   local r0 = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if r0[1] == ARGV[5] and redis.call('ZRANK', KEYS[2], ARGV[6]) == tonumber(ARGV[7]) - 1 then
     front = tonumber(ARGV[7])
-  elseif not r0[1] or tonumber(r0[2]) > tonumber(ARGV[8])
-      or tonumber(r0[2]) == tonumber(ARGV[8]) and bytes_less(ARGV[6], r0[1]) then
+  elseif ARGV[8] ~= '' and (not r0[1] or tonumber(r0[2]) > tonumber(ARGV[8])
+      or tonumber(r0[2]) == tonumber(ARGV[8]) and bytes_less(ARGV[6], r0[1])) then
     front = 0
   end
 end
@@ -408,7 +408,7 @@ local lscore = ''
 if dirty or not first then
   gen = ''
 elseif gen ~= '' then
-  lscore = redis.call('ZSCORE', KEYS[2], last)
+  lscore = redis.call('ZSCORE', KEYS[2], last) or ''
 end
 local flat = {}
 for _, e in ipairs(parked) do
