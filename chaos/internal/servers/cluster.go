@@ -409,6 +409,7 @@ func (c *RedisCluster) RestartNode(ctx context.Context, addr string) error {
 func (c *RedisCluster) WaitHealthy(ctx context.Context) error {
 	t := time.NewTicker(clusterPoll)
 	defer t.Stop()
+	var before error // the last thing found wrong before ctx ended
 	for {
 		last := c.healthy(ctx)
 		if last == nil {
@@ -416,9 +417,15 @@ func (c *RedisCluster) WaitHealthy(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			if before != nil && ctx.Err() != nil && errors.Is(last, ctx.Err()) {
+				// The last check was cut short by ctx: say what was wrong
+				// before it.
+				last = before
+			}
 			return fmt.Errorf("servers: redis cluster: not healthy: %v: %w", last, ctx.Err())
 		case <-t.C:
 		}
+		before = last
 	}
 }
 
