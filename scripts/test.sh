@@ -86,15 +86,8 @@ main() {
 		(cd bench && go vet ./... && go run . -quick)
 	fi
 
-	# The private servers' package (chaos/internal/servers) runs after the
-	# others, alone: its Redis Cluster runs with cluster-node-timeout 1 s,
-	# and with every package testing at once a killed master's replica was
-	# once not elected within a minute (the nodes starved of CPU kept timing
-	# each other out).
-	echo "== go test -race ./... (but chaos/internal/servers)"
-	go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/chaos/internal/servers$')
-	echo "== go test -race ./chaos/internal/servers (alone)"
-	go test -race -count=1 -timeout 10m ./chaos/internal/servers
+	echo "== go test -race ./..."
+	go test -race -count=1 -timeout 15m ./...
 
 	echo "== chaos -short (every chaos scenario briefly; the full run is ./scripts/chaos.sh, see docs/reliability.md)"
 	./scripts/chaos.sh -short
