@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -94,6 +95,45 @@ func rankOf(t *testing.T, b *Backend, id string) int64 {
 	r, err := b.client.ZRank(context.Background(), b.parts[0].pending, memberOf(t, b, id)).Result()
 	require.NoError(t, err)
 	return r
+}
+
+// firstFailed appends es to a one-partition Backend, takes the lease,
+// fetches the first entry and fails it with delay (it is retried, so it
+// holds back the rest of its key).
+func firstFailed(t *testing.T, delay time.Duration, es ...outbox.Entry) (redis.UniversalClient, *Backend, outbox.Lease) {
+	t.Helper()
+	ctx := testCtx(t)
+	c := standaloneClient(t)
+	b := newBackend(t, c, Options{Partitions: 1})
+	require.NoError(t, b.Append(ctx, es...))
+	l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
+	require.NoError(t, err)
+	got, err := b.FetchBatch(ctx, l, 1)
+	require.NoError(t, err)
+	require.Equal(t, es[0].ID, got.Entries[0].ID)
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: es[0].ID, Error: "x", Delay: delay}}))
+	return c, b, l
+}
+
+// moveIntoStretch fetches the first batch of a frontFixture again after
+// appending y (so its hint has the generation after the append), then
+// marks e05 sent and fails y to e05's score: one entry of the batch left
+// its stretch and another moved into it, so the batch's first and last
+// members keep their ranks and only the generation tells. It returns the
+// batch.
+func moveIntoStretch(t *testing.T, b *Backend, l outbox.Lease) outbox.Batch {
+	t.Helper()
+	ctx := testCtx(t)
+	require.NoError(t, b.Append(ctx, outbox.Entry{ID: "y", Topic: "t"}))
+	first, err := b.FetchBatch(ctx, l, 10)
+	require.NoError(t, err)
+	at := scoreOf(t, b, "e05")
+	require.NoError(t, b.MarkSent(ctx, l, []string{"e05"}))
+	now, err := b.client.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "y", Error: "x", Delay: time.Duration(at-now.UnixMilli()) * time.Millisecond}}))
+	require.Equal(t, int64(9), rankOf(t, b, "e09"), "y is in the batch's stretch")
+	return first
 }
 
 func idRange(lo, hi int) []string {
@@ -225,20 +265,8 @@ func TestFrontHint(t *testing.T) {
 	})
 	t.Run("MarkFailed", func(t *testing.T) {
 		t.Parallel()
-		b, l, first := frontFixture(t, 30, 10)
-		// One in flight leaves the stretch and another entry moves into it,
-		// so its first and last members keep their ranks: only the
-		// generation tells.
-		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "y", Topic: "t"}))
-		first, err := b.FetchBatch(ctx, l, 10) // the hint after the append
-		require.NoError(t, err)
-		at := scoreOf(t, b, "e05")
-		require.NoError(t, b.MarkSent(ctx, l, []string{"e05"}))
-		now, err := b.client.Time(ctx).Result()
-		require.NoError(t, err)
-		delay := time.Duration(at-now.UnixMilli()) * time.Millisecond
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "y", Error: "x", Delay: delay}}))
-		require.Equal(t, int64(9), rankOf(t, b, "e09"), "y is in the stretch")
+		b, l, _ := frontFixture(t, 30, 10)
+		first := moveIntoStretch(t, b, l)
 		assert.True(t, refused(t, b, l, first.Entries), "a re-score bumps the generation")
 	})
 	t.Run("MarkSent", func(t *testing.T) {
@@ -262,40 +290,26 @@ func TestFrontHint(t *testing.T) {
 	})
 	t.Run("CancelFreesHeldBack", func(t *testing.T) {
 		t.Parallel()
-		c := standaloneClient(t)
-		b := newBackend(t, c, Options{Partitions: 1})
-		require.NoError(t, b.Append(ctx,
+		c, b, l := firstFailed(t, time.Hour,
 			outbox.Entry{ID: "a1", Topic: "t", Key: "k"},
-			outbox.Entry{ID: "a2", Topic: "t", Key: "k"}))
-		l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
-		require.NoError(t, err)
-		got, err := b.FetchBatch(ctx, l, 1)
-		require.NoError(t, err)
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a1", Error: "x", Delay: time.Hour}}))
+			outbox.Entry{ID: "a2", Topic: "t", Key: "k"})
 		// a2 is held back behind a1 and re-scored to a1's retry time.
-		_, err = b.FetchBatch(ctx, l, 10)
+		_, err := b.FetchBatch(ctx, l, 10)
 		require.NoError(t, err)
 		before, err := c.Get(ctx, b.parts[0].seq).Int64()
 		require.NoError(t, err)
-		require.NoError(t, b.Cancel(ctx, got.Entries[0].ID))
+		require.NoError(t, b.Cancel(ctx, "a1"))
 		after, err := c.Get(ctx, b.parts[0].seq).Int64()
 		require.NoError(t, err)
 		assert.Greater(t, after, before, "freeing a2 moved it within pending: the generation changed")
 	})
 	t.Run("NoneAfterAHoldBack", func(t *testing.T) {
 		t.Parallel()
-		c := standaloneClient(t)
-		b := newBackend(t, c, Options{Partitions: 1})
-		require.NoError(t, b.Append(ctx,
+		_, b, l := firstFailed(t, -time.Hour,
 			outbox.Entry{ID: "a1", Topic: "t", Key: "k"},
 			outbox.Entry{ID: "b1", Topic: "t", Key: "j"},
 			outbox.Entry{ID: "a2", Topic: "t", Key: "k"},
-			outbox.Entry{ID: "b2", Topic: "t", Key: "j"}))
-		l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
-		require.NoError(t, err)
-		got, err := b.FetchBatch(ctx, l, 1)
-		require.NoError(t, err)
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: got.Entries[0].ID, Error: "x", Delay: -time.Hour}}))
+			outbox.Entry{ID: "b2", Topic: "t", Key: "j"})
 		// a1 is due and attempted: a2 is held back behind it, b1 and b2
 		// come between, so the stretch holds an entry left pending.
 		batch, err := b.FetchBatch(ctx, l, 3)
@@ -373,36 +387,19 @@ func TestMarkSentFront(t *testing.T) {
 	})
 	t.Run("RefusedAfterAMoveIntoTheBatch", func(t *testing.T) {
 		t.Parallel()
-		b, l, first := frontFixture(t, 30, 10)
-		// As in TestFrontHint/MarkFailed: e05 leaves, y moves into its
-		// place, the ranks of the batch's ends hold; removing the first 10
-		// by rank would remove y.
-		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "y", Topic: "t"}))
-		first, err := b.FetchBatch(ctx, l, 10)
-		require.NoError(t, err)
-		at := scoreOf(t, b, "e05")
-		require.NoError(t, b.MarkSent(ctx, l, []string{"e05"}))
-		now, err := b.client.Time(ctx).Result()
-		require.NoError(t, err)
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "y", Error: "x", Delay: time.Duration(at-now.UnixMilli()) * time.Millisecond}}))
-		require.Equal(t, int64(9), rankOf(t, b, "e09"), "y is in the batch's stretch")
+		b, l, _ := frontFixture(t, 30, 10)
+		// Removing the first 10 by rank would remove y.
+		first := moveIntoStretch(t, b, l)
 		assert.EqualValues(t, codeHintRefused, markFront(t, b, l, first.Entries))
-		_, err = b.Lookup(ctx, "y")
+		_, err := b.Lookup(ctx, "y")
 		assert.NoError(t, err, "y is still there")
 	})
 	t.Run("KeyOrderMembers", func(t *testing.T) {
 		t.Parallel()
-		c := standaloneClient(t)
-		b := newBackend(t, c, Options{Partitions: 1})
-		require.NoError(t, b.Append(ctx,
+		c, b, l := firstFailed(t, -time.Hour,
 			outbox.Entry{ID: "a1", Topic: "t", Key: "k"},
 			outbox.Entry{ID: "a2", Topic: "t", Key: "k"},
-			outbox.Entry{ID: "b1", Topic: "t", Key: "j"}))
-		l, err := b.AcquireLease(ctx, 0, "me", time.Minute)
-		require.NoError(t, err)
-		got, err := b.FetchBatch(ctx, l, 1)
-		require.NoError(t, err)
-		require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: got.Entries[0].ID, Error: "x", Delay: -time.Hour}}))
+			outbox.Entry{ID: "b1", Topic: "t", Key: "j"})
 		batch, err := b.FetchBatch(ctx, l, 1)
 		require.NoError(t, err)
 		require.Equal(t, []string{"a1"}, ids(batch.Entries))

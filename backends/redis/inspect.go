@@ -305,10 +305,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := anys(ids)
 	cmds, err := b.runEach(ctx, "Requeue", scriptRequeue, func(k *keys) ([]string, []any) {
 		return []string{k.entries, k.pending, k.parked, k.seq}, args
 	})

@@ -219,8 +219,8 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	}
 	batch.Entries = make([]outbox.Entry, 0, len(flat)/2)
 	members := make(map[string]string, len(flat)/2)
-	// refused: the entries Go's decoder refused, in the claim's order.
-	var refused []refusal
+	// undecodable: the entries Go's decoder refused, in the claim's order.
+	var undecodable []refusal
 	var pairs []any // member, ID of each refused format 2 entry
 	for i := 0; i < len(flat); i += 2 {
 		id, _ := flat[i].(string)
@@ -237,7 +237,7 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 		if err != nil {
 			// The claim's fast path returns a format 2 value unchecked past
 			// its attempts (claim.lua): quarantine.lua parks it below.
-			refused = append(refused, refusal{id: id, e: e, err: err})
+			undecodable = append(undecodable, refusal{id: id, e: e, err: err})
 			if m != "" {
 				pairs = append(pairs, m, id)
 			}
@@ -246,15 +246,15 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 		batch.Entries = append(batch.Entries, e)
 	}
 	b.claims[lease.Partition].Remember(lease, members)
-	if refused != nil {
+	if undecodable != nil {
 		gen = "" // what was quarantined left the stretch the hint describes
 	}
 	if len(hint) > 0 && hint[0] != "" {
 		front.held(held == 1)
 	}
 	front.remember(lease, gen, lscore, batch.Entries, members)
-	if refused != nil {
-		parked, err := b.quarantine(ctx, op, lease, pairs, refused)
+	if undecodable != nil {
+		parked, err := b.quarantine(ctx, op, lease, pairs, undecodable)
 		if err != nil {
 			return outbox.Batch{}, err
 		}

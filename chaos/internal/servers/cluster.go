@@ -417,7 +417,7 @@ func (c *RedisCluster) WaitHealthy(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			if before != nil && ctx.Err() != nil && errors.Is(last, ctx.Err()) {
+			if before != nil && errors.Is(last, ctx.Err()) {
 				// The last check was cut short by ctx: say what was wrong
 				// before it.
 				last = before
