@@ -142,6 +142,13 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 		asked, got, perTx := s.sr(t.key+".lat.asked."+mode), s.sr(t.key+".lat.rate."+mode), s.sr(t.key+".lat.pertx."+mode)
 		p50, p99, pmax := s.sr(t.key+".lat.p50."+mode), s.sr(t.key+".lat.p99."+mode), s.sr(t.key+".lat.max."+mode)
 		busy := s.sr(t.key + ".lat.busy." + mode)
+		// raw: for Postgres at the wake-up points, the same arrivals as
+		// plain inserts alone (rawAppendRun), run right after ours in each
+		// round.
+		var raw *struct{ got, perTx, busy *series }
+		if t.name == "postgres" && mode != "poll" {
+			raw = &struct{ got, perTx, busy *series }{s.sr("raw.pg.lat.rate." + mode), s.sr("raw.pg.lat.pertx." + mode), s.sr("raw.pg.lat.busy." + mode)}
+		}
 		for run := range s.thisRun() {
 			in, err := t.open(ctx, 1)
 			if err != nil {
@@ -158,11 +165,81 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 				continue
 			}
 			res.add(arr, asked, got, perTx, p50, p99, pmax, busy)
+			if raw != nil {
+				// The same arrivals, in the same round, as plain inserts
+				// with nothing to relay them.
+				rr, err := s.rawAppendRun(ctx, n, arr, s.cfg.LatencyD)
+				if err != nil {
+					s.fail("raw/postgres W3 %s run %d: %v", mode, run+1, err)
+					continue
+				}
+				raw.got.add(rr.achieved, &rr.counts)
+				raw.perTx.add(rr.perTx, nil)
+				if rr.busy >= 0 {
+					raw.busy.add(rr.busy, nil)
+				}
+			}
 		}
 		w := fmt.Sprintf("%s commit-to-sink, %.0f/s (%s of the sustainable rate, %s)", title, asked.median(), m.share, m.how)
 		recordLatency(s, "ours."+t.key+".lat."+mode, w, sys, fmt.Sprintf("at most %d entries or %s per run", n, s.cfg.LatencyD), asked, got, perTx, p50, p99, pmax, busy)
+		if raw != nil {
+			const rawSys = "raw appenders alone (pgx BEGIN+INSERT+COMMIT, no outbox, no relay)"
+			s.record("raw.pg.lat."+mode+".rate", w, rawSys+" arrivals achieved", "entries/s", true, raw.got, fmt.Sprintf("the same %d callers and arrivals; counts: rows in the table", latCallers))
+			s.record("raw.pg.lat."+mode+".pertx", w, rawSys+" entries per transaction", "entries", true, raw.perTx, "mean")
+			s.record("raw.pg.lat."+mode+".busy", w, rawSys+" machine CPU busy", "%", false, raw.busy, "all cores, while the arrivals ran (/proc/stat)")
+		}
 	}
 	return nil
+}
+
+// rawAppendRun commits n arrivals at perSec (for at most maxD) as W3's
+// callers do, as plain INSERTs into the raw table (one row, or one
+// multi-row INSERT for a caller behind its arrivals) in their own
+// transactions, with no outbox and no relay: what the appending side
+// alone asks of the machine at the rate of a latency point. Its counts
+// are the rows the table holds afterwards.
+func (s *Suite) rawAppendRun(ctx context.Context, n int, perSec float64, maxD time.Duration) (latRun, error) {
+	if err := s.resetRawPG(ctx); err != nil {
+		return latRun{}, err
+	}
+	msgs := newMessages(n, 7)
+	o := newOpenLoop(msgs)
+	c0 := readCPU("postgres")
+	err := o.run(ctx, perSec, maxD, func(ctx context.Context, idx []int) error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if len(idx) == 1 {
+				i := idx[0]
+				_, err := tx.Exec(ctx, rawInsert, outbox.NewID(), msgs.keys[i], msgs.payload[i])
+				return err
+			}
+			ids, keys, payloads := make([]string, len(idx)), make([]string, len(idx)), make([][]byte, len(idx))
+			for k, i := range idx {
+				ids[k], keys[k], payloads[k] = outbox.NewID(), msgs.keys[i], msgs.payload[i]
+			}
+			_, err := tx.Exec(ctx, rawInsertMany, ids, keys, payloads)
+			return err
+		})
+	}, nil)
+	if err != nil {
+		return latRun{}, err
+	}
+	k, txs := int(o.sent.Load()), int(o.txs.Load())
+	if k == 0 {
+		return latRun{}, fmt.Errorf("no arrival was committed")
+	}
+	if self, srv, ok := perEntry(c0, readCPU("postgres"), txs); ok {
+		s.logf("   W3 raw appenders alone at %.0f/s: %d transactions (%.2f entries each); CPU per transaction: this process %v, postgres %v; machine busy %.0f%%",
+			perSec, txs, float64(k)/float64(txs), self, srv, o.busy)
+	}
+	if err := s.checkRawRows(ctx, schemaRaw+".entries", k); err != nil {
+		return latRun{}, err
+	}
+	return latRun{
+		counts:   Counts{Expected: k, Delivered: k},
+		achieved: rate(k, time.Duration(o.last.Load()-o.start.UnixNano())),
+		perTx:    float64(k) / float64(txs),
+		busy:     o.busy,
+	}, nil
 }
 
 // recordLatency records the figures of one latency point under prefix.
