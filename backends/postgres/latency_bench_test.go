@@ -3,8 +3,10 @@ package pgoutbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,19 +21,40 @@ import (
 
 // BenchmarkCommitToPublish breaks the commit-to-publish latency of one
 // relay down into where the time goes, at a few open-loop arrival rates
-// (16 callers, one transaction per arrival, a caller behind its arrivals
+// (16 callers by default, one transaction per arrival, a caller behind its arrivals
 // appends them together; the relay on a pool of its own, as in the
 // benchmark harness's W3). Per entry: commit to the next notification the
 // relay received, commit to the start of the fetch that returned it, that
 // fetch's duration, and commit to the sink; per batch, the MarkSent. Each
-// is reported as its p50 and p99 in ms. Run:
+// is reported as its p50, p99 and max in ms. Run:
 //
 //	go test -run '^$' -bench CommitToPublish -benchtime 1x ./backends/postgres/
+//
+// OUTBOX_BENCH_RATES (comma-separated arrivals/s) and OUTBOX_BENCH_CALLERS
+// change the rates and the number of callers.
 func BenchmarkCommitToPublish(b *testing.B) {
-	for _, rate := range []int{2000, 5000, 10000} {
+	rates, callers := []int{2000, 5000, 10000}, 16
+	if v := os.Getenv("OUTBOX_BENCH_RATES"); v != "" {
+		rates = rates[:0]
+		for _, f := range strings.Split(v, ",") {
+			r, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || r <= 0 {
+				b.Fatalf("OUTBOX_BENCH_RATES=%q: want positive integers, comma-separated", v)
+			}
+			rates = append(rates, r)
+		}
+	}
+	if v := os.Getenv("OUTBOX_BENCH_CALLERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("OUTBOX_BENCH_CALLERS=%q: want a positive integer", v)
+		}
+		callers = n
+	}
+	for _, rate := range rates {
 		b.Run(fmt.Sprintf("%d-per-s", rate), func(b *testing.B) {
 			for b.Loop() {
-				commitToPublish(b, rate, 4*time.Second)
+				commitToPublish(b, rate, callers, 4*time.Second)
 			}
 		})
 	}
@@ -118,7 +141,7 @@ func (s *firstSink) Publish(_ context.Context, msgs []outbox.Entry) []error {
 	return make([]error, len(msgs))
 }
 
-func commitToPublish(b *testing.B, rate int, d time.Duration) {
+func commitToPublish(b *testing.B, rate, callers int, d time.Duration) {
 	ctx := context.Background()
 	be, p := newBackend(b, extended, pgoutbox.Options{})
 	cfg := p.Config().Copy()
@@ -154,7 +177,7 @@ func commitToPublish(b *testing.B, rate int, d time.Duration) {
 	jobs := make(chan int, n)
 	var wg sync.WaitGroup
 	var failed atomic.Value
-	for range 16 {
+	for range callers {
 		wg.Go(func() {
 			for i := range jobs {
 				batch := []int{i}
@@ -237,5 +260,6 @@ func commitToPublish(b *testing.B, rate int, d time.Duration) {
 		}
 		b.ReportMetric(m.v[len(m.v)/2], m.name+"-p50-ms")
 		b.ReportMetric(m.v[(len(m.v)-1)*99/100], m.name+"-p99-ms")
+		b.ReportMetric(m.v[len(m.v)-1], m.name+"-max-ms")
 	}
 }
