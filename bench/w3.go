@@ -145,9 +145,9 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 		// raw: for Postgres at the wake-up points, the same arrivals as
 		// plain inserts alone (rawAppendRun), run right after ours in each
 		// round.
-		var raw *struct{ got, perTx, busy *series }
+		var raw *rawSeries
 		if t.name == "postgres" && mode != "poll" {
-			raw = &struct{ got, perTx, busy *series }{s.sr("raw.pg.lat.rate." + mode), s.sr("raw.pg.lat.pertx." + mode), s.sr("raw.pg.lat.busy." + mode)}
+			raw = &rawSeries{s.sr("raw.pg.lat.rate." + mode), s.sr("raw.pg.lat.pertx." + mode), s.sr("raw.pg.lat.busy." + mode)}
 		}
 		for run := range s.thisRun() {
 			in, err := t.open(ctx, 1)
@@ -191,6 +191,10 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 	}
 	return nil
 }
+
+// rawSeries are the figures of the raw appenders alone at one latency
+// point: the rate achieved, the entries per transaction, the machine busy.
+type rawSeries struct{ got, perTx, busy *series }
 
 // rawAppendRun commits n arrivals at perSec (for at most maxD) as W3's
 // callers do, as plain INSERTs into the raw table (one row, or one
