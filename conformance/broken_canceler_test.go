@@ -77,3 +77,43 @@ func (w *broken) Cancel(ctx context.Context, id string) error {
 	}
 	return err
 }
+
+// recordFetchedBy is the cancel-misses-returned variant's record of the
+// entries of batch, fetched by lease (and not returned since).
+func (w *broken) recordFetchedBy(lease outbox.Lease, batch []outbox.Entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range batch {
+		w.fetchedBy[e.ID] = lease
+		delete(w.returned, e.ID)
+	}
+}
+
+// reviveCancelled is the cancelled-claim-revived variant's MarkFailed: a
+// failing entry that was cancelled while claimed is appended again.
+func (w *broken) reviveCancelled(ctx context.Context, failures []outbox.Failure) {
+	for _, f := range failures {
+		w.mu.Lock()
+		e, ok := w.cancelled[f.ID]
+		delete(w.cancelled, f.ID)
+		w.mu.Unlock()
+		if ok {
+			tx := w.Backend.Begin()
+			if err := w.Backend.AppendInTx(ctx, tx, e); err == nil {
+				_ = tx.Commit()
+			}
+		}
+	}
+}
+
+// recordReturned is the cancel-misses-returned variant's record of the
+// fetched IDs the relay released.
+func (w *broken) recordReturned(ids []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		if _, ok := w.fetchedBy[id]; ok {
+			w.returned[id] = true
+		}
+	}
+}

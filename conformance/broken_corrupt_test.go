@@ -18,7 +18,7 @@ var corruptVariants = []variant{
 	{"fetch-batch-over-limit", "FetchBatch fills its entries up to limit besides the parks, so entries and parks together exceed limit", []string{"Corrupt/ParkedWithReasonAndPartitionFlows"}},
 }
 
-// FetchBatch simulates a backend that decodes what it stores: the entries
+// fetchBatch simulates a backend that decodes what it stores: the entries
 // the brokenHarness damaged (as its Corrupter) do not decode, so they are
 // parked, with a reason, and reported, as the Postgres and Redis backends
 // do. The corrupt-* variants break that.

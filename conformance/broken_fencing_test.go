@@ -77,3 +77,56 @@ func (w *broken) checkLease(_ context.Context, lease outbox.Lease) error {
 	}
 	return nil
 }
+
+// withStrays is the release-into-lease-partition variant's fetch: the
+// entries of other partitions released into partition come first.
+func (w *broken) withStrays(partition int, batch []outbox.Entry) []outbox.Entry {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st := w.strays[partition]; len(st) > 0 {
+		batch = append(st, batch...)
+		delete(w.strays, partition)
+	}
+	return batch
+}
+
+// sentInOtherPartitions is the mark-sent-any-partition variant's MarkSent:
+// the IDs of entries in a partition other than partition are marked sent
+// there, with that partition's newest lease.
+func (w *broken) sentInOtherPartitions(ctx context.Context, partition int, ids []string) error {
+	for _, id := range ids {
+		if info, ok := w.otherPartition(ctx, id, partition); ok {
+			if err := w.Backend.MarkSent(ctx, w.current(outbox.Lease{Partition: info.Partition}), []string{id}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// failInOtherPartitions is the mark-failed-any-partition variant's
+// MarkFailed: the failures of entries in a partition other than partition
+// are recorded there, with that partition's newest lease.
+func (w *broken) failInOtherPartitions(ctx context.Context, partition int, failures []outbox.Failure) error {
+	for _, f := range failures {
+		if info, ok := w.otherPartition(ctx, f.ID, partition); ok {
+			if err := w.Backend.MarkFailed(ctx, w.current(outbox.Lease{Partition: info.Partition}), []outbox.Failure{f}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// queueStrays is the release-into-lease-partition variant's Release: the
+// pending entries among ids of a partition other than partition are queued
+// to be fetched from partition.
+func (w *broken) queueStrays(ctx context.Context, partition int, ids []string) {
+	for _, id := range ids {
+		if info, ok := w.otherPartition(ctx, id, partition); ok && !info.Parked {
+			w.mu.Lock()
+			w.strays[partition] = append(w.strays[partition], info.Entry)
+			w.mu.Unlock()
+		}
+	}
+}

@@ -84,16 +84,7 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 	}
 	batch, err := w.Backend.FindPendingBatch(ctx, lease, limit)
 	if err == nil && w.variant == "fetch-other-partitions" {
-		for p := range w.Partitions() {
-			if p == lease.Partition {
-				continue
-			}
-			if l, aerr := w.Backend.AcquireLease(ctx, p, "broken-fetch-other-partitions", time.Minute); aerr == nil {
-				more, _ := w.Backend.FindPendingBatch(ctx, l, limit)
-				batch = append(batch, more...)
-				_ = w.Backend.ReleaseLease(ctx, l)
-			}
-		}
+		batch = append(batch, w.fetchOtherPartitions(ctx, lease.Partition, limit)...)
 	}
 	if l, ok := w.revive(ctx, lease, err); ok {
 		batch, err = w.Backend.FindPendingBatch(ctx, l, limit)
@@ -101,133 +92,39 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 	if err != nil {
 		return batch, err
 	}
+	return w.afterFetch(ctx, lease, limit, batch)
+}
+
+// afterFetch breaks (or records) the batch fetchRaw fetched under lease
+// with limit, as the variant says.
+func (w *broken) afterFetch(ctx context.Context, lease outbox.Lease, limit int, batch []outbox.Entry) ([]outbox.Entry, error) {
 	switch w.variant {
 	case "claims-stay-with-ended-lease":
-		w.mu.Lock()
-		out := batch[:0]
-		for _, e := range batch {
-			if c, ok := w.claimedBy[e.ID]; ok && c.Version != lease.Version {
-				continue // still the ended lease's claim
-			}
-			w.claimedBy[e.ID] = lease
-			out = append(out, e)
-		}
-		batch = out
-		w.mu.Unlock()
+		batch = w.leaveEndedClaims(lease, batch)
 	case "stats-claimed-not-pending":
-		w.mu.Lock()
-		for _, e := range batch {
-			w.claimedBy[e.ID] = lease
-		}
-		w.mu.Unlock()
+		w.recordClaims(lease, batch)
 	case "input-retained":
-		w.mu.Lock()
-		for i, e := range batch {
-			if in, ok := w.inputs[e.ID]; ok {
-				batch[i].Payload, batch[i].Headers = in.Payload, in.Headers
-			}
-		}
-		w.mu.Unlock()
+		w.handInputs(batch)
 	case "park-keeps-holding-back":
-		w.mu.Lock()
-		var held []string
-		out := batch[:0]
-		for _, e := range batch {
-			blocked := false
-			for id, key := range w.parkedKey {
-				blocked = blocked || (e.Key != "" && key == e.Key && id != e.ID)
-			}
-			if blocked {
-				held = append(held, e.ID)
-				continue
-			}
-			out = append(out, e)
-		}
-		w.mu.Unlock()
-		batch = out
-		if len(held) > 0 {
-			if err := w.Backend.Release(ctx, lease, held); err != nil {
-				return nil, err
-			}
-		}
+		return w.holdBackByKey(ctx, lease, batch, w.parkedKey, false)
 	case "requeue-keeps-order":
-		w.mu.Lock()
-		slices.SortStableFunc(batch, func(a, b outbox.Entry) int {
-			ra, rb := w.requeued[a.ID], w.requeued[b.ID]
-			switch {
-			case ra && !rb:
-				return -1
-			case rb && !ra:
-				return 1
-			}
-			return 0
-		})
-		w.mu.Unlock()
+		w.requeuedFirst(batch)
 	case "entries-report-partition-zero":
 		for i := range batch {
 			batch[i].Partition = 0
 		}
 	case "fetch-shares-payload":
-		w.mu.Lock()
-		for i, e := range batch {
-			if first, ok := w.handed[e.ID]; ok {
-				batch[i].Payload, batch[i].Headers = first.Payload, first.Headers
-			} else {
-				w.handed[e.ID] = e
-			}
-		}
-		w.mu.Unlock()
+		w.handFirstFetch(batch)
 	case "hold-back-whole-key", "empty-key-held-back":
-		w.mu.Lock()
-		var held []string
-		out := batch[:0]
-		for _, e := range batch {
-			blocked := false
-			for id, key := range w.failingID {
-				blocked = blocked || ((e.Key != "" || w.variant == "empty-key-held-back") && key == e.Key && id != e.ID)
-			}
-			if blocked {
-				held = append(held, e.ID)
-				continue
-			}
-			out = append(out, e)
-		}
-		w.mu.Unlock()
-		batch = out
-		if len(held) > 0 {
-			if err := w.Backend.Release(ctx, lease, held); err != nil {
-				return nil, err
-			}
-		}
+		return w.holdBackByKey(ctx, lease, batch, w.failingID, w.variant == "empty-key-held-back")
 	case "release-into-lease-partition":
-		w.mu.Lock()
-		if st := w.strays[lease.Partition]; len(st) > 0 {
-			batch = append(st, batch...)
-			delete(w.strays, lease.Partition)
-		}
-		w.mu.Unlock()
+		batch = w.withStrays(lease.Partition, batch)
 	case "hold-back-first-failure-only", "requeue-keeps-attempts":
-		w.mu.Lock()
-		for i, e := range batch {
-			if o, ok := w.overlay[e.ID]; ok {
-				batch[i].Attempts, batch[i].LastError = o.Attempts, o.LastError
-			}
-		}
-		w.mu.Unlock()
+		w.overlayAttempts(batch)
 	case "cancel-misses-returned":
-		w.mu.Lock()
-		for _, e := range batch {
-			w.fetchedBy[e.ID] = lease
-			delete(w.returned, e.ID)
-		}
-		w.mu.Unlock()
+		w.recordFetchedBy(lease, batch)
 	case "lookup-finds-sent", "lookup-misses-claimed":
-		w.mu.Lock()
-		for _, e := range batch {
-			w.fetched[e.ID] = e.Clone()
-			w.claimed[e.ID] = true
-		}
-		w.mu.Unlock()
+		w.recordFetched(batch)
 	case "fifo-reversed":
 		slices.Reverse(batch)
 	case "fetch-repeats-entry":
@@ -235,27 +132,38 @@ func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([
 			batch = append(batch, batch[n-1].Clone())
 		}
 	case "hold-back-ignored":
-		w.mu.Lock()
-		var notDue []string
-		out := batch[:0]
-		for _, e := range batch {
-			w.keys[e.ID] = e.Key
-			if f, ok := w.failing[e.ID]; ok {
-				if time.Now().Before(f.due) {
-					notDue = append(notDue, e.ID)
-					continue
-				}
-				e.Attempts, e.LastError = w.attempts[e.ID], f.f.Error
-			}
-			out = append(out, e)
-		}
-		w.mu.Unlock()
-		batch = out
-		if len(notDue) > 0 {
-			if err := w.Backend.Release(ctx, lease, notDue); err != nil {
-				return nil, err
-			}
-		}
+		return w.holdBackKept(ctx, lease, batch)
 	}
 	return batch, nil
+}
+
+// fetchOtherPartitions is the fetch-other-partitions variant: it claims
+// the due entries of every partition but partition that nobody holds.
+func (w *broken) fetchOtherPartitions(ctx context.Context, partition, limit int) []outbox.Entry {
+	var batch []outbox.Entry
+	for p := range w.Partitions() {
+		if p == partition {
+			continue
+		}
+		if l, aerr := w.Backend.AcquireLease(ctx, p, "broken-fetch-other-partitions", time.Minute); aerr == nil {
+			more, _ := w.Backend.FindPendingBatch(ctx, l, limit)
+			batch = append(batch, more...)
+			_ = w.Backend.ReleaseLease(ctx, l)
+		}
+	}
+	return batch
+}
+
+// handFirstFetch is the fetch-shares-payload variant: every fetch of an ID
+// returns the Payload slice and Headers map of its first fetch.
+func (w *broken) handFirstFetch(batch []outbox.Entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, e := range batch {
+		if first, ok := w.handed[e.ID]; ok {
+			batch[i].Payload, batch[i].Headers = first.Payload, first.Headers
+		} else {
+			w.handed[e.ID] = e
+		}
+	}
 }

@@ -126,3 +126,43 @@ func (w *broken) Requeue(ctx context.Context, ids ...string) (int, error) {
 	}
 	return n, err
 }
+
+// recordClaims is the stats-claimed-not-pending variant's record of the
+// entries of batch, claimed by lease.
+func (w *broken) recordClaims(lease outbox.Lease, batch []outbox.Entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range batch {
+		w.claimedBy[e.ID] = lease
+	}
+}
+
+// requeuedFirst is the requeue-keeps-order variant's fetch: the requeued
+// entries of batch come first (keeping their places from their first
+// append).
+func (w *broken) requeuedFirst(batch []outbox.Entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	slices.SortStableFunc(batch, func(a, b outbox.Entry) int {
+		ra, rb := w.requeued[a.ID], w.requeued[b.ID]
+		switch {
+		case ra && !rb:
+			return -1
+		case rb && !ra:
+			return 1
+		}
+		return 0
+	})
+}
+
+// recordRetrying is the stats-due-ignores-retry-time variant's record of
+// the IDs failed with a retry in the future.
+func (w *broken) recordRetrying(failures []outbox.Failure) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range failures {
+		if !f.Park && f.Delay > 0 {
+			w.retrying[f.ID] = true
+		}
+	}
+}

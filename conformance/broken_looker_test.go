@@ -66,3 +66,15 @@ func (w *broken) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error
 	}
 	return info, nil
 }
+
+// recordFetched is the record of the lookup-finds-sent and
+// lookup-misses-claimed variants: the entries of batch were fetched and
+// are claimed.
+func (w *broken) recordFetched(batch []outbox.Entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range batch {
+		w.fetched[e.ID] = e.Clone()
+		w.claimed[e.ID] = true
+	}
+}

@@ -3,6 +3,8 @@ package conformance_test
 import (
 	"context"
 	"time"
+
+	"github.com/outboxrelay/outbox"
 )
 
 // notifierVariants break Notifications.
@@ -106,4 +108,17 @@ func (w *broken) notifyOnAppend(real <-chan int) <-chan int {
 		}
 	}()
 	return out
+}
+
+// notifySubscribers is the notifies-on-append variant's AppendInTx: every
+// Notifications channel gets AllPartitions at once, commit or not.
+func (w *broken) notifySubscribers() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.subs {
+		select {
+		case ch <- outbox.AllPartitions:
+		default:
+		}
+	}
 }

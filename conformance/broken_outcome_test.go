@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/outboxrelay/outbox"
@@ -34,11 +35,7 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 	lease = w.byOwner(lease, "fenced-calls-by-owner")
 	w.finished(ids...)
 	if w.variant == "hold-back-whole-key" || w.variant == "empty-key-held-back" {
-		w.mu.Lock()
-		for _, id := range ids {
-			delete(w.failingID, id)
-		}
-		w.mu.Unlock()
+		deleteIDs(&w.mu, w.failingID, ids)
 	}
 	w.unclaimBy(ids...)
 	if len(ids) == 0 && w.variant == "empty-inputs-check-lease" {
@@ -47,43 +44,24 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 		}
 	}
 	if w.variant == "mark-sent-deferred" && len(ids) > 0 {
-		if err := w.checkLease(ctx, lease); err != nil {
-			return err
-		}
-		later := slices.Clone(ids)
-		time.AfterFunc(100*time.Millisecond, func() {
-			_ = w.Backend.MarkSent(context.Background(), w.current(lease), later)
-		})
-		return nil
+		return w.markSentLater(ctx, lease, ids)
 	}
 	if w.variant == "mark-sent-unknown-errors" {
-		for _, id := range ids {
-			if _, err := w.Backend.Lookup(ctx, id); err != nil {
-				return fmt.Errorf("broken: MarkSent: %w", err)
-			}
+		if err := w.lookupAll(ctx, "MarkSent", ids); err != nil {
+			return err
 		}
 	}
 	if w.variant == "mark-sent-any-partition" {
-		for _, id := range ids {
-			if info, ok := w.otherPartition(ctx, id, lease.Partition); ok {
-				if err := w.Backend.MarkSent(ctx, w.current(outbox.Lease{Partition: info.Partition}), []string{id}); err != nil {
-					return err
-				}
-			}
+		if err := w.sentInOtherPartitions(ctx, lease.Partition, ids); err != nil {
+			return err
 		}
 	}
 	if w.variant == "hold-back-ignored" {
-		w.mu.Lock()
-		for _, id := range ids {
-			delete(w.failing, id)
-		}
-		w.mu.Unlock()
+		deleteIDs(&w.mu, w.failing, ids)
 	}
 	w.unclaim(ids...)
 	if w.variant == "sent-released-come-back" {
-		w.mu.Lock()
-		ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return w.released[id] })
-		w.mu.Unlock()
+		ids = w.withoutReleased(ids)
 	}
 	if w.emptyOK(len(ids)) {
 		return nil
@@ -93,11 +71,7 @@ func (w *broken) MarkSent(ctx context.Context, lease outbox.Lease, ids []string)
 		err = w.Backend.MarkSent(ctx, l, ids)
 	}
 	if err == nil && w.variant == "sent-ids-remembered" {
-		w.mu.Lock()
-		for _, id := range ids {
-			w.sent[id] = true
-		}
-		w.mu.Unlock()
+		w.rememberSent(ids)
 	}
 	return err
 }
@@ -118,129 +92,64 @@ func (w *broken) MarkFailed(ctx context.Context, lease outbox.Lease, failures []
 			return err
 		}
 	}
-	switch w.variant {
-	case "mark-failed-unfenced":
-		lease = w.current(lease)
-	case "mark-failed-any-partition":
-		for _, f := range failures {
-			if info, ok := w.otherPartition(ctx, f.ID, lease.Partition); ok {
-				if err := w.Backend.MarkFailed(ctx, w.current(outbox.Lease{Partition: info.Partition}), []outbox.Failure{f}); err != nil {
-					return err
-				}
-			}
-		}
-	case "hold-back-whole-key", "empty-key-held-back":
-		w.mu.Lock()
-		for _, f := range failures {
-			if f.Park {
-				delete(w.failingID, f.ID)
-			} else if info, err := w.Backend.Lookup(ctx, f.ID); err == nil && (info.Key != "" || w.variant == "empty-key-held-back") {
-				w.failingID[f.ID] = info.Key
-			}
-		}
-		w.mu.Unlock()
-	case "park-keeps-holding-back":
-		w.mu.Lock()
-		for _, f := range failures {
-			if info, err := w.Backend.Lookup(ctx, f.ID); err == nil && f.Park && info.Key != "" {
-				w.parkedKey[f.ID] = info.Key
-			}
-		}
-		w.mu.Unlock()
-	case "park-ignored":
-		failures = slices.Clone(failures)
-		for i := range failures {
-			failures[i].Park, failures[i].Delay = false, 0
-		}
-	case "error-cut-short":
-		failures = slices.Clone(failures)
-		for i := range failures {
-			failures[i].Error = outbox.TruncateUTF8(failures[i].Error, 100)
-		}
-	case "mark-failed-unknown-errors":
-		for _, f := range failures {
-			if info, err := w.Backend.Lookup(ctx, f.ID); err != nil || info.Parked {
-				return fmt.Errorf("broken: MarkFailed: no pending entry %q: %w", f.ID, outbox.ErrNotFound)
-			}
-		}
-	case "cancelled-claim-revived":
-		for _, f := range failures {
-			w.mu.Lock()
-			e, ok := w.cancelled[f.ID]
-			delete(w.cancelled, f.ID)
-			w.mu.Unlock()
-			if ok {
-				tx := w.Backend.Begin()
-				if err := w.Backend.AppendInTx(ctx, tx, e); err == nil {
-					_ = tx.Commit()
-				}
-			}
-		}
-	case "mark-failed-zero-delay-late":
-		failures = slices.Clone(failures)
-		for i := range failures {
-			if failures[i].Delay == 0 {
-				failures[i].Delay = time.Second
-			}
-		}
-	case "mark-failed-delay-late":
-		failures = slices.Clone(failures)
-		for i := range failures {
-			if failures[i].Delay > 0 {
-				failures[i].Delay += time.Second
-			}
-		}
-	case "stats-due-ignores-retry-time":
-		w.mu.Lock()
-		for _, f := range failures {
-			if !f.Park && f.Delay > 0 {
-				w.retrying[f.ID] = true
-			}
-		}
-		w.mu.Unlock()
-	case "hold-back-first-failure-only":
-		var pass []outbox.Failure
-		for _, f := range failures {
-			if !f.Park && w.failAgain(ctx, lease, f) {
-				continue
-			}
-			pass = append(pass, f)
-		}
-		failures = pass
-	case "mark-failed-ignores-delay":
-		failures = slices.Clone(failures)
-		for i := range failures {
-			failures[i].Delay = 0
-		}
-	case "hold-back-ignored":
-		var pass []outbox.Failure
-		var release []string
-		w.mu.Lock()
-		for _, f := range failures {
-			if key := w.keys[f.ID]; key != "" && !f.Park {
-				w.failing[f.ID] = keptFailure{f: f, due: time.Now().Add(f.Delay)}
-				w.attempts[f.ID]++
-				release = append(release, f.ID)
-				continue
-			}
-			pass = append(pass, f)
-		}
-		w.mu.Unlock()
-		if len(release) > 0 {
-			if err := w.Backend.Release(ctx, lease, release); err != nil {
-				return err
-			}
-		}
-		failures = pass
+	lease, failures, err := w.breakFailures(ctx, lease, failures)
+	if err != nil {
+		return err
 	}
 	if w.emptyOK(len(failures)) {
 		return nil
 	}
-	err := w.Backend.MarkFailed(ctx, lease, failures)
+	err = w.Backend.MarkFailed(ctx, lease, failures)
 	if l, ok := w.revive(ctx, lease, err); ok {
 		err = w.Backend.MarkFailed(ctx, l, failures)
 	}
 	return err
+}
+
+// breakFailures is MarkFailed's part that differs by variant: it returns
+// the lease and failures to pass on to the backend, or the error MarkFailed
+// returns instead.
+func (w *broken) breakFailures(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) (outbox.Lease, []outbox.Failure, error) {
+	var err error
+	switch w.variant {
+	case "mark-failed-unfenced":
+		lease = w.current(lease)
+	case "mark-failed-any-partition":
+		err = w.failInOtherPartitions(ctx, lease.Partition, failures)
+	case "hold-back-whole-key", "empty-key-held-back":
+		w.recordFailingKeys(ctx, failures, w.variant == "empty-key-held-back")
+	case "park-keeps-holding-back":
+		w.recordParkedKeys(ctx, failures)
+	case "park-ignored":
+		failures = editFailures(failures, func(f *outbox.Failure) { f.Park, f.Delay = false, 0 })
+	case "error-cut-short":
+		failures = editFailures(failures, func(f *outbox.Failure) { f.Error = outbox.TruncateUTF8(f.Error, 100) })
+	case "mark-failed-unknown-errors":
+		err = w.expectPending(ctx, failures)
+	case "cancelled-claim-revived":
+		w.reviveCancelled(ctx, failures)
+	case "mark-failed-zero-delay-late":
+		failures = editFailures(failures, func(f *outbox.Failure) {
+			if f.Delay == 0 {
+				f.Delay = time.Second
+			}
+		})
+	case "mark-failed-delay-late":
+		failures = editFailures(failures, func(f *outbox.Failure) {
+			if f.Delay > 0 {
+				f.Delay += time.Second
+			}
+		})
+	case "stats-due-ignores-retry-time":
+		w.recordRetrying(failures)
+	case "hold-back-first-failure-only":
+		failures = w.failKeyedAgain(ctx, lease, failures)
+	case "mark-failed-ignores-delay":
+		failures = editFailures(failures, func(f *outbox.Failure) { f.Delay = 0 })
+	case "hold-back-ignored":
+		failures, err = w.keepKeyedFailures(ctx, lease, failures)
+	}
+	return lease, failures, err
 }
 
 // unclaimBy forgets the claims of the given IDs (claims-stay-with-ended-lease,
@@ -268,42 +177,20 @@ func (w *broken) Release(ctx context.Context, lease outbox.Lease, ids []string) 
 	case "release-unfenced":
 		lease = w.current(lease)
 	case "release-unknown-errors":
-		for _, id := range ids {
-			if _, err := w.Backend.Lookup(ctx, id); err != nil {
-				return fmt.Errorf("broken: Release: %w", err)
-			}
+		if err := w.lookupAll(ctx, "Release", ids); err != nil {
+			return err
 		}
 	case "cancel-misses-returned":
-		w.mu.Lock()
-		for _, id := range ids {
-			if _, ok := w.fetchedBy[id]; ok {
-				w.returned[id] = true
-			}
-		}
-		w.mu.Unlock()
+		w.recordReturned(ids)
 	case "release-unparks":
-		for _, id := range ids {
-			if info, err := w.Backend.Lookup(ctx, id); err == nil && info.Parked {
-				if _, err := w.Backend.Requeue(ctx, id); err != nil {
-					return err
-				}
-			}
+		if err := w.unpark(ctx, ids); err != nil {
+			return err
 		}
 	case "release-into-lease-partition":
-		for _, id := range ids {
-			if info, ok := w.otherPartition(ctx, id, lease.Partition); ok && !info.Parked {
-				w.mu.Lock()
-				w.strays[lease.Partition] = append(w.strays[lease.Partition], info.Entry)
-				w.mu.Unlock()
-			}
-		}
+		w.queueStrays(ctx, lease.Partition, ids)
 	}
 	if w.variant == "sent-released-come-back" {
-		w.mu.Lock()
-		for _, id := range ids {
-			w.released[id] = true
-		}
-		w.mu.Unlock()
+		w.recordReleased(ids)
 	}
 	if w.variant == "release-counts-attempt" && len(ids) > 0 {
 		fs := make([]outbox.Failure, len(ids))
@@ -320,4 +207,107 @@ func (w *broken) Release(ctx context.Context, lease outbox.Lease, ids []string) 
 		err = w.Backend.Release(ctx, l, ids)
 	}
 	return err
+}
+
+// leaveEndedClaims is the claims-stay-with-ended-lease variant's fetch: an
+// entry still claimed by a lease other than lease (one that ended) is left
+// out of the batch; the others are recorded as claimed by lease.
+func (w *broken) leaveEndedClaims(lease outbox.Lease, batch []outbox.Entry) []outbox.Entry {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := batch[:0]
+	for _, e := range batch {
+		if c, ok := w.claimedBy[e.ID]; ok && c.Version != lease.Version {
+			continue // still the ended lease's claim
+		}
+		w.claimedBy[e.ID] = lease
+		out = append(out, e)
+	}
+	return out
+}
+
+// deleteIDs deletes the given IDs from m, a map of the wrapper's state,
+// with mu (the wrapper's lock) held.
+func deleteIDs[V any](mu *sync.Mutex, m map[string]V, ids []string) {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		delete(m, id)
+	}
+}
+
+// editFailures returns a copy of failures with edit applied to each.
+func editFailures(failures []outbox.Failure, edit func(*outbox.Failure)) []outbox.Failure {
+	failures = slices.Clone(failures)
+	for i := range failures {
+		edit(&failures[i])
+	}
+	return failures
+}
+
+// markSentLater is the mark-sent-deferred variant's MarkSent: it checks
+// the lease, returns, and marks the entries sent 100ms later with the
+// partition's lease of that moment.
+func (w *broken) markSentLater(ctx context.Context, lease outbox.Lease, ids []string) error {
+	if err := w.checkLease(ctx, lease); err != nil {
+		return err
+	}
+	later := slices.Clone(ids)
+	time.AfterFunc(100*time.Millisecond, func() {
+		_ = w.Backend.MarkSent(context.Background(), w.current(lease), later)
+	})
+	return nil
+}
+
+// lookupAll is the *-unknown-errors variants' check: it fails the call
+// named op with the error of the first ID that Lookup does not find.
+func (w *broken) lookupAll(ctx context.Context, op string, ids []string) error {
+	for _, id := range ids {
+		if _, err := w.Backend.Lookup(ctx, id); err != nil {
+			return fmt.Errorf("broken: %s: %w", op, err)
+		}
+	}
+	return nil
+}
+
+// expectPending is the mark-failed-unknown-errors variant's check: every
+// failure's entry must be pending.
+func (w *broken) expectPending(ctx context.Context, failures []outbox.Failure) error {
+	for _, f := range failures {
+		if info, err := w.Backend.Lookup(ctx, f.ID); err != nil || info.Parked {
+			return fmt.Errorf("broken: MarkFailed: no pending entry %q: %w", f.ID, outbox.ErrNotFound)
+		}
+	}
+	return nil
+}
+
+// unpark is the release-unparks variant's Release: the parked entries
+// among ids are requeued.
+func (w *broken) unpark(ctx context.Context, ids []string) error {
+	for _, id := range ids {
+		if info, err := w.Backend.Lookup(ctx, id); err == nil && info.Parked {
+			if _, err := w.Backend.Requeue(ctx, id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recordReleased is the sent-released-come-back variant's record of the
+// IDs released.
+func (w *broken) recordReleased(ids []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		w.released[id] = true
+	}
+}
+
+// withoutReleased is the sent-released-come-back variant's MarkSent: the
+// IDs released before are left out (and so stay pending).
+func (w *broken) withoutReleased(ids []string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return w.released[id] })
 }
