@@ -351,11 +351,7 @@ func concurrentAppends[Tx any](t *testing.T, s *env[Tx]) {
 
 func concurrentClaimers[Tx any](t *testing.T, s *env[Tx]) {
 	const total, workers = 160, 4
-	var (
-		mu      sync.Mutex
-		claimed = map[string]outbox.Lease{}
-		sent    int
-	)
+	ledger := &claimLedger{claimed: map[string]outbox.Lease{}}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -370,19 +366,7 @@ func concurrentClaimers[Tx any](t *testing.T, s *env[Tx]) {
 	for a := range 2 {
 		wg.Go(func() {
 			for i := range total / 2 / 4 {
-				var in []outbox.Entry
-				for j := range 4 {
-					in = append(in, entry(fmt.Sprintf("a%d-%02d-%d", a, i, j), fmt.Sprintf("key-%d", j)))
-				}
-				tx, err := s.h.Begin(ctx)
-				if err == nil {
-					if err = s.b.AppendInTx(ctx, tx, in...); err == nil {
-						err = s.h.Commit(ctx, tx)
-					} else {
-						_ = s.h.Rollback(ctx, tx)
-					}
-				}
-				if err != nil {
+				if err := s.appendInTx(ctx, claimerTx(a, i)...); err != nil {
 					fail(fmt.Errorf("appender %d: %w", a, err))
 					return
 				}
@@ -392,48 +376,10 @@ func concurrentClaimers[Tx any](t *testing.T, s *env[Tx]) {
 	for w := range workers {
 		owner := fmt.Sprintf("worker-%d", w)
 		wg.Go(func() {
-			for ctx.Err() == nil {
-				mu.Lock()
-				done := sent == total
-				mu.Unlock()
-				if done {
-					return
-				}
+			for ctx.Err() == nil && !ledger.allSent(total) {
 				for p := range s.parts {
-					l, err := s.b.AcquireLease(ctx, p, owner, longTTL)
-					if errors.Is(err, outbox.ErrLeaseHeld) {
-						continue
-					}
-					if err != nil {
-						fail(fmt.Errorf("%s: AcquireLease(%d): %w", owner, p, err))
-						return
-					}
-					batch, err := s.b.FindPendingBatch(ctx, l, 4)
-					if err != nil {
-						fail(fmt.Errorf("%s: FindPendingBatch(%s): %w", owner, fmtLease(l), err))
-						return
-					}
-					mu.Lock()
-					for _, e := range batch {
-						if prev, ok := claimed[e.ID]; ok {
-							mu.Unlock()
-							fail(fmt.Errorf("entry %s was handed to %s after %s had claimed it and marked it sent", e.ID, fmtLease(l), fmtLease(prev)))
-							return
-						}
-						claimed[e.ID] = l
-					}
-					mu.Unlock()
-					if len(batch) > 0 {
-						if err := s.b.MarkSent(ctx, l, ids(batch)); err != nil {
-							fail(fmt.Errorf("%s: MarkSent(%s): %w", owner, fmtLease(l), err))
-							return
-						}
-						mu.Lock()
-						sent += len(batch)
-						mu.Unlock()
-					}
-					if err := s.b.ReleaseLease(ctx, l); err != nil {
-						fail(fmt.Errorf("%s: ReleaseLease(%s): %w", owner, fmtLease(l), err))
+					if err := s.claimTurn(ctx, ledger, p, owner); err != nil {
+						fail(err)
 						return
 					}
 				}
@@ -448,18 +394,109 @@ func concurrentClaimers[Tx any](t *testing.T, s *env[Tx]) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if sent != total {
+	if ledger.sent != total {
 		var missing []string
 		for a := range 2 {
 			for i := range total / 2 / 4 {
-				for j := range 4 {
-					if id := fmt.Sprintf("a%d-%02d-%d", a, i, j); claimed[id] == (outbox.Lease{}) {
-						missing = append(missing, id)
+				for _, e := range claimerTx(a, i) {
+					if ledger.claimed[e.ID] == (outbox.Lease{}) {
+						missing = append(missing, e.ID)
 					}
 				}
 			}
 		}
 		slices.Sort(missing)
-		t.Fatalf("%d workers sent %d of %d committed entries within %v; never fetched: %v", workers, sent, total, 2*waitLimit, missing)
+		t.Fatalf("%d workers sent %d of %d committed entries within %v; never fetched: %v", workers, ledger.sent, total, 2*waitLimit, missing)
 	}
+}
+
+// claimerTx is the i-th transaction of concurrentClaimers' appender a:
+// four entries, of keys key-0 to key-3.
+func claimerTx(a, i int) []outbox.Entry {
+	var in []outbox.Entry
+	for j := range 4 {
+		in = append(in, entry(fmt.Sprintf("a%d-%02d-%d", a, i, j), fmt.Sprintf("key-%d", j)))
+	}
+	return in
+}
+
+// appendInTx appends entries in a transaction of their own and commits it
+// (or rolls it back when AppendInTx fails), returning the first error.
+func (s *env[Tx]) appendInTx(ctx context.Context, entries ...outbox.Entry) error {
+	tx, err := s.h.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.b.AppendInTx(ctx, tx, entries...); err != nil {
+		_ = s.h.Rollback(ctx, tx)
+		return err
+	}
+	return s.h.Commit(ctx, tx)
+}
+
+// claimLedger is what concurrentClaimers' workers share: the lease that
+// claimed each entry, and how many entries were marked sent.
+type claimLedger struct {
+	mu      sync.Mutex
+	claimed map[string]outbox.Lease
+	sent    int
+}
+
+// allSent reports whether total entries were marked sent.
+func (c *claimLedger) allSent(total int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sent == total
+}
+
+// claim records the entries of batch as claimed by l, and fails on the
+// first one another lease had claimed (and marked sent) before.
+func (c *claimLedger) claim(l outbox.Lease, batch []outbox.Entry) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range batch {
+		if prev, ok := c.claimed[e.ID]; ok {
+			return fmt.Errorf("entry %s was handed to %s after %s had claimed it and marked it sent", e.ID, fmtLease(l), fmtLease(prev))
+		}
+		c.claimed[e.ID] = l
+	}
+	return nil
+}
+
+// markedSent counts n more entries marked sent.
+func (c *claimLedger) markedSent(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sent += n
+}
+
+// claimTurn is one turn of a concurrentClaimers worker on partition p: it
+// takes the partition (or leaves it, when another worker holds it),
+// fetches up to 4 entries, records them in ledger, marks them sent and
+// releases the lease.
+func (s *env[Tx]) claimTurn(ctx context.Context, ledger *claimLedger, p int, owner string) error {
+	l, err := s.b.AcquireLease(ctx, p, owner, longTTL)
+	if errors.Is(err, outbox.ErrLeaseHeld) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: AcquireLease(%d): %w", owner, p, err)
+	}
+	batch, err := s.b.FindPendingBatch(ctx, l, 4)
+	if err != nil {
+		return fmt.Errorf("%s: FindPendingBatch(%s): %w", owner, fmtLease(l), err)
+	}
+	if err := ledger.claim(l, batch); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		if err := s.b.MarkSent(ctx, l, ids(batch)); err != nil {
+			return fmt.Errorf("%s: MarkSent(%s): %w", owner, fmtLease(l), err)
+		}
+		ledger.markedSent(len(batch))
+	}
+	if err := s.b.ReleaseLease(ctx, l); err != nil {
+		return fmt.Errorf("%s: ReleaseLease(%s): %w", owner, fmtLease(l), err)
+	}
+	return nil
 }

@@ -67,26 +67,7 @@ func outcomeSentNeverFetchedAgain[Tx any](t *testing.T, s *env[Tx]) {
 	// retry is due after the entries held back behind it (and before the
 	// newer ones); with one that uses the append time, before them all.
 	const retryIn = -10 * time.Minute
-	past := time.Now().Add(-time.Hour)
-	var entries []outbox.Entry
-	order := map[string][]string{} // key → IDs in append order
-	fails := map[string]int{}      // ID → attempts that fail
-	for i := range n {
-		e := entry(fmt.Sprintf("e%02d", i), keys[i%len(keys)])
-		if i < n/2 {
-			e.NotBefore = past.Add(time.Duration(i) * time.Minute)
-		}
-		switch {
-		case i%9 == 0:
-			fails[e.ID] = 2
-		case i%4 == 1:
-			fails[e.ID] = 1
-		}
-		if e.Key != "" {
-			order[e.Key] = append(order[e.Key], e.ID)
-		}
-		entries = append(entries, e)
-	}
+	entries, order, fails := sentOnceFixture(n, keys, time.Now().Add(-time.Hour))
 	s.appendCommit(t, entries...)
 
 	sent := map[string]string{} // ID → the lease that marked it sent
@@ -106,11 +87,7 @@ func outcomeSentNeverFetchedAgain[Tx any](t *testing.T, s *env[Tx]) {
 		batch := s.fetch(t, l, limits[round%len(limits)])
 		what := fmt.Sprintf("fetch %d (under lease %d of 2, %d of %d entries sent)", round, leases, len(sent), n)
 		expectDistinct(t, what, batch)
-		for _, e := range batch {
-			if by, ok := sent[e.ID]; ok {
-				t.Fatalf("%s returned %s, which %s had marked sent: batch %v", what, e.ID, by, ids(batch))
-			}
-		}
+		expectNoneSent(t, what, batch, sent)
 		if len(batch) == 0 {
 			if !handedOver {
 				// A backend may keep unfinished entries from the lease
@@ -122,26 +99,7 @@ func outcomeSentNeverFetchedAgain[Tx any](t *testing.T, s *env[Tx]) {
 			}
 			t.Fatalf("%s returned nothing while %d entries were neither sent nor parked", what, n-len(sent))
 		}
-		// As the relay does: once an entry of a key fails, the entries of
-		// that key after it in the batch are released, untried.
-		var ok, released []string
-		var failures []outbox.Failure
-		failed := map[string]bool{}
-		for _, e := range batch {
-			if e.Key != "" && failed[e.Key] {
-				released = append(released, e.ID)
-				continue
-			}
-			attempts[e.ID]++
-			if attempts[e.ID] <= fails[e.ID] {
-				failures = append(failures, outbox.Failure{ID: e.ID, Error: "boom", Delay: retryIn})
-				if e.Key != "" {
-					failed[e.Key] = true
-				}
-				continue
-			}
-			ok = append(ok, e.ID)
-		}
+		ok, failures, released := splitAsRelay(batch, attempts, fails, retryIn)
 		if len(ok) > 0 {
 			s.markSent(t, l, ok...)
 		}
@@ -167,6 +125,69 @@ func outcomeSentNeverFetchedAgain[Tx any](t *testing.T, s *env[Tx]) {
 	}
 	s.releaseLease(t, l)
 	expectIDs(t, "fetch by a new lease after every entry was sent", s.peek(t, 0))
+}
+
+// sentOnceFixture builds outcomeSentNeverFetchedAgain's n entries, of keys
+// in turn: the first half due in the past, at NotBefores a minute apart
+// from past, the rest at their append time; entry i fails twice when
+// i%9 == 0, else once when i%4 == 1. It returns the entries, each key's
+// IDs in append order and the number of attempts that fail per ID.
+func sentOnceFixture(n int, keys []string, past time.Time) (entries []outbox.Entry, order map[string][]string, fails map[string]int) {
+	order = map[string][]string{} // key → IDs in append order
+	fails = map[string]int{}      // ID → attempts that fail
+	for i := range n {
+		e := entry(fmt.Sprintf("e%02d", i), keys[i%len(keys)])
+		if i < n/2 {
+			e.NotBefore = past.Add(time.Duration(i) * time.Minute)
+		}
+		switch {
+		case i%9 == 0:
+			fails[e.ID] = 2
+		case i%4 == 1:
+			fails[e.ID] = 1
+		}
+		if e.Key != "" {
+			order[e.Key] = append(order[e.Key], e.ID)
+		}
+		entries = append(entries, e)
+	}
+	return entries, order, fails
+}
+
+// splitAsRelay decides a batch's outcomes as the relay does: an entry is
+// attempted (counted in attempts) and fails, with a retry due retryIn from
+// now, while it has attempts left in fails, else it is sent; once an entry
+// of a key fails, the entries of that key after it in the batch are
+// released, untried.
+func splitAsRelay(batch []outbox.Entry, attempts, fails map[string]int, retryIn time.Duration) (ok []string, failures []outbox.Failure, released []string) {
+	failed := map[string]bool{}
+	for _, e := range batch {
+		if e.Key != "" && failed[e.Key] {
+			released = append(released, e.ID)
+			continue
+		}
+		attempts[e.ID]++
+		if attempts[e.ID] <= fails[e.ID] {
+			failures = append(failures, outbox.Failure{ID: e.ID, Error: "boom", Delay: retryIn})
+			if e.Key != "" {
+				failed[e.Key] = true
+			}
+			continue
+		}
+		ok = append(ok, e.ID)
+	}
+	return ok, failures, released
+}
+
+// expectNoneSent fails the case when a batch holds an entry marked sent
+// before (sent maps its ID to the lease and fetch that marked it).
+func expectNoneSent(t *testing.T, what string, batch []outbox.Entry, sent map[string]string) {
+	t.Helper()
+	for _, e := range batch {
+		if by, ok := sent[e.ID]; ok {
+			t.Fatalf("%s returned %s, which %s had marked sent: batch %v", what, e.ID, by, ids(batch))
+		}
+	}
 }
 
 // expectDistinct fails the case when a batch holds an entry twice.

@@ -156,7 +156,8 @@
 //
 // The suite is itself tested: it passes against the in-memory reference
 // backend and fails, in the right subtests, against deliberately broken
-// variants of it (see broken_test.go). docs/backend-authors.md lists every
+// variants of it (see broken_test.go, and broken_<area>_test.go for the
+// variants of each area). docs/backend-authors.md lists every
 // promise of the SPI with the subtests that pin it and the variants that
 // prove them. The memory backend cannot be
 // reopened, so the PartitionCount cases are proven on a harness that

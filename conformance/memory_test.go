@@ -48,8 +48,8 @@ func TestMemory(t *testing.T) {
 // *memory.Backend and compares the configured count with the backend's
 // count, as a backend that stores its count does when it opens an existing
 // outbox. The PartitionCount cases run on it (TestSimulatedReopen, and the
-// broken variants of it in broken_test.go) prove the cases, not the memory
-// backend.
+// broken variants of it in broken_reopen_test.go) prove the cases, not the
+// memory backend.
 type reopenHarness struct {
 	memoryHarness
 	// mem is the backend under test, unwrapped.
