@@ -9,13 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/ops"
 )
 
 // Limits of the API.
@@ -231,35 +231,12 @@ func (s *Server) handleParked(w http.ResponseWriter, r *http.Request) {
 // scanParked returns up to limit parked entries after the ID after that
 // match f, scanning at most maxScan of them, and the ID to continue after
 // ("" when the scan reached the end).
-func (s *Server) scanParked(ctx context.Context, f filter, after string, limit int) ([]outbox.Entry, string, error) {
-	var out []outbox.Entry
-	size := scanPage
-	if !f.any() {
-		size = limit // every entry matches: read no more than the page
+func (s *Server) scanParked(ctx context.Context, f ops.Filter, after string, limit int) ([]outbox.Entry, string, error) {
+	opts := ops.PageOptions{Batch: scanPage, MaxScan: maxScan}
+	if !f.Any() {
+		opts.Batch = limit // every entry matches: read no more than the page
 	}
-	for scanned := 0; scanned < maxScan; {
-		page, err := s.in.Parked(ctx, after, size)
-		if err != nil {
-			return nil, "", err
-		}
-		for i, e := range page {
-			scanned++
-			after = e.ID
-			if f.match(e) {
-				out = append(out, e)
-				if len(out) == limit {
-					if i == len(page)-1 && len(page) < size {
-						return out, "", nil // the last parked entry
-					}
-					return out, after, nil
-				}
-			}
-		}
-		if len(page) < size {
-			return out, "", nil
-		}
-	}
-	return out, after, nil
+	return ops.Page(ctx, s.in, f, after, limit, opts)
 }
 
 type payloadJSON struct {
@@ -367,7 +344,7 @@ func (s *Server) readAction(w http.ResponseWriter, r *http.Request, verb string)
 			writeError(w, http.StatusBadRequest, err.Error())
 			return nil, false, false
 		}
-		es, more, err := s.collectParked(r.Context(), f)
+		es, more, err := ops.Collect(r.Context(), s.in, f, ops.CollectOptions{Batch: scanPage, Max: maxIDs})
 		if err != nil {
 			s.storeError(w, "listing the parked entries to "+verb, err)
 			return nil, false, false
@@ -375,7 +352,8 @@ func (s *Server) readAction(w http.ResponseWriter, r *http.Request, verb string)
 		if more {
 			w.Header().Set(moreHeader, "1")
 		}
-		return ids(es), true, true
+		ops.ByCreation(es)
+		return ops.IDs(es), true, true
 	case len(a.IDs) == 0:
 		writeError(w, http.StatusBadRequest, "ui: say which entries to "+verb+": {\"ids\": [\"ID\", ...]} or {\"filter\": {\"topic\", \"key\", \"error\", \"since\", \"until\"}}")
 		return nil, false, false
@@ -383,68 +361,13 @@ func (s *Server) readAction(w http.ResponseWriter, r *http.Request, verb string)
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("ui: %d IDs are more than one action takes (%d); send them in several, or use a filter", len(a.IDs), maxIDs))
 		return nil, false, false
 	}
-	return dedupe(a.IDs), false, true
+	return ops.Dedupe(a.IDs), false, true
 }
 
 // moreHeader is set on a filtered action's response (internally, between
 // readAction and the handler) when more entries matched than one action
 // takes.
 const moreHeader = "X-Outbox-More"
-
-// collectParked walks the parked entries in ID order and returns those f
-// matches, without payloads, oldest first: at most maxIDs of them, with
-// more set when others match beyond them (one action acts on at most
-// maxIDs entries, so a filter over a million parked entries neither holds
-// them all in memory nor runs for minutes; the caller repeats it).
-func (s *Server) collectParked(ctx context.Context, f filter) (out []outbox.Entry, more bool, err error) {
-	for after := ""; ; {
-		page, err := s.in.Parked(ctx, after, scanPage)
-		if err != nil {
-			return nil, false, err
-		}
-		for _, e := range page {
-			if f.match(e) {
-				if len(out) == maxIDs {
-					more = true
-					break
-				}
-				e.Payload, e.Headers, e.LastError = nil, nil, ""
-				out = append(out, e)
-			}
-		}
-		if more || len(page) < scanPage {
-			break
-		}
-		after = page[len(page)-1].ID
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out, more, nil
-}
-
-func ids(es []outbox.Entry) []string {
-	out := make([]string, len(es))
-	for i, e := range es {
-		out[i] = e.ID
-	}
-	return out
-}
-
-func dedupe(ids []string) []string {
-	seen := make(map[string]bool, len(ids))
-	out := ids[:0:0]
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
-}
 
 func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
 	todo, byFilter, ok := s.readAction(w, r, "requeue")
@@ -456,38 +379,29 @@ func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
 	// Named IDs: say why one that is not parked stays as it is (Requeue
 	// would ignore it silently).
 	if lk, ok := s.store.(outbox.Looker); ok && !byFilter {
-		kept := todo[:0:0]
-		for _, id := range todo {
-			info, err := lk.Lookup(ctx, id)
-			switch {
-			case errors.Is(err, outbox.ErrNotFound):
-				refused = append(refused, refusalJSON{id, "not found (already sent, cancelled, or never appended)"})
-			case err != nil:
-				s.storeError(w, "looking the entries up", err)
-				return
-			case !info.Parked:
-				refused = append(refused, refusalJSON{id, "not parked (it is pending; requeue moves parked entries only)"})
-			default:
-				kept = append(kept, id)
-			}
-		}
-		todo = kept
-	}
-	total := 0
-	for i := 0; i < len(todo); i += chunkSize {
-		n, err := s.in.Requeue(ctx, todo[i:min(i+chunkSize, len(todo))]...)
-		total += n
-		var rr *outbox.RequeueRefusedError
-		if errors.As(err, &rr) {
-			for _, f := range rr.Refused {
-				refused = append(refused, refusalJSON{f.ID, f.Reason})
-			}
-		} else if err != nil {
-			s.storeError(w, fmt.Sprintf("requeueing (%d requeued before the error)", total), err)
+		parked, left, err := ops.CheckParked(ctx, lk, todo)
+		if err != nil {
+			s.storeError(w, "looking the entries up", err)
 			return
 		}
+		refused = appendRefusals(refused, left)
+		todo = ops.IDs(parked)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"requeued": total, "refused": refused, "more": s.more(w)})
+	res, err := ops.Requeue(ctx, s.in, todo, ops.RequeueOptions{Batch: chunkSize})
+	if err != nil {
+		s.storeError(w, fmt.Sprintf("requeueing (%d requeued before the error)", res.Requeued), err)
+		return
+	}
+	refused = appendRefusals(refused, res.Refused)
+	writeJSON(w, http.StatusOK, map[string]any{"requeued": res.Requeued, "refused": refused, "more": s.more(w)})
+}
+
+// appendRefusals appends rs to out as the API shows them.
+func appendRefusals(out []refusalJSON, rs []outbox.Refusal) []refusalJSON {
+	for _, r := range rs {
+		out = append(out, refusalJSON{r.ID, r.Reason})
+	}
+	return out
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
@@ -502,36 +416,26 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	lk, canLook := s.store.(outbox.Looker)
-	n := 0
-	for _, id := range todo {
-		// A filter acts on parked entries: one requeued since the filter
-		// was read (pending again) is left alone. Checked just before
-		// its cancel, so only a requeue between the two calls escapes.
-		if byFilter && canLook {
-			info, err := lk.Lookup(r.Context(), id)
-			if errors.Is(err, outbox.ErrNotFound) || err == nil && !info.Parked {
-				continue
-			}
-			if err != nil {
-				s.storeError(w, fmt.Sprintf("looking entry %s up (%d cancelled before the error)", id, n), err)
-				return
-			}
-		}
-		err := c.Cancel(r.Context(), id)
-		switch {
-		case err == nil:
-			n++
-		case errors.Is(err, outbox.ErrNotFound):
-		default:
-			s.storeError(w, fmt.Sprintf("cancelling (%d cancelled before the error)", n), err)
-			return
-		}
+	// A filter acts on parked entries: one requeued since the filter was
+	// read (pending again) is left alone.
+	var opts ops.CancelOptions
+	if lk, canLook := s.store.(outbox.Looker); byFilter && canLook {
+		opts.Recheck = lk
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"cancelled": n, "more": s.more(w)})
+	res, err := ops.Cancel(r.Context(), c, todo, opts)
+	var lookup *ops.LookupError
+	switch {
+	case errors.As(err, &lookup):
+		s.storeError(w, fmt.Sprintf("looking entry %s up (%d cancelled before the error)", lookup.ID, res.Cancelled), lookup.Err)
+		return
+	case err != nil:
+		s.storeError(w, fmt.Sprintf("cancelling (%d cancelled before the error)", res.Cancelled), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cancelled": res.Cancelled, "more": s.more(w)})
 }
 
-// more reports, and takes off the response, the mark collectParked left.
+// more reports, and takes off the response, the mark readAction left.
 func (s *Server) more(w http.ResponseWriter) bool {
 	more := w.Header().Get(moreHeader) != ""
 	w.Header().Del(moreHeader)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/ops"
 )
 
 // The admin commands use only the SPI and its optional interfaces
@@ -271,39 +272,22 @@ func (c *ParkedCmd) Run(app *App) error {
 	})
 }
 
-func (c *ParkedCmd) list(ctx context.Context, app *App, o *Opened, f filter) error {
+func (c *ParkedCmd) list(ctx context.Context, app *App, o *Opened, f ops.Filter) error {
 	in, err := inspector(o.Store)
 	if err != nil {
 		return err
 	}
-	var found []outbox.Entry
-	more := false
-	pageSize := max(c.Limit, 100)
-	for cursor := c.After; len(found) < c.Limit; {
-		page, err := in.Parked(ctx, cursor, pageSize)
-		if err != nil {
-			return o.explain(err)
-		}
-		for i, e := range page {
-			if f.match(e) {
-				found = append(found, e)
-				if len(found) == c.Limit {
-					more = i < len(page)-1 || len(page) == pageSize
-					break
-				}
-			}
-		}
-		if len(page) < pageSize {
-			break
-		}
-		cursor = page[len(page)-1].ID
+	found, next, err := ops.Page(ctx, in, f, c.After, c.Limit, ops.PageOptions{Batch: max(c.Limit, 100)})
+	if err != nil {
+		return o.explain(err)
 	}
+	more := next != ""
 	rep := parkedJSON{Entries: []entryJSON{}}
 	for _, e := range found {
 		rep.Entries = append(rep.Entries, toEntryJSON(e))
 	}
 	if more {
-		rep.NextAfter = &found[len(found)-1].ID
+		rep.NextAfter = &next
 	}
 	if c.json() {
 		return writeJSON(app.Stdout, rep)
@@ -311,8 +295,8 @@ func (c *ParkedCmd) list(ctx context.Context, app *App, o *Opened, f filter) err
 	out := app.Stdout
 	if len(found) == 0 {
 		what := "no parked entries"
-		if f.any() {
-			what += " match " + f.describe()
+		if f.Any() {
+			what += " match " + f.Describe()
 		}
 		if c.After != "" {
 			what += " after " + strconv.Quote(c.After)
@@ -345,12 +329,4 @@ func inspector(s outbox.Store) (outbox.Inspector, error) {
 		return nil, fmt.Errorf("this backend (%T) does not implement outbox.Inspector, which this command needs", s)
 	}
 	return in, nil
-}
-
-func idsOf(entries []outbox.Entry) []string {
-	ids := make([]string, len(entries))
-	for i, e := range entries {
-		ids[i] = e.ID
-	}
-	return ids
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/ops"
 )
 
 // SelectFlags say which entries requeue and cancel work on, and how.
@@ -24,7 +25,7 @@ type SelectFlags struct {
 type selection struct {
 	ids []string
 	all bool
-	f   filter
+	f   ops.Filter
 }
 
 func (s SelectFlags) parse(ids []string, now time.Time) (selection, error) {
@@ -36,27 +37,14 @@ func (s SelectFlags) parse(ids []string, now time.Time) (selection, error) {
 		return selection{}, err
 	}
 	switch {
-	case len(ids) > 0 && (s.All || f.any()):
+	case len(ids) > 0 && (s.All || f.Any()):
 		return selection{}, usageError("give entry IDs, filters or --all: one of them, not several")
-	case s.All && f.any():
+	case s.All && f.Any():
 		return selection{}, usageError("--all takes no filters: give filters (--topic, --key, --error, --since, --until) to select parked entries, or --all for every one")
-	case len(ids) == 0 && !s.All && !f.any():
+	case len(ids) == 0 && !s.All && !f.Any():
 		return selection{}, usageError("say which entries: give entry IDs, filters (--topic, --key, --error, --since, --until) or --all")
 	}
-	return selection{ids: dedupe(ids), all: s.All, f: f}, nil
-}
-
-// dedupe drops repeated IDs, keeping the first of each.
-func dedupe(ids []string) []string {
-	seen := make(map[string]bool, len(ids))
-	out := ids[:0:0]
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
+	return selection{ids: ops.Dedupe(ids), all: s.All, f: f}, nil
 }
 
 // describe says what a filter or --all selection holds, for prompts.
@@ -64,54 +52,7 @@ func (sel selection) describe(n int, o *Opened) string {
 	if sel.all {
 		return fmt.Sprintf("all %d parked entries of %s", n, o.Outbox)
 	}
-	return fmt.Sprintf("the %d parked entries of %s that match %s", n, o.Outbox, sel.f.describe())
-}
-
-// collectParked walks the parked entries once, by ID, and returns those
-// that match f. Entries parked while it walks may or may not be seen;
-// none is returned twice, so a relay that parks requeued entries again
-// cannot make a bulk requeue loop.
-func collectParked(ctx context.Context, in outbox.Inspector, f filter, pageSize int) ([]outbox.Entry, error) {
-	var out []outbox.Entry
-	for cursor := ""; ; {
-		page, err := in.Parked(ctx, cursor, pageSize)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range page {
-			if f.match(e) {
-				e.Payload = nil // not needed; the walk may be long
-				out = append(out, e)
-			}
-		}
-		if len(page) < pageSize {
-			return out, nil
-		}
-		cursor = page[len(page)-1].ID
-	}
-}
-
-// byCreation orders entries oldest first (ties by ID), so requeue batches
-// go in append order as far as the store's clock tells it.
-func byCreation(es []outbox.Entry) {
-	sort.SliceStable(es, func(i, j int) bool {
-		if !es[i].CreatedAt.Equal(es[j].CreatedAt) {
-			return es[i].CreatedAt.Before(es[j].CreatedAt)
-		}
-		return es[i].ID < es[j].ID
-	})
-}
-
-func chunks(ids []string, n int) [][]string {
-	var out [][]string
-	for len(ids) > n {
-		out = append(out, ids[:n])
-		ids = ids[n:]
-	}
-	if len(ids) > 0 {
-		out = append(out, ids)
-	}
-	return out
+	return fmt.Sprintf("the %d parked entries of %s that match %s", n, o.Outbox, sel.f.Describe())
 }
 
 // RequeueCmd moves parked entries back to pending.
@@ -139,36 +80,11 @@ func (c *RequeueCmd) requeue(ctx context.Context, app *App, o *Opened, sel selec
 		return err
 	}
 	out := app.Stdout
-	var todo []outbox.Entry // parked, to requeue
-	if len(sel.ids) > 0 {
-		lk, ok := o.Store.(outbox.Looker)
-		for _, id := range sel.ids {
-			if !ok {
-				todo = append(todo, outbox.Entry{ID: id})
-				continue
-			}
-			info, err := lk.Lookup(ctx, id)
-			switch {
-			case errors.Is(err, outbox.ErrNotFound):
-				fmt.Fprintf(out, "%s: not found (already sent, cancelled, or never appended)\n", cell(id))
-			case err != nil:
-				return o.explain(err)
-			case !info.Parked:
-				fmt.Fprintf(out, "%s: not parked (it is pending; requeue moves parked entries only)\n", cell(id))
-			default:
-				todo = append(todo, info.Entry)
-			}
-		}
-		if ok {
-			byCreation(todo)
-		}
-	} else {
-		if todo, err = collectParked(ctx, in, sel.f, c.Batch); err != nil {
-			return o.explain(err)
-		}
-		byCreation(todo)
+	todo, err := c.selectParked(ctx, out, in, o, sel)
+	if err != nil {
+		return err
 	}
-	ids := idsOf(todo)
+	ids := ops.IDs(todo)
 	if len(ids) == 0 {
 		if len(sel.ids) == 0 {
 			fmt.Fprintf(out, "no parked entries%s in %s: nothing to requeue\n", matching(sel), o.Outbox)
@@ -191,53 +107,83 @@ func (c *RequeueCmd) requeue(ctx context.Context, app *App, o *Opened, sel selec
 	}
 	pr := newProgress(app, len(ids), "requeue")
 	defer pr.done()
-	_, canLook := o.Store.(outbox.Looker)
-	total, refusedAll := 0, 0
-	for _, chunk := range chunks(ids, c.Batch) {
-		n, err := in.Requeue(ctx, chunk...)
-		var refused *outbox.RequeueRefusedError
-		if err != nil && !errors.As(err, &refused) {
-			pr.done()
-			fmt.Fprintf(out, "requeued %d entries before the error\n", total)
-			return o.explain(err)
-		}
-		total += n
-		why := map[string]string{}
-		if refused != nil {
-			for _, r := range refused.Refused {
-				why[r.ID] = r.Reason
-			}
-			refusedAll += len(why)
-		}
-		for _, id := range chunk {
-			if reason, ok := why[id]; ok {
-				pr.line("%s: refused, left parked: %s", cell(id), cell(reason))
-				continue
-			}
-			switch {
-			case n == len(chunk)-len(why):
-				pr.line("%s: requeued", cell(id))
-			case canLook:
-				pr.line("%s: requeued, or no longer parked (%d of this batch of %d were requeued; the others changed state meanwhile)", cell(id), n, len(chunk))
-			default:
-				pr.line("%s: requeued, or not parked (%d of this batch of %d were requeued; this backend, %T, cannot tell which: it does not implement outbox.Looker)", cell(id), n, len(chunk), o.Store)
-			}
-		}
-		pr.add(len(chunk))
-	}
+	res, err := ops.Requeue(ctx, in, ids, ops.RequeueOptions{Batch: c.Batch, Progress: func(ch ops.RequeueChunk) {
+		printRequeued(pr, ch, o.Store)
+		pr.add(len(ch.IDs))
+	}})
 	pr.done()
-	fmt.Fprintf(out, "requeued %d entries\n", total)
-	if refusedAll > 0 {
+	if err != nil {
+		fmt.Fprintf(out, "requeued %d entries before the error\n", res.Requeued)
+		return o.explain(err)
+	}
+	fmt.Fprintf(out, "requeued %d entries\n", res.Requeued)
+	if n := len(res.Refused); n > 0 {
 		return fmt.Errorf("%d %s left parked: %s can never be published as stored (see each one's reason above; inspect with outbox show ID, then fix the stored data and requeue again, or cancel)",
-			refusedAll, plural(refusedAll, "entry was", "entries were"), plural(refusedAll, "it", "they"))
+			n, plural(n, "entry was", "entries were"), plural(n, "it", "they"))
 	}
 	return nil
 }
 
+// selectParked returns the parked entries sel selects, oldest first. Of
+// named IDs, it prints why each one it leaves out is left out; without a
+// Looker it cannot tell, and returns them all.
+func (c *RequeueCmd) selectParked(ctx context.Context, out io.Writer, in outbox.Inspector, o *Opened, sel selection) ([]outbox.Entry, error) {
+	if len(sel.ids) == 0 {
+		todo, _, err := ops.Collect(ctx, in, sel.f, ops.CollectOptions{Batch: c.Batch})
+		if err != nil {
+			return nil, o.explain(err)
+		}
+		ops.ByCreation(todo)
+		return todo, nil
+	}
+	lk, ok := o.Store.(outbox.Looker)
+	if !ok {
+		todo := make([]outbox.Entry, len(sel.ids))
+		for i, id := range sel.ids {
+			todo[i].ID = id
+		}
+		return todo, nil
+	}
+	todo, left, err := ops.CheckParked(ctx, lk, sel.ids)
+	for _, l := range left {
+		fmt.Fprintf(out, "%s: %s\n", cell(l.ID), l.Reason)
+	}
+	if err != nil {
+		return nil, o.explain(err)
+	}
+	ops.ByCreation(todo)
+	return todo, nil
+}
+
+// printRequeued prints a line per ID of one requeue call on store: refused
+// (and why), requeued, or, when the store requeued fewer than it was
+// given, what can be told of which.
+func printRequeued(pr *progress, ch ops.RequeueChunk, store outbox.Store) {
+	why := make(map[string]string, len(ch.Refused))
+	for _, r := range ch.Refused {
+		why[r.ID] = r.Reason
+	}
+	_, canLook := store.(outbox.Looker)
+	for _, id := range ch.IDs {
+		if reason, ok := why[id]; ok {
+			pr.line("%s: refused, left parked: %s", cell(id), cell(reason))
+			continue
+		}
+		switch {
+		case ch.Requeued == len(ch.IDs)-len(why):
+			pr.line("%s: requeued", cell(id))
+		case canLook:
+			pr.line("%s: requeued, or no longer parked (%d of this batch of %d were requeued; the others changed state meanwhile)", cell(id), ch.Requeued, len(ch.IDs))
+		default:
+			pr.line("%s: requeued, or not parked (%d of this batch of %d were requeued; this backend, %T, cannot tell which: it does not implement outbox.Looker)", cell(id), ch.Requeued, len(ch.IDs), store)
+		}
+	}
+}
+
 // matching is " matching <filter>" for a filter selection.
 func matching(sel selection) string {
-	if sel.f.any() {
-		return " match " + sel.f.describe()
+	if sel.f.Any() {
+		return " match " + sel.f.Describe()
 	}
 	return ""
 }
@@ -273,7 +219,7 @@ func (c *CancelCmd) cancel(ctx context.Context, app *App, o *Opened, sel selecti
 		if err != nil {
 			return err
 		}
-		entries, err := collectParked(ctx, in, sel.f, c.Batch)
+		entries, _, err := ops.Collect(ctx, in, sel.f, ops.CollectOptions{Batch: c.Batch})
 		if err != nil {
 			return o.explain(err)
 		}
@@ -281,30 +227,10 @@ func (c *CancelCmd) cancel(ctx context.Context, app *App, o *Opened, sel selecti
 			fmt.Fprintf(out, "no parked entries%s in %s: nothing to cancel\n", matching(sel), o.Outbox)
 			return nil
 		}
-		ids = idsOf(entries)
+		ids = ops.IDs(entries)
 	}
 	if c.DryRun {
-		lk, canLook := o.Store.(outbox.Looker)
-		n := 0
-		for _, id := range ids {
-			if !canLook || len(sel.ids) == 0 {
-				fmt.Fprintf(out, "%s: would cancel\n", cell(id))
-				n++
-				continue
-			}
-			info, err := lk.Lookup(ctx, id)
-			switch {
-			case errors.Is(err, outbox.ErrNotFound):
-				fmt.Fprintf(out, "%s: not found (already sent, cancelled, or never appended)\n", cell(id))
-			case err != nil:
-				return o.explain(err)
-			default:
-				fmt.Fprintf(out, "%s: would cancel (%s)\n", cell(id), state(info))
-				n++
-			}
-		}
-		fmt.Fprintf(out, "would cancel %d entries (dry run: nothing changed)\n", n)
-		return nil
+		return c.dryRun(ctx, out, o, sel, ids)
 	}
 	if len(sel.ids) == 0 {
 		if err := confirm(app, c.Yes, "cancel (delete) "+sel.describe(len(ids), o), true); err != nil {
@@ -313,28 +239,50 @@ func (c *CancelCmd) cancel(ctx context.Context, app *App, o *Opened, sel selecti
 	}
 	pr := newProgress(app, len(ids), "cancel")
 	defer pr.done()
-	cancelled, missing := 0, 0
-	for _, id := range ids {
-		switch err := cl.Cancel(ctx, id); {
-		case errors.Is(err, outbox.ErrNotFound):
-			pr.line("%s: not found (already sent, cancelled, or never appended)", cell(id))
-			missing++
-		case err != nil:
-			pr.done()
-			fmt.Fprintf(out, "cancelled %d entries before the error\n", cancelled)
-			return o.explain(err)
-		default:
+	res, err := ops.Cancel(ctx, cl, ids, ops.CancelOptions{Progress: func(id string, oc ops.Outcome) {
+		if oc == ops.NotFound {
+			pr.line("%s: %s", cell(id), ops.ReasonNotFound)
+		} else {
 			pr.line("%s: cancelled", cell(id))
-			cancelled++
 		}
 		pr.add(1)
-	}
+	}})
 	pr.done()
-	if missing > 0 {
-		fmt.Fprintf(out, "cancelled %d entries, %d not found\n", cancelled, missing)
-	} else {
-		fmt.Fprintf(out, "cancelled %d entries\n", cancelled)
+	switch {
+	case err != nil:
+		fmt.Fprintf(out, "cancelled %d entries before the error\n", res.Cancelled)
+		return o.explain(err)
+	case res.NotFound > 0:
+		fmt.Fprintf(out, "cancelled %d entries, %d not found\n", res.Cancelled, res.NotFound)
+	default:
+		fmt.Fprintf(out, "cancelled %d entries\n", res.Cancelled)
 	}
+	return nil
+}
+
+// dryRun prints what cancel would do with ids, with the state of each
+// named one when the store can tell it.
+func (c *CancelCmd) dryRun(ctx context.Context, out io.Writer, o *Opened, sel selection, ids []string) error {
+	lk, canLook := o.Store.(outbox.Looker)
+	n := 0
+	for _, id := range ids {
+		if !canLook || len(sel.ids) == 0 {
+			fmt.Fprintf(out, "%s: would cancel\n", cell(id))
+			n++
+			continue
+		}
+		info, err := lk.Lookup(ctx, id)
+		switch {
+		case errors.Is(err, outbox.ErrNotFound):
+			fmt.Fprintf(out, "%s: %s\n", cell(id), ops.ReasonNotFound)
+		case err != nil:
+			return o.explain(err)
+		default:
+			fmt.Fprintf(out, "%s: would cancel (%s)\n", cell(id), state(info))
+			n++
+		}
+	}
+	fmt.Fprintf(out, "would cancel %d entries (dry run: nothing changed)\n", n)
 	return nil
 }
 
@@ -352,7 +300,7 @@ func (c *PurgeCmd) Run(app *App) error {
 	if c.Batch < 1 {
 		return usageError("--batch must be at least 1")
 	}
-	before, err := parseWhen(c.Before, time.Now())
+	before, err := ops.ParseWhen(c.Before, time.Now())
 	if err != nil {
 		return usageError("--before: %v", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -8,7 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/ops"
 )
 
 // FilterFlags select parked entries (parked, requeue and cancel). Every
@@ -21,91 +22,19 @@ type FilterFlags struct {
 	Until string `placeholder:"TIME" noconfig:"" help:"Only entries created before TIME (the forms of --since)."`
 }
 
-// filter is FilterFlags parsed.
-type filter struct {
-	topic, key, errText string
-	hasTopic, hasKey    bool
-	since, until        time.Time
-}
-
-// any reports whether any filter is set.
-func (f filter) any() bool {
-	return f.hasTopic || f.hasKey || f.errText != "" || !f.since.IsZero() || !f.until.IsZero()
-}
-
-// parse checks the flags; now is the reference of durations ago.
-func (ff FilterFlags) parse(now time.Time) (filter, error) {
-	f := filter{topic: ff.Topic, key: ff.Key, errText: strings.ToLower(ff.Error), hasTopic: ff.Topic != "", hasKey: ff.Key != ""}
-	var err error
-	if ff.Since != "" {
-		if f.since, err = parseWhen(ff.Since, now); err != nil {
-			return f, usageError("--since: %v", err)
-		}
-	}
-	if ff.Until != "" {
-		if f.until, err = parseWhen(ff.Until, now); err != nil {
-			return f, usageError("--until: %v", err)
-		}
-	}
-	if !f.since.IsZero() && !f.until.IsZero() && !f.since.Before(f.until) {
-		return f, usageError("--since %s is not before --until %s: nothing could match", f.since.Format(time.RFC3339), f.until.Format(time.RFC3339))
-	}
-	return f, nil
-}
-
-// match reports whether e passes every filter.
-func (f filter) match(e outbox.Entry) bool {
+// parse checks the flags; now is the reference of durations ago. Its
+// errors name the flags.
+func (ff FilterFlags) parse(now time.Time) (ops.Filter, error) {
+	f, err := ops.ParseFilter(ops.FilterSpec(ff), now)
+	var field *ops.FieldError
+	var rng *ops.RangeError
 	switch {
-	case f.hasTopic && e.Topic != f.topic,
-		f.hasKey && e.Key != f.key,
-		f.errText != "" && !strings.Contains(strings.ToLower(e.LastError), f.errText),
-		!f.since.IsZero() && e.CreatedAt.Before(f.since),
-		!f.until.IsZero() && !e.CreatedAt.Before(f.until):
-		return false
+	case errors.As(err, &field):
+		return f, usageError("--%s: %v", field.Field, field.Err)
+	case errors.As(err, &rng):
+		return f, usageError("--since %s is not before --until %s: nothing could match", rng.Since.Format(time.RFC3339), rng.Until.Format(time.RFC3339))
 	}
-	return true
-}
-
-// describe says what the filter selects, for prompts and summaries.
-func (f filter) describe() string {
-	var parts []string
-	if f.hasTopic {
-		parts = append(parts, "topic "+strconv.Quote(f.topic))
-	}
-	if f.hasKey {
-		parts = append(parts, "key "+strconv.Quote(f.key))
-	}
-	if f.errText != "" {
-		parts = append(parts, "last error containing "+strconv.Quote(f.errText))
-	}
-	if !f.since.IsZero() {
-		parts = append(parts, "created since "+f.since.UTC().Format(time.RFC3339))
-	}
-	if !f.until.IsZero() {
-		parts = append(parts, "created before "+f.until.UTC().Format(time.RFC3339))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// parseWhen parses a time: RFC 3339, a date or a date and time without a
-// zone (UTC), or a duration before now (Go's forms, plus d for days).
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02T15:04", "2006-01-02"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if n, ok := strings.CutSuffix(s, "d"); ok && err != nil {
-		days, derr := strconv.ParseFloat(n, 64)
-		if derr == nil && days >= 0 {
-			return now.Add(-time.Duration(days * float64(24*time.Hour))), nil
-		}
-	}
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%q is not a time: write RFC 3339 (2026-01-02T15:04:05Z), a date (2026-01-02, UTC), or a duration ago (90m, 24h, 7d)", s)
-	}
-	return now.Add(-d), nil
+	return f, err
 }
 
 // errorWidth is how many characters of a last error list output shows.

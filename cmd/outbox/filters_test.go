@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -30,34 +31,6 @@ func TestCutError(t *testing.T) {
 	}
 }
 
-func TestParseWhen(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 5, 10, 12, 0, 0, 0, time.UTC)
-	tests := []struct {
-		in   string
-		want time.Time
-	}{
-		{"2026-01-02T15:04:05Z", time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)},
-		{"2026-01-02T15:04:05+02:00", time.Date(2026, 1, 2, 13, 4, 5, 0, time.UTC)},
-		{"2026-01-02", time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)},
-		{"2026-01-02 15:04:05", time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)},
-		{"90m", now.Add(-90 * time.Minute)},
-		{"7d", now.Add(-7 * 24 * time.Hour)},
-		{"1.5d", now.Add(-36 * time.Hour)},
-	}
-	for _, tc := range tests {
-		got, err := parseWhen(tc.in, now)
-		if err != nil || !got.Equal(tc.want) {
-			t.Errorf("parseWhen(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
-		}
-	}
-	for _, bad := range []string{"yesterday", "-5m", "2026-13-01", ""} {
-		if _, err := parseWhen(bad, now); err == nil {
-			t.Errorf("parseWhen(%q) accepted", bad)
-		}
-	}
-}
-
 func TestFilterMatch(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
@@ -66,7 +39,7 @@ func TestFilterMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := outbox.Entry{Topic: "orders", LastError: "read: timeout", CreatedAt: now.Add(-time.Minute)}
-	if !f.match(e) {
+	if !f.Match(e) {
 		t.Fatal("a matching entry does not match")
 	}
 	for _, miss := range []outbox.Entry{
@@ -74,8 +47,8 @@ func TestFilterMatch(t *testing.T) {
 		{Topic: "orders", LastError: "refused", CreatedAt: now},
 		{Topic: "orders", LastError: "timeout", CreatedAt: now.Add(-2 * time.Hour)},
 	} {
-		if f.match(miss) {
-			t.Errorf("%+v matches %s", miss, f.describe())
+		if f.Match(miss) {
+			t.Errorf("%+v matches %s", miss, f.Describe())
 		}
 	}
 	if _, err := (FilterFlags{Since: "1h", Until: "2h"}).parse(now); err == nil {
@@ -90,5 +63,31 @@ func TestPrintable(t *testing.T) {
 	}
 	if got := printable("a\x1b[31mred\x00\xff"); got != `a\x1b[31mred\x00\xff` {
 		t.Errorf("printable: %q", got)
+	}
+}
+
+// TestFilterFlagsErrorsNameTheFlags: the errors of internal/ops's filter
+// come out naming the flags the operator typed.
+func TestFilterFlagsErrorsNameTheFlags(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 10, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name  string
+		flags FilterFlags
+		want  string
+	}{
+		{"BadSince", FilterFlags{Since: "soon"}, `--since: "soon" is not a time: write RFC 3339`},
+		{"BadUntil", FilterFlags{Until: "-5m"}, `--until: "-5m" is not a time`},
+		{"SinceAfterUntil", FilterFlags{Since: "1h", Until: "2h"}, "--since 2026-05-10T11:00:00Z is not before --until 2026-05-10T10:00:00Z: nothing could match"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := tc.flags.parse(now)
+			var usage *exitError
+			if !errors.As(err, &usage) || usage.code != 2 || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("parse(%+v): %v; want a usage error starting %q", tc.flags, err, tc.want)
+			}
+		})
 	}
 }
