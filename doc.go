@@ -76,7 +76,7 @@
 // # The relay
 //
 // The relay is in the relay*.go files: [Relay] and its lifecycle
-// (relay.go), [RelayOptions] with its defaults and checks
+// (relay.go), [RelayOptions] with its defaults and [RelayOptions.Validate]
 // (relay_options.go), the coordinator that shares partitions in a fleet
 // (relay_coordinator.go), the partition worker (relay_worker.go), lease
 // keeping (relay_lease.go), publish rounds (relay_rounds.go), the circuit

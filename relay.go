@@ -131,6 +131,20 @@ var breakerVerb = map[string]string{
 	"closed":    "closed: the sink works for the topic again",
 }
 
+// partitionProblems checks an explicit RelayOptions.Partitions against the
+// store's partition count n: it reports the first partition that is out of
+// range or repeated.
+func partitionProblems(partitions []int, n int) []OptionProblem {
+	seen := make(map[int]bool, len(partitions))
+	for _, p := range partitions {
+		if p < 0 || p >= n || seen[p] {
+			return []OptionProblem{problem("{Partitions} has %d, which is out of range [0, %d) or repeated", p, n)}
+		}
+		seen[p] = true
+	}
+	return nil
+}
+
 // Stop bounds: after Stop's context ends, a sink that has not returned
 // within sinkAbandonAfter of the cancellation is abandoned, and the final
 // lease release and Leave get finalCallTimeout each.
@@ -139,33 +153,33 @@ const (
 	finalCallTimeout = 500 * time.Millisecond
 )
 
-// NewRelay returns a relay from store to sink. It checks opts and reports
-// every bad setting at once.
+// NewRelay returns a relay from store to sink. It checks opts as
+// [RelayOptions.Validate] does, and RelayOptions.Partitions against the
+// store's partition count, and reports every bad setting at once as an
+// [*OptionsError].
 func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	if store == nil || sink == nil {
 		return nil, errors.New("outbox: NewRelay needs a non-nil store and sink")
 	}
-	explicit := opts.Partitions != nil
-	o, err := opts.withDefaults()
-	if err != nil {
+	landing, declared := landingBound(sink)
+	problems := opts.problems(landing)
+	n := store.Partitions()
+	if n >= 1 {
+		problems = append(problems, partitionProblems(opts.Partitions, n)...)
+	}
+	if err := optionsError(problems); err != nil {
 		return nil, err
 	}
-	n := store.Partitions()
 	if n < 1 {
 		return nil, fmt.Errorf("outbox: the store reports %d partitions; it must have at least 1", n)
 	}
+	explicit := opts.Partitions != nil
+	o := opts.withDefaults()
 	if o.Partitions == nil {
 		o.Partitions = make([]int, n)
 		for i := range o.Partitions {
 			o.Partitions[i] = i
 		}
-	}
-	seen := make(map[int]bool, len(o.Partitions))
-	for _, p := range o.Partitions {
-		if p < 0 || p >= n || seen[p] {
-			return nil, fmt.Errorf("outbox: RelayOptions.Partitions has %d, which is out of range [0, %d) or repeated", p, n)
-		}
-		seen[p] = true
 	}
 	r := &Relay{
 		store:   store,
@@ -173,19 +187,12 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 		opts:    o,
 		log:     o.Logger.With("component", "outbox.relay", "owner", o.Owner),
 		workers: make([]*worker, n),
+		landing: landing,
 	}
 	r.fetcher, _ = store.(BatchFetcher)
 	r.prefetcher, _ = store.(Prefetcher)
-	if lb, ok := sink.(LandingBounder); ok {
-		bound := lb.LandingBound()
-		if bound < 0 {
-			r.log.Warn("outbox relay: the sink cannot bound how long after a cancelled publish a message can still be written, so a relay that lost its lease may have a record land after the next holder's record of the same key (consumers deduplicate by entry ID; for compacted topics use the Kafka sink's transactional mode)")
-		}
-		r.landing = max(bound, 0)
-		if o.LeaseTTL <= o.RenewMargin+r.landing {
-			return nil, fmt.Errorf("outbox: RelayOptions.LeaseTTL (%v) must exceed RenewMargin (%v) plus the sink's landing bound (%v): the relay stops trusting a lease that long before it ends; raise LeaseTTL or lower the sink's timeouts",
-				o.LeaseTTL, o.RenewMargin, r.landing)
-		}
+	if declared < 0 {
+		r.log.Warn("outbox relay: the sink cannot bound how long after a cancelled publish a message can still be written, so a relay that lost its lease may have a record land after the next holder's record of the same key (consumers deduplicate by entry ID; for compacted topics use the Kafka sink's transactional mode)")
 	}
 	for _, p := range o.Partitions {
 		w := &worker{r: r, partition: p, try: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
@@ -207,10 +214,11 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	r.failures.every = 10 * time.Second
 	r.parks.every = 10 * time.Second
 	r.tracer = o.TracerProvider.Tracer("github.com/outboxrelay/outbox")
-	r.metrics, err = newRelayMetrics(o.MeterProvider, r)
+	metrics, err := newRelayMetrics(o.MeterProvider, r)
 	if err != nil {
 		return nil, err
 	}
+	r.metrics = metrics
 	r.breakers.entered = func(topic, state string, failures int) {
 		r.metrics.breakerEntered(topic, state)
 		r.log.Warn("outbox relay: circuit breaker "+breakerVerb[state], "topic", topic, "state", state, "consecutive_failed_rounds", failures, "cooldown", o.BreakerCooldown)
