@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Relay moves entries from a [Store] to a [Sink]: at least once, in
@@ -60,26 +57,13 @@ import (
 //
 // A Relay is safe for concurrent use.
 type Relay struct {
-	store   Store
-	sink    Sink
-	opts    RelayOptions
-	log     *slog.Logger
-	metrics *relayMetrics
-	tracer  trace.Tracer
+	store Store
+	opts  RelayOptions
+	log   *slog.Logger
 	// breakers are the circuit breakers, one per topic.
 	breakers breakers
-	// keyOrder is set when the sink keeps the order of a key's messages
-	// in one Publish call (KeyOrderer): rounds then carry several entries
-	// of a key.
-	keyOrder bool
-	// fetcher is the store as a BatchFetcher, nil when it is not one.
-	fetcher BatchFetcher
-	// prefetcher is the store as a Prefetcher, nil when it is not one.
-	prefetcher Prefetcher
-	coord      coordinator
-	// landing is how long after Publish returns a message can still be
-	// written by the broker (the sink's LandingBounder), 0 if it cannot.
-	landing time.Duration
+	counts   relayCounts
+	coord    coordinator
 
 	// workers holds the worker of each partition this relay serves, by
 	// partition number (nil for partitions it does not serve).
@@ -92,13 +76,7 @@ type Relay struct {
 	hard     context.CancelFunc // cancels in-flight publishing and store calls
 	done     chan struct{}      // closed when every worker has exited
 
-	slots chan struct{} // MaxPartitions semaphore without Membership, nil otherwise
-
-	sampler  *statsSampler // nil without Inspector or with StatsInterval < 0
-	failures rateLog       // publish failures, logged at WARN at most every 10 s
-	parks    rateLog       // park summaries, logged at WARN at most every 10 s
-
-	published, retried, parked, batches, leaseLosses, held atomic.Int64
+	sampler *statsSampler // nil without Inspector or with StatsInterval < 0
 }
 
 // RelayStats are cumulative counters of one [Relay].
@@ -183,47 +161,74 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	}
 	r := &Relay{
 		store:   store,
-		sink:    sink,
 		opts:    o,
 		log:     o.Logger.With("component", "outbox.relay", "owner", o.Owner),
 		workers: make([]*worker, n),
-		landing: landing,
 	}
-	r.fetcher, _ = store.(BatchFetcher)
-	r.prefetcher, _ = store.(Prefetcher)
 	if declared < 0 {
 		r.log.Warn("outbox relay: the sink cannot bound how long after a cancelled publish a message can still be written, so a relay that lost its lease may have a record land after the next holder's record of the same key (consumers deduplicate by entry ID; for compacted topics use the Kafka sink's transactional mode)")
 	}
+	r.breakers.threshold = o.BreakerThreshold
+	r.breakers.cooldown = o.BreakerCooldown
+	cfg := r.workerConfig(sink, landing)
 	for _, p := range o.Partitions {
-		w := &worker{r: r, partition: p, try: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+		w := &worker{cfg: cfg, partition: p, try: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 		r.workers[p] = w
 		r.served = append(r.served, w)
 	}
-	r.breakers.threshold = o.BreakerThreshold
-	r.breakers.cooldown = o.BreakerCooldown
-	if ko, ok := sink.(KeyOrderer); ok && !o.Unordered {
-		r.keyOrder = ko.KeepsKeyOrder()
-	}
-	r.coord.init(r, explicit)
-	if r.coord.members == nil && o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
-		r.slots = make(chan struct{}, o.MaxPartitions)
+	r.coord.init(store, o, r.log, r.served, explicit)
+	if !r.coord.balancing() && o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
+		cfg.slots = make(chan struct{}, o.MaxPartitions)
 	}
 	if insp, ok := store.(Inspector); ok && o.StatsInterval > 0 {
 		r.sampler = &statsSampler{insp: insp, every: o.StatsInterval, now: o.Now, log: r.log}
 	}
-	r.failures.every = 10 * time.Second
-	r.parks.every = 10 * time.Second
-	r.tracer = o.TracerProvider.Tracer("github.com/outboxrelay/outbox")
 	metrics, err := newRelayMetrics(o.MeterProvider, r)
 	if err != nil {
 		return nil, err
 	}
-	r.metrics = metrics
+	cfg.metrics = metrics
 	r.breakers.entered = func(topic, state string, failures int) {
-		r.metrics.breakerEntered(topic, state)
+		metrics.breakerEntered(topic, state)
 		r.log.Warn("outbox relay: circuit breaker "+breakerVerb[state], "topic", topic, "state", state, "consecutive_failed_rounds", failures, "cooldown", o.BreakerCooldown)
 	}
 	return r, nil
+}
+
+// workerConfig makes the configuration the relay's workers share, but for
+// slots and metrics, which NewRelay sets once the coordinator and the
+// metrics are made. landing is the sink's landing bound.
+func (r *Relay) workerConfig(sink Sink, landing time.Duration) *workerConfig {
+	o := r.opts
+	cfg := &workerConfig{
+		owner:             o.Owner,
+		batchSize:         o.BatchSize,
+		maxInFlight:       o.MaxInFlight,
+		pollInterval:      o.PollInterval,
+		leaseTTL:          o.LeaseTTL,
+		renewMargin:       o.RenewMargin,
+		unordered:         o.Unordered,
+		breakerThreshold:  o.BreakerThreshold,
+		backoff:           o.Backoff,
+		backpressureScale: o.BackpressureScale,
+		now:               o.Now,
+		landing:           landing,
+		store:             r.store,
+		sink:              sink,
+		breakers:          &r.breakers,
+		counts:            &r.counts,
+		failures:          &rateLog{every: 10 * time.Second},
+		parks:             &rateLog{every: 10 * time.Second},
+		log:               r.log,
+		tracer:            o.TracerProvider.Tracer("github.com/outboxrelay/outbox"),
+		coord:             &r.coord,
+	}
+	cfg.fetcher, _ = r.store.(BatchFetcher)
+	cfg.prefetcher, _ = r.store.(Prefetcher)
+	if ko, ok := sink.(KeyOrderer); ok && !o.Unordered {
+		cfg.keyOrder = ko.KeepsKeyOrder()
+	}
+	return cfg
 }
 
 // Start starts relaying in the background and returns at once. When ctx is
@@ -263,7 +268,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		hard()
 		close(r.done)
 	}()
-	r.log.Info("outbox relay started", "partitions", len(r.served), "balancing", r.coord.members != nil)
+	r.log.Info("outbox relay started", "partitions", len(r.served), "balancing", r.coord.balancing())
 	return nil
 }
 
@@ -329,14 +334,14 @@ func (r *Relay) Notify() {
 // Stats returns the relay's counters.
 func (r *Relay) Stats() RelayStats {
 	return RelayStats{
-		Published:        r.published.Load(),
-		Retried:          r.retried.Load(),
-		Parked:           r.parked.Load(),
-		Batches:          r.batches.Load(),
-		LeaseLosses:      r.leaseLosses.Load(),
-		PartitionsHeld:   r.held.Load(),
-		PartitionsTarget: r.coord.target.Load(),
-		Members:          r.coord.seen.Load(),
+		Published:        r.counts.published.Load(),
+		Retried:          r.counts.retried.Load(),
+		Parked:           r.counts.parked.Load(),
+		Batches:          r.counts.batches.Load(),
+		LeaseLosses:      r.counts.leaseLosses.Load(),
+		PartitionsHeld:   r.counts.held.Load(),
+		PartitionsTarget: r.coord.targetCount(),
+		Members:          r.coord.membersSeen(),
 	}
 }
 

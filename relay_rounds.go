@@ -35,14 +35,14 @@ import (
 // worker still holds (a batch prefetched behind it may then be published;
 // see [Prefetcher]).
 func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Duration, clean bool) {
-	r := w.r
+	cfg := w.cfg
 	var out outcomes
 	defer w.summarizeParks(&out, len(batch))
 	batch, ok := w.parkTopicless(ctx, batch, &out)
 	if !ok {
 		return 0, false
 	}
-	rounds := planRounds(batch, r.opts.Unordered, r.keyOrder, r.opts.MaxInFlight)
+	rounds := planRounds(batch, cfg.unordered, cfg.keyOrder, cfg.maxInFlight)
 	out.sent = make([]string, 0, len(batch))
 	// lastRound is the last round holding each key (ordered mode only:
 	// unordered publishing holds nothing back), made when a park first
@@ -51,7 +51,7 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 	laterRound := func(key string, i int) bool {
 		if lastRound == nil {
 			lastRound = map[string]int{}
-			if !r.opts.Unordered {
+			if !cfg.unordered {
 				for j, round := range rounds {
 					for _, e := range round {
 						if e.Key != "" {
@@ -112,9 +112,9 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 					continue
 				}
 				if j == 0 || !sinkWorks {
-					sinkWorks = r.breakers.anyClosed()
+					sinkWorks = cfg.breakers.anyClosed()
 				}
-				if e.Key != "" && !r.opts.Unordered {
+				if e.Key != "" && !cfg.unordered {
 					failedKeys[e.Key] = true
 				}
 				if sinkWorks {
@@ -157,9 +157,9 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 // at least until the breaker lets a probe through. It parks e only when e
 // is out of attempts, as such a failure would.
 func (w *worker) deferEntry(e Entry, g gate, out *outcomes) {
-	r := w.r
-	err := fmt.Errorf("outbox relay: not published: the circuit breaker of topic %q is open (the sink failed every message of it in %d rounds in a row)", e.Topic, r.opts.BreakerThreshold)
-	park, delay := r.opts.Backoff.Decide(e.Attempts+1, err, r.opts.BackpressureScale)
+	cfg := w.cfg
+	err := fmt.Errorf("outbox relay: not published: the circuit breaker of topic %q is open (the sink failed every message of it in %d rounds in a row)", e.Topic, cfg.breakerThreshold)
+	park, delay := cfg.backoff.Decide(e.Attempts+1, err, cfg.backpressureScale)
 	if !park {
 		delay = max(delay, g.wait)
 	}
@@ -176,8 +176,8 @@ type gate struct {
 // gate asks the breaker of every topic of round whether the round may
 // publish its entries; all reports whether every topic's may.
 func (w *worker) gate(round []Entry) (gates map[string]gate, all bool) {
-	r := w.r
-	now := r.opts.Now()
+	cfg := w.cfg
+	now := cfg.now()
 	gates = map[string]gate{}
 	all = true
 	last := ""
@@ -190,14 +190,14 @@ func (w *worker) gate(round []Entry) (gates map[string]gate, all bool) {
 		if _, ok := gates[e.Topic]; ok {
 			continue
 		}
-		b := r.breakers.of(e.Topic)
+		b := cfg.breakers.of(e.Topic)
 		allowed, probing := b.allow(now)
 		g := gate{allowed: allowed, scale: 1}
 		switch {
 		case !allowed:
 			g.wait = b.wait(now)
 		case probing:
-			g.scale = r.opts.BackpressureScale
+			g.scale = cfg.backpressureScale
 		}
 		gates[e.Topic] = g
 		all = all && allowed
@@ -222,8 +222,8 @@ func (w *worker) parkTopicless(ctx context.Context, batch []Entry, out *outcomes
 	if len(parks) == 0 {
 		return batch, true
 	}
-	r := w.r
-	if !w.mark(ctx, "MarkFailed", func(ctx context.Context) error { return r.store.MarkFailed(ctx, w.lease, parks) }, true) {
+	cfg := w.cfg
+	if !w.mark(ctx, "MarkFailed", func(ctx context.Context) error { return cfg.store.MarkFailed(ctx, w.lease, parks) }, true) {
 		return nil, false
 	}
 	w.countFailures(ctx, parks, out)
@@ -274,8 +274,8 @@ func (w *worker) recordParksEarly(ctx context.Context, round []Entry, out *outco
 	if !needed {
 		return true
 	}
-	r := w.r
-	if !w.mark(ctx, "MarkFailed", func(ctx context.Context) error { return r.store.MarkFailed(ctx, w.lease, parks) }, true) {
+	cfg := w.cfg
+	if !w.mark(ctx, "MarkFailed", func(ctx context.Context) error { return cfg.store.MarkFailed(ctx, w.lease, parks) }, true) {
 		return false
 	}
 	rest := slices.DeleteFunc(out.failures[from:], func(f Failure) bool { return f.Park })
@@ -289,8 +289,8 @@ func (w *worker) recordParksEarly(ctx context.Context, round []Entry, out *outco
 // entry of that key in the round is given back (out.skipped) whatever the
 // sink reported for it (see KeyOrderer).
 func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]gate, failedKeys map[string]bool, out *outcomes) {
-	r := w.r
-	pctx, span := startPublishSpan(ctx, r.tracer, w.partition, round)
+	cfg := w.cfg
+	pctx, span := startPublishSpan(ctx, cfg.tracer, w.partition, round)
 	start := time.Now()
 	errs := w.publishRound(pctx, round)
 	took := time.Since(start)
@@ -302,7 +302,7 @@ func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]ga
 		}
 	}
 
-	now := r.opts.Now()
+	now := cfg.now()
 	failed, retryable := 0, 0
 	// byTopic counts, per topic, the round's entries and those that failed
 	// with a retryable error, for the topic's breaker.
@@ -317,7 +317,7 @@ func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]ga
 			byTopic[e.Topic] = t
 		}
 		t.n++
-		if e.Key != "" && !r.opts.Unordered && failedKeys[e.Key] {
+		if e.Key != "" && !cfg.unordered && failedKeys[e.Key] {
 			// An earlier entry of its key failed in this round: it is
 			// not sent, whatever the sink says, and goes back to the
 			// store unchanged, behind that entry's retry.
@@ -330,7 +330,7 @@ func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]ga
 		if err == nil {
 			out.sent = append(out.sent, e.ID)
 			if !e.CreatedAt.IsZero() {
-				r.metrics.committedToPublished(ctx, now.Sub(e.CreatedAt))
+				cfg.metrics.committedToPublished(ctx, now.Sub(e.CreatedAt))
 			}
 			continue
 		}
@@ -339,7 +339,7 @@ func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]ga
 		}
 		failed++
 		attempts := e.Attempts + 1
-		park, delay := r.opts.Backoff.Decide(attempts, err, gates[e.Topic].scale)
+		park, delay := cfg.backoff.Decide(attempts, err, gates[e.Topic].scale)
 		if !park {
 			retryable++
 			t.retryable++
@@ -350,21 +350,21 @@ func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]ga
 			Delay: delay,
 			Park:  park,
 		})
-		if e.Key != "" && !r.opts.Unordered && !park {
+		if e.Key != "" && !cfg.unordered && !park {
 			// A retry holds the key back; a park lets it go on (see
 			// process).
 			failedKeys[e.Key] = true
 		}
-		r.log.Debug("outbox relay: publish failed", "partition", w.partition, "id", e.ID, "topic", e.Topic,
+		cfg.log.Debug("outbox relay: publish failed", "partition", w.partition, "id", e.ID, "topic", e.Topic,
 			"attempts", attempts, "park", park, "retry_in", delay, "err", err)
 	}
 	endPublishSpan(span, failed, failed-retryable)
-	r.metrics.published(ctx, took, failed > 0)
+	cfg.metrics.published(ctx, took, failed > 0)
 	if failed > 0 {
 		// Entry-level detail is at Debug above; operators get a WARN at
 		// most every 10 s with what failed since the last one.
-		if log, n, total, sample := r.failures.add(now, failed, len(round), firstErr); log {
-			r.log.Warn("outbox relay: publishing failed", "failed", n, "of_messages", total, "partition", w.partition, "err", sample)
+		if log, n, total, sample := cfg.failures.add(now, failed, len(round), firstErr); log {
+			cfg.log.Warn("outbox relay: publishing failed", "failed", n, "of_messages", total, "partition", w.partition, "err", sample)
 		}
 	}
 
@@ -380,7 +380,78 @@ func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]ga
 			st = &streak{}
 			w.streaks[topic] = st
 		}
-		r.breakers.of(topic).record(t.retryable < t.n, now, st)
+		cfg.breakers.of(topic).record(t.retryable < t.n, now, st)
+	}
+}
+
+// publishRound hands one round to the sink and waits for its results
+// while keeping the lease: it renews the lease when it is due, also in the
+// middle of a slow publish, and cancels the publish the moment the lease is
+// reported lost, or when it could not be renewed and only the sink's
+// landing bound is left of it. When ctx ends (a hard stop) the publish is
+// cancelled too. A sink that has not returned sinkAbandonAfter after its
+// cancellation is abandoned: its messages count as failed, with an error
+// saying their fate is unknown.
+func (w *worker) publishRound(ctx context.Context, round []Entry) []error {
+	cfg := w.cfg
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	result := make(chan []error, 1)
+	go func() { result <- cfg.sink.Publish(pctx, round) }()
+
+	renew := time.NewTimer(w.renewIn())
+	defer renew.Stop()
+	trust := time.NewTimer(max(w.trustLeft(), 0))
+	defer trust.Stop()
+	var abandon <-chan time.Time
+	var why error
+	cut := func(reason error) {
+		cancel()
+		if abandon == nil {
+			why = reason
+			abandon = time.After(sinkAbandonAfter)
+		}
+	}
+	hard := ctx.Done()
+	for {
+		select {
+		case errs := <-result:
+			return errs
+		case <-renew.C:
+			if !w.holding.Load() {
+				continue
+			}
+			switch err := w.renew(ctx); {
+			case err == nil:
+				renew.Reset(w.renewIn())
+				trust.Reset(max(w.trustLeft(), 0))
+			case errors.Is(err, ErrLeaseLost):
+				w.lost(err)
+				cut(err)
+			default:
+				if ctx.Err() == nil {
+					cfg.log.Warn("outbox relay: renewing a lease during a publish failed", "partition", w.partition, "err", err)
+				}
+				renew.Reset(max(min(cfg.pollInterval/4, w.trustLeft()/2), 10*time.Millisecond))
+			}
+		case <-trust.C:
+			if w.holding.Load() && w.trustLeft() > 0 {
+				trust.Reset(w.trustLeft()) // renewed meanwhile
+				continue
+			}
+			cut(fmt.Errorf("the lease on partition %d could not be renewed in time: %w", w.partition, ErrLeaseLost))
+		case <-hard:
+			hard = nil
+			cut(ctx.Err())
+		case <-abandon:
+			err := fmt.Errorf("outbox: the sink did not return %v after its publish was cancelled (%v); the fate of the message is unknown (it may still be written, as a duplicate)", sinkAbandonAfter, why)
+			cfg.log.Error("outbox relay: abandoning a publish the sink did not finish after cancellation", "partition", w.partition, "messages", len(round), "reason", why)
+			errs := make([]error, len(round))
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
 	}
 }
 
@@ -388,14 +459,14 @@ func (w *worker) publish(ctx context.Context, round []Entry, gates map[string]ga
 // entries released. A write that fails gives the lease up (see mark), and
 // what was not recorded comes back to the next holder.
 func (w *worker) record(ctx context.Context, out *outcomes) {
-	r := w.r
+	cfg := w.cfg
 	sent, failures := out.sent, out.failures
-	if !w.mark(ctx, "MarkSent", func(ctx context.Context) error { return r.store.MarkSent(ctx, w.lease, sent) }, len(sent) > 0) {
+	if !w.mark(ctx, "MarkSent", func(ctx context.Context) error { return cfg.store.MarkSent(ctx, w.lease, sent) }, len(sent) > 0) {
 		return
 	}
-	r.published.Add(int64(len(sent)))
-	r.metrics.outcome(ctx, w.partition, "sent", len(sent))
-	if !w.mark(ctx, "MarkFailed", func(ctx context.Context) error { return r.store.MarkFailed(ctx, w.lease, failures) }, len(failures) > 0) {
+	cfg.counts.published.Add(int64(len(sent)))
+	cfg.metrics.outcome(ctx, w.partition, "sent", len(sent))
+	if !w.mark(ctx, "MarkFailed", func(ctx context.Context) error { return cfg.store.MarkFailed(ctx, w.lease, failures) }, len(failures) > 0) {
 		return
 	}
 	w.countFailures(ctx, failures, out)
@@ -406,20 +477,20 @@ func (w *worker) record(ctx context.Context, out *outcomes) {
 // countFailures counts recorded failures in the stats and metrics, and the
 // parks in out for the batch's summary; each park's detail is at Debug.
 func (w *worker) countFailures(ctx context.Context, failures []Failure, out *outcomes) {
-	r := w.r
+	cfg := w.cfg
 	for _, f := range failures {
 		if f.Park {
-			r.parked.Add(1)
-			r.metrics.outcome(ctx, w.partition, "parked", 1)
-			r.log.Debug("outbox relay: entry parked", "partition", w.partition, "id", f.ID, "err", f.Error)
+			cfg.counts.parked.Add(1)
+			cfg.metrics.outcome(ctx, w.partition, "parked", 1)
+			cfg.log.Debug("outbox relay: entry parked", "partition", w.partition, "id", f.ID, "err", f.Error)
 			if out.parked == 0 {
 				out.firstReason = f.Error
 			}
 			out.parked++
 		} else {
 			out.retried = true
-			r.retried.Add(1)
-			r.metrics.outcome(ctx, w.partition, "retried", 1)
+			cfg.counts.retried.Add(1)
+			cfg.metrics.outcome(ctx, w.partition, "retried", 1)
 		}
 	}
 }
@@ -430,9 +501,9 @@ func (w *worker) summarizeParks(out *outcomes, batch int) {
 	if out.parked == 0 {
 		return
 	}
-	r := w.r
-	if log, n, total, sample := r.parks.add(r.opts.Now(), out.parked, batch, errors.New(out.firstReason)); log {
-		r.log.Warn("outbox relay: entries parked; see the parked entries for each one's reason",
+	cfg := w.cfg
+	if log, n, total, sample := cfg.parks.add(cfg.now(), out.parked, batch, errors.New(out.firstReason)); log {
+		cfg.log.Warn("outbox relay: entries parked; see the parked entries for each one's reason",
 			"parked", n, "of_messages", total, "partition", w.partition, "first_reason", sample)
 	}
 }
@@ -445,7 +516,7 @@ func (w *worker) mark(ctx context.Context, op string, write func(context.Context
 	if !needed {
 		return true
 	}
-	r := w.r
+	cfg := w.cfg
 	var err error
 	for attempt, delay := 0, 20*time.Millisecond; attempt < 4; attempt, delay = attempt+1, delay*3 {
 		if err = write(ctx); err == nil {
@@ -455,7 +526,7 @@ func (w *worker) mark(ctx context.Context, op string, write func(context.Context
 			w.lost(err)
 			return false
 		}
-		if ctx.Err() != nil || r.opts.Now().Add(delay).After(w.validUntil) || !sleep(ctx, delay) {
+		if ctx.Err() != nil || cfg.now().Add(delay).After(w.validUntil) || !sleep(ctx, delay) {
 			break
 		}
 	}
@@ -463,7 +534,7 @@ func (w *worker) mark(ctx context.Context, op string, write func(context.Context
 	if ctx.Err() != nil {
 		level = slog.LevelDebug // stopping: the entries simply come back later
 	}
-	r.log.Log(ctx, level, "outbox relay: recording outcomes failed; abandoning the lease so its entries come back",
+	cfg.log.Log(ctx, level, "outbox relay: recording outcomes failed; abandoning the lease so its entries come back",
 		"op", op, "partition", w.partition, "err", err)
 	w.drop(nil, false)
 	return false
@@ -475,12 +546,12 @@ func (w *worker) release(ctx context.Context, ids []string) {
 	if len(ids) == 0 || !w.holding.Load() {
 		return
 	}
-	if err := w.r.store.Release(ctx, w.lease, ids); err != nil {
+	if err := w.cfg.store.Release(ctx, w.lease, ids); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			w.lost(err)
 			return
 		}
-		w.r.log.Warn("outbox relay: releasing untried entries failed; they come back when the lease changes hands",
+		w.cfg.log.Warn("outbox relay: releasing untried entries failed; they come back when the lease changes hands",
 			"partition", w.partition, "err", err)
 		w.drop(nil, false)
 	}

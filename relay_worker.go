@@ -3,14 +3,21 @@ package outbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/outboxrelay/outbox/backoff"
+	"go.opentelemetry.io/otel/trace"
 )
 
-// worker relays one partition. Its goroutine owns lease, validUntil and
-// slot; the coordinator talks to it only through want, try and the atomics.
+// worker relays one partition. Its goroutine owns lease, validUntil, slot
+// and streaks. It reads its relay only through cfg, and reports to the
+// coordinator only through cfg.coord; the coordinator asks it to hold or
+// hand over its partition, and reads whether it holds it, only through its
+// methods (ask, handOver, holds, wanted, starving).
 type worker struct {
-	r         *Relay
+	cfg       *workerConfig
 	partition int
 
 	// try is signalled (buffer of one) by the coordinator after it set want:
@@ -30,9 +37,6 @@ type worker struct {
 	// (without Membership): such workers are tried again as soon as a slot
 	// is given back.
 	starved atomic.Bool
-	// tried is set when the coordinator asked for the partition since its
-	// last timer pass (with Membership).
-	tried atomic.Bool
 
 	lease      Lease
 	validUntil time.Time // local deadline of the lease: ask time + TTL
@@ -42,8 +46,95 @@ type worker struct {
 	streaks map[string]*streak
 }
 
+// workerConfig is what the partition workers of a relay need from it: the
+// settings NewRelay fixed and the relay's shared services (the store, the
+// sink, the breakers, the counters, the logs and metrics). NewRelay makes
+// one per relay, shared by its workers, and it never changes after; a
+// worker reads nothing else of the relay.
+type workerConfig struct {
+	owner             string
+	batchSize         int
+	maxInFlight       int
+	pollInterval      time.Duration
+	leaseTTL          time.Duration
+	renewMargin       time.Duration
+	unordered         bool
+	breakerThreshold  int
+	backoff           backoff.Policy
+	backpressureScale float64
+	now               func() time.Time
+	// landing is how long after Publish returns a message can still be
+	// written by the broker (the sink's LandingBounder), 0 if it cannot.
+	landing time.Duration
+	// keyOrder is set when the sink keeps the order of a key's messages
+	// in one Publish call (KeyOrderer): rounds then carry several entries
+	// of a key.
+	keyOrder bool
+
+	store Store
+	// fetcher is the store as a BatchFetcher, nil when it is not one.
+	fetcher BatchFetcher
+	// prefetcher is the store as a Prefetcher, nil when it is not one.
+	prefetcher Prefetcher
+	sink       Sink
+	// slots is the MaxPartitions semaphore without Membership, nil
+	// otherwise.
+	slots    chan struct{}
+	breakers *breakers // one per topic, shared by the workers
+	counts   *relayCounts
+	failures *rateLog // publish failures, logged at WARN at most every 10 s
+	parks    *rateLog // park summaries, logged at WARN at most every 10 s
+	log      *slog.Logger
+	metrics  *relayMetrics
+	tracer   trace.Tracer
+	// coord is the worker's one line to the coordinator.
+	coord holdingsReporter
+}
+
+// holdingsReporter is how a worker reports to the relay's coordinator
+// (implemented by *coordinator). Neither call blocks.
+type holdingsReporter interface {
+	// poke says what the relay holds changed (a lease gained, given up or
+	// lost, or a MaxPartitions slot freed), so the coordinator runs a pass
+	// soon.
+	poke()
+	// attempted says an acquire the coordinator asked for failed;
+	// heldElsewhere when another owner holds the partition.
+	attempted(heldElsewhere bool)
+}
+
+// relayCounts are a relay's cumulative counters ([RelayStats]), added to
+// by its workers.
+type relayCounts struct {
+	published, retried, parked, batches, leaseLosses, held atomic.Int64
+}
+
+// ask is the coordinator asking the worker to acquire its partition.
+func (w *worker) ask() {
+	w.want.Store(true)
+	signal(w.try)
+}
+
+// handOver is the coordinator asking the worker to give its partition up
+// after its batch in flight.
+func (w *worker) handOver() {
+	w.want.Store(false)
+	w.wakeUp()
+}
+
+// holds reports whether the worker holds its partition's lease.
+func (w *worker) holds() bool { return w.holding.Load() }
+
+// wanted reports whether the coordinator wants the partition held (and the
+// worker has not given up on it).
+func (w *worker) wanted() bool { return w.want.Load() }
+
+// starving reports whether the worker's last try found no free
+// MaxPartitions slot.
+func (w *worker) starving() bool { return w.starved.Load() }
+
 func (w *worker) run(ctx, hardCtx context.Context) {
-	r := w.r
+	cfg := w.cfg
 	defer w.drop(hardCtx, true)
 	// next is a batch claimed ahead (see prefetch), published in the next
 	// pass once the lease is kept.
@@ -75,7 +166,7 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 		if !w.keep(hardCtx) {
 			// Renewal failed but the lease may still be ours: pause
 			// before asking again rather than hammering the store.
-			if w.holding.Load() && !w.idle(ctx, max(r.opts.PollInterval/4, 10*time.Millisecond)) {
+			if w.holding.Load() && !w.idle(ctx, max(cfg.pollInterval/4, 10*time.Millisecond)) {
 				return
 			}
 			continue
@@ -107,16 +198,16 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			if hardCtx.Err() != nil {
 				return
 			}
-			r.log.Warn("outbox relay: fetching a batch failed", "partition", w.partition, "err", err)
-			w.idle(ctx, min(r.opts.PollInterval, w.renewIn()))
+			cfg.log.Warn("outbox relay: fetching a batch failed", "partition", w.partition, "err", err)
+			w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
 			continue
 		case len(batch) == 0 && corrupt == 0:
-			w.idle(ctx, min(r.opts.PollInterval, w.renewIn()))
+			w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
 			continue
 		}
-		full := len(batch)+corrupt >= r.opts.BatchSize
+		full := len(batch)+corrupt >= cfg.batchSize
 		if len(batch) > 0 {
-			r.batches.Add(1)
+			cfg.counts.batches.Add(1)
 			pf := w.prefetch(hardCtx, batch, full)
 			blocked, clean := w.process(hardCtx, batch)
 			next = w.afterBatch(hardCtx, pf, clean)
@@ -125,7 +216,7 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 					// The fetch ahead found nothing more due: wait as
 					// after a short batch.
 					next = nil
-					w.idle(ctx, min(r.opts.PollInterval, w.renewIn()))
+					w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
 				}
 				continue
 			}
@@ -142,7 +233,7 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			// The store had nothing more that was due: wait for a
 			// wake-up (one that arrived meanwhile returns at once) or
 			// the poll, instead of an empty fetch per batch.
-			w.idle(ctx, min(r.opts.PollInterval, w.renewIn()))
+			w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
 		}
 	}
 }
@@ -167,7 +258,7 @@ type prefetched struct {
 // takes longer than its fetch). A wake-up that arrived before the fetch
 // ahead starts is taken, as before any fetch.
 func (w *worker) prefetch(ctx context.Context, batch []Entry, full bool) *prefetched {
-	if w.r.prefetcher == nil || !full {
+	if w.cfg.prefetcher == nil || !full {
 		return nil
 	}
 	woke := false
@@ -201,7 +292,7 @@ func (w *worker) afterBatch(ctx context.Context, p *prefetched, clean bool) *pre
 		return p // perhaps empty: then nothing more was due
 	}
 	if p.err != nil && !errors.Is(p.err, ErrLeaseLost) && ctx.Err() == nil {
-		w.r.log.Debug("outbox relay: fetching the next batch ahead failed; fetching it again", "partition", w.partition, "err", p.err)
+		w.cfg.log.Debug("outbox relay: fetching the next batch ahead failed; fetching it again", "partition", w.partition, "err", p.err)
 	}
 	if sameLease && len(p.batch) > 0 && ctx.Err() == nil {
 		// (Stopping hard, the lease's release or expiry returns them.)
@@ -220,30 +311,30 @@ func (w *worker) afterBatch(ctx context.Context, p *prefetched, clean bool) *pre
 // and counted like a park of the relay's own; it reports how many there
 // were.
 func (w *worker) fetch(ctx context.Context, lease Lease, inFlight []Entry) ([]Entry, int, error) {
-	r := w.r
+	cfg := w.cfg
 	var b Batch
 	var err error
 	switch {
 	case inFlight != nil:
-		b, err = r.prefetcher.FetchNext(ctx, lease, r.opts.BatchSize, inFlight)
-	case r.fetcher != nil:
-		b, err = r.fetcher.FetchBatch(ctx, lease, r.opts.BatchSize)
+		b, err = cfg.prefetcher.FetchNext(ctx, lease, cfg.batchSize, inFlight)
+	case cfg.fetcher != nil:
+		b, err = cfg.fetcher.FetchBatch(ctx, lease, cfg.batchSize)
 	default:
-		b.Entries, err = r.store.FindPendingBatch(ctx, lease, r.opts.BatchSize)
+		b.Entries, err = cfg.store.FindPendingBatch(ctx, lease, cfg.batchSize)
 	}
 	if err != nil {
 		return nil, 0, err
 	}
 	for i, c := range b.Parked {
-		r.parked.Add(1)
-		r.metrics.outcome(ctx, w.partition, "parked", 1)
+		cfg.counts.parked.Add(1)
+		cfg.metrics.outcome(ctx, w.partition, "parked", 1)
 		if i < maxCorruptLogs {
-			r.log.Warn("outbox relay: the store parked an entry whose stored data does not decode; inspect it (outbox show ID), then fix it and requeue it, or cancel it",
+			cfg.log.Warn("outbox relay: the store parked an entry whose stored data does not decode; inspect it (outbox show ID), then fix it and requeue it, or cancel it",
 				"partition", w.partition, "id", c.ID, "topic", c.Topic, "key", c.Key, "reason", c.Reason)
 		}
 	}
 	if n := len(b.Parked); n > maxCorruptLogs {
-		r.log.Warn("outbox relay: the store parked more entries whose stored data does not decode (outbox parked lists them)",
+		cfg.log.Warn("outbox relay: the store parked more entries whose stored data does not decode (outbox parked lists them)",
 			"partition", w.partition, "more", n-maxCorruptLogs)
 	}
 	return b.Entries, len(b.Parked), nil
