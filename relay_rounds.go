@@ -44,99 +44,38 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 	}
 	rounds := planRounds(batch, cfg.unordered, cfg.keyOrder, cfg.maxInFlight)
 	out.sent = make([]string, 0, len(batch))
-	// lastRound is the last round holding each key (ordered mode only:
-	// unordered publishing holds nothing back), made when a park first
-	// needs it.
-	var lastRound map[string]int
-	laterRound := func(key string, i int) bool {
-		if lastRound == nil {
-			lastRound = map[string]int{}
-			if !cfg.unordered {
-				for j, round := range rounds {
-					for _, e := range round {
-						if e.Key != "" {
-							lastRound[e.Key] = j
-						}
-					}
-				}
-			}
-		}
-		return lastRound[key] > i
-	}
+	last := lastRounds{rounds: rounds, unordered: cfg.unordered}
 	// failedKeys are the keys held back for the rest of the batch: one of
 	// their entries failed with a retryable error, or was given back
 	// because its topic's breaker is open.
 	failedKeys := map[string]bool{}
 	attempted := false
 	for i, round := range rounds {
-		// Drop entries whose key failed earlier in this batch.
-		live := round
-		if len(failedKeys) > 0 {
-			live = round[:0:0]
-			for _, e := range round {
-				if e.Key != "" && failedKeys[e.Key] {
-					out.skipped = append(out.skipped, e.ID)
-					continue
-				}
-				live = append(live, e)
-			}
-		}
+		live := holdBack(round, failedKeys, &out)
 		if len(live) == 0 {
 			continue
 		}
 		if ctx.Err() != nil || !w.keep(ctx) {
-			out.skipped = append(out.skipped, idsOf(live)...)
-			for _, rest := range rounds[i+1:] {
-				out.skipped = append(out.skipped, idsOf(rest)...)
-			}
+			out.skipRounds(live, rounds[i+1:])
 			break
 		}
-		// Entries of a topic whose breaker is open are not published, and
-		// hold their key back for the rest of the batch. When some other
-		// topic's breaker is closed, the sink works and the topic is the
-		// problem: they are deferred like a transient failure (see
-		// deferEntry), so they do not stay ahead of the partition's other
-		// entries. When no breaker is closed the sink is down: they are
-		// given back unchanged, burning no attempt, and the worker waits
-		// for a probe.
 		gates, allAllowed := w.gate(live)
 		open := live // every topic's breaker lets the round through
 		from := len(out.failures)
 		if !allAllowed {
-			open = live[:0:0]
-			sinkWorks := false
-			for j, e := range live {
-				g := gates[e.Topic]
-				if g.allowed {
-					open = append(open, e)
-					continue
-				}
-				if j == 0 || !sinkWorks {
-					sinkWorks = cfg.breakers.anyClosed()
-				}
-				if e.Key != "" && !cfg.unordered {
-					failedKeys[e.Key] = true
-				}
-				if sinkWorks {
-					w.deferEntry(e, g, &out)
-					attempted = true
-					continue
-				}
-				out.skipped = append(out.skipped, e.ID)
-				if blocked == 0 || g.wait < blocked {
-					blocked = max(g.wait, time.Millisecond)
-				}
+			var deferred bool
+			var wait time.Duration
+			open, deferred, wait = w.splitByBreaker(live, gates, failedKeys, &out)
+			attempted = attempted || deferred
+			if wait > 0 && (blocked == 0 || wait < blocked) {
+				blocked = wait
 			}
 		}
-		if len(open) == 0 {
-			if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return laterRound(key, i) }) {
-				return 0, false
-			}
-			continue
+		if len(open) > 0 {
+			attempted = true
+			w.publish(ctx, open, gates, failedKeys, &out)
 		}
-		attempted = true
-		w.publish(ctx, open, gates, failedKeys, &out)
-		if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return laterRound(key, i) }) {
+		if !w.recordParksEarly(ctx, live, &out, from, func(key string) bool { return last.later(key, i) }) {
 			return 0, false // the lease is given up; nothing more is recorded
 		}
 	}
@@ -149,6 +88,96 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 		return 0, clean
 	}
 	return blocked, clean // a blocked batch skipped entries, so it is not clean
+}
+
+// lastRounds knows the last round of a batch holding each key (ordered
+// mode only: unordered publishing holds nothing back), worked out when a
+// park first needs it.
+type lastRounds struct {
+	rounds    [][]Entry
+	unordered bool
+	last      map[string]int
+}
+
+// later reports whether a round after round i holds an entry of key.
+func (l *lastRounds) later(key string, i int) bool {
+	if l.last == nil {
+		l.last = map[string]int{}
+		if !l.unordered {
+			for j, round := range l.rounds {
+				for _, e := range round {
+					if e.Key != "" {
+						l.last[e.Key] = j
+					}
+				}
+			}
+		}
+	}
+	return l.last[key] > i
+}
+
+// holdBack returns the entries of round whose key did not fail earlier in
+// the batch (failedKeys), and gives the others back (out.skipped).
+func holdBack(round []Entry, failedKeys map[string]bool, out *outcomes) []Entry {
+	if len(failedKeys) == 0 {
+		return round
+	}
+	live := round[:0:0]
+	for _, e := range round {
+		if e.Key != "" && failedKeys[e.Key] {
+			out.skipped = append(out.skipped, e.ID)
+			continue
+		}
+		live = append(live, e)
+	}
+	return live
+}
+
+// skipRounds gives back the entries of the round that was to be published
+// (live) and of every round after it (rest).
+func (out *outcomes) skipRounds(live []Entry, rest [][]Entry) {
+	out.skipped = append(out.skipped, idsOf(live)...)
+	for _, r := range rest {
+		out.skipped = append(out.skipped, idsOf(r)...)
+	}
+}
+
+// splitByBreaker returns the entries of live whose topic's breaker lets
+// them through (gates). Entries of a topic whose breaker is open are not
+// published, and hold their key back for the rest of the batch
+// (failedKeys). When some other topic's breaker is closed, the sink works
+// and the topic is the problem: they are deferred like a transient failure
+// (see deferEntry), so they do not stay ahead of the partition's other
+// entries, and deferred reports that. When no breaker is closed the sink
+// is down: they are given back unchanged (out.skipped), burning no
+// attempt, and wait is how long until the first of their breakers may let
+// a probe through (at least 1ms; 0 when none was given back).
+func (w *worker) splitByBreaker(live []Entry, gates map[string]gate, failedKeys map[string]bool, out *outcomes) (open []Entry, deferred bool, wait time.Duration) {
+	open = live[:0:0]
+	sinkWorks := false
+	for j, e := range live {
+		g := gates[e.Topic]
+		if g.allowed {
+			open = append(open, e)
+			continue
+		}
+		if j == 0 || !sinkWorks {
+			sinkWorks = w.cfg.breakers.anyClosed()
+		}
+		if e.Key != "" && !w.cfg.unordered {
+			failedKeys[e.Key] = true
+		}
+		if sinkWorks {
+			w.deferEntry(e, g, out)
+			deferred = true
+			continue
+		}
+		out.skipped = append(out.skipped, e.ID)
+		if wait == 0 || g.wait < wait {
+			wait = max(g.wait, time.Millisecond)
+		}
+	}
+	return open, deferred, wait
 }
 
 // deferEntry fails e, whose topic's breaker is open, without publishing

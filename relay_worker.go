@@ -133,6 +133,10 @@ func (w *worker) wanted() bool { return w.want.Load() }
 // MaxPartitions slot.
 func (w *worker) starving() bool { return w.starved.Load() }
 
+// run is the worker's loop: hold the lease when the coordinator wants it
+// held, fetch a batch, publish it, repeat while work remains; ctx ends it
+// (fetching stops), hardCtx cancels the store calls and publishing in
+// flight. It releases the lease when it returns.
 func (w *worker) run(ctx, hardCtx context.Context) {
 	cfg := w.cfg
 	defer w.drop(hardCtx, true)
@@ -143,53 +147,15 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 		if next != nil && (!w.holding.Load() || !w.want.Load()) {
 			next = nil // the lease ends: its claims come back by themselves
 		}
-		if !w.holding.Load() {
-			if !w.want.Load() {
-				// Idle until the coordinator asks: a partition this relay
-				// does not hold costs no store call, whatever is appended.
-				select {
-				case <-w.try:
-				case <-ctx.Done():
-					return
-				}
-				continue
-			}
-			w.acquire(hardCtx)
+		fetch, stop := w.ready(ctx, hardCtx)
+		if stop {
+			return
+		}
+		if !fetch {
 			continue
 		}
-		if !w.want.Load() {
-			// Handed over by the coordinator: the batch in flight is
-			// finished (marked or released), so give the lease up.
-			w.drop(hardCtx, true)
-			continue
-		}
-		if !w.keep(hardCtx) {
-			// Renewal failed but the lease may still be ours: pause
-			// before asking again rather than hammering the store.
-			if w.holding.Load() && !w.idle(ctx, max(cfg.pollInterval/4, 10*time.Millisecond)) {
-				return
-			}
-			continue
-		}
-		var (
-			batch   []Entry
-			corrupt int
-			err     error
-		)
-		if next != nil {
-			// Claimed while the batch before was published, which ended
-			// clean (see afterBatch).
-			batch, corrupt = next.batch, next.corrupt
-			next = nil
-		} else {
-			// A wake-up that arrives while the fetch runs stays in the
-			// channel, so the wait after an empty fetch returns at once.
-			select {
-			case <-w.wake:
-			default:
-			}
-			batch, corrupt, err = w.fetch(hardCtx, w.lease, nil)
-		}
+		batch, corrupt, err := w.take(hardCtx, next)
+		next = nil
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			w.lost(err)
@@ -205,37 +171,98 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
 			continue
 		}
-		full := len(batch)+corrupt >= cfg.batchSize
-		if len(batch) > 0 {
-			cfg.counts.batches.Add(1)
-			pf := w.prefetch(hardCtx, batch, full)
-			blocked, clean := w.process(hardCtx, batch)
-			next = w.afterBatch(hardCtx, pf, clean)
-			if next != nil {
-				if len(next.batch) == 0 && next.corrupt == 0 {
-					// The fetch ahead found nothing more due: wait as
-					// after a short batch.
-					next = nil
-					w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
-				}
-				continue
+		next = w.relayBatch(ctx, hardCtx, batch, corrupt)
+	}
+}
+
+// ready takes one step toward a lease the worker may fetch under: it waits
+// for the coordinator to ask for the partition, acquires it, gives it up
+// when the coordinator handed it over, or renews it when it is due. It
+// reports whether the worker may fetch now, and stop when ctx ended while
+// it waited.
+func (w *worker) ready(ctx, hardCtx context.Context) (fetch, stop bool) {
+	if !w.holding.Load() {
+		if !w.want.Load() {
+			// Idle until the coordinator asks: a partition this relay
+			// does not hold costs no store call, whatever is appended.
+			select {
+			case <-w.try:
+			case <-ctx.Done():
+				return false, true
 			}
-			if blocked > 0 {
-				// Nothing was published: every entry's topic has its
-				// breaker open (or is held back behind one). Wait for
-				// the first breaker to let a probe through rather than
-				// fetch the same entries again at once.
-				w.idle(ctx, min(blocked, w.renewIn()))
-				continue
-			}
+			return false, false
 		}
-		if !full {
-			// The store had nothing more that was due: wait for a
-			// wake-up (one that arrived meanwhile returns at once) or
-			// the poll, instead of an empty fetch per batch.
-			w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
+		w.acquire(hardCtx)
+		return false, false
+	}
+	if !w.want.Load() {
+		// Handed over by the coordinator: the batch in flight is
+		// finished (marked or released), so give the lease up.
+		w.drop(hardCtx, true)
+		return false, false
+	}
+	if !w.keep(hardCtx) {
+		// Renewal failed but the lease may still be ours: pause
+		// before asking again rather than hammering the store.
+		if w.holding.Load() && !w.idle(ctx, max(w.cfg.pollInterval/4, 10*time.Millisecond)) {
+			return false, true
+		}
+		return false, false
+	}
+	return true, false
+}
+
+// take returns the batch to publish next: next, when a batch was claimed
+// ahead (while the batch before was published, which ended clean; see
+// afterBatch), else a fresh fetch.
+func (w *worker) take(ctx context.Context, next *prefetched) ([]Entry, int, error) {
+	if next != nil {
+		return next.batch, next.corrupt, nil
+	}
+	// A wake-up that arrives while the fetch runs stays in the channel,
+	// so the wait after an empty fetch returns at once.
+	select {
+	case <-w.wake:
+	default:
+	}
+	return w.fetch(ctx, w.lease, nil)
+}
+
+// relayBatch publishes a fetched batch (batch, with corrupt entries the
+// store parked in the fetch) and then waits as its outcome calls for. It
+// returns the batch claimed ahead to be published next, nil if none.
+func (w *worker) relayBatch(ctx, hardCtx context.Context, batch []Entry, corrupt int) *prefetched {
+	cfg := w.cfg
+	full := len(batch)+corrupt >= cfg.batchSize
+	if len(batch) > 0 {
+		cfg.counts.batches.Add(1)
+		pf := w.prefetch(hardCtx, batch, full)
+		blocked, clean := w.process(hardCtx, batch)
+		if next := w.afterBatch(hardCtx, pf, clean); next != nil {
+			if len(next.batch) == 0 && next.corrupt == 0 {
+				// The fetch ahead found nothing more due: wait as
+				// after a short batch.
+				w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
+				return nil
+			}
+			return next
+		}
+		if blocked > 0 {
+			// Nothing was published: every entry's topic has its
+			// breaker open (or is held back behind one). Wait for
+			// the first breaker to let a probe through rather than
+			// fetch the same entries again at once.
+			w.idle(ctx, min(blocked, w.renewIn()))
+			return nil
 		}
 	}
+	if !full {
+		// The store had nothing more that was due: wait for a
+		// wake-up (one that arrived meanwhile returns at once) or
+		// the poll, instead of an empty fetch per batch.
+		w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
+	}
+	return nil
 }
 
 // prefetched is a batch claimed by [Prefetcher.FetchNext] while the batch
