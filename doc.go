@@ -79,7 +79,8 @@
 // (relay.go), [RelayOptions] with its defaults and [RelayOptions.Validate]
 // (relay_options.go), the coordinator that shares partitions in a fleet
 // (relay_coordinator.go), the partition worker (relay_worker.go), lease
-// keeping (relay_lease.go), publish rounds (relay_rounds.go), the circuit
-// breakers (relay_breaker.go), the outbox gauges (relay_stats.go) and the
-// metrics and spans (relay_metrics.go).
+// keeping (relay_lease.go), publish rounds (relay_rounds.go), recording
+// their outcomes (relay_outcomes.go), the circuit breakers
+// (relay_breaker.go), the outbox gauges (relay_stats.go) and the metrics
+// and spans (relay_metrics.go).
 package outbox
