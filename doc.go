@@ -40,7 +40,47 @@
 //
 // # Writing a backend
 //
-// Implement [Backend] (and any of [Notifier], [Canceler], [Inspector]) and
-// run [github.com/outboxrelay/outbox/conformance.Run] against it; see
-// docs/backend-authors.md.
+// Implement [Backend] (backend.go) and run
+// [github.com/outboxrelay/outbox/conformance.Run] against it; the guide is
+// docs/backend-authors.md, and the helpers every backend shares (the
+// argument checks and a few more) are in backend_helpers.go. A [Store] may
+// also implement optional interfaces; the relay, the CLI and the dashboard
+// detect each with a type assertion and do without it when it is missing:
+//
+//   - [BatchFetcher]: fetches a batch and parks the entries whose stored
+//     data does not decode, reporting those parks.
+//   - [Prefetcher]: claims a partition's next batch while the batch before
+//     it is still being published.
+//   - [Notifier]: tells relays which partitions got entries, so they wake
+//     at once instead of at their next poll.
+//   - [Membership]: stores the relays' heartbeats, so a fleet shares the
+//     partitions evenly.
+//   - [Canceler]: cancels an entry that was not delivered yet.
+//   - [Inspector]: counts by state, lists and requeues parked entries.
+//   - [PartitionInspector]: the counts and the lease holder of every
+//     partition.
+//   - [Looker]: one entry by ID, whatever its state.
+//   - [Exporter]: reads a partition's unsent entries and removes them once
+//     moved (the source side of a move).
+//   - [Importer]: adds exported entries ahead of the appended ones (the
+//     destination side of a move).
+//   - [Holder]: holds an outbox's relays back, so nothing is delivered.
+//   - [Sealer]: seals an outbox, so every append to it fails.
+//
+// The first eight are in backend_optional.go, the last four (the
+// migration SPI, see docs/migration.md) in backend_move.go. A [Sink] may
+// implement two: [LandingBounder] (how long after a cancelled publish a
+// message can still land) and [KeyOrderer] (it keeps a key's order within
+// one call).
+//
+// # The relay
+//
+// The relay is in the relay*.go files: [Relay] and its lifecycle
+// (relay.go), [RelayOptions] with its defaults and [RelayOptions.Validate]
+// (relay_options.go), the coordinator that shares partitions in a fleet
+// (relay_coordinator.go), the partition worker (relay_worker.go), lease
+// keeping (relay_lease.go), publish rounds (relay_rounds.go), recording
+// their outcomes (relay_outcomes.go), the circuit breakers
+// (relay_breaker.go), the outbox gauges (relay_stats.go) and the metrics
+// and spans (relay_metrics.go).
 package outbox

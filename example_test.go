@@ -83,3 +83,20 @@ func ExampleSinkFunc() {
 	// true true
 	// too-big message too large
 }
+
+// A front end checks its settings before it opens a store and reports the
+// problems with its own flag names.
+func ExampleRelayOptions_Validate() {
+	opts := outbox.RelayOptions{LeaseTTL: 3 * time.Second, RenewMargin: 5 * time.Second}
+	err := opts.Validate(nil) // the sink is not made yet
+	fmt.Println(err)
+
+	var oe *outbox.OptionsError
+	if errors.As(err, &oe) {
+		flags := map[string]string{"LeaseTTL": "--lease-ttl", "RenewMargin": "--renew-margin"}
+		fmt.Println("relay:", oe.Describe(func(option string) string { return flags[option] }))
+	}
+	// Output:
+	// outbox: RelayOptions.RenewMargin (5s) must be below LeaseTTL (3s)
+	// relay: --renew-margin (5s) must be below --lease-ttl (3s)
+}

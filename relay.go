@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Relay moves entries from a [Store] to a [Sink]: at least once, in
@@ -60,26 +57,13 @@ import (
 //
 // A Relay is safe for concurrent use.
 type Relay struct {
-	store   Store
-	sink    Sink
-	opts    RelayOptions
-	log     *slog.Logger
-	metrics *relayMetrics
-	tracer  trace.Tracer
+	store Store
+	opts  RelayOptions
+	log   *slog.Logger
 	// breakers are the circuit breakers, one per topic.
 	breakers breakers
-	// keyOrder is set when the sink keeps the order of a key's messages
-	// in one Publish call (KeyOrderer): rounds then carry several entries
-	// of a key.
-	keyOrder bool
-	// fetcher is the store as a BatchFetcher, nil when it is not one.
-	fetcher BatchFetcher
-	// prefetcher is the store as a Prefetcher, nil when it is not one.
-	prefetcher Prefetcher
-	coord      coordinator
-	// landing is how long after Publish returns a message can still be
-	// written by the broker (the sink's LandingBounder), 0 if it cannot.
-	landing time.Duration
+	counts   relayCounts
+	coord    coordinator
 
 	// workers holds the worker of each partition this relay serves, by
 	// partition number (nil for partitions it does not serve).
@@ -92,13 +76,7 @@ type Relay struct {
 	hard     context.CancelFunc // cancels in-flight publishing and store calls
 	done     chan struct{}      // closed when every worker has exited
 
-	slots chan struct{} // MaxPartitions semaphore without Membership, nil otherwise
-
-	sampler  *statsSampler // nil without Inspector or with StatsInterval < 0
-	failures rateLog       // publish failures, logged at WARN at most every 10 s
-	parks    rateLog       // park summaries, logged at WARN at most every 10 s
-
-	published, retried, parked, batches, leaseLosses, held atomic.Int64
+	sampler *statsSampler // nil without Inspector or with StatsInterval < 0
 }
 
 // RelayStats are cumulative counters of one [Relay].
@@ -131,6 +109,20 @@ var breakerVerb = map[string]string{
 	"closed":    "closed: the sink works for the topic again",
 }
 
+// partitionProblems checks an explicit RelayOptions.Partitions against the
+// store's partition count n: it reports the first partition that is out of
+// range or repeated.
+func partitionProblems(partitions []int, n int) []OptionProblem {
+	seen := make(map[int]bool, len(partitions))
+	for _, p := range partitions {
+		if p < 0 || p >= n || seen[p] {
+			return []OptionProblem{problem("{Partitions} has %d, which is out of range [0, %d) or repeated", p, n)}
+		}
+		seen[p] = true
+	}
+	return nil
+}
+
 // Stop bounds: after Stop's context ends, a sink that has not returned
 // within sinkAbandonAfter of the cancellation is abandoned, and the final
 // lease release and Leave get finalCallTimeout each.
@@ -139,83 +131,104 @@ const (
 	finalCallTimeout = 500 * time.Millisecond
 )
 
-// NewRelay returns a relay from store to sink. It checks opts and reports
-// every bad setting at once.
+// NewRelay returns a relay from store to sink. It checks opts as
+// [RelayOptions.Validate] does, and RelayOptions.Partitions against the
+// store's partition count, and reports every bad setting at once as an
+// [*OptionsError].
 func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	if store == nil || sink == nil {
 		return nil, errors.New("outbox: NewRelay needs a non-nil store and sink")
 	}
-	explicit := opts.Partitions != nil
-	o, err := opts.withDefaults()
-	if err != nil {
+	landing, declared := landingBound(sink)
+	problems := opts.problems(landing)
+	n := store.Partitions()
+	if n >= 1 {
+		problems = append(problems, partitionProblems(opts.Partitions, n)...)
+	}
+	if err := optionsError(problems); err != nil {
 		return nil, err
 	}
-	n := store.Partitions()
 	if n < 1 {
 		return nil, fmt.Errorf("outbox: the store reports %d partitions; it must have at least 1", n)
 	}
+	explicit := opts.Partitions != nil
+	o := opts.withDefaults()
 	if o.Partitions == nil {
 		o.Partitions = make([]int, n)
 		for i := range o.Partitions {
 			o.Partitions[i] = i
 		}
 	}
-	seen := make(map[int]bool, len(o.Partitions))
-	for _, p := range o.Partitions {
-		if p < 0 || p >= n || seen[p] {
-			return nil, fmt.Errorf("outbox: RelayOptions.Partitions has %d, which is out of range [0, %d) or repeated", p, n)
-		}
-		seen[p] = true
-	}
 	r := &Relay{
 		store:   store,
-		sink:    sink,
 		opts:    o,
 		log:     o.Logger.With("component", "outbox.relay", "owner", o.Owner),
 		workers: make([]*worker, n),
 	}
-	r.fetcher, _ = store.(BatchFetcher)
-	r.prefetcher, _ = store.(Prefetcher)
-	if lb, ok := sink.(LandingBounder); ok {
-		bound := lb.LandingBound()
-		if bound < 0 {
-			r.log.Warn("outbox relay: the sink cannot bound how long after a cancelled publish a message can still be written, so a relay that lost its lease may have a record land after the next holder's record of the same key (consumers deduplicate by entry ID; for compacted topics use the Kafka sink's transactional mode)")
-		}
-		r.landing = max(bound, 0)
-		if o.LeaseTTL <= o.RenewMargin+r.landing {
-			return nil, fmt.Errorf("outbox: RelayOptions.LeaseTTL (%v) must exceed RenewMargin (%v) plus the sink's landing bound (%v): the relay stops trusting a lease that long before it ends; raise LeaseTTL or lower the sink's timeouts",
-				o.LeaseTTL, o.RenewMargin, r.landing)
-		}
-	}
-	for _, p := range o.Partitions {
-		w := &worker{r: r, partition: p, try: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
-		r.workers[p] = w
-		r.served = append(r.served, w)
+	if declared < 0 {
+		r.log.Warn("outbox relay: the sink cannot bound how long after a cancelled publish a message can still be written, so a relay that lost its lease may have a record land after the next holder's record of the same key (consumers deduplicate by entry ID; for compacted topics use the Kafka sink's transactional mode)")
 	}
 	r.breakers.threshold = o.BreakerThreshold
 	r.breakers.cooldown = o.BreakerCooldown
-	if ko, ok := sink.(KeyOrderer); ok && !o.Unordered {
-		r.keyOrder = ko.KeepsKeyOrder()
+	cfg := r.workerConfig(sink, landing)
+	for _, p := range o.Partitions {
+		w := &worker{cfg: cfg, partition: p, try: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+		r.workers[p] = w
+		r.served = append(r.served, w)
 	}
-	r.coord.init(r, explicit)
-	if r.coord.members == nil && o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
-		r.slots = make(chan struct{}, o.MaxPartitions)
+	r.coord.init(store, o, r.log, r.served, explicit)
+	if !r.coord.balancing() && o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
+		cfg.slots = make(chan struct{}, o.MaxPartitions)
 	}
 	if insp, ok := store.(Inspector); ok && o.StatsInterval > 0 {
 		r.sampler = &statsSampler{insp: insp, every: o.StatsInterval, now: o.Now, log: r.log}
 	}
-	r.failures.every = 10 * time.Second
-	r.parks.every = 10 * time.Second
-	r.tracer = o.TracerProvider.Tracer("github.com/outboxrelay/outbox")
-	r.metrics, err = newRelayMetrics(o.MeterProvider, r)
+	metrics, err := newRelayMetrics(o.MeterProvider, r)
 	if err != nil {
 		return nil, err
 	}
+	cfg.metrics = metrics
 	r.breakers.entered = func(topic, state string, failures int) {
-		r.metrics.breakerEntered(topic, state)
+		metrics.breakerEntered(topic, state)
 		r.log.Warn("outbox relay: circuit breaker "+breakerVerb[state], "topic", topic, "state", state, "consecutive_failed_rounds", failures, "cooldown", o.BreakerCooldown)
 	}
 	return r, nil
+}
+
+// workerConfig makes the configuration the relay's workers share, but for
+// slots and metrics, which NewRelay sets once the coordinator and the
+// metrics are made. landing is the sink's landing bound.
+func (r *Relay) workerConfig(sink Sink, landing time.Duration) *workerConfig {
+	o := r.opts
+	cfg := &workerConfig{
+		owner:             o.Owner,
+		batchSize:         o.BatchSize,
+		maxInFlight:       o.MaxInFlight,
+		pollInterval:      o.PollInterval,
+		leaseTTL:          o.LeaseTTL,
+		renewMargin:       o.RenewMargin,
+		unordered:         o.Unordered,
+		breakerThreshold:  o.BreakerThreshold,
+		backoff:           o.Backoff,
+		backpressureScale: o.BackpressureScale,
+		now:               o.Now,
+		landing:           landing,
+		store:             r.store,
+		sink:              sink,
+		breakers:          &r.breakers,
+		counts:            &r.counts,
+		failures:          &rateLog{every: 10 * time.Second},
+		parks:             &rateLog{every: 10 * time.Second},
+		log:               r.log,
+		tracer:            o.TracerProvider.Tracer("github.com/outboxrelay/outbox"),
+		coord:             &r.coord,
+	}
+	cfg.fetcher, _ = r.store.(BatchFetcher)
+	cfg.prefetcher, _ = r.store.(Prefetcher)
+	if ko, ok := sink.(KeyOrderer); ok && !o.Unordered {
+		cfg.keyOrder = ko.KeepsKeyOrder()
+	}
+	return cfg
 }
 
 // Start starts relaying in the background and returns at once. When ctx is
@@ -255,7 +268,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		hard()
 		close(r.done)
 	}()
-	r.log.Info("outbox relay started", "partitions", len(r.served), "balancing", r.coord.members != nil)
+	r.log.Info("outbox relay started", "partitions", len(r.served), "balancing", r.coord.balancing())
 	return nil
 }
 
@@ -321,14 +334,14 @@ func (r *Relay) Notify() {
 // Stats returns the relay's counters.
 func (r *Relay) Stats() RelayStats {
 	return RelayStats{
-		Published:        r.published.Load(),
-		Retried:          r.retried.Load(),
-		Parked:           r.parked.Load(),
-		Batches:          r.batches.Load(),
-		LeaseLosses:      r.leaseLosses.Load(),
-		PartitionsHeld:   r.held.Load(),
-		PartitionsTarget: r.coord.target.Load(),
-		Members:          r.coord.seen.Load(),
+		Published:        r.counts.published.Load(),
+		Retried:          r.counts.retried.Load(),
+		Parked:           r.counts.parked.Load(),
+		Batches:          r.counts.batches.Load(),
+		LeaseLosses:      r.counts.leaseLosses.Load(),
+		PartitionsHeld:   r.counts.held.Load(),
+		PartitionsTarget: r.coord.targetCount(),
+		Members:          r.coord.membersSeen(),
 	}
 }
 

@@ -149,3 +149,34 @@ func TestTruncateKeepsUTF8Whole(t *testing.T) {
 		}
 	}
 }
+
+// withDefaults gives every zero option its exported default.
+func TestWithDefaultsAppliesTheExportedDefaults(t *testing.T) {
+	t.Parallel()
+	o := RelayOptions{}.withDefaults()
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"BatchSize", o.BatchSize, DefaultBatchSize},
+		{"MaxInFlight", o.MaxInFlight, DefaultMaxInFlight},
+		{"PollInterval", o.PollInterval, DefaultPollInterval},
+		{"LeaseTTL", o.LeaseTTL, DefaultLeaseTTL},
+		{"RenewMargin", o.RenewMargin, DefaultLeaseTTL / 3},
+		{"AcquireInterval", o.AcquireInterval, DefaultLeaseTTL / 3},
+		{"BreakerThreshold", o.BreakerThreshold, DefaultBreakerThreshold},
+		{"BreakerCooldown", o.BreakerCooldown, DefaultBreakerCooldown},
+		{"BackpressureScale", o.BackpressureScale, float64(DefaultBackpressureScale)},
+		{"StatsInterval", o.StatsInterval, DefaultStatsInterval},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if o.Owner == "" || o.Logger == nil || o.MeterProvider == nil || o.TracerProvider == nil || o.Now == nil {
+		t.Errorf("Owner, Logger, MeterProvider, TracerProvider and Now must be set: %+v", o)
+	}
+	if scaled := (RelayOptions{BackpressureScale: 0.5}).withDefaults().BackpressureScale; scaled != DefaultBackpressureScale {
+		t.Errorf("BackpressureScale 0.5 becomes %v, want the default %v", scaled, float64(DefaultBackpressureScale))
+	}
+}

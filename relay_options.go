@@ -3,10 +3,11 @@ package outbox
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -25,15 +26,16 @@ type RelayOptions struct {
 	Owner string
 
 	// BatchSize is the most entries fetched from a partition at once.
-	// Default 500.
+	// Default [DefaultBatchSize].
 	BatchSize int
 
 	// MaxInFlight bounds the messages handed to the sink at once by one
-	// partition worker (one Sink.Publish call). Default 500.
+	// partition worker (one Sink.Publish call). Default
+	// [DefaultMaxInFlight].
 	MaxInFlight int
 
 	// PollInterval is how often an idle partition worker looks for due
-	// entries when no notification wakes it. Default 1s.
+	// entries when no notification wakes it. Default [DefaultPollInterval].
 	PollInterval time.Duration
 
 	// LeaseTTL is the lease duration asked for each partition, and how
@@ -41,14 +43,14 @@ type RelayOptions struct {
 	// their claimed entries) come back to other relays after about
 	// LeaseTTL. With a sink that declares a landing bound
 	// ([LandingBounder]), LeaseTTL must exceed RenewMargin plus that bound.
-	// Default 30s.
+	// Default [DefaultLeaseTTL].
 	LeaseTTL time.Duration
 
 	// RenewMargin: the relay renews a lease once less than RenewMargin
 	// (plus the sink's landing bound) of it is left, also while a publish
 	// is in flight, and starts no new publish round on a lease it could not
 	// renew that has less than that left. Default LeaseTTL/3; must be
-	// below LeaseTTL.
+	// below LeaseTTL (less the sink's landing bound, see LeaseTTL).
 	RenewMargin time.Duration
 
 	// Partitions lists the partitions this relay tries to lease. Default
@@ -96,16 +98,18 @@ type RelayOptions struct {
 	// is closed, the topic's entries are re-scheduled with backoff without
 	// being published (an attempt counted, not before the probe); while
 	// none is, they are left as they are (a broker outage burns no
-	// attempts). See docs/design.md. Default 5; negative disables the
-	// breakers.
+	// attempts). See docs/design.md. Default [DefaultBreakerThreshold];
+	// negative disables the breakers.
 	BreakerThreshold int
 
-	// BreakerCooldown is how long a breaker stays open. Default 5s.
+	// BreakerCooldown is how long a breaker stays open. Default
+	// [DefaultBreakerCooldown].
 	BreakerCooldown time.Duration
 
 	// BackpressureScale multiplies the retry delays of a topic's entries
 	// scheduled while its breaker is open or half-open, so a struggling
-	// broker is not hammered. Default 4; values below 1 count as 1.
+	// broker is not hammered. Default [DefaultBackpressureScale], which
+	// values below 1 also take.
 	BackpressureScale float64
 
 	// StatsInterval bounds how often the relay samples the store's
@@ -114,7 +118,7 @@ type RelayOptions struct {
 	// collected and the last one is older than StatsInterval, so at most one
 	// Stats call per interval (on Postgres one query, on Redis one script
 	// per partition), and none while nobody collects the metrics. Default
-	// 15s; negative turns the gauges off. Without Inspector there are no
+	// [DefaultStatsInterval]; negative turns the gauges off. Without Inspector there are no
 	// such gauges.
 	StatsInterval time.Duration
 
@@ -135,24 +139,50 @@ type RelayOptions struct {
 	Now func() time.Time
 }
 
-func (o RelayOptions) withDefaults() (RelayOptions, error) {
+// The defaults of [RelayOptions]: the value each zero field takes. Front
+// ends read them for their flags' defaults and help text. RenewMargin and
+// AcquireInterval default to a third of LeaseTTL, and Owner to a token made
+// from the host name, the process ID and random bytes.
+const (
+	// DefaultBatchSize is the default of [RelayOptions.BatchSize].
+	DefaultBatchSize = 500
+	// DefaultMaxInFlight is the default of [RelayOptions.MaxInFlight].
+	DefaultMaxInFlight = 500
+	// DefaultPollInterval is the default of [RelayOptions.PollInterval].
+	DefaultPollInterval = time.Second
+	// DefaultLeaseTTL is the default of [RelayOptions.LeaseTTL].
+	DefaultLeaseTTL = 30 * time.Second
+	// DefaultBreakerThreshold is the default of
+	// [RelayOptions.BreakerThreshold].
+	DefaultBreakerThreshold = 5
+	// DefaultBreakerCooldown is the default of
+	// [RelayOptions.BreakerCooldown].
+	DefaultBreakerCooldown = 5 * time.Second
+	// DefaultBackpressureScale is the default of
+	// [RelayOptions.BackpressureScale].
+	DefaultBackpressureScale = 4
+	// DefaultStatsInterval is the default of [RelayOptions.StatsInterval].
+	DefaultStatsInterval = 15 * time.Second
+)
+
+// withDefaults returns o with every zero field set to its default. It is
+// the one place the defaults are applied; it checks nothing (see
+// [RelayOptions.Validate]).
+func (o RelayOptions) withDefaults() RelayOptions {
 	if o.Owner == "" {
-		host, _ := os.Hostname()
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		o.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+		o.Owner = newOwner()
 	}
 	if o.BatchSize == 0 {
-		o.BatchSize = 500
+		o.BatchSize = DefaultBatchSize
 	}
 	if o.MaxInFlight == 0 {
-		o.MaxInFlight = 500
+		o.MaxInFlight = DefaultMaxInFlight
 	}
 	if o.PollInterval == 0 {
-		o.PollInterval = time.Second
+		o.PollInterval = DefaultPollInterval
 	}
 	if o.LeaseTTL == 0 {
-		o.LeaseTTL = 30 * time.Second
+		o.LeaseTTL = DefaultLeaseTTL
 	}
 	if o.RenewMargin == 0 {
 		o.RenewMargin = o.LeaseTTL / 3
@@ -161,16 +191,16 @@ func (o RelayOptions) withDefaults() (RelayOptions, error) {
 		o.AcquireInterval = o.LeaseTTL / 3
 	}
 	if o.BreakerThreshold == 0 {
-		o.BreakerThreshold = 5
+		o.BreakerThreshold = DefaultBreakerThreshold
 	}
 	if o.BreakerCooldown == 0 {
-		o.BreakerCooldown = 5 * time.Second
+		o.BreakerCooldown = DefaultBreakerCooldown
 	}
 	if o.BackpressureScale < 1 {
-		o.BackpressureScale = 4
+		o.BackpressureScale = DefaultBackpressureScale
 	}
 	if o.StatsInterval == 0 {
-		o.StatsInterval = 15 * time.Second
+		o.StatsInterval = DefaultStatsInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -184,27 +214,193 @@ func (o RelayOptions) withDefaults() (RelayOptions, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	return o
+}
+
+// newOwner makes the default lease owner token: host name, process ID and
+// 8 random bytes.
+func newOwner() string {
+	host, _ := os.Hostname()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// OptionLandingBound is the name [OptionProblem.Options] uses for the
+// sink's landing bound ([LandingBounder]), which takes part in a rule of
+// the options without being one of them.
+const OptionLandingBound = "LandingBound"
+
+// Validate checks o as [NewRelay] does, with sink (nil when it is not
+// known yet: then the rule that involves the sink's landing bound is not
+// checked), and reports every problem at once as an [*OptionsError]; nil
+// when o is usable. Zero fields count as their defaults. A front end can
+// call it before it opens a store and gets the error NewRelay would
+// return, except for [RelayOptions.Partitions], which NewRelay also checks
+// against the store's partition count.
+//
+// The rules: BatchSize, MaxInFlight and MaxPartitions are not negative;
+// PollInterval, LeaseTTL, RenewMargin, AcquireInterval and BreakerCooldown
+// are not negative; RenewMargin is below LeaseTTL; with a sink that
+// declares a landing bound, LeaseTTL exceeds RenewMargin plus that bound;
+// Backoff passes [backoff.Policy.Validate].
+func (o RelayOptions) Validate(sink Sink) error {
+	landing, _ := landingBound(sink)
+	return optionsError(o.problems(landing))
+}
+
+// landingBound is the sink's landing bound as the relay uses it (a
+// negative, unbounded one counts as 0), and the bound as declared; 0, 0
+// when the sink is not a [LandingBounder].
+func landingBound(sink Sink) (landing, declared time.Duration) {
+	lb, ok := sink.(LandingBounder)
+	if !ok {
+		return 0, 0
+	}
+	declared = lb.LandingBound()
+	return max(declared, 0), declared
+}
+
+// problems lists every problem of o (as given; defaults are applied here)
+// with a sink whose landing bound is landing.
+func (o RelayOptions) problems(landing time.Duration) []OptionProblem {
+	var ps []OptionProblem
+	bad := func(format string, args ...any) { ps = append(ps, problem(format, args...)) }
+	d := o.withDefaults()
+	if d.BatchSize < 0 {
+		bad("{BatchSize} is %d; use a positive size or 0 for the default", d.BatchSize)
+	}
+	if d.MaxInFlight < 0 {
+		bad("{MaxInFlight} is %d; use a positive bound or 0 for the default", d.MaxInFlight)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"PollInterval", o.PollInterval}, {"LeaseTTL", o.LeaseTTL}, {"RenewMargin", o.RenewMargin}, {"AcquireInterval", o.AcquireInterval}, {"BreakerCooldown", o.BreakerCooldown}} {
+		if f.d < 0 {
+			bad("{"+f.name+"} is %v; durations must not be negative", f.d)
+		}
+	}
+	switch {
+	case d.RenewMargin >= d.LeaseTTL:
+		bad("{RenewMargin} (%v) must be below {LeaseTTL} (%v)", d.RenewMargin, d.LeaseTTL)
+	case landing > 0 && d.LeaseTTL <= d.RenewMargin+landing:
+		bad("{LeaseTTL} (%v) must exceed {RenewMargin} (%v) plus {"+OptionLandingBound+"} (%v): the relay stops trusting a lease that long before it ends; raise {LeaseTTL} or lower the sink's timeouts",
+			d.LeaseTTL, d.RenewMargin, landing)
+	}
+	if d.MaxPartitions < 0 {
+		bad("{MaxPartitions} is %d; use a positive limit or 0 for no limit", d.MaxPartitions)
+	}
+	if err := d.Backoff.Validate(); err != nil {
+		p := problem("{Backoff}")
+		p.err = err
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// OptionsError is the error [RelayOptions.Validate] and [NewRelay] return
+// for bad options: every problem found, each naming the options involved,
+// so a front end can report them with its own names for the options (its
+// flags, its config keys) through [OptionsError.Describe]. Find it with
+// errors.As.
+type OptionsError struct {
+	Problems []OptionProblem
+}
+
+// OptionProblem is one bad setting, or one rule that a combination of
+// settings breaks.
+type OptionProblem struct {
+	// Options are the options involved: [RelayOptions] field names
+	// ("LeaseTTL", "RenewMargin", ...) and [OptionLandingBound] for the
+	// sink's landing bound. The first is the one the problem is about.
+	Options []string
+
+	text string // the problem, {Name} standing for each of Options
+	err  error  // the cause, when another package's check found it
+}
+
+// problem makes an OptionProblem from a format whose options are written
+// {Name}; args must not hold braces.
+func problem(format string, args ...any) OptionProblem {
+	text := fmt.Sprintf(format, args...)
+	var names []string
+	for rest := text; ; {
+		i := strings.IndexByte(rest, '{')
+		j := strings.IndexByte(rest[i+1:], '}')
+		if i < 0 || j < 0 {
+			break
+		}
+		if name := rest[i+1 : i+1+j]; !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+		rest = rest[i+1+j+1:]
+	}
+	return OptionProblem{Options: names, text: text}
+}
+
+// Describe renders the problem with name(option) for each option of
+// p.Options; where name returns "", the option keeps its RelayOptions
+// name (and [OptionLandingBound] reads "the sink's landing bound").
+func (p OptionProblem) Describe(name func(option string) string) string {
+	s := p.text
+	for _, o := range p.Options {
+		n := name(o)
+		if n == "" {
+			n = defaultOptionName(o)
+		}
+		s = strings.ReplaceAll(s, "{"+o+"}", n)
+	}
+	if p.err != nil {
+		s += ": " + p.err.Error()
+	}
+	return s
+}
+
+func defaultOptionName(option string) string {
+	if option == OptionLandingBound {
+		return "the sink's landing bound"
+	}
+	return option
+}
+
+// Error reports every problem on a line of its own, naming the options as
+// RelayOptions fields.
+func (e *OptionsError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = "outbox: RelayOptions." + p.Describe(defaultOptionName)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Describe reports every problem on a line of its own, as
+// [OptionProblem.Describe] renders it with name, without the "outbox:"
+// prefix of Error: a front end adds its own.
+func (e *OptionsError) Describe(name func(option string) string) string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.Describe(name)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap returns the causes other packages' checks found (the
+// [backoff.Policy] error of Backoff), so errors.Is and errors.As see them.
+func (e *OptionsError) Unwrap() []error {
 	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("outbox: RelayOptions."+format, args...))
+	for _, p := range e.Problems {
+		if p.err != nil {
+			errs = append(errs, p.err)
+		}
 	}
-	if o.BatchSize < 0 {
-		bad("BatchSize is %d; use a positive size or 0 for the default", o.BatchSize)
+	return errs
+}
+
+// optionsError is an *OptionsError of ps, nil without problems.
+func optionsError(ps []OptionProblem) error {
+	if len(ps) == 0 {
+		return nil
 	}
-	if o.MaxInFlight < 0 {
-		bad("MaxInFlight is %d; use a positive bound or 0 for the default", o.MaxInFlight)
-	}
-	if o.PollInterval < 0 || o.LeaseTTL < 0 || o.RenewMargin < 0 || o.AcquireInterval < 0 || o.BreakerCooldown < 0 {
-		bad("durations must not be negative")
-	}
-	if o.RenewMargin >= o.LeaseTTL {
-		bad("RenewMargin (%v) must be below LeaseTTL (%v)", o.RenewMargin, o.LeaseTTL)
-	}
-	if o.MaxPartitions < 0 {
-		bad("MaxPartitions is %d; use a positive limit or 0 for no limit", o.MaxPartitions)
-	}
-	if err := o.Backoff.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("outbox: RelayOptions.Backoff: %w", err))
-	}
-	return o, errors.Join(errs...)
+	return &OptionsError{Problems: ps}
 }

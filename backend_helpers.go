@@ -2,18 +2,26 @@ package outbox
 
 import (
 	"fmt"
-	"strings"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
 
-// Argument checks shared by backends. Each [Store] method starts by
-// checking its arguments the same way; these functions hold those checks
-// once, so every backend (a third-party one too) rejects the same inputs
-// with the same words. Each returns nil or an error wrapping
-// [ErrInvalidArgument] that names the argument and the allowed range; a
-// backend wraps it with its package name and the method, for example
-// fmt.Errorf("mybackend: AcquireLease: %w", err).
+// Helpers for backend authors. Nothing in this file is needed to append
+// entries or run a relay: these are the pieces every [Store]
+// implementation (a third-party one too) shares, so that all backends
+// reject the same inputs with the same words.
+//
+// The Check functions hold the argument checks each Store method starts
+// with. Each returns nil or an error wrapping [ErrInvalidArgument] that
+// names the argument and the allowed range; a backend wraps it with its
+// package name and the method, for example
+// fmt.Errorf("mybackend: AcquireLease: %w", err). The other helpers cover
+// the partition count a backend stores ([PartitionMismatchError]), the
+// bound on stored error text ([TruncateUTF8]) and per-key sequence
+// numbers ([CheckKeySeqHeaders], [FormatKeySeq]). Entries are prepared for
+// storing with [PrepareEntries] (entry.go), and docs/backend-authors.md
+// is the guide.
 
 // CheckPartition checks that partition is in [0, partitions).
 func CheckPartition(partitions, partition int) error {
@@ -115,42 +123,19 @@ func TruncateUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// RequeueRefusedError is the error [Inspector.Requeue] returns, together
-// with the count of the entries it did requeue, when it left parked entries
-// parked because they can never be published as stored: no topic, or
-// stored data that does not decode. Fix such an entry in the store and
-// requeue it again, or cancel it. It wraps [ErrNotRequeueable].
-type RequeueRefusedError struct {
-	// Refused are the entries left parked, in the order of the IDs given.
-	Refused []Refusal
-}
-
-// Refusal is one entry [Inspector.Requeue] left parked, and why.
-type Refusal struct {
-	ID     string
-	Reason string
-}
-
-func (e *RequeueRefusedError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "outbox: %d parked %s left parked: %s can never be published as stored (fix the stored data and requeue again, or cancel)",
-		len(e.Refused), plural(len(e.Refused), "entry", "entries"), plural(len(e.Refused), "it", "they"))
-	for i, r := range e.Refused {
-		if i == 10 {
-			fmt.Fprintf(&b, "; and %d more", len(e.Refused)-i)
-			break
+// CheckKeySeqHeaders rejects entries that set [HeaderKeySeq] themselves,
+// with an error wrapping [ErrInvalidEntry] that names the first such entry.
+// A backend that numbers keys calls it in AppendInTx before anything is
+// written, so a caller can never forge or override a sequence number.
+func CheckKeySeqHeaders(entries []Entry) error {
+	for i := range entries {
+		if v, ok := entries[i].Headers[HeaderKeySeq]; ok {
+			return fmt.Errorf("%w: entry %d (id %q): header %q is set (to %q), but the backend assigns it because per-key sequence numbers are on; remove the header from the entry",
+				ErrInvalidEntry, i, entries[i].ID, HeaderKeySeq, v)
 		}
-		fmt.Fprintf(&b, "; %q: %s", r.ID, r.Reason)
 	}
-	return b.String()
+	return nil
 }
 
-// Unwrap makes errors.Is(err, ErrNotRequeueable) true.
-func (e *RequeueRefusedError) Unwrap() error { return ErrNotRequeueable }
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
+// FormatKeySeq returns the header value of sequence number n.
+func FormatKeySeq(n int64) string { return strconv.FormatInt(n, 10) }

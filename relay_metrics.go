@@ -148,9 +148,9 @@ func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 	always := func(f func() int64) func(context.Context) (int64, bool) {
 		return func(context.Context) (int64, bool) { return f(), true }
 	}
-	gauge(MetricPartitionsHeld, "Partitions leased by this relay.", "{partition}", always(r.held.Load))
-	gauge(MetricPartitionsTarget, "Partitions this relay aims to hold.", "{partition}", always(r.coord.target.Load))
-	gauge(MetricMembers, "Live relays of the fleet at the last heartbeat.", "{relay}", always(r.coord.seen.Load))
+	gauge(MetricPartitionsHeld, "Partitions leased by this relay.", "{partition}", always(r.counts.held.Load))
+	gauge(MetricPartitionsTarget, "Partitions this relay aims to hold.", "{partition}", always(r.coord.targetCount))
+	gauge(MetricMembers, "Live relays of the fleet at the last heartbeat.", "{relay}", always(r.coord.membersSeen))
 	_, err = m.Int64ObservableGauge(MetricBreakerState, metric.WithDescription("Circuit breaker state per topic: 0 closed, 1 open, 2 half-open."), metric.WithUnit("{state}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			r.breakers.states(func(topic string, state int64) {

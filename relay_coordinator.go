@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -21,7 +22,15 @@ import (
 // flight). Without Membership it asks every worker that holds nothing to
 // acquire, every AcquireInterval, as relays always did.
 type coordinator struct {
-	r *Relay
+	owner         string
+	maxPartitions int
+	leaseTTL      time.Duration
+	interval      time.Duration // AcquireInterval
+	log           *slog.Logger
+	// workers are the workers of the partitions the relay serves, in
+	// partition order. The coordinator talks to them only through their
+	// methods (ask, handOver, holds, wanted, starving).
+	workers []*worker
 	// members is the store's Membership, nil when the relay does not
 	// balance.
 	members Membership
@@ -33,34 +42,55 @@ type coordinator struct {
 	// reports, whose lease has not expired yet, so the next pass comes
 	// sooner.
 	heldElsewhere atomic.Bool
+	// tried holds the partitions asked for since the last timer pass (with
+	// Membership). Only the coordinator's goroutine touches it.
+	tried map[int]bool
 
 	target, seen atomic.Int64 // for RelayStats
 	overCap      bool         // the last pass set a target above MaxPartitions
 }
 
-func (c *coordinator) init(r *Relay, explicit bool) {
-	c.r = r
+// init sets the coordinator up for the workers of a relay over store with
+// the options o (defaults applied); explicit reports whether
+// RelayOptions.Partitions was set.
+func (c *coordinator) init(store Store, o RelayOptions, log *slog.Logger, workers []*worker, explicit bool) {
+	c.owner, c.maxPartitions = o.Owner, o.MaxPartitions
+	c.leaseTTL, c.interval = o.LeaseTTL, o.AcquireInterval
+	c.log, c.workers = log, workers
 	c.kick = make(chan struct{}, 1)
-	m, ok := r.store.(Membership)
+	c.tried = make(map[int]bool)
+	m, ok := store.(Membership)
 	switch {
 	case explicit:
-		r.log.Info("outbox relay: RelayOptions.Partitions is set, so this relay does not share partitions with others: it takes every listed partition it can lease")
+		log.Info("outbox relay: RelayOptions.Partitions is set, so this relay does not share partitions with others: it takes every listed partition it can lease")
 	case !ok:
 		msg := "outbox relay: the store does not implement outbox.Membership, so relays cannot balance partitions: each takes every partition it can lease"
-		if r.opts.MaxPartitions > 0 {
-			r.log.Warn(msg+"; with MaxPartitions, partitions can stay unowned when relays leave unless the remaining relays have free slots", "max_partitions", r.opts.MaxPartitions)
+		if o.MaxPartitions > 0 {
+			log.Warn(msg+"; with MaxPartitions, partitions can stay unowned when relays leave unless the remaining relays have free slots", "max_partitions", o.MaxPartitions)
 		} else {
-			r.log.Info(msg)
+			log.Info(msg)
 		}
 	default:
 		c.members = m
 	}
-	n := len(r.served)
-	if c.members == nil && r.opts.MaxPartitions > 0 {
-		n = min(n, r.opts.MaxPartitions)
+	n := len(workers)
+	if c.members == nil && o.MaxPartitions > 0 {
+		n = min(n, o.MaxPartitions)
 	}
 	c.target.Store(int64(n))
 }
+
+// balancing reports whether the relay shares partitions through the
+// store's Membership.
+func (c *coordinator) balancing() bool { return c.members != nil }
+
+// targetCount is the number of partitions the relay aims to hold
+// (RelayStats.PartitionsTarget).
+func (c *coordinator) targetCount() int64 { return c.target.Load() }
+
+// membersSeen is the number of live relays at the last heartbeat
+// (RelayStats.Members).
+func (c *coordinator) membersSeen() int64 { return c.seen.Load() }
 
 // poke asks for a pass soon. It never blocks.
 func (c *coordinator) poke() {
@@ -79,7 +109,7 @@ func (c *coordinator) attempted(heldElsewhere bool) {
 }
 
 func (c *coordinator) run(ctx, hardCtx context.Context) {
-	interval := c.r.opts.AcquireInterval
+	interval := c.interval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -100,9 +130,7 @@ func (c *coordinator) run(ctx, hardCtx context.Context) {
 		}
 		if byTimer {
 			c.heldElsewhere.Store(false)
-			for _, w := range c.r.served {
-				w.tried.Store(false)
-			}
+			clear(c.tried)
 		}
 		ok, expiry := c.balance(hardCtx)
 		// Every pass is a heartbeat, so the next one is due an interval
@@ -125,12 +153,11 @@ func (c *coordinator) run(ctx, hardCtx context.Context) {
 // After a kick only workers that found no free slot are asked, so a worker
 // asks the store at most once per AcquireInterval.
 func (c *coordinator) pass(byTimer bool) {
-	for _, w := range c.r.served {
-		if w.holding.Load() || w.want.Load() || (!byTimer && !w.starved.Load()) {
+	for _, w := range c.workers {
+		if w.holds() || w.wanted() || (!byTimer && !w.starving()) {
 			continue
 		}
-		w.want.Store(true)
-		signal(w.try)
+		w.ask()
 	}
 }
 
@@ -140,56 +167,21 @@ func (c *coordinator) pass(byTimer bool) {
 // asked for at most once per AcquireInterval (between timer passes), so a
 // failed acquire that triggers the next pass does not ask again at once.
 func (c *coordinator) balance(ctx context.Context) (ok bool, expiry time.Duration) {
-	r := c.r
-	me := Member{Owner: r.opts.Owner, MaxPartitions: r.opts.MaxPartitions}
-	for _, w := range r.served {
-		if w.holding.Load() {
-			me.Partitions = append(me.Partitions, w.partition)
-		}
-	}
-	members, err := c.members.Heartbeat(ctx, me, r.opts.LeaseTTL)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("outbox relay: recording the relay's heartbeat failed; keeping the partitions it holds", "err", err)
-		}
+	members, idx, ok := c.heartbeat(ctx)
+	if !ok {
 		return false, 0
 	}
-	idx := slices.IndexFunc(members, func(m Member) bool { return m.Owner == me.Owner })
-	if idx < 0 { // a store that lost the record as it wrote it: count us anyway
-		members = append(members, me)
-		slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Owner, b.Owner) })
-		idx = slices.IndexFunc(members, func(m Member) bool { return m.Owner == me.Owner })
-	}
-	// The store's now is our record's expiry less the TTL: other records'
-	// expiries are judged against it, never against the relay's clock.
-	storeNow := members[idx].Expires.Add(-r.opts.LeaseTTL)
-	for i, m := range members {
-		if i != idx && !members[idx].Expires.IsZero() {
-			if d := m.Expires.Sub(storeNow); d > 0 && (expiry == 0 || d < expiry) {
-				expiry = d
-			}
-		}
-	}
-	target := shares(members, len(r.served))[idx]
-	c.target.Store(int64(target))
-	c.seen.Store(int64(len(members)))
-	if cap := r.opts.MaxPartitions; cap > 0 && target > cap {
-		if !c.overCap {
-			r.log.Warn("outbox relay: holding more partitions than MaxPartitions: the live relays' caps do not cover every partition, and no partition is left without a holder",
-				"target", target, "max_partitions", cap, "relays", len(members), "partitions", len(r.served))
-		}
-		c.overCap = true
-	} else {
-		c.overCap = false
-	}
+	expiry = firstExpiry(members, idx, c.leaseTTL)
+	target := shares(members, len(c.workers))[idx]
+	c.setTarget(target, len(members))
 
-	order := preference(r.served, idx, len(members))
+	order := preference(c.workers, idx, len(members))
 	var held, joining []*worker // held and still wanted; being acquired
 	for _, w := range order {
 		switch {
-		case w.holding.Load() && w.want.Load():
+		case w.holds() && w.wanted():
 			held = append(held, w)
-		case !w.holding.Load() && w.want.Load():
+		case !w.holds() && w.wanted():
 			joining = append(joining, w)
 		}
 	}
@@ -197,15 +189,76 @@ func (c *coordinator) balance(ctx context.Context) (ok bool, expiry time.Duratio
 		// Hand over the least preferred first; each worker lets go after
 		// its batch in flight.
 		for _, w := range held[len(held)-surplus:] {
-			w.want.Store(false)
-			w.wakeUp()
+			w.handOver()
 		}
 		return true, expiry
 	}
-	need := target - len(held) - len(joining)
-	if need <= 0 {
-		return true, expiry
+	if need := target - len(held) - len(joining); need > 0 {
+		c.askFor(order, need, takenByOthers(members, idx))
 	}
+	return true, expiry
+}
+
+// heartbeat records the relay's heartbeat, listing the partitions it
+// holds, and returns the live members, sorted by owner, with the index of
+// this relay among them; ok is false when the heartbeat failed.
+func (c *coordinator) heartbeat(ctx context.Context) (members []Member, idx int, ok bool) {
+	me := Member{Owner: c.owner, MaxPartitions: c.maxPartitions}
+	for _, w := range c.workers {
+		if w.holds() {
+			me.Partitions = append(me.Partitions, w.partition)
+		}
+	}
+	members, err := c.members.Heartbeat(ctx, me, c.leaseTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("outbox relay: recording the relay's heartbeat failed; keeping the partitions it holds", "err", err)
+		}
+		return nil, 0, false
+	}
+	idx = slices.IndexFunc(members, func(m Member) bool { return m.Owner == me.Owner })
+	if idx < 0 { // a store that lost the record as it wrote it: count us anyway
+		members = append(members, me)
+		slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Owner, b.Owner) })
+		idx = slices.IndexFunc(members, func(m Member) bool { return m.Owner == me.Owner })
+	}
+	return members, idx, true
+}
+
+// firstExpiry is how long until the first record of another member than
+// members[idx] expires (0 if none), judged by the store's clock: the
+// store's now is our record's expiry less the TTL, never the relay's clock.
+func firstExpiry(members []Member, idx int, ttl time.Duration) (expiry time.Duration) {
+	storeNow := members[idx].Expires.Add(-ttl)
+	for i, m := range members {
+		if i != idx && !members[idx].Expires.IsZero() {
+			if d := m.Expires.Sub(storeNow); d > 0 && (expiry == 0 || d < expiry) {
+				expiry = d
+			}
+		}
+	}
+	return expiry
+}
+
+// setTarget records the relay's share and the fleet's size for RelayStats,
+// and warns once when the share is above MaxPartitions.
+func (c *coordinator) setTarget(target, relays int) {
+	c.target.Store(int64(target))
+	c.seen.Store(int64(relays))
+	if cap := c.maxPartitions; cap > 0 && target > cap {
+		if !c.overCap {
+			c.log.Warn("outbox relay: holding more partitions than MaxPartitions: the live relays' caps do not cover every partition, and no partition is left without a holder",
+				"target", target, "max_partitions", cap, "relays", relays, "partitions", len(c.workers))
+		}
+		c.overCap = true
+	} else {
+		c.overCap = false
+	}
+}
+
+// takenByOthers is the set of partitions the members other than
+// members[idx] report holding.
+func takenByOthers(members []Member, idx int) map[int]bool {
 	taken := make(map[int]bool)
 	for i, m := range members {
 		if i == idx {
@@ -215,19 +268,24 @@ func (c *coordinator) balance(ctx context.Context) (ok bool, expiry time.Duratio
 			taken[p] = true
 		}
 	}
+	return taken
+}
+
+// askFor asks up to need workers, in order, to acquire their partitions:
+// those that neither hold nor are acquiring theirs, were not asked since
+// the last timer pass, and whose partition no other member holds.
+func (c *coordinator) askFor(order []*worker, need int, taken map[int]bool) {
 	for _, w := range order {
 		if need == 0 {
 			break
 		}
-		if w.holding.Load() || w.want.Load() || w.tried.Load() || taken[w.partition] {
+		if w.holds() || w.wanted() || c.tried[w.partition] || taken[w.partition] {
 			continue
 		}
-		w.tried.Store(true)
-		w.want.Store(true)
-		signal(w.try)
+		c.tried[w.partition] = true
+		w.ask()
 		need--
 	}
-	return true, expiry
 }
 
 // leave deletes the relay's heartbeat record after its workers stopped.
@@ -237,8 +295,8 @@ func (c *coordinator) leave(ctx context.Context) {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCallTimeout)
 	defer cancel()
-	if err := c.members.Leave(lctx, c.r.opts.Owner); err != nil {
-		c.r.log.Warn("outbox relay: deleting the relay's heartbeat record failed; it expires after LeaseTTL", "err", err)
+	if err := c.members.Leave(lctx, c.owner); err != nil {
+		c.log.Warn("outbox relay: deleting the relay's heartbeat record failed; it expires after LeaseTTL", "err", err)
 	}
 }
 

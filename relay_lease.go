@@ -1,0 +1,159 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// acquire tries to lease the partition; it reports success. Without
+// Membership and with MaxPartitions, it first takes a slot, and reports
+// false without asking the store when none is free.
+func (w *worker) acquire(ctx context.Context) bool {
+	cfg := w.cfg
+	if cfg.slots != nil && !w.slot {
+		select {
+		case cfg.slots <- struct{}{}:
+			w.slot = true
+		default:
+			w.starved.Store(true)
+			w.want.Store(false)
+			return false
+		}
+	}
+	w.starved.Store(false)
+	asked := cfg.now()
+	l, err := cfg.store.AcquireLease(ctx, w.partition, cfg.owner, cfg.leaseTTL)
+	if err == nil {
+		// The store extends, at the same version, a lease this owner
+		// already holds: one this worker abandoned after a failed write,
+		// or one a previous run with the same Owner left behind. Entries
+		// still claimed under that version would stay claimed, so start
+		// over: a release returns them, and the acquire after it gets a
+		// new version. It costs two round trips per acquisition.
+		if err = cfg.store.ReleaseLease(ctx, l); err == nil {
+			asked = cfg.now()
+			l, err = cfg.store.AcquireLease(ctx, w.partition, cfg.owner, cfg.leaseTTL)
+		}
+	}
+	if err != nil {
+		held := errors.Is(err, ErrLeaseHeld)
+		if !held && ctx.Err() == nil {
+			cfg.log.Warn("outbox relay: acquiring a lease failed", "partition", w.partition, "err", err)
+		}
+		w.want.Store(false)
+		w.freeSlot()
+		cfg.coord.attempted(held)
+		return false
+	}
+	w.lease, w.validUntil = l, asked.Add(cfg.leaseTTL)
+	w.holding.Store(true)
+	cfg.counts.held.Add(1)
+	cfg.metrics.leaseAcquired(w.partition)
+	cfg.log.Debug("outbox relay: lease acquired", "partition", w.partition, "version", l.Version)
+	cfg.coord.poke()
+	return true
+}
+
+// margin is how much of the lease must be left for the worker to go on
+// without renewing: RenewMargin, plus the sink's landing bound (the relay
+// stops trusting the lease that long before its deadline).
+func (w *worker) margin() time.Duration {
+	return w.cfg.renewMargin + w.cfg.landing
+}
+
+// renewIn is how long until the held lease needs renewal (PollInterval when
+// none is held).
+func (w *worker) renewIn() time.Duration {
+	if !w.holding.Load() {
+		return w.cfg.pollInterval
+	}
+	return max(w.validUntil.Sub(w.cfg.now())-w.margin(), time.Millisecond)
+}
+
+// trustLeft is how long the worker may still act on its lease without
+// renewing it: until its local deadline less the sink's landing bound.
+func (w *worker) trustLeft() time.Duration {
+	return w.validUntil.Sub(w.cfg.now()) - w.cfg.landing
+}
+
+// renew renews the lease (compare-and-renew) and moves the local deadline.
+func (w *worker) renew(ctx context.Context) error {
+	cfg := w.cfg
+	asked := cfg.now()
+	l, err := cfg.store.RenewLease(ctx, w.lease, cfg.leaseTTL)
+	if err == nil {
+		w.lease, w.validUntil = l, asked.Add(cfg.leaseTTL)
+	}
+	return err
+}
+
+// keep renews the lease when less than the margin is left; it reports
+// whether the lease is still held with more than the margin left.
+func (w *worker) keep(ctx context.Context) bool {
+	cfg := w.cfg
+	if !w.holding.Load() {
+		return false
+	}
+	if w.validUntil.Sub(cfg.now()) >= w.margin() {
+		return true
+	}
+	switch err := w.renew(ctx); {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrLeaseLost):
+		w.lost(err)
+		return false
+	default:
+		if ctx.Err() == nil {
+			cfg.log.Warn("outbox relay: renewing a lease failed", "partition", w.partition, "err", err)
+		}
+		if w.trustLeft() <= 0 {
+			// Expired locally: whatever the store thinks, stop acting on it.
+			w.drop(ctx, false)
+		}
+		return false
+	}
+}
+
+// lost forgets a lease the store says is gone.
+func (w *worker) lost(err error) {
+	w.cfg.counts.leaseLosses.Add(1)
+	w.cfg.metrics.leaseLost(w.partition)
+	w.cfg.log.Warn("outbox relay: lease lost", "partition", w.partition, "version", w.lease.Version, "err", err)
+	w.drop(nil, false)
+}
+
+// drop forgets the held lease, releasing it in the store when release is
+// set and ctx allows, and tells the coordinator.
+func (w *worker) drop(ctx context.Context, release bool) {
+	if !w.holding.Load() {
+		w.freeSlot()
+		return
+	}
+	if release && ctx != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if ctx.Err() != nil {
+			// Hard stop: try briefly all the same; expiry is the fallback.
+			cancel()
+			rctx, cancel = context.WithTimeout(context.Background(), finalCallTimeout)
+		}
+		if err := w.cfg.store.ReleaseLease(rctx, w.lease); err != nil {
+			w.cfg.log.Warn("outbox relay: releasing a lease failed; it will expire", "partition", w.partition, "err", err)
+		}
+		cancel()
+	}
+	w.holding.Store(false)
+	w.want.Store(false)
+	w.cfg.counts.held.Add(-1)
+	w.freeSlot()
+	w.cfg.coord.poke()
+}
+
+func (w *worker) freeSlot() {
+	if w.slot {
+		<-w.cfg.slots
+		w.slot = false
+		w.cfg.coord.poke()
+	}
+}
