@@ -251,22 +251,9 @@ func Run(ctx context.Context, from, to outbox.Store, opts Options) (Result, erro
 		return res, ctxOr(ctx, fmt.Errorf("move: sealing the source: %w", err))
 	}
 	res.Sealed = true
-	// The hold again, now that nothing appends to the source: a release
-	// (outbox move --release) between the inspection above and the seal
-	// would let the destination deliver its own entries before the moved
-	// ones of their keys.
-	if hs, err := dst.HoldState(ctx); err != nil || !hs.Held || hs.Reason != st.Hold.Reason {
-		if err == nil && !st.Sealed {
-			// Back to where the move found the source; report the unseal's
-			// own failure with the rest.
-			err = src.Unseal(ctx)
-			res.Sealed = err != nil
-		}
+	if err := holdAfterSeal(ctx, src, dst, st, &res); err != nil {
 		res.Took = time.Since(start)
-		if err != nil {
-			return res, ctxOr(ctx, fmt.Errorf("move: reading the destination's hold after sealing the source: %w", err))
-		}
-		return res, fmt.Errorf("move: the destination was released (or held for something else: %q) while the move started (outbox move --release?); nothing was moved and the source was left as the move found it: prepare the destination again (outbox move --prepare) to move", hs.Reason)
+		return res, err
 	}
 	if !st.Sealed {
 		opts.Logger.InfoContext(ctx, "move: source sealed", "move", res.MoveID)
@@ -315,6 +302,29 @@ func Run(ctx context.Context, from, to outbox.Store, opts Options) (Result, erro
 	m.fill(&res)
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// holdAfterSeal reads the destination's hold again, now that nothing
+// appends to the source: a release (outbox move --release) between Run's
+// inspection st and the seal would let the destination deliver its own
+// entries before the moved ones of their keys. When the hold is no longer
+// st's, it unseals a source that st found unsealed (res.Sealed then
+// reports whether it still is) and returns why the move cannot go on.
+func holdAfterSeal(ctx context.Context, src source, dst destination, st Status, res *Result) error {
+	hs, err := dst.HoldState(ctx)
+	if err == nil && hs.Held && hs.Reason == st.Hold.Reason {
+		return nil
+	}
+	if err == nil && !st.Sealed {
+		// Back to where the move found the source; report the unseal's
+		// own failure with the rest.
+		err = src.Unseal(ctx)
+		res.Sealed = err != nil
+	}
+	if err != nil {
+		return ctxOr(ctx, fmt.Errorf("move: reading the destination's hold after sealing the source: %w", err))
+	}
+	return fmt.Errorf("move: the destination was released (or held for something else: %q) while the move started (outbox move --release?); nothing was moved and the source was left as the move found it: prepare the destination again (outbox move --prepare) to move", hs.Reason)
 }
 
 // ctxOr returns ctx's error when ctx is done (context errors pass through
