@@ -74,6 +74,50 @@ type harness struct {
 }
 
 func runHarness(ctx context.Context, args []string) error {
+	f, err := parseHarnessFlags(args)
+	if err != nil {
+		return err
+	}
+	if f.list {
+		for _, sc := range scenarios() {
+			fmt.Printf("%-28s %s\n", sc.name, sc.title)
+		}
+		return nil
+	}
+	if len(f.picked) == 0 {
+		return fmt.Errorf("-run %q matches no scenario; -list lists them", f.pattern)
+	}
+
+	// go-redis logs every failed dial of its pools; the harness kills and
+	// restarts Redis servers on purpose and reports what matters itself.
+	redis.SetLogger(quietRedis{})
+	h, err := newHarness(f.cfg, f.work)
+	if err != nil {
+		return err
+	}
+
+	start := time.Now()
+	fmt.Printf("chaos: building the relay and the broker into %s\n", h.work)
+	if err := h.build(ctx); err != nil {
+		return err
+	}
+	results := h.runAll(ctx, f.picked)
+	return h.finish(results, start, f.report)
+}
+
+// harnessFlags is what the command line of a harness run asks for.
+type harnessFlags struct {
+	cfg     config
+	pattern string      // -run
+	picked  []*scenario // the scenarios -run matches
+	report  string      // -report
+	work    string      // -work
+	list    bool        // -list
+}
+
+// parseHarnessFlags reads the harness's flags from args, applies them to
+// the default config and picks the scenarios -run matches.
+func parseHarnessFlags(args []string) (harnessFlags, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	short := fs.Bool("short", false, "run every scenario briefly (what CI runs)")
 	pattern := fs.String("run", "", "run only the scenarios whose name matches this regular expression")
@@ -83,24 +127,34 @@ func runHarness(ctx context.Context, args []string) error {
 	scale := fs.Float64("scale", 1, "multiply each scenario's fault phase by this")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return harnessFlags{}, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (flags only; see -h)", fs.Args())
+		return harnessFlags{}, fmt.Errorf("unexpected arguments %q (flags only; see -h)", fs.Args())
 	}
 	cfg := defaultConfig(*short)
 	if *parallel > 0 {
 		cfg.parallel = *parallel
 	}
 	if *scale <= 0 {
-		return fmt.Errorf("-scale %v: give a positive factor", *scale)
+		return harnessFlags{}, fmt.Errorf("-scale %v: give a positive factor", *scale)
 	}
 	cfg.scale = *scale
+	picked, err := pickScenarios(*pattern)
+	if err != nil {
+		return harnessFlags{}, err
+	}
+	return harnessFlags{cfg: cfg, pattern: *pattern, picked: picked, report: *report, work: *work, list: *list}, nil
+}
+
+// pickScenarios returns the scenarios whose name matches the regular
+// expression pattern, every scenario when pattern is empty.
+func pickScenarios(pattern string) ([]*scenario, error) {
 	var re *regexp.Regexp
-	if *pattern != "" {
+	if pattern != "" {
 		var err error
-		if re, err = regexp.Compile(*pattern); err != nil {
-			return fmt.Errorf("-run %q: %w", *pattern, err)
+		if re, err = regexp.Compile(pattern); err != nil {
+			return nil, fmt.Errorf("-run %q: %w", pattern, err)
 		}
 	}
 	var picked []*scenario
@@ -109,32 +163,26 @@ func runHarness(ctx context.Context, args []string) error {
 			picked = append(picked, sc)
 		}
 	}
-	if *list {
-		for _, sc := range scenarios() {
-			fmt.Printf("%-28s %s\n", sc.name, sc.title)
-		}
-		return nil
-	}
-	if len(picked) == 0 {
-		return fmt.Errorf("-run %q matches no scenario; -list lists them", *pattern)
-	}
+	return picked, nil
+}
 
-	// go-redis logs every failed dial of its pools; the harness kills and
-	// restarts Redis servers on purpose and reports what matters itself.
-	redis.SetLogger(quietRedis{})
-	h := &harness{cfg: cfg, keepFiles: *work != ""}
+// newHarness sets up a run's harness: the repository, the work directory
+// (work, or a new temporary one when it is empty), the shared servers'
+// URLs and this binary's path.
+func newHarness(cfg config, work string) (*harness, error) {
+	h := &harness{cfg: cfg, keepFiles: work != ""}
 	var err error
 	if h.root, err = repoRoot(); err != nil {
-		return err
+		return nil, err
 	}
-	if *work == "" {
+	if work == "" {
 		if h.work, err = os.MkdirTemp("", "outbox-chaos-"); err != nil {
-			return err
+			return nil, err
 		}
 	} else {
-		h.work = *work
+		h.work = work
 		if err := os.MkdirAll(h.work, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The private servers run as the postgres user, which must reach them.
@@ -142,17 +190,17 @@ func runHarness(ctx context.Context, args []string) error {
 	h.pgURL = envOr("OUTBOX_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
 	h.redisURL = envOr("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0")
 	if h.self, err = os.Executable(); err != nil {
-		return err
+		return nil, err
 	}
+	return h, nil
+}
 
-	start := time.Now()
-	fmt.Printf("chaos: building the relay and the broker into %s\n", h.work)
-	if err := h.build(ctx); err != nil {
-		return err
-	}
-
+// runAll runs the scenarios, cfg.parallel at a time, printing each one's
+// summary as it ends, and returns their results in the order given. A
+// scenario still waiting for its turn when ctx ends gets ctx's error.
+func (h *harness) runAll(ctx context.Context, picked []*scenario) []*result {
 	results := make([]*result, len(picked))
-	sem := make(chan struct{}, cfg.parallel)
+	sem := make(chan struct{}, h.cfg.parallel)
 	var wg sync.WaitGroup
 	for i, sc := range picked {
 		wg.Add(1)
@@ -170,7 +218,13 @@ func runHarness(ctx context.Context, args []string) error {
 		}()
 	}
 	wg.Wait()
+	return results
+}
 
+// finish prints the results' table, removes the work directory of a run
+// that passed (unless -work named it), writes the report when report is
+// set, and returns errFailed when a scenario failed.
+func (h *harness) finish(results []*result, start time.Time, report string) error {
 	failed := false
 	for _, r := range results {
 		if !r.passed() {
@@ -186,11 +240,11 @@ func runHarness(ctx context.Context, args []string) error {
 		fmt.Println()
 		_ = os.RemoveAll(h.work)
 	}
-	if *report != "" {
-		if err := writeReport(*report, h, results, time.Since(start)); err != nil {
+	if report != "" {
+		if err := writeReport(report, h, results, time.Since(start)); err != nil {
 			return err
 		}
-		fmt.Printf("chaos: wrote %s\n", *report)
+		fmt.Printf("chaos: wrote %s\n", report)
 	}
 	if failed {
 		return errFailed

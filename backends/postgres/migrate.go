@@ -219,34 +219,10 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 		return fmt.Errorf("pgoutbox: Migrate: version %d is unknown; versions run from 0 to %d", version, ms[len(ms)-1].version)
 	}
 	n := newNames(opts.Schema, opts.Table)
-	schema := pgx.Identifier{opts.Schema}.Sanitize()
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", lockKey(opts.Schema)); err != nil {
-			return err
-		}
-		stmts := []string{
-			"CREATE SCHEMA IF NOT EXISTS " + schema,
-			"SET LOCAL search_path TO " + schema,
-			fmt.Sprintf(createMigrationsTable, n.migrations),
-		}
-		for _, s := range stmts {
-			if _, err := tx.Exec(ctx, s); err != nil {
-				return err
-			}
-		}
-		applied := map[int]bool{}
-		rows, err := tx.Query(ctx, "SELECT version FROM "+n.migrations)
+		mg := migrator{tx: tx, opts: opts, n: n}
+		applied, err := mg.begin(ctx)
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var v int
-			if err := rows.Scan(&v); err != nil {
-				return err
-			}
-			applied[v] = true
-		}
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		if version >= partitionsVersion {
@@ -254,35 +230,97 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 				return err
 			}
 		}
-		for _, m := range ms { // up, oldest first
-			if m.version > version || applied[m.version] {
-				continue
-			}
-			if _, err := tx.Exec(ctx, renderMigration(m.up, opts)); err != nil {
-				return fmt.Errorf("migration %03d_%s up: %w", m.version, m.name, err)
-			}
-			if _, err := tx.Exec(ctx, "INSERT INTO "+n.migrations+" (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
-				return err
-			}
-		}
-		for i := len(ms) - 1; i >= 0; i-- { // down, newest first
-			m := ms[i]
-			if m.version <= version || !applied[m.version] {
-				continue
-			}
-			if _, err := tx.Exec(ctx, renderMigration(m.down, opts)); err != nil {
-				return fmt.Errorf("migration %03d_%s down: %w", m.version, m.name, err)
-			}
-			if _, err := tx.Exec(ctx, "DELETE FROM "+n.migrations+" WHERE version = $1", m.version); err != nil {
-				return err
-			}
-		}
-		return nil
+		return mg.run(ctx, ms, applied, version)
 	})
 	if err != nil {
 		return fmt.Errorf("pgoutbox: Migrate %s to version %d: %w", n.outbox, version, err)
 	}
 	return nil
+}
+
+// migrator runs the migrations of one MigrateTo call in its transaction.
+type migrator struct {
+	tx   pgx.Tx
+	opts Options
+	n    names
+}
+
+// begin takes the schema's advisory lock, creates the schema and the
+// migrations table if needed, sets search_path to the schema for the
+// transaction and returns the versions already applied.
+func (mg migrator) begin(ctx context.Context) (map[int]bool, error) {
+	if _, err := mg.tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", lockKey(mg.opts.Schema)); err != nil {
+		return nil, err
+	}
+	schema := pgx.Identifier{mg.opts.Schema}.Sanitize()
+	stmts := []string{
+		"CREATE SCHEMA IF NOT EXISTS " + schema,
+		"SET LOCAL search_path TO " + schema,
+		fmt.Sprintf(createMigrationsTable, mg.n.migrations),
+	}
+	for _, s := range stmts {
+		if _, err := mg.tx.Exec(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	applied := map[int]bool{}
+	rows, err := mg.tx.Query(ctx, "SELECT version FROM "+mg.n.migrations)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		applied[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// run applies, oldest first, the up migrations of ms up to version that
+// are not applied, then reverts, newest first, the applied ones above
+// version, recording each in the migrations table.
+func (mg migrator) run(ctx context.Context, ms []migration, applied map[int]bool, version int) error {
+	for _, m := range ms { // up, oldest first
+		if m.version > version || applied[m.version] {
+			continue
+		}
+		if err := mg.up(ctx, m); err != nil {
+			return err
+		}
+	}
+	for i := len(ms) - 1; i >= 0; i-- { // down, newest first
+		m := ms[i]
+		if m.version <= version || !applied[m.version] {
+			continue
+		}
+		if err := mg.down(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// up applies migration m and records it as applied.
+func (mg migrator) up(ctx context.Context, m migration) error {
+	if _, err := mg.tx.Exec(ctx, renderMigration(m.up, mg.opts)); err != nil {
+		return fmt.Errorf("migration %03d_%s up: %w", m.version, m.name, err)
+	}
+	_, err := mg.tx.Exec(ctx, "INSERT INTO "+mg.n.migrations+" (version, name) VALUES ($1, $2)", m.version, m.name)
+	return err
+}
+
+// down reverts migration m and deletes its record.
+func (mg migrator) down(ctx context.Context, m migration) error {
+	if _, err := mg.tx.Exec(ctx, renderMigration(m.down, mg.opts)); err != nil {
+		return fmt.Errorf("migration %03d_%s down: %w", m.version, m.name, err)
+	}
+	_, err := mg.tx.Exec(ctx, "DELETE FROM "+mg.n.migrations+" WHERE version = $1", m.version)
+	return err
 }
 
 // checkStoredPartitions checks configured against the partition count

@@ -258,34 +258,29 @@ func (c *RedisCluster) failover(ctx context.Context, masterAddr string, force bo
 	if _, err := c.node(masterAddr); err != nil {
 		return "", err
 	}
-	// A loaded machine can have a node briefly flag a replica as failing
-	// (the node timeout is 1s): look for a healthy replica for a while.
-	var replicas []string
+	replica, err := c.healthyReplica(ctx, masterAddr)
+	if err != nil {
+		return "", err
+	}
+	if err := sendFailover(ctx, replica, force); err != nil {
+		return "", err
+	}
+	return c.awaitFailover(ctx, masterAddr, replica, force)
+}
+
+// healthyReplica returns the first by address of the running replicas
+// that masterAddr sees as healthy. A loaded machine can have a node
+// briefly flag a replica as failing (the node timeout is 1s): it looks
+// for one for 10 seconds before it gives up.
+func (c *RedisCluster) healthyReplica(ctx context.Context, masterAddr string) (string, error) {
 	for wait := time.Now().Add(10 * time.Second); ; {
-		v, err := view(ctx, masterAddr)
+		replicas, err := c.healthyReplicas(ctx, masterAddr)
 		if err != nil {
 			return "", err
 		}
-		var id string
-		for _, l := range v {
-			if l.has("myself") {
-				if !l.has("master") {
-					return "", fmt.Errorf("servers: redis cluster: failover: %s is not a master (flags %s)", masterAddr, strings.Join(l.flags, ","))
-				}
-				id = l.id
-			}
-		}
-		run := map[string]bool{}
-		for _, n := range c.running() {
-			run[n.addr] = true
-		}
-		for _, l := range v {
-			if l.master == id && l.has("slave") && !l.has("fail") && !l.has("fail?") && run[l.addr] {
-				replicas = append(replicas, l.addr)
-			}
-		}
 		if len(replicas) > 0 {
-			break
+			slices.Sort(replicas)
+			return replicas[0], nil
 		}
 		if time.Now().After(wait) {
 			return "", fmt.Errorf("servers: redis cluster: failover: %s has no running, healthy replica", masterAddr)
@@ -294,23 +289,59 @@ func (c *RedisCluster) failover(ctx context.Context, masterAddr string, force bo
 			return "", err
 		}
 	}
-	slices.Sort(replicas)
-	replica := replicas[0]
-	failover := func() error {
-		rc := newClient(replica)
-		defer rc.Close()
-		args := []any{"CLUSTER", "FAILOVER"}
-		if force {
-			args = append(args, "FORCE")
-		}
-		if err := rc.Do(ctx, args...).Err(); err != nil {
-			return fmt.Errorf("servers: redis cluster: %v on %s: %w", args, replica, err)
-		}
-		return nil
+}
+
+// healthyReplicas returns the addresses of the running nodes that the
+// master at masterAddr sees as its replicas, not flagged as failing. An
+// error if masterAddr is not a master.
+func (c *RedisCluster) healthyReplicas(ctx context.Context, masterAddr string) ([]string, error) {
+	v, err := view(ctx, masterAddr)
+	if err != nil {
+		return nil, err
 	}
-	if err := failover(); err != nil {
-		return "", err
+	var id string
+	for _, l := range v {
+		if l.has("myself") {
+			if !l.has("master") {
+				return nil, fmt.Errorf("servers: redis cluster: failover: %s is not a master (flags %s)", masterAddr, strings.Join(l.flags, ","))
+			}
+			id = l.id
+		}
 	}
+	run := map[string]bool{}
+	for _, n := range c.running() {
+		run[n.addr] = true
+	}
+	var replicas []string
+	for _, l := range v {
+		if l.master == id && l.has("slave") && !l.has("fail") && !l.has("fail?") && run[l.addr] {
+			replicas = append(replicas, l.addr)
+		}
+	}
+	return replicas, nil
+}
+
+// sendFailover sends CLUSTER FAILOVER, with FORCE when force is set, to
+// the node at the address replica.
+func sendFailover(ctx context.Context, replica string, force bool) error {
+	rc := newClient(replica)
+	defer rc.Close()
+	args := []any{"CLUSTER", "FAILOVER"}
+	if force {
+		args = append(args, "FORCE")
+	}
+	if err := rc.Do(ctx, args...).Err(); err != nil {
+		return fmt.Errorf("servers: redis cluster: %v on %s: %w", args, replica, err)
+	}
+	return nil
+}
+
+// awaitFailover returns replica once every running node sees it as a
+// serving master and the cluster is healthy, the failover having just
+// been sent to it. While it is not promoted and does not say it is a
+// master, it sends the failover again every refailover. It waits until
+// ctx ends, then returns what was still wrong.
+func (c *RedisCluster) awaitFailover(ctx context.Context, masterAddr, replica string, force bool) (string, error) {
 	sent := time.Now()
 	t := time.NewTicker(clusterPoll)
 	defer t.Stop()
@@ -328,7 +359,7 @@ func (c *RedisCluster) failover(ctx context.Context, masterAddr string, force bo
 			continue
 		}
 		if time.Since(sent) > refailover && !c.selfMaster(ctx, replica) {
-			if err := failover(); err != nil {
+			if err := sendFailover(ctx, replica, force); err != nil {
 				return "", err
 			}
 			sent = time.Now()
