@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/outboxrelay/outbox"
 )
 
 // DefaultOwner is the lease owner of a move when [Options.Owner] is empty.
@@ -12,9 +14,10 @@ import (
 // leases to expire.
 const DefaultOwner = "outbox-move"
 
-// Defaults of [Options].
+// Defaults of [Options]. The lease TTL is the relay's
+// ([outbox.DefaultLeaseTTL]): a move's leases are the relay's leases.
 const (
-	DefaultLeaseTTL     = 30 * time.Second
+	DefaultLeaseTTL     = outbox.DefaultLeaseTTL
 	DefaultBatch        = 500
 	DefaultWorkers      = 4
 	DefaultPollInterval = time.Second
