@@ -8,11 +8,16 @@ require (
 	github.com/hibiken/asynq v0.26.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/outboxrelay/outbox v0.0.0
+	github.com/outboxrelay/outbox/backends/postgres v0.0.0-00010101000000-000000000000
+	github.com/outboxrelay/outbox/backends/redis v0.0.0-00010101000000-000000000000
+	github.com/outboxrelay/outbox/move v0.0.0-00010101000000-000000000000
+	github.com/outboxrelay/outbox/sinks/kafka v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0
 )
 
 require (
@@ -40,7 +45,6 @@ require (
 	github.com/tidwall/match v1.2.0 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
-	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -54,4 +58,15 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/outboxrelay/outbox => ../
+replace (
+	github.com/outboxrelay/outbox => ../
+	github.com/outboxrelay/outbox/backends/postgres => ../backends/postgres
+	github.com/outboxrelay/outbox/backends/redis => ../backends/redis
+	github.com/outboxrelay/outbox/chaos => ../chaos
+	github.com/outboxrelay/outbox/cmd/outbox => ../cmd/outbox
+	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/testenv/containers => ../internal/testenv/containers
+	github.com/outboxrelay/outbox/move => ../move
+	github.com/outboxrelay/outbox/sinks/kafka => ../sinks/kafka
+	github.com/outboxrelay/outbox/ui => ../ui
+)

@@ -47,14 +47,14 @@ var (
 		variable: "OUTBOX_POSTGRES_URL",
 		fallback: DefaultPostgresURL,
 		ping:     pingPostgres,
-		start:    startPostgres,
+		start:    func() (string, error) { return startContainer("postgres") },
 	}
 	redisService = &service{
 		name:     "Redis",
 		variable: "OUTBOX_REDIS_URL",
 		fallback: DefaultRedisURL,
 		ping:     pingRedis,
-		start:    startRedis,
+		start:    func() (string, error) { return startContainer("redis") },
 	}
 )
 

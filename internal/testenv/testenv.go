@@ -11,7 +11,7 @@
 //  2. the local default ([DefaultPostgresURL], [DefaultRedisURL]) when a
 //     server answers there (./scripts/services.sh start runs one);
 //  3. a container started with testcontainers-go when a Docker engine is
-//     reachable, shared by the binary's tests;
+//     reachable, shared by the binary's tests (see Containers);
 //  4. the local default again, which the caller then fails to reach and
 //     reports with [Unavailable], naming all three ways to get the service
 //     and why no container was started.
@@ -20,18 +20,23 @@
 //
 // A container is started only for a variable that is unset, and only after
 // the local default did not answer: setting the variable keeps the tests off
-// Docker. The engine is found the way testcontainers-go finds it
-// (~/.testcontainers.properties, DOCKER_HOST, /var/run/docker.sock, the
-// rootless sockets); finding none takes seconds at most.
+// Docker. This package imports nothing but the standard library; the
+// container is started by a program of its own module,
+// internal/testenv/containers (testcontainers-go), which the test binary
+// builds with the go command and runs, so that no other module of the
+// project requires testcontainers-go. Before that, the environment is
+// checked within milliseconds: DOCKER_HOST naming a Unix socket that does
+// not exist, or no DOCKER_HOST, no ~/.testcontainers.properties and no
+// Docker socket, means no engine. Otherwise the starter finds the engine
+// the way testcontainers-go does; finding none takes seconds at most.
 //
-// Go tests have no hook after the last test of a binary, so containers are
-// not stopped by this package: testcontainers-go's reaper (Ryuk), a
-// container that watches the connections of the test binaries of one go
-// test run, removes them about ten seconds after the last binary has
-// exited, however it exited (a panic, a timeout, a kill included). With the
-// reaper disabled
-// (TESTCONTAINERS_RYUK_DISABLED=true) they are left running, labelled
-// outbox.testenv=1: docker rm -f $(docker ps -aq --filter label=outbox.testenv=1).
+// The starter keeps its container as long as the test binary runs and
+// removes it when the binary's end closes its standard input, however the
+// binary ended; testcontainers-go's reaper (Ryuk) removes it too, about ten
+// seconds after the starter has gone. With the reaper disabled
+// (TESTCONTAINERS_RYUK_DISABLED=true) a container outlives a killed starter,
+// labelled outbox.testenv=1:
+// docker rm -f $(docker ps -aq --filter label=outbox.testenv=1).
 package testenv
 
 import (
