@@ -6,7 +6,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.0.0
 	github.com/hibiken/asynq v0.26.0
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outboxrelay/outbox v0.0.0
 	github.com/outboxrelay/outbox/backends/postgres v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/redis v0.0.0-00010101000000-000000000000
@@ -15,9 +15,9 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
-	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
 
 require (
@@ -65,6 +65,7 @@ replace (
 	github.com/outboxrelay/outbox/chaos => ../chaos
 	github.com/outboxrelay/outbox/cmd/outbox => ../cmd/outbox
 	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/ops => ../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../move
 	github.com/outboxrelay/outbox/sinks/kafka => ../sinks/kafka

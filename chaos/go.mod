@@ -8,6 +8,7 @@ replace (
 	github.com/outboxrelay/outbox/backends/redis => ../backends/redis
 	github.com/outboxrelay/outbox/cmd/outbox => ../cmd/outbox
 	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/ops => ../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../move
 	github.com/outboxrelay/outbox/sinks/kafka => ../sinks/kafka
@@ -15,16 +16,16 @@ replace (
 )
 
 require (
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outboxrelay/outbox v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/postgres v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/redis v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/sinks/kafka v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
-	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
 
 require (
@@ -44,7 +45,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 )

@@ -9,18 +9,20 @@ replace (
 	github.com/outboxrelay/outbox/chaos => ../chaos
 	github.com/outboxrelay/outbox/cmd/outbox => ../cmd/outbox
 	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/ops => ../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../move
 	github.com/outboxrelay/outbox/sinks/kafka => ../sinks/kafka
 )
 
 require (
-	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.0
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outboxrelay/outbox v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/postgres v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/redis v0.0.0-00010101000000-000000000000
+	github.com/outboxrelay/outbox/internal/ops v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -39,7 +41,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 )

@@ -8,6 +8,7 @@ replace (
 	github.com/outboxrelay/outbox/chaos => ../../chaos
 	github.com/outboxrelay/outbox/cmd/outbox => ../../cmd/outbox
 	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/ops => ../../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../../move
 	github.com/outboxrelay/outbox/sinks/kafka => ../../sinks/kafka
@@ -15,7 +16,7 @@ replace (
 )
 
 require (
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outboxrelay/outbox v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 )
@@ -34,6 +35,6 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 )

@@ -8,6 +8,7 @@ replace (
 	github.com/outboxrelay/outbox/chaos => ../../chaos
 	github.com/outboxrelay/outbox/cmd/outbox => ../../cmd/outbox
 	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/ops => ../../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../../move
 	github.com/outboxrelay/outbox/sinks/kafka => ../../sinks/kafka

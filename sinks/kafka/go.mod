@@ -9,6 +9,7 @@ replace (
 	github.com/outboxrelay/outbox/chaos => ../../chaos
 	github.com/outboxrelay/outbox/cmd/outbox => ../../cmd/outbox
 	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/ops => ../../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../../move
 	github.com/outboxrelay/outbox/ui => ../../ui
@@ -17,9 +18,9 @@ replace (
 require (
 	github.com/outboxrelay/outbox v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
-	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
 
 require (
@@ -35,5 +36,4 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.58.0 // indirect
 )

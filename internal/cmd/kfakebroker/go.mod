@@ -8,6 +8,7 @@ replace (
 	github.com/outboxrelay/outbox/backends/redis => ../../../backends/redis
 	github.com/outboxrelay/outbox/chaos => ../../../chaos
 	github.com/outboxrelay/outbox/cmd/outbox => ../../../cmd/outbox
+	github.com/outboxrelay/outbox/internal/ops => ../../../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../../../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../../../move
 	github.com/outboxrelay/outbox/sinks/kafka => ../../../sinks/kafka
@@ -16,14 +17,13 @@ replace (
 
 require (
 	github.com/stretchr/testify v1.12.1
-	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
 
 require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.58.0 // indirect
 )

@@ -9,6 +9,7 @@ replace (
 	github.com/outboxrelay/outbox/chaos => ../../../chaos
 	github.com/outboxrelay/outbox/cmd/outbox => ../../../cmd/outbox
 	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../../../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/ops => ../../../internal/ops
 	github.com/outboxrelay/outbox/move => ../../../move
 	github.com/outboxrelay/outbox/sinks/kafka => ../../../sinks/kafka
 	github.com/outboxrelay/outbox/ui => ../../../ui
@@ -40,7 +41,7 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.18.7 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mdelapenya/tlscert v0.2.0 // indirect
