@@ -149,23 +149,64 @@ func (t *StoreTarget) parseRedis(rest string) error {
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
 		authority, tail = rest[:i], rest[i:]
 	}
-	var userinfo *url.Userinfo
-	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
-		info := authority[:i]
-		authority = authority[i+1:]
-		user, pass, hasPass := strings.Cut(info, ":")
-		u, err1 := url.PathUnescape(user)
-		p, err2 := url.PathUnescape(pass)
-		if err1 != nil || err2 != nil {
-			return UsageError("the user name or password of the Redis URL has a bad %%-escape: percent-encode special characters (%% is %%25, @ is %%40)")
-		}
-		if hasPass {
-			userinfo = url.UserPassword(u, p)
-		} else {
-			userinfo = url.User(u)
-		}
-		t.user = u
+	authority, userinfo, err := t.cutUserinfo(authority)
+	if err != nil {
+		return err
 	}
+	if err := t.parseHosts(authority); err != nil {
+		return err
+	}
+	u, err := url.Parse("x://h" + tail)
+	if err != nil {
+		return UsageError("the Redis URL does not parse after its hosts: %s", RedactText(rootMessage(err)))
+	}
+	q := u.Query()
+	tlsOpts := map[string]string{}
+	for _, k := range []string{"tls_ca", "tls_cert", "tls_key", "tls_server_name", "skip_verify"} {
+		if q.Has(k) {
+			tlsOpts[k] = q.Get(k)
+			q.Del(k)
+		}
+	}
+	path := strings.Trim(u.Path, "/")
+	var tlsConfig **tls.Config
+	switch t.mode {
+	case "":
+		tlsConfig, err = t.parseSingle(path, q, userinfo)
+	case "sentinel":
+		tlsConfig, err = t.parseSentinel(path, q, userinfo)
+	case "cluster":
+		tlsConfig, err = t.parseCluster(path, q, userinfo)
+	}
+	if err != nil {
+		return err
+	}
+	return t.applyTLS(tlsConfig, tlsOpts)
+}
+
+// cutUserinfo cuts the user info off a Redis URL's authority, records
+// its user name and returns the rest.
+func (t *StoreTarget) cutUserinfo(authority string) (string, *url.Userinfo, error) {
+	i := strings.LastIndexByte(authority, '@')
+	if i < 0 {
+		return authority, nil, nil
+	}
+	user, pass, hasPass := strings.Cut(authority[:i], ":")
+	u, err1 := url.PathUnescape(user)
+	p, err2 := url.PathUnescape(pass)
+	if err1 != nil || err2 != nil {
+		return "", nil, UsageError("the user name or password of the Redis URL has a bad %%-escape: percent-encode special characters (%% is %%25, @ is %%40)")
+	}
+	t.user = u
+	if hasPass {
+		return authority[i+1:], url.UserPassword(u, p), nil
+	}
+	return authority[i+1:], url.User(u), nil
+}
+
+// parseHosts records the comma-separated hosts of a Redis URL, with the
+// default port of its mode where one is missing.
+func (t *StoreTarget) parseHosts(authority string) error {
 	defPort := "6379"
 	if t.mode == "sentinel" {
 		defPort = "26379"
@@ -182,85 +223,85 @@ func (t *StoreTarget) parseRedis(rest string) error {
 		}
 		t.hosts = append(t.hosts, h)
 	}
-	u, err := url.Parse("x://h" + tail)
-	if err != nil {
-		return UsageError("the Redis URL does not parse after its hosts: %s", RedactText(rootMessage(err)))
-	}
-	q := u.Query()
-	tlsOpts := map[string]string{}
-	for _, k := range []string{"tls_ca", "tls_cert", "tls_key", "tls_server_name", "skip_verify"} {
-		if q.Has(k) {
-			tlsOpts[k] = q.Get(k)
-			q.Del(k)
-		}
-	}
-	path := strings.Trim(u.Path, "/")
+	return nil
+}
+
+// redisURL rebuilds a go-redis URL of the first host with path and q.
+func (t *StoreTarget) redisURL(path string, q url.Values) string {
 	base := "redis"
 	if t.tls {
 		base = "rediss"
 	}
-	rebuild := func(path string, q url.Values) string {
-		s := base + "://" + t.hosts[0] + "/" + path
-		if len(q) > 0 {
-			s += "?" + q.Encode()
-		}
-		return s
+	s := base + "://" + t.hosts[0] + "/" + path
+	if len(q) > 0 {
+		s += "?" + q.Encode()
 	}
-	parseErr := func(err error) error {
-		return UsageError("the Redis URL's parameters do not parse: %s (outbox help stores lists them)", RedactText(rootMessage(err)))
+	return s
+}
+
+// redisParamsError is the usage error of parameters go-redis refused.
+func redisParamsError(err error) error {
+	return UsageError("the Redis URL's parameters do not parse: %s (outbox help stores lists them)", RedactText(rootMessage(err)))
+}
+
+// parseSingle sets up the client of a redis:// URL (one server).
+func (t *StoreTarget) parseSingle(path string, q url.Values, userinfo *url.Userinfo) (**tls.Config, error) {
+	if len(t.hosts) > 1 {
+		return nil, UsageError("a redis:// URL names one server, this one names %d: for a Redis Cluster write redis+cluster://%s, for Sentinel redis+sentinel://%s/MASTER",
+			len(t.hosts), strings.Join(t.hosts, ","), strings.Join(t.hosts, ","))
 	}
-	var tlsConfig **tls.Config
-	switch t.mode {
-	case "":
-		if len(t.hosts) > 1 {
-			return UsageError("a redis:// URL names one server, this one names %d: for a Redis Cluster write redis+cluster://%s, for Sentinel redis+sentinel://%s/MASTER",
-				len(t.hosts), strings.Join(t.hosts, ","), strings.Join(t.hosts, ","))
-		}
-		o, err := redis.ParseURL(rebuild(path, q))
-		if err != nil {
-			return parseErr(err)
-		}
-		t.single, tlsConfig = o, &o.TLSConfig
+	o, err := redis.ParseURL(t.redisURL(path, q))
+	if err != nil {
+		return nil, redisParamsError(err)
+	}
+	t.single = o
+	o.Username, o.Password = userPassword(userinfo)
+	return &o.TLSConfig, nil
+}
+
+// parseSentinel sets up the client of a redis+sentinel:// URL.
+func (t *StoreTarget) parseSentinel(path string, q url.Values, userinfo *url.Userinfo) (**tls.Config, error) {
+	master, db, _ := strings.Cut(path, "/")
+	if master == "" {
+		return nil, UsageError("a redis+sentinel:// URL needs the master name as its path: redis+sentinel://SENTINEL:26379/MASTER[/DB]")
+	}
+	if db != "" {
+		q.Set("db", db)
+	}
+	sentUser, sentPass := q.Get("sentinel_username"), q.Get("sentinel_password")
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	q.Set("master_name", master)
+	for _, h := range t.hosts[1:] {
+		q.Add("addr", h)
+	}
+	o, err := redis.ParseFailoverURL(t.redisURL("", q))
+	if err != nil {
+		return nil, redisParamsError(err)
+	}
+	o.SentinelUsername, o.SentinelPassword = sentUser, sentPass
+	if userinfo != nil {
 		o.Username, o.Password = userPassword(userinfo)
-	case "sentinel":
-		master, db, _ := strings.Cut(path, "/")
-		if master == "" {
-			return UsageError("a redis+sentinel:// URL needs the master name as its path: redis+sentinel://SENTINEL:26379/MASTER[/DB]")
-		}
-		if db != "" {
-			q.Set("db", db)
-		}
-		sentUser, sentPass := q.Get("sentinel_username"), q.Get("sentinel_password")
-		q.Del("sentinel_username")
-		q.Del("sentinel_password")
-		q.Set("master_name", master)
-		for _, h := range t.hosts[1:] {
-			q.Add("addr", h)
-		}
-		o, err := redis.ParseFailoverURL(rebuild("", q))
-		if err != nil {
-			return parseErr(err)
-		}
-		o.SentinelUsername, o.SentinelPassword = sentUser, sentPass
-		if userinfo != nil {
-			o.Username, o.Password = userPassword(userinfo)
-		}
-		t.failover, tlsConfig = o, &o.TLSConfig
-	case "cluster":
-		if path != "" && path != "0" {
-			return UsageError("a Redis Cluster has database 0 only: drop /%s from the redis+cluster:// URL", path)
-		}
-		for _, h := range t.hosts[1:] {
-			q.Add("addr", h)
-		}
-		o, err := redis.ParseClusterURL(rebuild("", q))
-		if err != nil {
-			return parseErr(err)
-		}
-		o.Username, o.Password = userPassword(userinfo)
-		t.cluster, tlsConfig = o, &o.TLSConfig
 	}
-	return t.applyTLS(tlsConfig, tlsOpts)
+	t.failover = o
+	return &o.TLSConfig, nil
+}
+
+// parseCluster sets up the client of a redis+cluster:// URL.
+func (t *StoreTarget) parseCluster(path string, q url.Values, userinfo *url.Userinfo) (**tls.Config, error) {
+	if path != "" && path != "0" {
+		return nil, UsageError("a Redis Cluster has database 0 only: drop /%s from the redis+cluster:// URL", path)
+	}
+	for _, h := range t.hosts[1:] {
+		q.Add("addr", h)
+	}
+	o, err := redis.ParseClusterURL(t.redisURL("", q))
+	if err != nil {
+		return nil, redisParamsError(err)
+	}
+	o.Username, o.Password = userPassword(userinfo)
+	t.cluster = o
+	return &o.TLSConfig, nil
 }
 
 // applyTLS applies the tls_* parameters to a Redis client's TLS config.

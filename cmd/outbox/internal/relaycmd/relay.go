@@ -124,48 +124,14 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 
 	ready := &relayReadiness{log: log, ttl: 2 * time.Second, timeout: 2 * time.Second, scrub: c.scrubber(app)}
-	// The dashboard answers 503 until the store is open.
 	// The HTTP servers stop before the store closes (a request of the
 	// dashboard in flight would otherwise meet a closed store): each stop
-	// runs once, from a defer after the store's Close, or from its own
-	// defer when the relay ends before the store is open.
-	var stopHTTP []func()
-	defer func() {
-		for _, stop := range stopHTTP {
-			stop()
-		}
-	}()
-	var dashboard *cli.LazyHandler
-	if c.UIAddr != "" {
-		dashboard = &cli.LazyHandler{}
-		if c.UIAddr != c.MetricsAddr {
-			ln, err := net.Listen("tcp", c.UIAddr)
-			if err != nil {
-				return fmt.Errorf("relay: --ui-addr %s: %w", c.UIAddr, err)
-			}
-			stopHTTP = append(stopHTTP, sync.OnceFunc(cli.Serve(ln, dashboard)))
-			log.Info("outbox relay: serving the dashboard", "url", "http://"+ln.Addr().String()+"/", "read_only", c.UIReadOnly)
-		}
-	}
-	var srv *http.Server
-	if c.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", c.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("relay: --metrics-addr %s: %w", c.MetricsAddr, err)
-		}
-		var onMetrics http.Handler
-		if c.UIAddr == c.MetricsAddr {
-			onMetrics = dashboard
-			log.Info("outbox relay: serving the dashboard next to /metrics", "url", "http://"+ln.Addr().String()+"/", "read_only", c.UIReadOnly)
-		}
-		srv = relayServer(metrics, ready, onMetrics)
-		go func() { _ = srv.Serve(ln) }()
-		stopHTTP = append(stopHTTP, sync.OnceFunc(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), relayShutdownGrace)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-		}))
-		log.Info("outbox relay: serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	// runs once, from a defer after the store's Close, or from this one
+	// when the relay ends before the store is open.
+	servers := &relayServers{}
+	defer servers.stop()
+	if err := c.serveHTTP(servers, log, metrics, ready); err != nil {
+		return err
 	}
 
 	openCtx, cancelOpen := context.WithTimeout(startCtx, relayOpenTimeout)
@@ -181,12 +147,8 @@ func (c *RelayCmd) Run(app *cli.App) error {
 		return fmt.Errorf("relay: opening the outbox: %w", err)
 	}
 	defer opened.Close()
-	defer func() {
-		for _, stop := range stopHTTP {
-			stop()
-		}
-	}()
-	if dashboard != nil {
+	defer servers.stop()
+	if dashboard := servers.dashboard; dashboard != nil {
 		u := c.uiAccess()
 		stopUI, err := cli.StartUI(context.Background(), dashboard, opened.Store, u.Options(opened.Where, opened.Kind, opened.Outbox, log, c.scrubber(app)))
 		if err != nil {
@@ -240,15 +202,28 @@ func (c *RelayCmd) Run(app *cli.App) error {
 		"kafka_sasl", c.KafkaSASLMechanism, "kafka_transactional", c.KafkaTransactionalID != "",
 		"drain_timeout", c.DrainTimeout.String())
 	close(started)
-	var sig os.Signal
-	select {
-	case sig = <-early:
-	case sig = <-signals:
-	case <-app.Stop: // nil unless a test set it
-		sig = syscall.SIGTERM
-	}
+	sig := waitSignal(early, signals, app.Stop)
 	ready.setStopping()
 	stopMonitor()
+	return c.drain(relay, sig, signals, log)
+}
+
+// waitSignal returns the first signal: one that came while starting, a
+// later one, or SIGTERM when stop (nil unless a test set it) is closed.
+func waitSignal(early, signals <-chan os.Signal, stop <-chan struct{}) os.Signal {
+	select {
+	case sig := <-early:
+		return sig
+	case sig := <-signals:
+		return sig
+	case <-stop:
+		return syscall.SIGTERM
+	}
+}
+
+// drain stops the relay after sig, within --drain-timeout; a second
+// signal cancels the batches in flight at once.
+func (c *RelayCmd) drain(relay *outbox.Relay, sig os.Signal, signals <-chan os.Signal, log *slog.Logger) error {
 	log.Info("outbox relay: draining: finishing the batches in flight, then releasing the leases", "signal", sig.String(), "drain_timeout", c.DrainTimeout.String())
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), c.DrainTimeout)
 	defer cancelDrain()
@@ -275,6 +250,41 @@ func (c *RelayCmd) Run(app *cli.App) error {
 // validate checks flag combinations that kong's tags cannot; its errors
 // are usage errors (exit status 2).
 func (c *RelayCmd) validate() error {
+	errs := c.kafkaProblems()
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--lease-ttl", c.LeaseTTL}, {"--poll-interval", c.PollInterval}, {"--drain-timeout", c.DrainTimeout}, {"--kafka-publish-timeout", c.KafkaPublishTimeout}} {
+		if d.v <= 0 {
+			bad("%s must be positive (it is %v)", d.name, d.v)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"--batch", c.Batch}, {"--max-in-flight", c.MaxInFlight}} {
+		if n.v <= 0 {
+			bad("%s must be positive (it is %d)", n.name, n.v)
+		}
+	}
+	if c.MaxPartitions < 0 {
+		bad("--max-partitions must be 0 (no limit) or positive (it is %d)", c.MaxPartitions)
+	}
+	if c.UIAddr != "" {
+		errs = append(errs, c.uiAccess().Check()...)
+	} else if c.UIReadOnly || c.UIBasicAuth != "" {
+		bad("--ui-read-only and --ui-basic-auth configure the dashboard, which only --ui-addr turns on")
+	}
+	if len(errs) > 0 {
+		return cli.UsageError("relay: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// kafkaProblems checks the --kafka-* flags, trimming the brokers; it
+// returns the problems, for validate.
+func (c *RelayCmd) kafkaProblems() []string {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	brokers := c.KafkaBrokers[:0:0]
@@ -309,34 +319,7 @@ func (c *RelayCmd) validate() error {
 	if c.KafkaUnknownTopic == 0 {
 		bad("--kafka-unknown-topic-timeout must not be 0: give a duration, or a negative one to never park entries for an unknown topic")
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"--lease-ttl", c.LeaseTTL}, {"--poll-interval", c.PollInterval}, {"--drain-timeout", c.DrainTimeout}, {"--kafka-publish-timeout", c.KafkaPublishTimeout}} {
-		if d.v <= 0 {
-			bad("%s must be positive (it is %v)", d.name, d.v)
-		}
-	}
-	for _, n := range []struct {
-		name string
-		v    int
-	}{{"--batch", c.Batch}, {"--max-in-flight", c.MaxInFlight}} {
-		if n.v <= 0 {
-			bad("%s must be positive (it is %d)", n.name, n.v)
-		}
-	}
-	if c.MaxPartitions < 0 {
-		bad("--max-partitions must be 0 (no limit) or positive (it is %d)", c.MaxPartitions)
-	}
-	if c.UIAddr != "" {
-		errs = append(errs, c.uiAccess().Check()...)
-	} else if c.UIReadOnly || c.UIBasicAuth != "" {
-		bad("--ui-read-only and --ui-basic-auth configure the dashboard, which only --ui-addr turns on")
-	}
-	if len(errs) > 0 {
-		return cli.UsageError("relay: %s", strings.Join(errs, "; "))
-	}
-	return nil
+	return errs
 }
 
 // uiAccess is the dashboard's settings from the --ui-* flags.
@@ -347,6 +330,60 @@ func (c *RelayCmd) uiAccess() *cli.DashboardAccess {
 		BasicUser: c.UIBasicAuth, BasicPassword: os.Getenv(cli.UIPasswordEnv),
 		SampleInterval: ui.DefaultSampleInterval,
 	}
+}
+
+// relayServers are the relay's HTTP servers: /metrics, /healthz and
+// /readyz on --metrics-addr, and the dashboard on --ui-addr (or next to
+// /metrics when the two are the same).
+type relayServers struct {
+	// dashboard answers 503 until the store is open; nil without
+	// --ui-addr.
+	dashboard *cli.LazyHandler
+	stops     []func()
+}
+
+// stop shuts the servers down; each shuts down once however often stop
+// is called.
+func (s *relayServers) stop() {
+	for _, stop := range s.stops {
+		stop()
+	}
+}
+
+// serveHTTP starts the servers the flags ask for.
+func (c *RelayCmd) serveHTTP(s *relayServers, log *slog.Logger, metrics http.Handler, ready *relayReadiness) error {
+	if c.UIAddr != "" {
+		s.dashboard = &cli.LazyHandler{}
+		if c.UIAddr != c.MetricsAddr {
+			ln, err := net.Listen("tcp", c.UIAddr)
+			if err != nil {
+				return fmt.Errorf("relay: --ui-addr %s: %w", c.UIAddr, err)
+			}
+			s.stops = append(s.stops, sync.OnceFunc(cli.Serve(ln, s.dashboard)))
+			log.Info("outbox relay: serving the dashboard", "url", "http://"+ln.Addr().String()+"/", "read_only", c.UIReadOnly)
+		}
+	}
+	if c.MetricsAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", c.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("relay: --metrics-addr %s: %w", c.MetricsAddr, err)
+	}
+	var onMetrics http.Handler
+	if c.UIAddr == c.MetricsAddr {
+		onMetrics = s.dashboard
+		log.Info("outbox relay: serving the dashboard next to /metrics", "url", "http://"+ln.Addr().String()+"/", "read_only", c.UIReadOnly)
+	}
+	srv := relayServer(metrics, ready, onMetrics)
+	go func() { _ = srv.Serve(ln) }()
+	s.stops = append(s.stops, sync.OnceFunc(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), relayShutdownGrace)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}))
+	log.Info("outbox relay: serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	return nil
 }
 
 // scrubber removes every secret the relay knows of from a text that does
