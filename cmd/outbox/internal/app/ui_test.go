@@ -308,7 +308,7 @@ func TestUIOnRedis(t *testing.T) {
 	exerciseUI(t, "redis", []string{password}, "--store", url, "--prefix", prefix)
 }
 
-// exerciseUI serves the outbox seedAdmin filled (named by flags) with
+// exerciseUI serves the outbox clitest.SeedAdmin filled (named by flags) with
 // outbox ui, with a token and then read-only, and checks what it serves
 // against outbox status, the auth, the actions and that no secret shows.
 func exerciseUI(t *testing.T, kind string, secrets []string, flags ...string) {

@@ -41,7 +41,7 @@ The file may hold a password (in store:); keep it readable by its user only.
 Nothing the CLI prints shows it.
 `
 
-// ConfigError is a problem with the --config file; run prints it alone
+// ConfigError is a problem with the --config file; app.Run prints it alone
 // (kong prefixes resolver errors with a flag's name).
 type ConfigError struct{ msg string }
 

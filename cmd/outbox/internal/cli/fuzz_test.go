@@ -66,7 +66,7 @@ func urlPassword(raw, other string) (pass, replaced string, ok bool) {
 	return pass, scheme + "://" + user + ":" + other + rest[at:], true
 }
 
-// FuzzParseStore checks parseStore, which turns a --store URL into client
+// FuzzParseStore checks ParseStore, which turns a --store URL into client
 // options without connecting: it never panics, and its error never holds
 // the URL's password. Inputs that name files to read are skipped. The seed
 // corpus is in testdata/fuzz/FuzzParseStore.

@@ -17,12 +17,12 @@ import (
 // environment, in the --config file, in a flag such as a SASL password)
 // may appear in anything it prints. Two mechanisms work together:
 //
-//   - structural redaction (redactText) rewrites every URL-looking text:
+//   - structural redaction (RedactText) rewrites every URL-looking text:
 //     the password of scheme://user:password@host, the whole user info of
 //     a Redis URL with a lone user info (go-redis sends it as AUTH), and
 //     the value of every password=, secret= or token= setting (query
 //     parameters and key=value connection strings);
-//   - exact redaction (secretSet) replaces every known secret string, raw
+//   - exact redaction (SecretSet) replaces every known secret string, raw
 //     and percent-decoded, wherever it appears, also in text that does not
 //     look like a URL (a driver that echoes a password alone).
 //

@@ -79,7 +79,7 @@ func (c *MoveCmd) sides() (*moveSide, *moveSide, error) {
 	return from, to, nil
 }
 
-// checkNames is StoreFlags.checkNames with this command's flag names.
+// checkNames is cli.StoreFlags.CheckNames with this command's flag names.
 func (s *moveSide) checkNames(kind string) error {
 	f := s.flags
 	switch {
