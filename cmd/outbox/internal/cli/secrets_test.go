@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"testing"
+)
+
+// TestRedactText: passwords leave URL-looking text whatever the form.
+func TestRedactText(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"dial postgres://app:s3cr%2Fet@db:5432/app failed", "dial postgres://app:xxxxx@db:5432/app failed"},
+		{"redis://:pw@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"rediss://lonepw@h/0", "rediss://xxxxx@h/0"},
+		{"postgres://app@db/app", "postgres://app@db/app"},
+		{"host=db user=app password=secret dbname=x", "host=db user=app password=xxxxx dbname=x"},
+		{"host=db password='a b c' x", "host=db password=xxxxx x"},
+		{"redis+sentinel://h/m?sentinel_password=pw&db=1", "redis+sentinel://h/m?sentinel_password=xxxxx&db=1"},
+		{"u:p@ss@h", "u:p@ss@h"}, // no scheme: only exact secrets are removed
+		{"a redis://USER:PASSWORD@HOST form", "a redis://USER:PASSWORD@HOST form"},
+		{"two redis://:a1@h and postgres://u:b2@h", "two redis://:xxxxx@h and postgres://u:xxxxx@h"},
+	}
+	for _, tc := range tests {
+		if got := RedactText(tc.in); got != tc.want {
+			t.Errorf("redactText(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if got := RedactText("echo Sup3rSecret alone", "Sup3rSecret"); got != "echo xxxxx alone" {
+		t.Errorf("exact redaction: %q", got)
+	}
+	if got := URLSecrets("redis://:a%2Fb-long@h/0"); len(got) != 2 || got[0] != "a%2Fb-long" || got[1] != "a/b-long" {
+		t.Errorf("urlSecrets: %q", got)
+	}
+}

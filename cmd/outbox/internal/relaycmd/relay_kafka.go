@@ -1,0 +1,99 @@
+package relaycmd
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/outboxrelay/outbox"
+	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
+)
+
+// kafkaOptions are the kgo options of the relay's Kafka clients, on top of
+// kafkasink.Dial's defaults: client ID, topic auto-creation, TLS and SASL.
+func (c *RelayCmd) kafkaOptions() ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.ClientID(c.KafkaClientID)}
+	if c.KafkaAutoCreate {
+		opts = append(opts, kgo.AllowAutoTopicCreation())
+	}
+	if c.tlsOn() {
+		cfg, err := c.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.DialTLSConfig(cfg))
+	}
+	if m := c.saslMechanism(); m != nil {
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+// tlsOn reports whether the relay talks TLS to the brokers.
+func (c *RelayCmd) tlsOn() bool {
+	return c.KafkaTLS || c.KafkaTLSCA != "" || c.KafkaTLSCert != "" || c.KafkaTLSServerName != ""
+}
+
+// tlsConfig builds the TLS configuration from the --kafka-tls-* flags:
+// the system's roots unless --kafka-tls-ca, a client certificate when
+// given, TLS 1.2 at least.
+func (c *RelayCmd) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.KafkaTLSServerName}
+	if c.KafkaTLSCA != "" {
+		pem, err := os.ReadFile(c.KafkaTLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("relay: --kafka-tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("relay: --kafka-tls-ca %s holds no PEM certificate", c.KafkaTLSCA)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.KafkaTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.KafkaTLSCert, c.KafkaTLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("relay: --kafka-tls-cert and --kafka-tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// saslMechanism is the SASL mechanism the flags ask for, or nil.
+func (c *RelayCmd) saslMechanism() sasl.Mechanism {
+	switch c.KafkaSASLMechanism {
+	case "PLAIN":
+		return plain.Auth{User: c.KafkaSASLUser, Pass: c.KafkaSASLPassword}.AsMechanism()
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: c.KafkaSASLUser, Pass: c.KafkaSASLPassword}.AsSha256Mechanism()
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: c.KafkaSASLUser, Pass: c.KafkaSASLPassword}.AsSha512Mechanism()
+	}
+	return nil
+}
+
+// SinkOptions maps the topic and publishing flags onto the sink's options.
+func (c *RelayCmd) SinkOptions() kafkasink.Options {
+	o := kafkasink.Options{
+		PublishTimeout:        c.KafkaPublishTimeout,
+		TransactionalIDPrefix: c.KafkaTransactionalID,
+		UnknownTopicTimeout:   c.KafkaUnknownTopic,
+	}
+	if c.KafkaTopicPrefix != "" || len(c.KafkaTopicMap) > 0 {
+		prefix, mapped := c.KafkaTopicPrefix, c.KafkaTopicMap
+		o.Topic = func(e outbox.Entry) string {
+			if t, ok := mapped[e.Topic]; ok {
+				return t
+			}
+			return prefix + e.Topic
+		}
+	}
+	return o
+}

@@ -1,8 +1,0 @@
-//go:build !linux
-
-package main
-
-import "syscall"
-
-// relayProcAttr: only Linux has a parent-death signal.
-func relayProcAttr() *syscall.SysProcAttr { return nil }

@@ -1,5 +1,0 @@
-//go:build race
-
-package main
-
-func init() { relayRaceBuild = true }
