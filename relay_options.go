@@ -285,8 +285,8 @@ func (o RelayOptions) problems(landing time.Duration) []OptionProblem {
 	case d.RenewMargin >= d.LeaseTTL:
 		bad("{RenewMargin} (%v) must be below {LeaseTTL} (%v)", d.RenewMargin, d.LeaseTTL)
 	case landing > 0 && d.LeaseTTL <= d.RenewMargin+landing:
-		bad("{LeaseTTL} (%v) must exceed {RenewMargin} (%v) plus {"+OptionLandingBound+"} (%v): the relay stops trusting a lease that long before it ends; raise {LeaseTTL} or lower the sink's timeouts",
-			d.LeaseTTL, d.RenewMargin, landing)
+		bad("{LeaseTTL} (%v) is too short for {"+OptionLandingBound+"} (%v): the relay stops trusting a lease {RenewMargin} (%v) plus that bound before it ends; raise {LeaseTTL} to %v or more, or lower the sink's timeouts",
+			d.LeaseTTL, landing, d.RenewMargin, o.shortestLeaseTTL(landing))
 	}
 	if d.MaxPartitions < 0 {
 		bad("{MaxPartitions} is %d; use a positive limit or 0 for no limit", d.MaxPartitions)
@@ -297,6 +297,17 @@ func (o RelayOptions) problems(landing time.Duration) []OptionProblem {
 		ps = append(ps, p)
 	}
 	return ps
+}
+
+// shortestLeaseTTL is the shortest whole number of seconds LeaseTTL can be
+// with a sink whose landing bound is landing: above RenewMargin plus the
+// bound, RenewMargin being a third of LeaseTTL where o leaves it 0.
+func (o RelayOptions) shortestLeaseTTL(landing time.Duration) time.Duration {
+	least := o.RenewMargin + landing
+	if o.RenewMargin == 0 {
+		least = landing * 3 / 2
+	}
+	return least.Truncate(time.Second) + time.Second
 }
 
 // OptionsError is the error [RelayOptions.Validate] and [NewRelay] return

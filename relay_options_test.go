@@ -36,8 +36,8 @@ func TestRelayOptionsValidateNamesTheOptionsOfEachRule(t *testing.T) {
 			"outbox: RelayOptions.PollInterval is -1s; durations must not be negative"},
 		{"RenewMarginNotBelowLeaseTTL", outbox.RelayOptions{LeaseTTL: time.Second, RenewMargin: 2 * time.Second}, nil, []string{"RenewMargin", "LeaseTTL"},
 			"outbox: RelayOptions.RenewMargin (2s) must be below LeaseTTL (1s)"},
-		{"LeaseTTLNotAboveMarginPlusLandingBound", outbox.RelayOptions{LeaseTTL: 6 * time.Second}, &landingSink{}, []string{"LeaseTTL", "RenewMargin", outbox.OptionLandingBound},
-			"outbox: RelayOptions.LeaseTTL (6s) must exceed RenewMargin (2s) plus the sink's landing bound (4s): the relay stops trusting a lease that long before it ends; raise LeaseTTL or lower the sink's timeouts"},
+		{"LeaseTTLNotAboveMarginPlusLandingBound", outbox.RelayOptions{LeaseTTL: 6 * time.Second}, &landingSink{}, []string{"LeaseTTL", outbox.OptionLandingBound, "RenewMargin"},
+			"outbox: RelayOptions.LeaseTTL (6s) is too short for the sink's landing bound (4s): the relay stops trusting a lease RenewMargin (2s) plus that bound before it ends; raise LeaseTTL to 7s or more, or lower the sink's timeouts"},
 		{"MaxPartitionsNegative", outbox.RelayOptions{MaxPartitions: -1}, nil, []string{"MaxPartitions"},
 			"outbox: RelayOptions.MaxPartitions is -1; use a positive limit or 0 for no limit"},
 		{"BackoffInvalid", outbox.RelayOptions{Backoff: backoff.Policy{Base: -1}}, nil, []string{"Backoff"},
@@ -123,11 +123,11 @@ func TestOptionsErrorDescribeUsesTheCallersNames(t *testing.T) {
 	flags := map[string]string{
 		"LeaseTTL":                "--lease-ttl",
 		"BatchSize":               "--batch-size",
-		outbox.OptionLandingBound: "the Kafka sink's landing bound (--kafka-publish-timeout plus 5s)",
+		outbox.OptionLandingBound: "the landing bound of --kafka-publish-timeout",
 	}
 	got := oe.Describe(func(o string) string { return flags[o] })
 	want := "--batch-size is -1; use a positive size or 0 for the default\n" +
-		"--lease-ttl (6s) must exceed RenewMargin (2s) plus the Kafka sink's landing bound (--kafka-publish-timeout plus 5s) (4s): the relay stops trusting a lease that long before it ends; raise --lease-ttl or lower the sink's timeouts"
+		"--lease-ttl (6s) is too short for the landing bound of --kafka-publish-timeout (4s): the relay stops trusting a lease RenewMargin (2s) plus that bound before it ends; raise --lease-ttl to 7s or more, or lower the sink's timeouts"
 	if got != want {
 		t.Errorf("Describe:\n got %q\nwant %q", got, want)
 	}

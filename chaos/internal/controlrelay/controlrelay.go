@@ -175,9 +175,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) (result, error) {
 		return res, fmt.Errorf("controlrelay: %w", err)
 	}
 	defer func() { _ = sink.Close() }()
-	if lb := sink.LandingBound(); lb >= 0 && cfg.leaseTTL <= cfg.leaseTTL/3+lb {
-		return res, fmt.Errorf("controlrelay: -lease-ttl %v is too short for -kafka-publish-timeout %v: the relay stops publishing under a lease a third of it plus the Kafka sink's landing bound (%v) before it ends; raise -lease-ttl above %v",
-			cfg.leaseTTL, cfg.publishTimeout, lb, (lb*3/2).Round(time.Second)+time.Second)
+	// The library's check of the options, before the store is opened; its
+	// error names the flags.
+	if err := relayOptions(cfg, log).Validate(sink); err != nil {
+		return res, optionsError(err)
 	}
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, openTimeout)
@@ -219,16 +220,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) (result, error) {
 		wrapped = shuffle
 	}
 
-	relay, err := outbox.NewRelay(store, wrapped, outbox.RelayOptions{
-		BatchSize:     cfg.batch,
-		MaxInFlight:   cfg.batch,
-		PollInterval:  cfg.pollInterval,
-		LeaseTTL:      cfg.leaseTTL,
-		StatsInterval: -1, // no gauges: nobody collects metrics here
-		Logger:        log,
-	})
+	relay, err := outbox.NewRelay(store, wrapped, relayOptions(cfg, log))
 	if err != nil {
-		return res, fmt.Errorf("controlrelay: %w", err)
+		return res, optionsError(err)
 	}
 	log.Info("controlrelay: running a deliberately broken relay; SIGTERM drains and exits",
 		"partitions", store.Partitions(), "owner", relay.Owner(), "kafka_brokers", strings.Join(cfg.brokers, ","),
@@ -310,4 +304,29 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store outbox.
 	default:
 		return nil, nil, fmt.Errorf("controlrelay: -store: unknown scheme %q; use postgres://... or redis://...", u.Scheme)
 	}
+}
+
+// relayOptions are the relay's options for cfg.
+func relayOptions(cfg config, log *slog.Logger) outbox.RelayOptions {
+	return outbox.RelayOptions{
+		BatchSize:     cfg.batch,
+		MaxInFlight:   cfg.batch,
+		PollInterval:  cfg.pollInterval,
+		LeaseTTL:      cfg.leaseTTL,
+		StatsInterval: -1, // no gauges: nobody collects metrics here
+		Logger:        log,
+	}
+}
+
+// optionsError is err of Validate or NewRelay, naming the flags.
+func optionsError(err error) error {
+	flags := map[string]string{
+		"BatchSize": "-batch", "MaxInFlight": "-batch", "PollInterval": "-poll-interval", "LeaseTTL": "-lease-ttl",
+		"RenewMargin": "a third of -lease-ttl", outbox.OptionLandingBound: "the landing bound of -kafka-publish-timeout",
+	}
+	var oe *outbox.OptionsError
+	if errors.As(err, &oe) {
+		return fmt.Errorf("controlrelay: %s", strings.ReplaceAll(oe.Describe(func(o string) string { return flags[o] }), "\n", "; "))
+	}
+	return fmt.Errorf("controlrelay: %w", err)
 }

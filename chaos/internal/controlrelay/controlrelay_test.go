@@ -343,7 +343,7 @@ func TestFlags(t *testing.T) {
 		{"NoBrokers", []string{"-mode", "lossy", "-store", "redis://127.0.0.1:1"}, "-kafka-brokers is required"},
 		{"BrokerNotHostPort", append(slices.Clone(base), "-mode", "lossy", "-kafka-brokers", "nohost"), `"nohost" is not host:port`},
 		{"ZeroBatch", append([]string{"-mode", "unordered", "-batch", "0"}, base...), "-batch must be positive"},
-		{"ShortLease", append([]string{"-mode", "unordered", "-lease-ttl", "5s"}, base...), "-lease-ttl 5s is too short"},
+		{"ShortLease", append([]string{"-mode", "unordered", "-lease-ttl", "5s"}, base...), "-lease-ttl (5s) is too short for the landing bound of -kafka-publish-timeout"},
 		{"PrefixWithPostgres", append([]string{"-mode", "unordered", "-prefix", "{x}"}, base...), "-prefix names a Redis outbox"},
 		{"Arguments", append([]string{"-mode", "unordered"}, append(base, "extra")...), "unexpected arguments"},
 	} {

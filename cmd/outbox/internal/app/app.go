@@ -122,6 +122,7 @@ func Run(args []string, app *cli.App) int {
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.Resolvers(config),
 		kong.Bind(app),
+		cli.DefaultVars(),
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "outbox:", err)

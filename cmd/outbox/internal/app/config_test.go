@@ -101,7 +101,7 @@ func TestConfigErrors(t *testing.T) {
 func TestConfigHelpListsPerRunFlags(t *testing.T) {
 	t.Parallel()
 	var root CLI
-	parser, err := kong.New(&root, kong.Bind(&cli.App{}))
+	parser, err := kong.New(&root, kong.Bind(&cli.App{}), cli.DefaultVars())
 	if err != nil {
 		t.Fatal(err)
 	}

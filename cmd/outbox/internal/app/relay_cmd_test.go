@@ -40,7 +40,7 @@ func TestRelayUsageErrors(t *testing.T) {
 		{"ZeroBatch", []string{"--kafka-brokers", "k:9092", "--batch", "0"}, []string{"--batch must be positive"}},
 		{"NegativeLease", []string{"--kafka-brokers", "k:9092", "--lease-ttl=-1s"}, []string{"--lease-ttl must be positive"}},
 		{"BadLogFormat", []string{"--kafka-brokers", "k:9092", "--log-format", "xml"}, []string{"--log-format"}},
-		{"LeaseShorterThanLandingBound", []string{"--kafka-brokers", "k:9092", "--lease-ttl", "10s"}, []string{"--lease-ttl 10s is too short for --kafka-publish-timeout 5s", "raise --lease-ttl above 16s"}},
+		{"LeaseShorterThanLandingBound", []string{"--kafka-brokers", "k:9092", "--lease-ttl", "10s"}, []string{"--lease-ttl (10s) is too short for the landing bound of --kafka-publish-timeout (10s)", "raise --lease-ttl to 16s or more"}},
 		{"NegativePublishTimeout", []string{"--kafka-brokers", "k:9092", "--kafka-publish-timeout=-1s"}, []string{"--kafka-publish-timeout must be positive"}},
 		{"ZeroUnknownTopicTimeout", []string{"--kafka-brokers", "k:9092", "--kafka-unknown-topic-timeout", "0s"}, []string{"--kafka-unknown-topic-timeout must not be 0"}},
 	} {
@@ -107,7 +107,7 @@ func TestRelayUnknownTopicTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var root CLI
-			parser, err := kong.New(&root, kong.Resolvers(cli.NewConfigResolver(&cli.SecretSet{})), kong.Bind(&cli.App{}))
+			parser, err := kong.New(&root, kong.Resolvers(cli.NewConfigResolver(&cli.SecretSet{})), kong.Bind(&cli.App{}), cli.DefaultVars())
 			if err != nil {
 				t.Fatal(err)
 			}

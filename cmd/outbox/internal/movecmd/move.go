@@ -42,7 +42,7 @@ type MoveCmd struct {
 	Batch       int           `default:"500" help:"Entries per export and import."`
 	Workers     int           `default:"4" help:"Source partitions moved at once."`
 	Owner       string        `default:"outbox-move" help:"Lease owner the move takes the source partitions as; keep the default so a resumed move retakes them at once."`
-	LeaseTTL    time.Duration `name:"lease-ttl" default:"30s" help:"Time-to-live of the move's leases on the source partitions."`
+	LeaseTTL    time.Duration `name:"lease-ttl" default:"${lease_ttl}" help:"Time-to-live of the move's leases on the source partitions."`
 	Timeout     time.Duration `default:"0s" noconfig:"" help:"Give up after this long; 0 means 30s for every mode but the move itself, which runs until done or interrupted (and resumes when run again)."`
 	cli.OutputFlags
 }

@@ -2,6 +2,7 @@ package relaycmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/cmd/outbox/internal/cli"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -47,13 +49,13 @@ type RelayCmd struct {
 	KafkaAutoCreate      bool              `name:"kafka-auto-create-topics" group:"Kafka" help:"Let producing to a missing topic create it, where the brokers allow that too (auto.create.topics.enable). Default: off, so an entry for a missing topic is retried with backoff and parked once the topic has been unknown for --kafka-unknown-topic-timeout, with an error naming the topic."`
 	KafkaUnknownTopic    time.Duration     `name:"kafka-unknown-topic-timeout" default:"1m" placeholder:"DURATION" group:"Kafka" help:"How long a topic may stay unknown to the brokers (not created yet, or being created again) before its entries are parked; until then they are retried with backoff and hold back the later entries of their key. Negative: never parked for that (the attempt limit still parks). Default: ${default}."`
 	KafkaPublishTimeout  time.Duration     `name:"kafka-publish-timeout" default:"5s" placeholder:"DURATION" group:"Kafka" help:"Bound on one publish round; records not acknowledged by then are retried later. Without transactions the Kafka sink's landing bound is this plus 5s, and --lease-ttl must exceed 1.5 times that bound. Default: ${default}."`
-	Batch                int               `name:"batch" default:"500" placeholder:"N" group:"Relay" help:"Most entries fetched from a partition at once. Default: ${default}."`
-	LeaseTTL             time.Duration     `name:"lease-ttl" default:"30s" placeholder:"DURATION" group:"Relay" help:"Partition lease duration; a dead relay's partitions pass to the others after about this long. Default: ${default}."`
-	PollInterval         time.Duration     `name:"poll-interval" default:"1s" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default: ${default}."`
-	MaxInFlight          int               `name:"max-in-flight" default:"500" placeholder:"N" group:"Relay" help:"Most messages one partition hands to Kafka at once. Default: ${default}."`
+	Batch                int               `name:"batch" default:"${batch}" placeholder:"N" group:"Relay" help:"Most entries fetched from a partition at once. Default: ${default}."`
+	LeaseTTL             time.Duration     `name:"lease-ttl" default:"${lease_ttl}" placeholder:"DURATION" group:"Relay" help:"Partition lease duration; a dead relay's partitions pass to the others after about this long. Default: ${default}."`
+	PollInterval         time.Duration     `name:"poll-interval" default:"${poll_interval}" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default: ${default}."`
+	MaxInFlight          int               `name:"max-in-flight" default:"${max_in_flight}" placeholder:"N" group:"Relay" help:"Most messages one partition hands to Kafka at once. Default: ${default}."`
 	MaxPartitions        int               `name:"max-partitions" default:"0" placeholder:"N" group:"Relay" help:"Most partitions this relay holds at once (0: no limit; the fleet shares partitions evenly anyway)."`
 	Owner                string            `name:"owner" placeholder:"TOKEN" group:"Relay" help:"Lease owner token, unique among the relays of the outbox (default: host name, process ID and random bytes)."`
-	StatsInterval        time.Duration     `name:"stats-interval" default:"15s" placeholder:"DURATION" group:"Relay" help:"How often the outbox gauges (pending, due, parked, lag) are sampled: one query per interval on Postgres, one script per partition on Redis. Negative: no gauges. Default: ${default}."`
+	StatsInterval        time.Duration     `name:"stats-interval" default:"${stats_interval}" placeholder:"DURATION" group:"Relay" help:"How often the outbox gauges (pending, due, parked, lag) are sampled: one query per interval on Postgres, one script per partition on Redis. Negative: no gauges. Default: ${default}."`
 	DrainTimeout         time.Duration     `name:"drain-timeout" default:"30s" placeholder:"DURATION" group:"Relay" help:"On SIGTERM or SIGINT, how long to wait for the batches in flight before cancelling them; the process exits at most about 3s after it. A second signal cancels at once. Default: ${default}."`
 	MetricsAddr          string            `name:"metrics-addr" placeholder:"HOST:PORT" group:"Operations" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (default: no server)."`
 	UIAddr               string            `name:"ui-addr" placeholder:"HOST:PORT" group:"Dashboard" help:"Serve the dashboard (as outbox ui does) on this address, e.g. 127.0.0.1:8080; the same address as --metrics-addr serves it on that server, next to /metrics, /healthz and /readyz (default: no dashboard). A non-loopback address needs --ui-token or --ui-basic-auth."`
@@ -111,11 +113,9 @@ func (c *RelayCmd) Run(app *cli.App) error {
 		return fmt.Errorf("relay: %w", err)
 	}
 	defer func() { _ = sink.Close() }()
-	// The relay stops trusting a lease RenewMargin (a third of it) plus
-	// the sink's landing bound before it ends; say it with the flags.
-	if lb := sink.LandingBound(); lb >= 0 && c.LeaseTTL <= c.LeaseTTL/3+lb {
-		return cli.UsageError("relay: --lease-ttl %v is too short for --kafka-publish-timeout %v: a relay stops publishing under a lease a third of it plus the Kafka sink's landing bound (%v) before it ends; raise --lease-ttl above %v, or lower --kafka-publish-timeout",
-			c.LeaseTTL, c.KafkaPublishTimeout, lb, (lb*3/2).Round(time.Second)+time.Second)
+	// The library checks the options; its error names the flags.
+	if err := c.relayOptions(nil, nil).Validate(sink); err != nil {
+		return c.optionsError(err)
 	}
 	mp, metrics, err := newPrometheus()
 	if err != nil {
@@ -165,19 +165,9 @@ func (c *RelayCmd) Run(app *cli.App) error {
 		defer probe.Close()
 	}
 
-	relay, err := outbox.NewRelay(opened.Store, sink, outbox.RelayOptions{
-		Owner:         c.Owner,
-		BatchSize:     c.Batch,
-		MaxInFlight:   c.MaxInFlight,
-		PollInterval:  c.PollInterval,
-		LeaseTTL:      c.LeaseTTL,
-		MaxPartitions: c.MaxPartitions,
-		StatsInterval: c.StatsInterval,
-		Logger:        log,
-		MeterProvider: mp,
-	})
+	relay, err := outbox.NewRelay(opened.Store, sink, c.relayOptions(log, mp))
 	if err != nil {
-		return fmt.Errorf("relay: %w", err)
+		return c.optionsError(err)
 	}
 
 	// One check before starting, so an unreachable broker or store is
@@ -407,4 +397,42 @@ func (c *RelayCmd) logger(w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// relayOptions are the relay's options from the flags.
+func (c *RelayCmd) relayOptions(log *slog.Logger, mp metric.MeterProvider) outbox.RelayOptions {
+	return outbox.RelayOptions{
+		Owner:         c.Owner,
+		BatchSize:     c.Batch,
+		MaxInFlight:   c.MaxInFlight,
+		PollInterval:  c.PollInterval,
+		LeaseTTL:      c.LeaseTTL,
+		MaxPartitions: c.MaxPartitions,
+		StatsInterval: c.StatsInterval,
+		Logger:        log,
+		MeterProvider: mp,
+	}
+}
+
+// optionFlags names the flags (or what stands for them) of the relay's
+// options, for the library's errors.
+var optionFlags = map[string]string{
+	"BatchSize":               "--batch",
+	"MaxInFlight":             "--max-in-flight",
+	"PollInterval":            "--poll-interval",
+	"LeaseTTL":                "--lease-ttl",
+	"RenewMargin":             "a third of --lease-ttl",
+	"MaxPartitions":           "--max-partitions",
+	"StatsInterval":           "--stats-interval",
+	outbox.OptionLandingBound: "the landing bound of --kafka-publish-timeout",
+}
+
+// optionsError is err of outbox.RelayOptions.Validate or NewRelay as the
+// CLI reports it: bad options are a usage error naming the flags.
+func (c *RelayCmd) optionsError(err error) error {
+	var oe *outbox.OptionsError
+	if errors.As(err, &oe) {
+		return cli.UsageError("relay: %s", strings.ReplaceAll(oe.Describe(func(o string) string { return optionFlags[o] }), "\n", "; "))
+	}
+	return fmt.Errorf("relay: %w", err)
 }

@@ -1,0 +1,22 @@
+package cli
+
+import (
+	"strconv"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// DefaultVars are the kong variables that the flags of the relay's (and
+// the move's) options take their defaults from: the library's defaults,
+// read instead of restated (default:"${lease_ttl}").
+func DefaultVars() kong.Vars {
+	return kong.Vars{
+		"batch":          strconv.Itoa(outbox.DefaultBatchSize),
+		"max_in_flight":  strconv.Itoa(outbox.DefaultMaxInFlight),
+		"poll_interval":  outbox.DefaultPollInterval.String(),
+		"lease_ttl":      outbox.DefaultLeaseTTL.String(),
+		"stats_interval": outbox.DefaultStatsInterval.String(),
+	}
+}
