@@ -42,7 +42,10 @@ type Backend struct {
 	// claims remembers, per partition, the pending member of each entry
 	// the last fetch returned, so MarkSent can remove them without reading
 	// their values (see markArgs).
-	claims  []lastfetch.Cache[string]
+	claims []lastfetch.Cache[string]
+	// fronts remembers, per partition, the front hints of the last two
+	// fetches (see frontSlot).
+	fronts  []frontSlot
 	meta    string // hash: partitions, created-at (the prefix's own slot)
 	members string // hash: owner -> membership record (the prefix's own slot)
 	cluster bool
@@ -86,6 +89,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Back
 	}
 	b.parts = make([]keys, n)
 	b.claims = make([]lastfetch.Cache[string], n)
+	b.fronts = make([]frontSlot, n)
 	for p := range b.parts {
 		b.parts[p] = partitionKeys(opts.Prefix, p)
 	}

@@ -43,11 +43,10 @@ func (b *Backend) FetchBatch(ctx context.Context, lease outbox.Lease, limit int)
 }
 
 // FetchNext is [Backend.FetchBatch] while inFlight, the lease's unfinished
-// claims, are still in flight (see [outbox.Prefetcher]). claim.lua starts
-// its scan behind the last of them when every pending member up to that
-// one is in flight (docs/redis.md, "Fetching ahead"); otherwise it scans
-// from the start and passes over their pending members without reading
-// their values. The keys of the attempted ones are held back from the
+// claims, are still in flight (see [outbox.Prefetcher]): claim.lua passes
+// over their pending members without reading their values, or starts
+// behind them when the front hint holds (docs/redis.md, "Fetching
+// ahead"), and the keys of the attempted ones are held back from the
 // start. A never-attempted entry of inFlight holds back its key's later
 // entries only when the partition's key-order set holds its member (an
 // entry once held back or converted from format 1); they come with the
@@ -60,8 +59,9 @@ func (b *Backend) FetchNext(ctx context.Context, lease outbox.Lease, limit int, 
 }
 
 // fetch runs claim.lua for FetchBatch, FindPendingBatch and (with a
-// non-nil inFlight) FetchNext, and parks what Go's decoder refuses of what
-// it returned (see quarantine).
+// non-nil inFlight) FetchNext, remembers what the front hint and MarkSent
+// need of its result, and parks what Go's decoder refuses of it (see
+// quarantine).
 func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
 	if err := b.check(ctx); err != nil {
 		return outbox.Batch{}, err
@@ -69,14 +69,7 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	if err := outbox.CheckFetch(len(b.parts), lease, limit); err != nil {
 		return outbox.Batch{}, argErr(op, err)
 	}
-	k := &b.parts[lease.Partition]
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold}
-	args := b.claimArgs(lease, limit, inFlight)
-	res, err := scriptClaim.Run(ctx, b.client, ks, args.argv()...).Result()
-	if err != nil {
-		return outbox.Batch{}, b.mapErr(ctx, op, err, ks...)
-	}
-	claimed, err := b.parseClaim(ctx, op, lease, res)
+	claimed, hinted, err := b.claim(ctx, op, lease, limit, inFlight)
 	if err != nil {
 		return outbox.Batch{}, err
 	}
@@ -84,6 +77,15 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 	dec := b.decodeClaimed(lease.Partition, claimed.flat)
 	batch.Entries = dec.entries
 	b.claims[lease.Partition].Remember(lease, dec.members)
+	front := &b.fronts[lease.Partition]
+	if hinted {
+		front.held(claimed.hinted)
+	}
+	gen := claimed.gen
+	if dec.refused != nil {
+		gen = "" // what is quarantined leaves the stretch the hint describes
+	}
+	front.remember(lease, gen, claimed.lscore, batch.Entries, dec.members)
 	if dec.refused != nil {
 		parked, err := b.quarantine(ctx, op, lease, dec.pairs, dec.refused)
 		if err != nil {
@@ -92,6 +94,30 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 		batch.Parked = append(batch.Parked, parked...)
 	}
 	return batch, nil
+}
+
+// claim runs claim.lua once, or twice when a front hint sent alone did not
+// hold (then with the entries in flight, and with them next time, see
+// frontSlot); hinted reports whether the call that answered carried a
+// front hint.
+func (b *Backend) claim(ctx context.Context, op string, lease outbox.Lease, limit int, inFlight []outbox.Entry) (c claimed, hinted bool, err error) {
+	k := &b.parts[lease.Partition]
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq}
+	front := &b.fronts[lease.Partition]
+	args := b.claimArgs(lease, limit, inFlight)
+	res, err := scriptClaim.Run(ctx, b.client, ks, args.argv()...).Result()
+	if code, ok := res.(int64); ok && code == codeHintRefused && err == nil {
+		// The hint went without the entries in flight and did not hold:
+		// claim again with them.
+		front.held(false)
+		args = b.claimArgs(lease, limit, inFlight)
+		res, err = scriptClaim.Run(ctx, b.client, ks, args.argv()...).Result()
+	}
+	if err != nil {
+		return claimed{}, false, b.mapErr(ctx, op, err, ks...)
+	}
+	c, err = b.parseClaim(ctx, op, lease, res)
+	return c, args.hint.gen != "", err
 }
 
 // claimArgs is claim.lua's ARGV, built in one place. The script's header
@@ -104,7 +130,8 @@ type claimArgs struct {
 	// fetchNext: the call is a FetchNext, so the fields below are sent
 	// (also when empty); FindPendingBatch and FetchBatch send none.
 	fetchNext bool
-	members   []string // the pending members of entries in flight, each once, in order
+	hint      hintArgs // the front hint (gen "" for none)
+	members   []string // the pending members of entries in flight
 	ids       []string // the IDs of the entries in flight without a member
 	stopped   []string // the keys of the attempted entries in flight
 }
@@ -126,7 +153,13 @@ func (a *claimArgs) fields() []claimArgField {
 	if !a.fetchNext {
 		return f
 	}
+	h := &a.hint
 	return append(f,
+		claimArgField{"gen", []any{h.gen}},
+		claimArgField{"first", []any{h.first}},
+		claimArgField{"last", []any{h.last}},
+		claimArgField{"count", []any{h.count}},
+		claimArgField{"lscore", []any{h.lscore}},
 		claimArgField{"m", []any{len(a.members)}},
 		claimArgField{"members", anys(a.members)},
 		claimArgField{"n", []any{len(a.ids)}},
@@ -150,46 +183,49 @@ func (a *claimArgs) argv() []any {
 }
 
 // claimArgs returns claim.lua's arguments for a fetch of up to limit
-// entries under lease; with a non-nil inFlight, a FetchNext's: the pending
+// entries under lease; with a non-nil inFlight, a FetchNext's: the front
+// hint (see frontSlot), then, unless the hint goes alone, the pending
 // members the partition's last two fetches under lease returned those
 // entries under (the IDs of the others), and the keys of the attempted
 // ones.
 func (b *Backend) claimArgs(lease outbox.Lease, limit int, inFlight []outbox.Entry) claimArgs {
 	a := claimArgs{token: token(lease), limit: limit, budget: 2*limit + 256 + len(inFlight), fetchNext: inFlight != nil}
-	if len(inFlight) == 0 {
+	if inFlight == nil {
+		return a
+	}
+	var alone bool
+	a.hint, alone = b.fronts[lease.Partition].hint(lease, inFlight)
+	for i := range inFlight {
+		if e := &inFlight[i]; e.Attempts > 0 && e.Key != "" {
+			a.stopped = append(a.stopped, e.Key)
+		}
+	}
+	if alone || len(inFlight) == 0 {
 		return a
 	}
 	ids := make([]string, len(inFlight))
 	for i := range inFlight {
-		e := &inFlight[i]
-		ids[i] = e.ID
-		if e.Attempts > 0 && e.Key != "" {
-			a.stopped = append(a.stopped, e.Key)
-		}
+		ids[i] = inFlight[i].ID
 	}
-	a.members = make([]string, 0, len(inFlight))
-	seen := make(map[string]bool, len(inFlight))
 	b.claims[lease.Partition].Each(lease, ids, func(id, member string, ok bool) {
-		switch {
-		case seen[id]:
-			// Each once: the script's cursor counts members.
-		case ok:
+		if ok {
 			a.members = append(a.members, member)
-		default:
+		} else {
 			a.ids = append(a.ids, id)
 		}
-		seen[id] = true
 	})
 	return a
 }
 
 // claimed is claim.lua's result: the flat id, value pairs it returned,
-// the entries it parked, and whether it started behind the entries in
-// flight.
+// the entries it parked, the generation and last score its entries give
+// as a front hint ("" for none), and whether the front hint it was sent
+// held.
 type claimed struct {
-	flat   []any
-	parked []outbox.CorruptEntry
-	behind bool
+	flat        []any
+	parked      []outbox.CorruptEntry
+	gen, lscore string
+	hinted      bool
 }
 
 // parseClaim reads claim.lua's result, or maps its result code.
@@ -197,17 +233,19 @@ func (b *Backend) parseClaim(ctx context.Context, op string, lease outbox.Lease,
 	if code, ok := res.(int64); ok {
 		return claimed{}, b.mapErr(ctx, op, scriptCode{code, lease})
 	}
-	three, ok := res.([]any)
-	if !ok || len(three) != 3 {
+	five, ok := res.([]any)
+	if !ok || len(five) != 5 {
 		return claimed{}, fmt.Errorf("redisoutbox: %s: unexpected script result %T", op, res)
 	}
-	flat, ok1 := three[0].([]any)
-	parked, ok2 := three[1].([]any)
-	behind, ok3 := three[2].(int64)
-	if !ok1 || !ok2 || !ok3 || len(flat)%2 != 0 || len(parked)%4 != 0 {
+	flat, ok1 := five[0].([]any)
+	parked, ok2 := five[1].([]any)
+	gen, ok3 := five[2].(string)
+	lscore, ok4 := five[3].(string)
+	hinted, ok5 := five[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || len(flat)%2 != 0 || len(parked)%4 != 0 {
 		return claimed{}, fmt.Errorf("redisoutbox: %s: unexpected script result %v", op, res)
 	}
-	return claimed{flat: flat, parked: corruptEntries(parked), behind: behind == 1}, nil
+	return claimed{flat: flat, parked: corruptEntries(parked), gen: gen, lscore: lscore, hinted: hinted == 1}, nil
 }
 
 // corruptEntries reads a script's flat id, key, topic, reason report of

@@ -67,6 +67,8 @@ func TestClaimArgsMatchTheScriptHeader(t *testing.T) {
 		{"FetchNextNothingInFlight", claimArgs{token: "1:me", limit: 10, budget: 276, fetchNext: true}},
 		{"FetchNext", claimArgs{token: "1:me", limit: 10, budget: 279, fetchNext: true,
 			members: []string{"m1", "m2"}, ids: []string{"i1"}, stopped: []string{"k1", "k2", "k3"}}},
+		{"FetchNextHinted", claimArgs{token: "1:me", limit: 10, budget: 279, fetchNext: true,
+			hint: hintArgs{gen: "42", first: "f", last: "l", count: 3, lscore: "1700000000000"}, stopped: []string{"k1"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,7 +25,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	cmds, err := b.runEach(ctx, "Cancel", scriptCancel, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked, k.keyorder}, []any{id}
+		return []string{k.entries, k.pending, k.parked, k.keyorder, k.seq}, []any{id}
 	})
 	if err != nil {
 		return err

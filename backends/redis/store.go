@@ -150,7 +150,25 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err != nil {
 		return err
 	}
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked}
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}
+	front := &b.fronts[lease.Partition]
+	if hint := front.markHint(lease, ids); hint != nil {
+		// The batch is the front of pending: remove it by rank, with no
+		// members sent (see mark_sent.lua).
+		args := make([]any, 0, 5+len(ids))
+		args = append(append(append(args, token(lease), "front"), hint...), anys(ids)...)
+		n, err := scriptMarkSent.Run(ctx, b.client, ks, args...).Int64()
+		if err != nil {
+			return b.mapErr(ctx, "MarkSent", err, ks...)
+		}
+		if n != codeHintRefused {
+			if n < 0 {
+				return b.mapErr(ctx, "MarkSent", scriptCode{n, lease})
+			}
+			return nil
+		}
+		front.held(false)
+	}
 	return b.fenced(ctx, "MarkSent", scriptMarkSent, lease, ks, b.markArgs(lease, ids))
 }
 
@@ -193,7 +211,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		args = append(args, f.ID, park, strconv.FormatInt(delay, 10), outbox.TruncateUTF8(f.Error, b.opts.MaxErrorLen))
 	}
 	return b.fenced(ctx, "MarkFailed", scriptMarkFailed, lease,
-		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked}, args)
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}, args)
 }
 
 // idArgs is ARGV for the scripts that take the lease token then entry IDs.

@@ -1,7 +1,7 @@
 -- cancel.lua: Cancel (not fenced: an operator call).
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] parked zset
--- KEYS[4] key-order zset
+-- KEYS[4] key-order zset   KEYS[5] sequence counter
 -- ARGV[1] entry ID
 -- Returns 1 when the entry was pending (claimed or not) or parked and is now
 -- deleted, 0 when this partition has no such entry (not found).
@@ -11,7 +11,8 @@
 -- re-scored later entries of its key to that score; those that were never
 -- attempted are made due at once (at their position if that is later), at
 -- most 1000 per call. Any rest, and attempted ones, stay due at that score:
--- late, never early or out of order.
+-- late, never early or out of order. Such a re-score bumps the sequence
+-- counter (see the front hint in claim.lua).
 hashes(KEYS[1])
 zsets(KEYS[2], KEYS[3], KEYS[4])
 local id = ARGV[1]
@@ -30,15 +31,21 @@ if key ~= '' then
   if score and tonumber(score) > now then
     local pfx = key_prefix(key)
     local r = redis.call('ZRANGEBYLEX', KEYS[4], '(' .. om, '[' .. pfx .. HIGH, 'LIMIT', 0, 1000)
+    local moved = false
     for _, f in ipairs(r) do
       local fm = string.sub(f, #pfx + 9)
       if redis.call('ZSCORE', KEYS[2], fm) == score then
         local fv = redis.call('HGET', KEYS[1], string.sub(fm, 9))
         if fv and string.byte(fv, 1) == 2 and #fv >= 33 and attempts_of(fv) == 0 then
+          -- Front hint invariant (fronthint.go): every script that puts a member
+          -- into pending or moves one within it changes the sequence counter.
+          -- Here: bump_gen below when anything was moved.
           redis.call('ZADD', KEYS[2], math.max(now, u64(f, #pfx + 1)), fm)
+          moved = true
         end
       end
     end
+    if moved then bump_gen(KEYS[5]) end
   end
 end
 if n == 0 then return 0 end

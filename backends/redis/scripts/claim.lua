@@ -2,29 +2,40 @@
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
+-- KEYS[7] sequence counter (the generation of the front hint)
 --
--- ARGV, as claimArgs in store.go builds it (claimargs_test.go checks the
+-- ARGV, as claimArgs in claim.go builds it (claimargs_test.go checks the
 -- two against each other):
 -- ARGV[1] token: the lease token "version:owner"
 -- ARGV[2] limit: at most this many entries returned and parked
 -- ARGV[3] budget: at most this many pending members scanned
 -- FetchNext only (FindPendingBatch and FetchBatch end at ARGV[3]):
--- ARGV[4] m: the number of entries in flight given by their pending member
--- ARGV[5..4+m] members: those pending members, each once, in the order fetched
--- ARGV[5+m] n: the number of entries in flight given by their ID
--- ARGV[6+m..5+m+n] ids: those IDs (the caller does not know their member)
--- ARGV[6+m+n..] stopped: the keys of the attempted entries in flight
+-- ARGV[4] gen: the front hint's generation ('' for no hint; see "The front hint")
+-- ARGV[5] first: the pending member of the first entry in flight
+-- ARGV[6] last: the pending member of the last entry in flight
+-- ARGV[7] count: the number of entries in flight
+-- ARGV[8] lscore: the last one's pending score as the claim that returned it read it
+-- ARGV[9] m: the number of entries in flight given by their pending member (0 when the hint goes alone)
+-- ARGV[10..9+m] members: those pending members
+-- ARGV[10+m] n: the number of entries in flight given by their ID (0 when the hint goes alone)
+-- ARGV[11+m..10+m+n] ids: those IDs (the caller does not know their member)
+-- ARGV[11+m+n..] stopped: the keys of the attempted entries in flight
 --
--- Returns -1 when the lease is lost, else {entries, parked, behind}:
--- entries is a flat array id1, value1, id2, value2, ... of entries in
--- (due, append) order; parked is a flat array id, key, topic, reason, ...
--- of the entries this call parked because their stored value could not be
--- used, in the order it met them (key and topic as far as they could be
--- read, '' when not; reason is the entry's last error now); behind is 1
--- when the scan started behind the entries in flight (see "The cursor"
--- below), else 0. Entries and parks together are at most ARGV[2]. While
--- the partition is held (KEYS[6] exists, see hold_part.lua) it returns
--- {{}, {}, 0}: nothing is claimed, parked or re-scored.
+-- Returns -1 when the lease is lost, -4 when a front hint came without the
+-- entries in flight and does not hold (nothing changed), else {entries,
+-- parked, generation, last score, hinted}: entries is a
+-- flat array id1, value1, id2, value2, ... of entries in (due, append)
+-- order; parked is a flat array id, key, topic, reason, ... of the entries
+-- this call parked because their stored value could not be used, in the
+-- order it met them (key and topic as far as they could be read, '' when
+-- not; reason is the entry's last error now); generation is the sequence
+-- counter as this call read it when the entries it returned may serve as
+-- the front hint of the next FetchNext (see below), else ''; last score
+-- is then the pending score of the last entry returned (else ''); hinted
+-- is 1 when the front hint held, else 0. Entries and parks together
+-- are at most ARGV[2]. While the partition is held (KEYS[6] exists, see
+-- hold_part.lua) it returns {{}, {}, '', '', 0}: nothing is claimed, parked or
+-- re-scored.
 --
 -- The lease is the claim: only its holder reads the partition, so the
 -- entries returned stay in pending, unchanged, until the holder finishes
@@ -102,93 +113,79 @@
 -- the key-order set holds its member (blocker then finds it pending), which
 -- only delays its key's later entries to the next fetch.
 --
--- The cursor. A FetchNext whose entries in flight are all given by their
--- member starts its scan behind the last of them, instead of reading them
--- again, when every pending member up to that one (in pending's order:
--- score, then member) is in flight: ZMSCORE of their members counts those
--- still pending up to that position, and when the count is the last one's
--- rank plus one, nothing else is in front of it, so the scan starts at that
--- offset as if it had passed over them (the keys of attempted ones are
--- stopped from ARGV as always; any of them re-scored behind the cursor is
--- matched by member as the scan meets it). When the last one is no longer
--- pending and none of them is (the relay's MarkSent of them reached the
--- server first), the scan starts at offset 0 with nothing in flight.
--- Otherwise (a member entered that stretch: an append due earlier, a
--- re-score by MarkFailed or Cancel, an Import, a held-back entry; or one
--- of them left) it scans from the start and matches them by member or ID,
--- as without the cursor. The check needs no state between calls: nothing
--- a writer of pending must keep up to date.
+-- The front hint. A FetchNext while the entries in flight are exactly
+-- the first members of pending can start its scan behind them instead of
+-- reading them again. A call returns a generation (the sequence counter
+-- as it read it) when, from the first entry it returned to the last, it
+-- scanned nothing it left pending but the entries it returned (no entry in
+-- flight, none held back). Every write that puts a member into pending or
+-- moves one within it changes the counter: appends, Requeue and Import
+-- take sequences from it (an Import into a held partition from the block
+-- Hold took from it, and a claim while held returns nothing, so no
+-- generation), and MarkFailed, Cancel and a claim that re-scores
+-- held-back entries bump it. So when the counter still holds
+-- the generation, the first entry in flight is the first member of
+-- pending (rank 0) and the last one's rank is their number less one,
+-- nothing entered that stretch since, and nothing else is in it: the
+-- entries in flight are all of it. The call then starts at that offset,
+-- as if it had scanned them (they are skipped exactly as entries in flight
+-- are; the keys of attempted ones are stopped from ARGV). And since, with
+-- the counter unchanged, pending has only lost members since (their order
+-- kept), a first member of pending that sorts after where the last entry
+-- in flight was (its score and member) means none of them is left (they
+-- were sent meanwhile, as when the relay's MarkSent of them reaches the
+-- server before this call): the call starts at offset 0 with nothing in
+-- flight. Otherwise it scans from the start and matches them by member or
+-- ID, as without the hint.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
-if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}, 0} end
+if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}, '', '', 0} end
 zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3])
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local nowu = now_us()
 local now = math.floor(nowu / 1000)
 local out, got, scanned, skipped = {}, 0, 0, 0
+-- gen: the sequence counter ('' when it does not hold a number: then no
+-- generation is returned and no hint taken).
+local gen = redis.call('GET', KEYS[7])
+if not gen or not string.match(gen, '^%d+$') then gen = '' end
 -- inflight[member], inflightid[id]: in flight (see above), by pending
 -- member, or by ID when the caller did not know the member (nil when
 -- there is none); exleft: how many of them the scan has not met yet (the
--- first chunk reads that many more members). behind: the scan started
--- behind them (see "The cursor").
-local inflight, inflightid, exleft, behind = {}, nil, 0, 0
-local nm = tonumber(ARGV[4] or '0')
-local ni = tonumber(ARGV[5 + nm] or '0')
-local firstkey = 6 + nm + ni
-if not ARGV[4] then firstkey = 4 end
-if ni > 0 then
-  inflightid = {}
-  for i = 6 + nm, 5 + nm + ni do inflightid[ARGV[i]] = true end
-end
-exleft = nm + ni
-
--- cursor returns the offset behind the entries in flight and how many of
--- them are pending behind that offset, when every pending member up to
--- the last one given is in flight (or none of them is pending); else nil.
--- See "The cursor" above. (The members are distinct: the count relies on
--- it. Members of one score sort by their sequence, the first 8 bytes, then
--- the ID.)
-local function cursor()
-  local scores = {}
-  for lo = 5, 4 + nm, 4096 do
-    local part = redis.call('ZMSCORE', KEYS[2], unpack(ARGV, lo, math.min(lo + 4095, 4 + nm)))
-    for j = 1, #part do scores[lo - 5 + j] = part[j] end
+-- first chunk reads that many more members).
+local inflight, inflightid, exleft, hinted = {}, nil, 0, 0
+local nm = tonumber(ARGV[9] or '0')
+local ni = tonumber(ARGV[10 + nm] or '0')
+local firstkey = 11 + nm + ni
+if not ARGV[4] then firstkey = 5 end
+-- front: the offset the front hint gives (see above), or nil.
+local front = nil
+if ARGV[4] and ARGV[4] ~= '' and ARGV[4] == gen then
+  local r0 = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if r0[1] == ARGV[5] and redis.call('ZRANK', KEYS[2], ARGV[6]) == tonumber(ARGV[7]) - 1 then
+    front = tonumber(ARGV[7])
+  elseif ARGV[8] ~= '' and (not r0[1] or tonumber(r0[2]) > tonumber(ARGV[8])
+      or tonumber(r0[2]) == tonumber(ARGV[8]) and bytes_less(ARGV[6], r0[1])) then
+    front = 0
   end
-  local lm, ls = ARGV[4 + nm], scores[nm]
-  if not ls then
-    for i = 1, nm do
-      if scores[i] then return nil end
-    end
-    return 0, 0
+end
+if front then
+  -- Start behind the entries in flight (none left: at the start).
+  skipped, scanned, hinted = front, front, 1
+elseif ARGV[4] and ARGV[4] ~= '' and nm + ni == 0 then
+  return -4 -- the hint alone, and it does not hold: ask for the entries in flight
+else
+  for i = 10, 9 + nm do inflight[ARGV[i]] = true end
+  if ni > 0 then
+    inflightid = {}
+    for i = 11 + nm, 10 + nm + ni do inflightid[ARGV[i]] = true end
   end
-  ls = tonumber(ls)
-  local lseq = u64(lm, 1)
-  local upto, after = 1, 0
-  for i = 1, nm - 1 do
-    local s = scores[i]
-    if s then
-      s = tonumber(s)
-      local before = s < ls
-      if s == ls then
-        local q = u64(ARGV[4 + i], 1)
-        before = q < lseq or q == lseq and bytes_less(ARGV[4 + i], lm)
-      end
-      if before then upto = upto + 1 else after = after + 1 end
-    end
-  end
-  local r = redis.call('ZRANK', KEYS[2], lm)
-  if upto ~= r + 1 then return nil end
-  return r + 1, after
+  exleft = nm + ni
 end
-
--- inflight is filled only for a scan that can meet entries in flight.
-if nm > 0 and ni == 0 then
-  local at, left = cursor()
-  if at then skipped, scanned, exleft, behind = at, at, left, 1 end
-end
-if behind == 0 or exleft > 0 then
-  for i = 5, 4 + nm do inflight[ARGV[i]] = true end
-end
+-- first, last, dirty: the members of the first and last entry returned,
+-- and whether an entry left pending was scanned after the first (then no
+-- generation).
+local first, last, dirty = nil, nil, false
 -- parked: id, key, topic, reason of each entry parked here.
 local parked = {}
 -- marked: whether the key-order set may hold members (checked once;
@@ -291,6 +288,7 @@ while got < limit and scanned < budget do
     if fl[i] then
       -- In flight: it stays in pending, in front of the next chunk.
       skipped = skipped + 1
+      if first then dirty = true end
       exleft = exleft - 1 -- below 0 only for a stray member of one given by ID
     else
       k = k + 1
@@ -305,6 +303,8 @@ while got < limit and scanned < budget do
       if v and not (marked or anyheld) and #v >= 37 and string.byte(v, 1) == 2 and u32(v, 26) == 0 and string.sub(v, 2, 9) == string.sub(m, 1, 8) then
         skipped = skipped + 1
         got = got + 1
+        if not first then first = m end
+        last = m
         nout = nout + 2
         out[nout - 1] = id
         out[nout] = v
@@ -375,6 +375,8 @@ while got < limit and scanned < budget do
                 if attempts_of(v) > 0 then stop[key], anyheld = true, true else returned[km] = true end
               end
               got = got + 1
+              if not first then first = m end
+              last = m
               nout = nout + 2
               out[nout - 1] = id
               out[nout] = v
@@ -382,6 +384,7 @@ while got < limit and scanned < budget do
               -- It stays where it is until the scan is over, in front of the
               -- next chunk.
               skipped = skipped + 1
+              if first then dirty = true end
               local at = nil
               local score = bs and tonumber(redis.call('ZSCORE', KEYS[2], m))
               if bs and bs > score then
@@ -403,11 +406,25 @@ while got < limit and scanned < budget do
     end
   end
 end
+-- Front hint invariant (fronthint.go): every script that puts a member
+-- into pending or moves one within it changes the sequence counter.
+-- Here: the INCR below, before the re-scores.
+if #rescore > 0 and gen ~= '' then
+  -- Moved within pending: a front hint read before no longer holds.
+  redis.call('INCR', KEYS[7])
+  gen = ''
+end
 for i = 1, #rescore, 512 do
   redis.call('ZADD', KEYS[2], unpack(rescore, i, math.min(i + 511, #rescore)))
+end
+local lscore = ''
+if dirty or not first then
+  gen = ''
+elseif gen ~= '' then
+  lscore = redis.call('ZSCORE', KEYS[2], last) or ''
 end
 local flat = {}
 for _, e in ipairs(parked) do
   for j = 1, 4 do flat[#flat + 1] = e[j] end
 end
-return {out, flat, behind}
+return {out, flat, gen, lscore, hinted}

@@ -202,6 +202,14 @@ local function bytes_less(a, b)
   return #a < #b
 end
 
+-- bump_gen increments the sequence counter k when it holds a number: a
+-- member entered pending or moved within it, so a front hint read before
+-- no longer holds (see claim.lua).
+local function bump_gen(k)
+  local g = redis.call('GET', k)
+  if g and string.match(g, '^%d+$') then redis.call('INCR', k) end
+end
+
 -- as_v2 returns v in format 2 and whether it converted it. A format 1
 -- entry gets the position it would have had: its not-before in ms
 -- (rounded up), else its append time. A malformed value is returned as it

@@ -1,7 +1,7 @@
 -- mark_failed.lua: MarkFailed (fenced).
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
--- KEYS[4] key-order zset   KEYS[5] parked zset
+-- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] sequence counter
 -- ARGV[1] token "version:owner"
 -- ARGV[2..] quadruples: id, park ('1' or '0'), retry delay in ms (an
 --           integer, may be negative; ignored when parked), error
@@ -20,12 +20,13 @@
 -- delay (so a retry is never due early, whatever the caller's clock says);
 -- a negative delay puts it in the past; it is clamped at 0. A keyed entry
 -- is never re-scored before its position (a retry time earlier than that
--- becomes the position): the claim relies on it (claim.lua).
+-- becomes the position): the claim relies on it (claim.lua). A re-score
+-- bumps the sequence counter (see the front hint in claim.lua).
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3])
 local now = math.ceil(now_us() / 1000)
-local n = 0
+local n, moved = 0, false
 for i = 2, #ARGV, 4 do
   local id, park, delay, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local v = redis.call('HGET', KEYS[3], id)
@@ -48,10 +49,15 @@ for i = 2, #ARGV, 4 do
           at = math.max(at, u64(v, 18))
           redis.call('ZADD', KEYS[4], 0, order_member(key, v, m))
         end
+        -- Front hint invariant (fronthint.go): every script that puts a member
+        -- into pending or moves one within it changes the sequence counter.
+        -- Here: bump_gen at the end when anything was re-scored.
         redis.call('ZADD', KEYS[2], at, m)
+        moved = true
       end
       n = n + 1
     end
   end
 end
+if moved then bump_gen(KEYS[6]) end
 return n

@@ -1,8 +1,8 @@
 -- mark_sent.lua: MarkSent (fenced).
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
--- KEYS[4] key-order zset   KEYS[5] parked zset
--- ARGV[1] token "version:owner"   ARGV[2] k
+-- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] sequence counter
+-- ARGV[1] token "version:owner"   ARGV[2] k, or 'front' (below)
 -- ARGV[3 .. 2+k] the pending members the claim returned k entries under,
 -- ARGV[3+k .. 2+2k] those entries' IDs, in the same order (pairs: the
 -- i-th member and the i-th ID)
@@ -24,10 +24,50 @@
 -- their members (an entry is removed only when its member is pending), one
 -- ZREM, one HDEL and one ZREM of the key-order members. Chunks of 256
 -- entries.
+--
+-- Front (ARGV[2] 'front'): ARGV[3] a generation, ARGV[4] and ARGV[5] the
+-- first and last pending member of a batch a claim returned with that
+-- generation, ARGV[6..] the IDs of that whole batch. When the front hint
+-- holds (see claim.lua: the counter still holds the generation, the first
+-- member has rank 0 and the last rank n - 1, n the number of IDs), the
+-- batch is exactly the first n members of pending: one ZREMRANGEBYRANK
+-- removes them and one HDEL their values (while the key-order set has
+-- members, their values are read first, to remove the key-order members
+-- of the keyed ones). Returns n; -4 when the hint does not hold (nothing
+-- changed: the caller sends the members).
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3])
 local marked = redis.call('EXISTS', KEYS[4]) == 1
+if ARGV[2] == 'front' then
+  local n = #ARGV - 5
+  local gen = redis.call('GET', KEYS[6])
+  if n < 1 or gen ~= ARGV[3] or redis.call('ZRANK', KEYS[2], ARGV[4]) ~= 0
+      or redis.call('ZRANK', KEYS[2], ARGV[5]) ~= n - 1 then
+    return -4
+  end
+  if marked then
+    for lo = 6, #ARGV, 256 do
+      local hi = math.min(lo + 255, #ARGV)
+      local vals = redis.call('HMGET', KEYS[3], unpack(ARGV, lo, hi))
+      local rk = {}
+      for i = 1, #vals do
+        local v = vals[i]
+        if v then
+          v = as_v2(v)
+          local key = key_of(v)
+          if key ~= '' then rk[#rk + 1] = order_member(key, v, member(v, ARGV[lo + i - 1])) end
+        end
+      end
+      if #rk > 0 then redis.call('ZREM', KEYS[4], unpack(rk)) end
+    end
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, n - 1)
+  for lo = 6, #ARGV, 4096 do
+    redis.call('HDEL', KEYS[3], unpack(ARGV, lo, math.min(lo + 4095, #ARGV)))
+  end
+  return n
+end
 local k = tonumber(ARGV[2])
 local n = 0
 -- plain: the IDs removed by reading their values.

@@ -39,23 +39,37 @@ func frontFixture(t *testing.T, n, limit int) (*Backend, outbox.Lease, outbox.Ba
 	return b, l, batch
 }
 
-// claimCursor runs claim.lua as FetchNext does with inFlight (through
-// claimArgs) and returns the IDs it claimed and whether it started behind
-// the entries in flight (the cursor held).
-func claimCursor(t *testing.T, b *Backend, l outbox.Lease, inFlight []outbox.Entry, limit int) (got []string, behind bool) {
+// claimHinted runs claim.lua as FetchNext does with the front hint of
+// inFlight alone, without the entries in flight: when the hint holds, the
+// claim starts behind them and returns the IDs it claimed (held true);
+// when it does not, the claim asks for the entries in flight (held false).
+func claimHinted(t *testing.T, b *Backend, l outbox.Lease, inFlight []outbox.Entry, limit int) (got []string, held bool) {
 	t.Helper()
 	k := &b.parts[0]
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold}
-	args := b.claimArgs(l, limit, inFlight)
-	require.Empty(t, args.ids, "the last fetches returned every entry in flight: all go by member")
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq}
+	hint, _ := b.fronts[0].hint(l, inFlight)
+	require.NotEqual(t, "", hint.gen, "the last fetch gave a hint for inFlight")
+	args := claimArgs{token: token(l), limit: limit, budget: 4 * limit, fetchNext: true, hint: hint}
 	res, err := scriptClaim.Run(context.Background(), b.client, ks, args.argv()...).Result()
 	require.NoError(t, err)
-	three := res.([]any)
-	flat := three[0].([]any)
+	if code, ok := res.(int64); ok {
+		require.EqualValues(t, codeHintRefused, code)
+		return nil, false
+	}
+	five := res.([]any)
+	require.EqualValues(t, 1, five[4], "a claim that returns entries says the hint held")
+	flat := five[0].([]any)
 	for i := 0; i < len(flat); i += 2 {
 		got = append(got, flat[i].(string))
 	}
-	return got, three[2].(int64) == 1
+	return got, true
+}
+
+// refused reports whether claimHinted found the hint did not hold.
+func refused(t *testing.T, b *Backend, l outbox.Lease, inFlight []outbox.Entry) bool {
+	t.Helper()
+	_, held := claimHinted(t, b, l, inFlight, 10)
+	return !held
 }
 
 // memberOf returns the pending member of entry id (read before it leaves).
@@ -101,9 +115,11 @@ func firstFailed(t *testing.T, delay time.Duration, es ...outbox.Entry) (redis.U
 }
 
 // moveIntoStretch fetches the first batch of a frontFixture again after
-// appending y, then marks e05 sent and fails y to e05's score: one entry
-// of the batch left its stretch and another moved into it, so the batch's
-// first and last members keep their ranks. It returns the batch.
+// appending y (so its hint has the generation after the append), then
+// marks e05 sent and fails y to e05's score: one entry of the batch left
+// its stretch and another moved into it, so the batch's first and last
+// members keep their ranks and only the generation tells. It returns the
+// batch.
 func moveIntoStretch(t *testing.T, b *Backend, l outbox.Lease) outbox.Batch {
 	t.Helper()
 	ctx := testCtx(t)
@@ -127,56 +143,51 @@ func idRange(lo, hi int) []string {
 	return out
 }
 
-// TestFetchNextCursor: a FetchNext whose entries in flight are, up to the
-// last of them, all of pending's front starts behind them (claim.lua's
-// cursor), and a member that entered that stretch (an append due earlier,
-// a re-score by MarkFailed, an import, a held-back entry) or an entry in
-// flight that left it makes the claim scan from the start, so no entry
-// is skipped. The cursor keeps no state between calls: every case is
-// checked on what pending holds when the claim runs.
-func TestFetchNextCursor(t *testing.T) {
+// TestFrontHint: a FetchNext whose entries in flight are the first members
+// of pending starts behind them (claim.lua's front hint), and every write
+// that could put another member in that stretch (an append, a re-score by
+// MarkFailed, Import into a held partition, Cancel freeing held-back
+// entries) or take one of them out (MarkSent) makes the claim scan from the
+// start again.
+func TestFrontHint(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 
 	t.Run("Holds", func(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
-		got, behind := claimCursor(t, b, l, first.Entries, 10)
-		assert.True(t, behind)
+		got, held := claimHinted(t, b, l, first.Entries, 10)
+		assert.True(t, held)
 		assert.Equal(t, idRange(10, 20), got, "started behind the 10 in flight")
 		next, err := b.FetchNext(ctx, l, 10, first.Entries)
 		require.NoError(t, err)
 		assert.Equal(t, idRange(10, 20), ids(next.Entries))
-		// The batch fetched ahead is the cursor of the one after it, once
+		// The batch fetched ahead gives the hint for the one after it, once
 		// the batch before it is marked sent.
 		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
-		got, behind = claimCursor(t, b, l, next.Entries, 10)
-		assert.True(t, behind)
+		got, held = claimHinted(t, b, l, next.Entries, 10)
+		assert.True(t, held)
 		assert.Equal(t, idRange(20, 30), got)
 	})
 	t.Run("AfterTheyWereSent", func(t *testing.T) {
 		t.Parallel()
 		// The MarkSent of the entries in flight reached the server before
-		// the fetch ahead: none of them is pending, so the claim starts at
-		// the front with nothing in flight.
+		// the fetch ahead: pending's first member sorts after the last of
+		// them, so none is left and the claim starts at the front.
 		b, l, first := frontFixture(t, 30, 10)
 		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
-		got, behind := claimCursor(t, b, l, first.Entries, 10)
-		assert.True(t, behind)
+		got, held := claimHinted(t, b, l, first.Entries, 10)
+		assert.True(t, held)
 		assert.Equal(t, idRange(10, 20), got)
 	})
 	t.Run("SomeOfThemLeft", func(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
 		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries[1:])))
-		got, behind := claimCursor(t, b, l, first.Entries, 10)
-		assert.False(t, behind, "the last one in flight is gone, e00 is left")
-		assert.Equal(t, idRange(10, 20), got, "e00 is passed over as in flight")
+		assert.True(t, refused(t, b, l, first.Entries), "e00 is left: it sorts before where e09 was")
 		b, l, first = frontFixture(t, 30, 10)
 		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries[:9])))
-		got, behind = claimCursor(t, b, l, first.Entries, 10)
-		assert.True(t, behind, "e09 is left, and nothing but it is in front of it")
-		assert.Equal(t, idRange(10, 20), got)
+		assert.True(t, refused(t, b, l, first.Entries), "e09 is left, first but not at rank 9")
 	})
 	t.Run("EqualScores", func(t *testing.T) {
 		t.Parallel()
@@ -197,12 +208,13 @@ func TestFetchNextCursor(t *testing.T) {
 			require.Equal(t, scoreOf(t, b, "e09"), scoreOf(t, b, "e10"), "one score")
 			if leave {
 				require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries[:9])))
+				assert.True(t, refused(t, b, l, first.Entries), "e09 is left")
 			} else {
 				require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
+				got, held := claimHinted(t, b, l, first.Entries, 10)
+				assert.True(t, held, "e10 sorts after e09")
+				assert.Equal(t, idRange(10, 20), got)
 			}
-			got, behind := claimCursor(t, b, l, first.Entries, 10)
-			assert.True(t, behind, "leave e09: %v", leave)
-			assert.Equal(t, idRange(10, 20), got, "e10 sorts after e09")
 		}
 	})
 	t.Run("SentAndAnAppend", func(t *testing.T) {
@@ -210,62 +222,57 @@ func TestFetchNextCursor(t *testing.T) {
 		b, l, first := frontFixture(t, 30, 10)
 		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
 		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "late", Topic: "t"}))
-		got, behind := claimCursor(t, b, l, first.Entries, 30)
-		assert.True(t, behind)
-		assert.Equal(t, append(idRange(10, 30), "late"), got)
+		assert.True(t, refused(t, b, l, first.Entries), "the generation changed")
 	})
-	t.Run("OtherEntriesInFlight", func(t *testing.T) {
+	t.Run("NotForOtherEntriesInFlight", func(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
-		got, behind := claimCursor(t, b, l, first.Entries[:9], 10)
-		assert.True(t, behind, "the first nine of pending are in flight")
-		assert.Equal(t, idRange(9, 19), got, "e09 is not in flight: it is claimed")
+		args, _ := b.fronts[0].hint(l, first.Entries[:9])
+		assert.Equal(t, "", args.gen, "not the batch the hint describes: no hint")
 		other := l
 		other.Version++
-		args := b.claimArgs(other, 10, first.Entries)
-		assert.Empty(t, args.members, "another lease: no member is known")
-		assert.Len(t, args.ids, 10)
-	})
-	t.Run("TwiceTheSameEntry", func(t *testing.T) {
-		t.Parallel()
-		b, l, first := frontFixture(t, 30, 10)
-		dup := append(append([]outbox.Entry{}, first.Entries[:9]...), first.Entries[0])
-		assert.Len(t, b.claimArgs(l, 10, dup).members, 9, "each member goes once: the cursor counts them")
-		got, behind := claimCursor(t, b, l, dup, 10)
-		assert.True(t, behind)
-		assert.Equal(t, idRange(9, 19), got)
+		args, _ = b.fronts[0].hint(other, first.Entries)
+		assert.Equal(t, "", args.gen, "another lease: no hint")
 	})
 	t.Run("AnAppend", func(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
 		// Due before everything pending: it is the first member now.
 		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "early", Topic: "t", Key: "k1", NotBefore: time.Unix(1, 0)}))
-		_, behind := claimCursor(t, b, l, first.Entries, 10)
-		assert.False(t, behind)
+		assert.True(t, refused(t, b, l, first.Entries))
+		// FetchNext sends the hint alone, is refused, and claims again with
+		// the entries in flight.
 		next, err := b.FetchNext(ctx, l, 10, first.Entries)
 		require.NoError(t, err)
 		assert.Equal(t, append([]string{"early"}, idRange(10, 19)...), ids(next.Entries), "FetchNext does not skip it")
+		// That claim met the entries in flight behind the first one it
+		// returned: no hint for its batch.
+		args, _ := b.fronts[0].hint(l, next.Entries)
+		assert.Equal(t, "", args.gen)
 		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
-		got, behind := claimCursor(t, b, l, next.Entries, 10)
-		assert.True(t, behind, "early and e10..e18 in flight are pending's front")
-		assert.Equal(t, idRange(19, 29), got)
+		after, err := b.FetchNext(ctx, l, 10, next.Entries)
+		require.NoError(t, err)
+		assert.Equal(t, idRange(19, 29), ids(after.Entries))
+		_, alone := b.fronts[0].hint(l, after.Entries)
+		assert.False(t, alone, "after a refusal the entries in flight go along")
+		require.NoError(t, b.MarkSent(ctx, l, ids(next.Entries)))
+		last, err := b.FetchNext(ctx, l, 10, after.Entries)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"e29"}, ids(last.Entries))
+		_, alone = b.fronts[0].hint(l, last.Entries)
+		assert.True(t, alone, "a hint that held with them: alone again next time")
 	})
 	t.Run("MarkFailed", func(t *testing.T) {
 		t.Parallel()
 		b, l, _ := frontFixture(t, 30, 10)
 		first := moveIntoStretch(t, b, l)
-		got, behind := claimCursor(t, b, l, first.Entries, 10)
-		assert.False(t, behind, "a re-score into the stretch")
-		assert.Equal(t, "y", got[0], "FetchNext does not skip it")
-		assert.Equal(t, idRange(10, 19), got[1:])
+		assert.True(t, refused(t, b, l, first.Entries), "a re-score bumps the generation")
 	})
 	t.Run("MarkSent", func(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
 		require.NoError(t, b.MarkSent(ctx, l, []string{"e09"}))
-		got, behind := claimCursor(t, b, l, first.Entries, 10)
-		assert.False(t, behind, "the last one in flight gone, the others left")
-		assert.Equal(t, idRange(10, 20), got)
+		assert.True(t, refused(t, b, l, first.Entries), "one in flight gone: the stretch is not the batch")
 	})
 	t.Run("ImportWhileHeld", func(t *testing.T) {
 		t.Parallel()
@@ -278,27 +285,24 @@ func TestFetchNextCursor(t *testing.T) {
 		require.Equal(t, 1, n)
 		require.NoError(t, b.Unhold(ctx))
 		require.Equal(t, int64(9), rankOf(t, b, "e09"), "imp is in the stretch")
-		got, behind := claimCursor(t, b, l, first.Entries, 10)
-		assert.False(t, behind)
-		assert.Equal(t, append([]string{"imp"}, idRange(10, 19)...), got, "FetchNext does not skip it")
+		assert.True(t, refused(t, b, l, first.Entries), "Hold took a block of sequences (Import draws from it): the generation changed")
 	})
 	t.Run("CancelFreesHeldBack", func(t *testing.T) {
 		t.Parallel()
-		es := []outbox.Entry{{ID: "a1", Topic: "t", Key: "k"}, {ID: "a2", Topic: "t", Key: "k"}}
-		for i := range 6 {
-			es = append(es, outbox.Entry{ID: fmt.Sprintf("x%d", i), Topic: "t"})
-		}
-		_, b, l := firstFailed(t, time.Hour, es...)
+		c, b, l := firstFailed(t, time.Hour,
+			outbox.Entry{ID: "a1", Topic: "t", Key: "k"},
+			outbox.Entry{ID: "a2", Topic: "t", Key: "k"})
 		// a2 is held back behind a1 and re-scored to a1's retry time.
-		batch, err := b.FetchBatch(ctx, l, 3)
+		_, err := b.FetchBatch(ctx, l, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"x0", "x1", "x2"}, ids(batch.Entries))
+		before, err := c.Get(ctx, b.parts[0].seq).Int64()
+		require.NoError(t, err)
 		require.NoError(t, b.Cancel(ctx, "a1"))
-		next, err := b.FetchNext(ctx, l, 10, batch.Entries)
+		after, err := c.Get(ctx, b.parts[0].seq).Int64()
 		require.NoError(t, err)
-		assert.Equal(t, []string{"x3", "x4", "x5", "a2"}, ids(next.Entries), "a2, freed, is not skipped")
+		assert.Greater(t, after, before, "freeing a2 moved it within pending: the generation changed")
 	})
-	t.Run("HeldBackInTheStretch", func(t *testing.T) {
+	t.Run("NoneAfterAHoldBack", func(t *testing.T) {
 		t.Parallel()
 		_, b, l := firstFailed(t, -time.Hour,
 			outbox.Entry{ID: "a1", Topic: "t", Key: "k"},
@@ -310,25 +314,39 @@ func TestFetchNextCursor(t *testing.T) {
 		batch, err := b.FetchBatch(ctx, l, 3)
 		require.NoError(t, err)
 		require.Equal(t, []string{"a1", "b1", "b2"}, ids(batch.Entries))
-		got, behind := claimCursor(t, b, l, batch.Entries, 10)
-		assert.False(t, behind, "a2 is in the stretch, left pending")
-		assert.Empty(t, got, "a2 waits for the attempted a1 in flight")
+		args, _ := b.fronts[0].hint(l, batch.Entries)
+		assert.Equal(t, "", args.gen, "no hint: a2 is in the stretch, left pending")
 	})
 }
 
-// TestMarkSentAfterFetchingAhead: MarkSent removes a batch by the members
-// its fetch returned, whether it is pending's front or not, and leaves
-// whatever entered its stretch meanwhile.
-func TestMarkSentAfterFetchingAhead(t *testing.T) {
+// markFront runs mark_sent.lua in front mode for batch as MarkSent does:
+// the number removed, or codeHintRefused.
+func markFront(t *testing.T, b *Backend, l outbox.Lease, batch []outbox.Entry) int64 {
+	t.Helper()
+	k := &b.parts[0]
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}
+	hint := b.fronts[0].markHint(l, ids(batch))
+	require.NotNil(t, hint, "a hint for exactly that batch")
+	args := append(append([]any{token(l), "front"}, hint...), anys(ids(batch))...)
+	n, err := scriptMarkSent.Run(context.Background(), b.client, ks, args...).Int64()
+	require.NoError(t, err)
+	return n
+}
+
+// TestMarkSentFront: MarkSent of exactly a batch a fetch returned, while
+// it is the front of pending, removes it by rank (mark_sent.lua's front
+// mode), key-order members included; after any write that could change
+// the front the script refuses and MarkSent sends the members instead.
+func TestMarkSentFront(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 
-	t.Run("TheBatchBeforeTheLastFetch", func(t *testing.T) {
+	t.Run("Holds", func(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
 		next, err := b.FetchNext(ctx, l, 10, first.Entries)
 		require.NoError(t, err)
-		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
+		assert.EqualValues(t, 10, markFront(t, b, l, first.Entries), "the batch before the last fetch: its hint is kept too")
 		for _, id := range ids(first.Entries) {
 			_, err := b.Lookup(ctx, id)
 			assert.ErrorIs(t, err, outbox.ErrNotFound)
@@ -338,29 +356,40 @@ func TestMarkSentAfterFetchingAhead(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, idRange(20, 30), ids(rest.Entries))
 	})
-	t.Run("AfterAnAppend", func(t *testing.T) {
+	t.Run("OnlyTheWholeBatch", func(t *testing.T) {
+		t.Parallel()
+		b, l, first := frontFixture(t, 30, 10)
+		assert.Nil(t, b.fronts[0].markHint(l, ids(first.Entries[1:])), "part of it")
+		dup := append(ids(first.Entries[:9]), "e00")
+		assert.Nil(t, b.fronts[0].markHint(l, dup), "an ID twice")
+		other := l
+		other.Version++
+		assert.Nil(t, b.fronts[0].markHint(other, ids(first.Entries)), "another lease")
+	})
+	t.Run("RefusedAfterAnAppend", func(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
 		require.NoError(t, b.Append(ctx, outbox.Entry{ID: "early", Topic: "t", NotBefore: time.Unix(1, 0)}))
+		assert.EqualValues(t, codeHintRefused, markFront(t, b, l, first.Entries))
+		// MarkSent is refused the same way, then sends the members.
 		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
+		assert.Nil(t, b.fronts[0].markHint(l, ids(first.Entries)), "after a refusal the members go along")
 		rest, err := b.FetchBatch(ctx, l, 100)
 		require.NoError(t, err)
 		assert.Equal(t, append([]string{"early"}, idRange(10, 30)...), ids(rest.Entries), "early is kept, the batch removed")
 	})
-	t.Run("NotTheFront", func(t *testing.T) {
+	t.Run("RefusedWhenNotTheFront", func(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
 		require.NoError(t, b.MarkSent(ctx, l, []string{"e09"}))
-		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
-		rest, err := b.FetchBatch(ctx, l, 100)
-		require.NoError(t, err)
-		assert.Equal(t, idRange(10, 30), ids(rest.Entries))
+		assert.EqualValues(t, codeHintRefused, markFront(t, b, l, first.Entries))
 	})
-	t.Run("AfterAMoveIntoTheBatch", func(t *testing.T) {
+	t.Run("RefusedAfterAMoveIntoTheBatch", func(t *testing.T) {
 		t.Parallel()
 		b, l, _ := frontFixture(t, 30, 10)
+		// Removing the first 10 by rank would remove y.
 		first := moveIntoStretch(t, b, l)
-		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
+		assert.EqualValues(t, codeHintRefused, markFront(t, b, l, first.Entries))
 		_, err := b.Lookup(ctx, "y")
 		assert.NoError(t, err, "y is still there")
 	})
@@ -376,7 +405,7 @@ func TestMarkSentAfterFetchingAhead(t *testing.T) {
 		n, err := c.ZCard(ctx, b.parts[0].keyorder).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "the attempted a1 is in the key-order set")
-		require.NoError(t, b.MarkSent(ctx, l, ids(batch.Entries)))
+		assert.EqualValues(t, 1, markFront(t, b, l, batch.Entries))
 		n, err = c.ZCard(ctx, b.parts[0].keyorder).Result()
 		require.NoError(t, err)
 		assert.EqualValues(t, 0, n, "a1 left the key-order set")
