@@ -2,7 +2,6 @@ package redisoutbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -44,8 +43,8 @@ type Backend struct {
 	// the last fetch returned, so MarkSent can remove them without reading
 	// their values (see markArgs).
 	claims []lastfetch.Cache[string]
-	// fronts remembers, per partition, the front hint of the last fetch
-	// (see frontHint).
+	// fronts remembers, per partition, the front hints of the last two
+	// fetches (see frontSlot).
 	fronts  []frontSlot
 	meta    string // hash: partitions, created-at (the prefix's own slot)
 	members string // hash: owner -> membership record (the prefix's own slot)
@@ -54,46 +53,6 @@ type Backend struct {
 	closed    atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
-}
-
-// keys are the Redis keys of one partition; they share one hash tag.
-type keys struct {
-	tag      string // "{outbox:3}"
-	entries  string // hash: entry ID -> encoded entry
-	pending  string // zset: member seq8+ID, score = next attempt time in ms
-	inflight string // zset of builds before v0.2 (claimed entries); acquire.lua empties it
-	parked   string // zset: parked entry IDs, score 0 (pages by ID)
-	keyorder string // zset, scores 0: key-length|key|position|seq|ID per keyed entry
-	lease    string // string "version:owner" with a PX expiry
-	leasever string // counter: last lease version granted
-	seq      string // counter: last append sequence
-	keyseq   string // hash: entry key -> last key sequence number (Options.KeySequence)
-	hold     string // hash: since, next, last while the outbox is held (Holder)
-	sealed   string // string "1" while the outbox is sealed (Sealer)
-	export   string // list: ExportBatch's scratch key, deleted by the script that writes it
-	notify   string // sharded pub/sub channel of the partition's wake-ups (not a key)
-}
-
-func partitionKeys(prefix string, p int) keys {
-	i, j := strings.IndexByte(prefix, '{'), strings.IndexByte(prefix, '}')
-	tag := prefix[i:j] + ":" + strconv.Itoa(p) + "}"
-	base := prefix[:i] + tag + prefix[j+1:]
-	return keys{
-		tag:      tag,
-		entries:  base + ":entries",
-		pending:  base + ":pending",
-		inflight: base + ":inflight",
-		parked:   base + ":parked",
-		keyorder: base + ":keyorder",
-		lease:    base + ":lease",
-		leasever: base + ":leasever",
-		seq:      base + ":seq",
-		keyseq:   base + ":keyseq",
-		hold:     base + ":hold",
-		sealed:   base + ":sealed",
-		export:   base + ":export",
-		notify:   base + ":notify",
-	}
 }
 
 // New returns a backend on client, which may be a *redis.Client, a
@@ -118,13 +77,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Back
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{
-		client:  client,
-		opts:    opts,
-		meta:    opts.Prefix + ":meta",
-		members: opts.Prefix + ":members",
-		done:    make(chan struct{}),
-	}
+	b := &Backend{client: client, opts: opts, done: make(chan struct{})}
+	b.meta, b.members = outboxKeys(opts.Prefix)
 	_, b.cluster = client.(*redis.ClusterClient)
 	if err := b.LoadScripts(ctx); err != nil {
 		return nil, err
@@ -150,7 +104,7 @@ func (b *Backend) partitionCount(ctx context.Context) (int, error) {
 	configured := b.opts.Partitions
 	res, err := scriptMeta.Run(ctx, b.client, []string{b.meta}, configured).Result()
 	if err != nil {
-		return 0, b.fail(ctx, "New", err, b.meta)
+		return 0, b.mapErr(ctx, "New", err, b.meta)
 	}
 	if code, ok := res.(int64); ok && code == 0 {
 		return 0, b.noOutbox(ctx)
@@ -269,37 +223,6 @@ func (b *Backend) check(ctx context.Context) error {
 		return errClosed
 	}
 	return ctx.Err()
-}
-
-// wrap maps a client error: context errors pass through, a closed client
-// becomes ErrClosed, anything else is wrapped with the operation name.
-func (b *Backend) wrap(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	if errors.Is(err, redis.ErrClosed) {
-		return fmt.Errorf("redisoutbox: %s: the Redis client is closed: %w", op, outbox.ErrClosed)
-	}
-	return fmt.Errorf("redisoutbox: %s: %w", op, err)
-}
-
-// codeErr maps a script's return code to the SPI's sentinel errors.
-func codeErr(op string, lease outbox.Lease, code int64) error {
-	switch code {
-	case -1:
-		return fmt.Errorf("redisoutbox: %s: the lease on partition %d is no longer held by %q at version %d (it expired, was taken over or was released); acquire the partition again: %w",
-			op, lease.Partition, lease.Owner, lease.Version, outbox.ErrLeaseLost)
-	case -2:
-		return fmt.Errorf("redisoutbox: %s: partition %d is leased by another owner; retry after it expires or is released: %w",
-			op, lease.Partition, outbox.ErrLeaseHeld)
-	}
-	return fmt.Errorf("redisoutbox: %s: unexpected script result %d", op, code)
 }
 
 // argErr wraps an error of the shared argument checks (outbox.Check*)
@@ -515,11 +438,7 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 	s := b.appendScript()
 	if len(groups) == 1 {
 		ks, args := b.appendArgs(groups[0][0].Partition, groups[0])
-		err := s.Run(ctx, b.client, ks, args...).Err()
-		if isSealed(err) {
-			return b.sealedErr("Append", err)
-		}
-		return b.fail(ctx, "Append", err, ks...)
+		return b.mapErr(ctx, "Append", s.Run(ctx, b.client, ks, args...).Err(), ks...)
 	}
 	run := b.client.TxPipelined
 	if b.cluster {
@@ -534,8 +453,5 @@ func (b *Backend) Append(ctx context.Context, entries ...outbox.Entry) error {
 		}
 		return nil
 	})
-	if isSealed(err) {
-		return b.sealedErr("Append", err)
-	}
-	return b.fail(ctx, "Append", err, all...)
+	return b.mapErr(ctx, "Append", err, all...)
 }

@@ -34,9 +34,9 @@
 //	{outbox}:meta        hash    partitions, created-at (ms): the stored partition count
 //	{outbox}:members     hash    relay owner -> membership record (see Membership)
 //
-// Every key a script touches is passed in KEYS. Wake-ups are published on
-// one sharded pub/sub channel per partition, "{outbox:0}:notify" and so
-// on (see Notifications).
+// keys.go builds every one of these names. Every key a script touches is
+// passed in KEYS. Wake-ups are published on one sharded pub/sub channel
+// per partition, "{outbox:0}:notify" and so on (see Notifications).
 //
 // # Partition count
 //

@@ -81,9 +81,9 @@ func CheckExec(cmds []redis.Cmder, err error) error {
 	if err == nil {
 		return nil
 	}
-	aborted := errors.Is(err, redis.TxFailedErr) || strings.HasPrefix(err.Error(), "EXECABORT") || strings.HasPrefix(err.Error(), "CROSSSLOT")
+	aborted := classify(err) == errAborted
 	for _, c := range cmds {
-		if cerr := c.Err(); cerr != nil && strings.HasPrefix(cerr.Error(), "EXECABORT") {
+		if cerr := c.Err(); cerr != nil && classify(cerr) == errAborted {
 			aborted = true // go-redis may return the refused command's error instead
 		}
 	}
@@ -102,10 +102,10 @@ func CheckExec(cmds []redis.Cmder, err error) error {
 		}
 		if ee == nil {
 			ee = &ExecError{Index: i, Name: c.Name(), Err: cerr}
-			if isSealed(cerr) {
+			switch classify(cerr) {
+			case errSealed:
 				ee.Err = &SealedError{Prefix: prefixOfKey(firstKey(appendKeys(c))), err: cerr}
-			}
-			if isKeyErr(cerr) {
+			case errKeyType:
 				ee.appendKeys = appendKeys(c)
 			}
 		}

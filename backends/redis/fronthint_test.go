@@ -48,10 +48,9 @@ func claimHinted(t *testing.T, b *Backend, l outbox.Lease, inFlight []outbox.Ent
 	k := &b.parts[0]
 	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq}
 	hint, _ := b.fronts[0].hint(l, inFlight)
-	require.NotEqual(t, "", hint[0], "the last fetch gave a hint for inFlight")
-	args := append([]any{token(l), limit, 4 * limit}, hint...)
-	args = append(args, 0, 0)
-	res, err := scriptClaim.Run(context.Background(), b.client, ks, args...).Result()
+	require.NotEqual(t, "", hint.gen, "the last fetch gave a hint for inFlight")
+	args := claimArgs{token: token(l), limit: limit, budget: 4 * limit, fetchNext: true, hint: hint}
+	res, err := scriptClaim.Run(context.Background(), b.client, ks, args.argv()...).Result()
 	require.NoError(t, err)
 	if code, ok := res.(int64); ok {
 		require.EqualValues(t, codeHintRefused, code)
@@ -229,11 +228,11 @@ func TestFrontHint(t *testing.T) {
 		t.Parallel()
 		b, l, first := frontFixture(t, 30, 10)
 		args, _ := b.fronts[0].hint(l, first.Entries[:9])
-		assert.Equal(t, "", args[0], "not the batch the hint describes: no hint")
+		assert.Equal(t, "", args.gen, "not the batch the hint describes: no hint")
 		other := l
 		other.Version++
 		args, _ = b.fronts[0].hint(other, first.Entries)
-		assert.Equal(t, "", args[0], "another lease: no hint")
+		assert.Equal(t, "", args.gen, "another lease: no hint")
 	})
 	t.Run("AnAppend", func(t *testing.T) {
 		t.Parallel()
@@ -249,7 +248,7 @@ func TestFrontHint(t *testing.T) {
 		// That claim met the entries in flight behind the first one it
 		// returned: no hint for its batch.
 		args, _ := b.fronts[0].hint(l, next.Entries)
-		assert.Equal(t, "", args[0])
+		assert.Equal(t, "", args.gen)
 		require.NoError(t, b.MarkSent(ctx, l, ids(first.Entries)))
 		after, err := b.FetchNext(ctx, l, 10, next.Entries)
 		require.NoError(t, err)
@@ -316,7 +315,7 @@ func TestFrontHint(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"a1", "b1", "b2"}, ids(batch.Entries))
 		args, _ := b.fronts[0].hint(l, batch.Entries)
-		assert.Equal(t, "", args[0], "no hint: a2 is in the stretch, left pending")
+		assert.Equal(t, "", args.gen, "no hint: a2 is in the stretch, left pending")
 	})
 }
 

@@ -262,7 +262,7 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 	for p, c := range cmds {
 		flat, err := c.Slice()
 		if err != nil {
-			return nil, b.wrap(ctx, "Parked", err)
+			return nil, b.mapErr(ctx, "Parked", err)
 		}
 		for i := 0; i+1 < len(flat); i += 2 {
 			id, _ := flat[i].(string)

@@ -40,7 +40,7 @@ func (b *Backend) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Durat
 	}
 	flat, err := scriptHeartbeat.Run(ctx, b.client, []string{b.members}, m.Owner, ttlMillis(ttl), body).Slice()
 	if err != nil {
-		return nil, b.fail(ctx, "Heartbeat", err, b.members)
+		return nil, b.mapErr(ctx, "Heartbeat", err, b.members)
 	}
 	out := make([]outbox.Member, 0, len(flat)/2)
 	for i := 0; i+1 < len(flat); i += 2 {
@@ -89,7 +89,7 @@ func (b *Backend) Leave(ctx context.Context, owner string) error {
 		return nil
 	}
 	if err := scriptLeave.Run(ctx, b.client, []string{b.members}, owner).Err(); err != nil {
-		return b.fail(ctx, "Leave", err, b.members)
+		return b.mapErr(ctx, "Leave", err, b.members)
 	}
 	return nil
 }

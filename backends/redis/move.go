@@ -41,38 +41,11 @@ func (e *SealedError) Error() string {
 // Unwrap returns outbox.ErrSealed and Redis's error.
 func (e *SealedError) Unwrap() []error { return []error{outbox.ErrSealed, e.err} }
 
-// isSealed reports whether err is the append scripts' refusal of a sealed
-// partition.
-func isSealed(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "SEALED ")
-}
-
-func (b *Backend) sealedErr(op string, err error) error {
-	return fmt.Errorf("redisoutbox: %s: %w", op, &SealedError{Prefix: b.opts.Prefix, err: err})
-}
-
 func firstKey(ks []string) string {
 	if len(ks) == 0 {
 		return ""
 	}
 	return ks[0]
-}
-
-// prefixOfKey returns the Options.Prefix of a partition key
-// ("app:{orders:3}:x:entries" -> "app:{orders}:x"), "" when key is not
-// one.
-func prefixOfKey(key string) string {
-	i, j := strings.IndexByte(key, '{'), strings.IndexByte(key, '}')
-	k := strings.LastIndexByte(key, ':')
-	if i < 0 || j < i || k < j {
-		return ""
-	}
-	tag := key[i+1 : j]
-	c := strings.LastIndexByte(tag, ':')
-	if c < 0 {
-		return ""
-	}
-	return key[:i+1] + tag[:c] + key[j:k]
 }
 
 // ExportBatch runs export.lua (one round trip, fenced by the lease): up
@@ -110,10 +83,10 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 	ks := []string{k.lease, k.pending, k.entries, k.parked, k.export}
 	res, err := scriptExport.Run(ctx, b.client, ks, token(lease), limit).Result()
 	if err != nil {
-		return nil, b.fail(ctx, op, err, ks...)
+		return nil, b.mapErr(ctx, op, err, ks...)
 	}
 	if code, ok := res.(int64); ok {
-		return nil, codeErr(op, lease, code)
+		return nil, b.mapErr(ctx, op, scriptCode{code, lease})
 	}
 	flat, ok := res.([]any)
 	if !ok || len(flat)%4 != 0 {
@@ -344,10 +317,10 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 		added += int(n)
 	}
 	if failed >= 0 {
-		return added, b.fail(ctx, op, cmds[failed].Err(), kss[failed]...)
+		return added, b.mapErr(ctx, op, cmds[failed].Err(), kss[failed]...)
 	}
 	if err != nil {
-		return added, b.wrap(ctx, op, err)
+		return added, b.mapErr(ctx, op, err)
 	}
 	return added, nil
 }
@@ -372,7 +345,7 @@ func (b *Backend) Hold(ctx context.Context, reason string) error {
 	}
 	since, err := scriptHold.Run(ctx, b.client, []string{b.meta}, reason).Int64()
 	if err != nil {
-		return b.fail(ctx, op, err, b.meta)
+		return b.mapErr(ctx, op, err, b.meta)
 	}
 	_, err = b.runEach(ctx, op, scriptHoldPart, func(k *keys) ([]string, []any) {
 		return []string{k.hold, k.seq}, []any{since, importBlock}
@@ -395,9 +368,9 @@ func (b *Backend) Unhold(ctx context.Context) error {
 		}
 		return nil
 	}); err != nil {
-		return b.wrap(ctx, op, err)
+		return b.mapErr(ctx, op, err)
 	}
-	return b.wrap(ctx, op, b.client.HDel(ctx, b.meta, "hold-since", "hold-reason").Err())
+	return b.mapErr(ctx, op, b.client.HDel(ctx, b.meta, "hold-since", "hold-reason").Err())
 }
 
 // HoldState reports the hold: the meta key's reason and Since (by the
@@ -423,11 +396,11 @@ func (b *Backend) HoldState(ctx context.Context) (outbox.HoldState, error) {
 	})
 	if err != nil {
 		if merr := meta.Err(); merr != nil {
-			return outbox.HoldState{}, b.fail(ctx, op, merr, b.meta)
+			return outbox.HoldState{}, b.mapErr(ctx, op, merr, b.meta)
 		}
 		for p, c := range parts {
 			if cerr := c.Err(); cerr != nil && cerr != redis.Nil {
-				return outbox.HoldState{}, b.fail(ctx, op, cerr, b.parts[p].hold)
+				return outbox.HoldState{}, b.mapErr(ctx, op, cerr, b.parts[p].hold)
 			}
 		}
 	}
@@ -506,7 +479,7 @@ func (b *Backend) setSealed(ctx context.Context, op string, sealed bool) error {
 		// or wholly after it.
 		_, err = b.client.TxPipelined(ctx, set)
 	}
-	return b.wrap(ctx, op, err)
+	return b.mapErr(ctx, op, err)
 }
 
 // Sealed reports whether the outbox is sealed: every partition's flag is
@@ -525,7 +498,7 @@ func (b *Backend) Sealed(ctx context.Context) (bool, error) {
 		}
 		return nil
 	}); err != nil {
-		return false, b.wrap(ctx, op, err)
+		return false, b.mapErr(ctx, op, err)
 	}
 	var sealed []int
 	for p, c := range cmds {

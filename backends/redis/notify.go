@@ -155,7 +155,7 @@ func (b *Backend) subscribe(ctx context.Context, groups [][]string) ([]*redis.Pu
 		for _, s := range subs {
 			_ = s.Close()
 		}
-		return nil, b.wrap(ctx, "Notifications", err)
+		return nil, b.mapErr(ctx, "Notifications", err)
 	}
 	return subs, nil
 }

@@ -89,7 +89,3 @@ var (
 		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave,
 		scriptHold, scriptHoldPart, scriptImport, scriptExport, scriptRemove, scriptQuarantine}
 )
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}

@@ -24,5 +24,9 @@ if cur then
 end
 local ver = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ver .. ':' .. ARGV[1], 'PX', ttl)
+-- Front hint invariant (fronthint.go): every script that puts a member
+-- into pending or moves one within it changes the sequence counter.
+-- Here: none needed: restore runs for a new grant, and a hint is only
+-- taken under the lease its fetch ran under.
 restore(KEYS[4], KEYS[3])
 return {ver, now_ms() + ttl}

@@ -36,6 +36,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowms = math.floor(now / 1000)
 local n = (#ARGV - 2) / 3
+-- Front hint invariant (fronthint.go): every script that puts a member
+-- into pending or moves one within it changes the sequence counter.
+-- Here: the INCRBY below, before any ZADD to pending.
 local seq = redis.call('INCRBY', KEYS[3], n) - n
 local pack, unpack, sub = struct.pack, struct.unpack, string.sub
 local created = pack('>I8', now)

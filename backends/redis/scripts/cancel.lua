@@ -37,6 +37,9 @@ if key ~= '' then
       if redis.call('ZSCORE', KEYS[2], fm) == score then
         local fv = redis.call('HGET', KEYS[1], string.sub(fm, 9))
         if fv and string.byte(fv, 1) == 2 and #fv >= 33 and attempts_of(fv) == 0 then
+          -- Front hint invariant (fronthint.go): every script that puts a member
+          -- into pending or moves one within it changes the sequence counter.
+          -- Here: bump_gen below when anything was moved.
           redis.call('ZADD', KEYS[2], math.max(now, u64(f, #pfx + 1)), fm)
           moved = true
         end

@@ -1,16 +1,26 @@
--- claim.lua: FindPendingBatch.
+-- claim.lua: FindPendingBatch, FetchBatch and FetchNext.
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
--- KEYS[7] sequence counter
--- ARGV[1] token "version:owner"   ARGV[2] limit   ARGV[3] scan budget
--- ARGV[4..8] (optional, FetchNext) the front hint: a generation ('' for
--- none), the first and last pending member of the entries in flight,
--- their number, and the last one's score as the claim read it (see "The
--- front hint" below); ARGV[9] m: ARGV[10..9+m] the pending members of
--- entries in flight, ARGV[10+m] n: ARGV[11+m..10+m+n] the IDs of the
--- other entries in flight (whose member the caller does not know), the
--- rest the keys of the attempted ones among them
+-- KEYS[7] sequence counter (the generation of the front hint)
+--
+-- ARGV, as claimArgs in claim.go builds it (claimargs_test.go checks the
+-- two against each other):
+-- ARGV[1] token: the lease token "version:owner"
+-- ARGV[2] limit: at most this many entries returned and parked
+-- ARGV[3] budget: at most this many pending members scanned
+-- FetchNext only (FindPendingBatch and FetchBatch end at ARGV[3]):
+-- ARGV[4] gen: the front hint's generation ('' for no hint; see "The front hint")
+-- ARGV[5] first: the pending member of the first entry in flight
+-- ARGV[6] last: the pending member of the last entry in flight
+-- ARGV[7] count: the number of entries in flight
+-- ARGV[8] lscore: the last one's pending score as the claim that returned it read it
+-- ARGV[9] m: the number of entries in flight given by their pending member (0 when the hint goes alone)
+-- ARGV[10..9+m] members: those pending members
+-- ARGV[10+m] n: the number of entries in flight given by their ID (0 when the hint goes alone)
+-- ARGV[11+m..10+m+n] ids: those IDs (the caller does not know their member)
+-- ARGV[11+m+n..] stopped: the keys of the attempted entries in flight
+--
 -- Returns -1 when the lease is lost, -4 when a front hint came without the
 -- entries in flight and does not hold (nothing changed), else {entries,
 -- parked, generation, last score, hinted}: entries is a
@@ -396,6 +406,9 @@ while got < limit and scanned < budget do
     end
   end
 end
+-- Front hint invariant (fronthint.go): every script that puts a member
+-- into pending or moves one within it changes the sequence counter.
+-- Here: the INCR below, before the re-scores.
 if #rescore > 0 and gen ~= '' then
   -- Moved within pending: a front hint read before no longer holds.
   redis.call('INCR', KEYS[7])

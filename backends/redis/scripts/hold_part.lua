@@ -18,6 +18,9 @@ local bad = counter(KEYS[2])
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local size = tonumber(ARGV[2])
+-- Front hint invariant (fronthint.go): every script that puts a member
+-- into pending or moves one within it changes the sequence counter.
+-- Here: the INCRBY below, so imports from the block need none.
 local last = redis.call('INCRBY', KEYS[2], size)
 redis.call('HSET', KEYS[1], 'since', ARGV[1], 'next', last - size + 1, 'last', last)
 return 1

@@ -45,6 +45,10 @@ local floor = since and tonumber(since) or math.floor(nowu / 1000)
 local cnt = #ARGV / 4
 local seq
 local nxt, last = redis.call('HGET', KEYS[6], 'next'), redis.call('HGET', KEYS[6], 'last')
+-- Front hint invariant (fronthint.go): every script that puts a member
+-- into pending or moves one within it changes the sequence counter.
+-- Here: held, from the block hold_part.lua took from the counter (a claim
+-- while held returns no generation); else the INCRBY.
 if since and nxt and last and tonumber(nxt) + cnt - 1 <= tonumber(last) then
   seq = redis.call('HINCRBY', KEYS[6], 'next', cnt) - cnt - 1
 else

@@ -49,6 +49,9 @@ for i = 2, #ARGV, 4 do
           at = math.max(at, u64(v, 18))
           redis.call('ZADD', KEYS[4], 0, order_member(key, v, m))
         end
+        -- Front hint invariant (fronthint.go): every script that puts a member
+        -- into pending or moves one within it changes the sequence counter.
+        -- Here: bump_gen at the end when anything was re-scored.
         redis.call('ZADD', KEYS[2], at, m)
         moved = true
       end

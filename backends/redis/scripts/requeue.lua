@@ -52,6 +52,9 @@ for i = 1, #ARGV do
 end
 if #found == 0 then return {0, refused} end
 table.sort(found, function(x, y) return seq_of(string.sub(x[2], 2, 9)) < seq_of(string.sub(y[2], 2, 9)) end)
+-- Front hint invariant (fronthint.go): every script that puts a member
+-- into pending or moves one within it changes the sequence counter.
+-- Here: the INCRBY below, before the ZADDs to pending.
 local seq = redis.call('INCRBY', KEYS[4], #found) - #found
 for _, f in ipairs(found) do
   local id, v = f[1], f[2]
