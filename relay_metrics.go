@@ -52,7 +52,9 @@ func endPublishSpan(span trace.Span, failed, parked int) {
 // (bounded cardinality); counters carry the partition.
 const (
 	// MetricEntries counts entries by outcome (attribute "outcome": sent,
-	// retried, parked) and partition.
+	// retried, parked) and partition. Every outcome of every partition the
+	// relay serves (RelayOptions.Partitions) is exported at zero from
+	// NewRelay on.
 	MetricEntries = "outbox.relay.entries"
 	// MetricPublishDuration is the duration of one Sink.Publish call (one
 	// publish round), in seconds, by result ("ok": every message
@@ -64,9 +66,10 @@ const (
 	// retries included. Clock skew between store and relay shifts it.
 	MetricCommitToPublish = "outbox.relay.commit_to_publish"
 	// MetricLeaseAcquired counts partition leases this relay gained, by
-	// partition.
+	// partition (every partition the relay serves, from zero).
 	MetricLeaseAcquired = "outbox.relay.lease.acquired"
-	// MetricLeaseLost counts leases lost while held, by partition.
+	// MetricLeaseLost counts leases lost while held, by partition (every
+	// partition the relay serves, from zero).
 	MetricLeaseLost = "outbox.relay.lease.lost"
 	// MetricPartitionsHeld is the number of partitions the relay holds.
 	MetricPartitionsHeld = "outbox.relay.partitions.held"
@@ -78,11 +81,14 @@ const (
 	MetricMembers = "outbox.relay.members"
 	// MetricBreakerState is the state of each topic's circuit breaker
 	// (attribute "topic"): 0 closed, 1 open, 2 half-open (probing). A
-	// topic appears once the relay has published to it.
+	// topic appears once the relay has published to it; until then one
+	// series without the attribute reports 0 (no breaker is open).
 	MetricBreakerState = "outbox.relay.breaker.state"
 	// MetricBreakerTransitions counts the breakers' state changes, by
 	// topic and state entered (attributes "topic", and "state": open,
-	// half_open, closed).
+	// half_open, closed). The three states without a topic attribute are
+	// exported at zero from NewRelay on, so the series exist before any
+	// topic is known; a topic's series start at its first transition.
 	MetricBreakerTransitions = "outbox.relay.breaker.transitions"
 
 	// MetricPending, MetricDue, MetricParked and MetricLag are the outbox's
@@ -153,9 +159,14 @@ func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 	gauge(MetricMembers, "Live relays of the fleet at the last heartbeat.", "{relay}", always(r.coord.membersSeen))
 	_, err = m.Int64ObservableGauge(MetricBreakerState, metric.WithDescription("Circuit breaker state per topic: 0 closed, 1 open, 2 half-open."), metric.WithUnit("{state}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			topics := 0
 			r.breakers.states(func(topic string, state int64) {
+				topics++
 				o.Observe(state, metric.WithAttributes(attribute.String("topic", topic)))
 			})
+			if topics == 0 {
+				o.Observe(breakerClosed) // no topic yet: nothing is open
+			}
 			return nil
 		}))
 	check(err)
@@ -176,7 +187,30 @@ func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	rm.startAtZero(r.opts.Partitions)
 	return &rm, nil
+}
+
+// startAtZero exports at zero every counter series whose attributes a
+// relay knows before its first event: each outcome, lease gain and lease
+// loss of the partitions it serves, and the breaker transitions without a
+// topic (the topics are known only once entries are published). A counter
+// that appears only at its first event leaves the dashboard's panels
+// empty on a healthy relay, and rate() and increase() do not count that
+// first event.
+func (m *relayMetrics) startAtZero(partitions []int) {
+	ctx := context.Background()
+	for _, p := range partitions {
+		part := attribute.Int("partition", p)
+		for _, outcome := range []string{"sent", "retried", "parked"} {
+			m.entries.Add(ctx, 0, metric.WithAttributes(part, attribute.String("outcome", outcome)))
+		}
+		m.acquired.Add(ctx, 0, metric.WithAttributes(part))
+		m.lost.Add(ctx, 0, metric.WithAttributes(part))
+	}
+	for _, state := range breakerStateNames {
+		m.transitions.Add(ctx, 0, metric.WithAttributes(attribute.String("state", state)))
+	}
 }
 
 func (m *relayMetrics) outcome(ctx context.Context, partition int, outcome string, n int) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -211,3 +212,65 @@ func TestRelayBreakerTransitionsAreLoggedAndCounted(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRelayCountersStartAtZero: a new relay exports at zero every counter
+// series whose attributes it knows (each outcome, lease gain and loss of
+// the partitions it serves, and the breaker transitions without a topic),
+// and a breaker state of 0 without a topic while it knows none, so
+// dashboards have data and rate() counts the first event.
+func TestRelayCountersStartAtZero(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	b := memory.New(memory.Options{Partitions: 4})
+	if _, err := outbox.NewRelay(b, outbox.ChannelSink(make(chan outbox.Entry)), outbox.RelayOptions{
+		MeterProvider: mp, Partitions: []int{1, 3}, Logger: slog.New(slog.DiscardHandler),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ms := collect(t, reader)
+	attrs := func(kv ...string) string {
+		var s []attribute.KeyValue
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i] == "partition" {
+				var p int
+				_, _ = fmt.Sscan(kv[i+1], &p)
+				s = append(s, attribute.Int(kv[i], p))
+			} else {
+				s = append(s, attribute.String(kv[i], kv[i+1]))
+			}
+		}
+		set := attribute.NewSet(s...)
+		return set.Encoded(attribute.DefaultEncoder())
+	}
+	want := map[string][]string{
+		outbox.MetricEntries: {
+			attrs("partition", "1", "outcome", "sent"), attrs("partition", "1", "outcome", "retried"), attrs("partition", "1", "outcome", "parked"),
+			attrs("partition", "3", "outcome", "sent"), attrs("partition", "3", "outcome", "retried"), attrs("partition", "3", "outcome", "parked"),
+		},
+		outbox.MetricLeaseAcquired:      {attrs("partition", "1"), attrs("partition", "3")},
+		outbox.MetricLeaseLost:          {attrs("partition", "1"), attrs("partition", "3")},
+		outbox.MetricBreakerTransitions: {attrs("state", "open"), attrs("state", "half_open"), attrs("state", "closed")},
+	}
+	for name, series := range want {
+		d, ok := ms[name].Data.(metricdata.Sum[int64])
+		if !ok {
+			t.Errorf("%s: not exported by a new relay (%T)", name, ms[name].Data)
+			continue
+		}
+		var got []string
+		for _, dp := range d.DataPoints {
+			got = append(got, dp.Attributes.Encoded(attribute.DefaultEncoder()))
+			if dp.Value != 0 {
+				t.Errorf("%s{%s} = %d on a new relay, want 0", name, got[len(got)-1], dp.Value)
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(series)
+		if !slices.Equal(got, series) {
+			t.Errorf("%s series = %q, want %q", name, got, series)
+		}
+	}
+	if d, ok := ms[outbox.MetricBreakerState].Data.(metricdata.Gauge[int64]); !ok || len(d.DataPoints) != 1 || d.DataPoints[0].Value != 0 || d.DataPoints[0].Attributes.Len() != 0 {
+		t.Errorf("%s on a new relay = %+v, want one point 0 without attributes", outbox.MetricBreakerState, ms[outbox.MetricBreakerState].Data)
+	}
+}
