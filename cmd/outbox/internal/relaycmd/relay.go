@@ -123,7 +123,8 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	}
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 
-	ready := &relayReadiness{log: log, ttl: 2 * time.Second, timeout: 2 * time.Second, scrub: c.scrubber(app)}
+	ready := &relayReadiness{log: log, ttl: 2 * time.Second, timeout: 2 * time.Second, scrub: c.scrubber(app),
+		failing: sink.Failing, failAfter: 2 * c.KafkaPublishTimeout}
 	// The HTTP servers stop before the store closes (a request of the
 	// dashboard in flight would otherwise meet a closed store): each stop
 	// runs once, from a defer after the store's Close, or from this one
