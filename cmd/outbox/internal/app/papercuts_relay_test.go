@@ -94,6 +94,7 @@ func TestRelayUnknownTopicNamesFlagsAndReadiness(t *testing.T) {
 		}
 	}
 	reason := parked[0].LastError
+	t.Logf("/readyz.publish while every publish fails: %s\nparked reason: %s", rep.Publish.Error, reason)
 	for _, want := range []string{`topic "orders" has been unknown to the brokers`, "--kafka-unknown-topic-timeout (4s)", "--kafka-auto-create-topics"} {
 		if !strings.Contains(reason, want) {
 			t.Errorf("the parked reason lacks %q: %s", want, reason)
