@@ -4,7 +4,7 @@
 # `outbox relay` without a Kafka cluster:
 #
 #   ./scripts/kfake.sh start
-#   outbox relay --store ... --kafka-brokers "$(./scripts/kfake.sh brokers)"
+#   outbox relay --store ... --kafka-brokers "$(./scripts/kfake.sh brokers)" --kafka-auto-create-topics
 #
 #   start    build the broker and start it on ports it picks (or reuse the one
 #            this script started that still runs); prints the broker list
@@ -12,10 +12,15 @@
 #   status   exit 0 and print the broker list if it runs, else exit 1
 #   brokers  print the broker list (host:port,...) for --kafka-brokers
 #
-# Topics are created when first produced to (auto-creation on), with
-# OUTBOX_KFAKE_PARTITIONS partitions (default 4); OUTBOX_KFAKE_TOPICS (comma-
-# separated) are created at start. Nothing is persisted: stop loses every
-# record. DIR defaults to /tmp/outbox-kfake (override with OUTBOX_KFAKE_DIR).
+# The broker creates a topic when a client that asks for it first produces
+# to it (auto.create.topics.enable on), with OUTBOX_KFAKE_PARTITIONS
+# partitions (default 4). `outbox relay` does not ask unless given
+# --kafka-auto-create-topics (its default is off, as production brokers
+# usually are): without the flag, or topics named in OUTBOX_KFAKE_TOPICS
+# (comma-separated, created at start), its entries are retried and then
+# parked after --kafka-unknown-topic-timeout (1m). start prints the relay
+# flags to use. Nothing is persisted: stop loses every record. DIR defaults
+# to /tmp/outbox-kfake (override with OUTBOX_KFAKE_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +37,7 @@ running() {
 start() {
 	if running && [ -s "$ADDRFILE" ]; then
 		echo "kfake.sh: reusing the broker started earlier (PID $(cat "$PIDFILE")): $(cat "$ADDRFILE")"
+		hint
 		return 0
 	fi
 	command -v go >/dev/null || { echo "kfake.sh: Go is not installed; get it from https://go.dev/dl/" >&2; return 1; }
@@ -54,6 +60,14 @@ start() {
 		return 1
 	fi
 	echo "kfake.sh: broker on $(cat "$ADDRFILE") (PID $(cat "$PIDFILE"))"
+	hint
+}
+
+# hint prints the relay flags for this broker: the relay asks for topics
+# to be created only with --kafka-auto-create-topics.
+hint() {
+	echo "kfake.sh: run the relay with: --kafka-brokers $(cat "$ADDRFILE") --kafka-auto-create-topics"
+	echo "kfake.sh: (without --kafka-auto-create-topics only topics in OUTBOX_KFAKE_TOPICS exist; entries of others are parked after --kafka-unknown-topic-timeout)"
 }
 
 stop() {

@@ -2,6 +2,7 @@ package kafkasink
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/outboxrelay/outbox"
@@ -103,7 +104,8 @@ type Options struct {
 	// at once.
 	UnknownTopicTimeout time.Duration
 
-	// Now is the sink's clock, read for UnknownTopicTimeout. Default
+	// Now is the sink's clock, read for UnknownTopicTimeout and
+	// [Sink.Failing]. Default
 	// time.Now; tests inject a fake one.
 	Now func() time.Time
 
@@ -125,11 +127,43 @@ type Options struct {
 	// brokers; see docs/kafka.md, "Lease boundary and stale records").
 	// Default 0: computed. Negative values are rejected.
 	LandingBound time.Duration
+
+	// OptionName gives the name under which the sink's messages (the
+	// errors Publish returns, which the relay logs and keeps as parked
+	// reasons, and the errors of New and Dial) refer to an option, given
+	// its Go name: a field of Options ("UnknownTopicTimeout",
+	// "PublishTimeout", ...) or a kgo option ([OptionAutoTopicCreation]).
+	// A program that sets the options from its own flags or settings sets
+	// it to name those (the outbox relay command answers
+	// "--kafka-unknown-topic-timeout" for "UnknownTopicTimeout"); an
+	// answer of "" keeps the default for that option. Default: the Go
+	// name, "Options.UnknownTopicTimeout" for a field and the name itself
+	// for a kgo option.
+	OptionName func(option string) string
+}
+
+// OptionAutoTopicCreation is the name [Options.OptionName] is asked for
+// when a message refers to the client's topic auto-creation
+// (kgo.AllowAutoTopicCreation).
+const OptionAutoTopicCreation = "kgo.AllowAutoTopicCreation"
+
+// name is how the sink's messages refer to option (a field of Options, or
+// a kgo option): as OptionName says, else by its Go name.
+func (o Options) name(option string) string {
+	if o.OptionName != nil {
+		if n := o.OptionName(option); n != "" {
+			return n
+		}
+	}
+	if strings.HasPrefix(option, "kgo.") {
+		return option
+	}
+	return "Options." + option
 }
 
 func (o Options) validate() error {
 	if o.LandingBound < 0 {
-		return fmt.Errorf("kafkasink: Options.LandingBound is %v; declare a positive bound, or leave it 0 to have it computed", o.LandingBound)
+		return fmt.Errorf("kafkasink: %s is %v; declare a positive bound, or leave it 0 to have it computed", o.name("LandingBound"), o.LandingBound)
 	}
 	return nil
 }

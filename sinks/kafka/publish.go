@@ -39,6 +39,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	if len(msgs) == 0 {
 		return errs
 	}
+	defer func() { s.health.record(ctx, s.opts.Now(), errs) }()
 	var (
 		pctx   context.Context
 		cancel context.CancelFunc
@@ -205,7 +206,7 @@ func tooLarge(err error) bool {
 func (s *Sink) record(e *outbox.Entry) (*kgo.Record, error) {
 	topic := s.opts.Topic(*e)
 	if topic == "" {
-		return nil, backoff.Permanent(fmt.Errorf("kafkasink: entry %s has no topic; set Entry.Topic, Options.DefaultTopic or Options.Topic", e.ID))
+		return nil, backoff.Permanent(fmt.Errorf("kafkasink: entry %s has no topic; set Entry.Topic, %s or %s", e.ID, s.opts.name("DefaultTopic"), s.opts.name("Topic")))
 	}
 	// A copy: kgo may still hold the record after Publish returned.
 	rec := &kgo.Record{Topic: topic, Value: bytes.Clone(e.Payload)}
@@ -249,8 +250,8 @@ func (s *Sink) finish(ctx, pctx context.Context, e *outbox.Entry, rec *kgo.Recor
 			return ctxErr // the caller's context ended: pass it through
 		}
 		if pctx.Err() != nil {
-			err = fmt.Errorf("kafkasink: entry %s not acknowledged within PublishTimeout %v (brokers unreachable or slow, or the partition has no leader%s; it may still be written, as a duplicate): %w",
-				e.ID, s.opts.PublishTimeout, s.conn.last(), err)
+			err = fmt.Errorf("kafkasink: entry %s not acknowledged within %s %v (brokers unreachable or slow, or the partition has no leader%s; it may still be written, as a duplicate): %w",
+				e.ID, s.opts.name("PublishTimeout"), s.opts.PublishTimeout, s.conn.last(), err)
 			return backoff.SemiTransient(err)
 		}
 		// Neither of ours: kgo fails a Kafka partition's buffered records

@@ -21,7 +21,8 @@ type Sink struct {
 
 	txn    *txnClients // transactional mode only
 	solo   soloProducer
-	topics topicWatch // topics found unknown, for UnknownTopicTimeout
+	topics topicWatch    // topics found unknown, for UnknownTopicTimeout
+	health publishHealth // whether every publish fails, for Failing
 }
 
 var _ outbox.Sink = (*Sink)(nil)
@@ -62,12 +63,12 @@ func New(client *kgo.Client, opts Options) (*Sink, error) {
 		return nil, errors.New("kafkasink: New needs a non-nil *kgo.Client")
 	}
 	if opts.TransactionalIDPrefix != "" {
-		return nil, errors.New("kafkasink: Options.TransactionalIDPrefix needs one client per partition; use Dial instead of New")
+		return nil, fmt.Errorf("kafkasink: %s needs one client per partition; use Dial instead of New", opts.name("TransactionalIDPrefix"))
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := checkClient(client, false); err != nil {
+	if err := checkClient(client, false, opts); err != nil {
 		return nil, err
 	}
 	s := &Sink{client: client, opts: opts.withDefaults()}
@@ -75,7 +76,7 @@ func New(client *kgo.Client, opts Options) (*Sink, error) {
 	return s, nil
 }
 
-func checkClient(client *kgo.Client, transactional bool) error {
+func checkClient(client *kgo.Client, transactional bool, opts Options) error {
 	if v, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); v {
 		return errors.New("kafkasink: the client disables idempotent writes; drop kgo.DisableIdempotentWrite, the sink relies on the idempotent producer for per-key order")
 	}
@@ -83,7 +84,7 @@ func checkClient(client *kgo.Client, transactional bool) error {
 		return errors.New("kafkasink: the client uses kgo.ManualFlushing; drop it, Publish relies on kgo flushing records itself")
 	}
 	if vs := client.OptValues(kgo.TransactionalID); !transactional && len(vs) == 2 && vs[1] == true {
-		return errors.New("kafkasink: the client has a kgo.TransactionalID; drop it, or use Dial with Options.TransactionalIDPrefix for transactional publishing")
+		return fmt.Errorf("kafkasink: the client has a kgo.TransactionalID; drop it, or use Dial with %s for transactional publishing", opts.name("TransactionalIDPrefix"))
 	}
 	return nil
 }
@@ -173,9 +174,9 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kafkasink: bad client options: %w", err)
 		}
-		err = checkClient(probe, false)
+		err = checkClient(probe, false, opts)
 		if v, _ := probe.OptValue(kgo.AllowIdempotentProduceCancellation).(bool); v && err == nil {
-			err = errors.New("kafkasink: kgo.AllowIdempotentProduceCancellation cannot be used with Options.TransactionalIDPrefix (kgo does not allow it with a transactional ID); drop it")
+			err = fmt.Errorf("kafkasink: kgo.AllowIdempotentProduceCancellation cannot be used with %s (kgo does not allow it with a transactional ID); drop it", opts.name("TransactionalIDPrefix"))
 		}
 		probe.Close()
 		if err != nil {
@@ -188,7 +189,7 @@ func Dial(seeds []string, opts Options, kopts ...kgo.Opt) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafkasink: bad client options: %w", err)
 	}
-	if err := checkClient(client, false); err != nil {
+	if err := checkClient(client, false, opts); err != nil {
 		client.Close()
 		return nil, err
 	}

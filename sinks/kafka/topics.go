@@ -98,14 +98,15 @@ func (s *Sink) unknownTopic(e *outbox.Entry, topic string, err error, class back
 	}
 	since := s.topics.failed(topic, now, keep)
 	d := now.Sub(since).Round(time.Millisecond)
+	opt := s.opts.name("UnknownTopicTimeout")
 	if limit >= 0 && now.Sub(since) >= limit {
-		return backoff.Permanent(fmt.Errorf("kafkasink: publish entry %s: topic %q has been unknown to the brokers for %v, which reaches Options.UnknownTopicTimeout (%v): %w (create the topic, or let the brokers and the client create it automatically, then requeue the parked entry)",
-			e.ID, topic, d, limit, err))
+		return backoff.Permanent(fmt.Errorf("kafkasink: publish entry %s: topic %q has been unknown to the brokers for %v, which reaches %s (%v): %w (create the topic, or let the brokers and the client create it automatically: auto.create.topics.enable and %s; then requeue the parked entry)",
+			e.ID, topic, d, opt, limit, err, s.opts.name(OptionAutoTopicCreation)))
 	}
-	until := "it parks once that reaches Options.UnknownTopicTimeout (" + limit.String() + ")"
+	until := "it parks once that reaches " + opt + " (" + limit.String() + ")"
 	if limit < 0 {
-		until = "Options.UnknownTopicTimeout is negative: only the relay's attempt limit parks it"
+		until = opt + " is negative: only the relay's attempt limit parks it"
 	}
-	return backoff.Mark(fmt.Errorf("kafkasink: publish entry %s: topic %q unknown to the brokers (for %v so far; retried, and %s): %w",
-		e.ID, topic, d, until, err), class)
+	return backoff.Mark(fmt.Errorf("kafkasink: publish entry %s: topic %q unknown to the brokers (for %v so far; retried, and %s; create it, or let the brokers and the client create it automatically: auto.create.topics.enable and %s): %w",
+		e.ID, topic, d, until, s.opts.name(OptionAutoTopicCreation), err), class)
 }

@@ -46,9 +46,9 @@ type RelayCmd struct {
 	KafkaTopicPrefix     string            `name:"kafka-topic-prefix" placeholder:"PREFIX" group:"Kafka" help:"Prefix added to an entry's topic to make its Kafka topic (entries the map names excepted)."`
 	KafkaTopicMap        map[string]string `name:"kafka-topic-map" mapsep:"," placeholder:"TOPIC=KAFKA_TOPIC,..." group:"Kafka" help:"Kafka topic of the entries of these topics, comma-separated; the prefix is not added to them."`
 	KafkaTransactionalID string            `name:"kafka-transactional-id-prefix" placeholder:"PREFIX" group:"Kafka" help:"Publish each batch as one Kafka transaction of a producer with transactional ID PREFIX<partition>, so a relay that takes a partition over fences the previous holder at the broker. For compacted topics and read_committed consumers; see docs/kafka.md."`
-	KafkaAutoCreate      bool              `name:"kafka-auto-create-topics" group:"Kafka" help:"Let producing to a missing topic create it, where the brokers allow that too (auto.create.topics.enable). Default: off, so an entry for a missing topic is retried with backoff and parked once the topic has been unknown for --kafka-unknown-topic-timeout, with an error naming the topic."`
+	KafkaAutoCreate      bool              `name:"kafka-auto-create-topics" group:"Kafka" help:"Let producing to a missing topic create it, where the brokers allow that too (auto.create.topics.enable). Default: off, so an entry for a missing topic is retried with backoff and parked once the topic has been unknown for --kafka-unknown-topic-timeout, with an error naming the topic. Turn it on for a development broker that creates topics on demand, such as scripts/kfake.sh's."`
 	KafkaUnknownTopic    time.Duration     `name:"kafka-unknown-topic-timeout" default:"1m" placeholder:"DURATION" group:"Kafka" help:"How long a topic may stay unknown to the brokers (not created yet, or being created again) before its entries are parked; until then they are retried with backoff and hold back the later entries of their key. Negative: never parked for that (the attempt limit still parks). Default: ${default}."`
-	KafkaPublishTimeout  time.Duration     `name:"kafka-publish-timeout" default:"5s" placeholder:"DURATION" group:"Kafka" help:"Bound on one publish round; records not acknowledged by then are retried later. Without transactions the Kafka sink's landing bound is this plus 5s, and --lease-ttl must exceed 1.5 times that bound. Default: ${default}."`
+	KafkaPublishTimeout  time.Duration     `name:"kafka-publish-timeout" default:"5s" placeholder:"DURATION" group:"Kafka" help:"Bound on one publish round; records not acknowledged by then are retried later. Without transactions the Kafka sink's landing bound is this plus 5s, and --lease-ttl must exceed 1.5 times that bound. /readyz reports not ready once every publish has failed for twice this. Default: ${default}."`
 	Batch                int               `name:"batch" default:"${batch}" placeholder:"N" group:"Relay" help:"Most entries fetched from a partition at once. Default: ${default}."`
 	LeaseTTL             time.Duration     `name:"lease-ttl" default:"${lease_ttl}" placeholder:"DURATION" group:"Relay" help:"Partition lease duration; a dead relay's partitions pass to the others after about this long. Default: ${default}."`
 	PollInterval         time.Duration     `name:"poll-interval" default:"${poll_interval}" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default: ${default}."`
@@ -123,7 +123,8 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	}
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 
-	ready := &relayReadiness{log: log, ttl: 2 * time.Second, timeout: 2 * time.Second, scrub: c.scrubber(app)}
+	ready := &relayReadiness{log: log, ttl: 2 * time.Second, timeout: 2 * time.Second, scrub: c.scrubber(app),
+		failing: sink.Failing, failAfter: 2 * c.KafkaPublishTimeout}
 	// The HTTP servers stop before the store closes (a request of the
 	// dashboard in flight would otherwise meet a closed store): each stop
 	// runs once, from a defer after the store's Close, or from this one

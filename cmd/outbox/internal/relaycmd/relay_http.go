@@ -48,7 +48,8 @@ func relayServer(metrics http.Handler, ready *relayReadiness, dashboard http.Han
 
 // ReadyReport is the body of /readyz.
 type ReadyReport struct {
-	// Ready: the relay runs, and the store and Kafka answered.
+	// Ready: the relay runs, the store and Kafka answered, and publishing
+	// has not failed whole for failAfter (see Publish).
 	Ready bool `json:"ready"`
 	// State is "starting", "active" (it holds partitions), "standby" (it
 	// holds none: the other relays hold them all, or it waits for a
@@ -57,6 +58,10 @@ type ReadyReport struct {
 	// Store and Kafka are the last reachability checks.
 	Store ReadyProbe `json:"store"`
 	Kafka ReadyProbe `json:"kafka"`
+	// Publish is not OK while every publish has failed (no record
+	// acknowledged) for failAfter or longer, as the sink reports it
+	// (kafkasink.Sink.Failing); OK again once a record is acknowledged.
+	Publish ReadyProbe `json:"publish"`
 	// PartitionsHeld, PartitionsTarget and Members are the relay's
 	// outbox.RelayStats; Partitions is the outbox's partition count.
 	PartitionsHeld   int64 `json:"partitions_held"`
@@ -81,6 +86,11 @@ type relayReadiness struct {
 	log          *slog.Logger
 	ttl, timeout time.Duration
 	store, kafka func(context.Context) error
+	// failing is the sink's kafkasink.Sink.Failing (nil: publishing is
+	// not judged); failAfter is how long every publish may fail before
+	// the relay is not ready.
+	failing   func() (time.Time, error)
+	failAfter time.Duration
 	// scrub removes secrets from an error's text before it is shown.
 	scrub func(string) string
 
@@ -92,6 +102,7 @@ type relayReadiness struct {
 	stopping   bool
 	last       ReadyReport
 	at         time.Time // of last's checks; zero before the first
+	publishBad bool      // the last check found publishing failing, for its log
 }
 
 func (r *relayReadiness) setRelay(relay *outbox.Relay, partitions int) {
@@ -133,8 +144,30 @@ func (r *relayReadiness) report(ctx context.Context) ReadyReport {
 			rep.State = "active"
 		}
 	}
-	rep.Ready = rep.Store.OK && rep.Kafka.OK && (rep.State == "active" || rep.State == "standby")
+	rep.Publish = r.publishProbe()
+	rep.Ready = rep.Store.OK && rep.Kafka.OK && rep.Publish.OK && (rep.State == "active" || rep.State == "standby")
 	return rep
+}
+
+// publishProbe judges publishing: not OK once every publish has failed
+// for failAfter or longer.
+func (r *relayReadiness) publishProbe() ReadyProbe {
+	if r.failing == nil {
+		return ReadyProbe{OK: true}
+	}
+	since, last := r.failing()
+	if since.IsZero() {
+		return ReadyProbe{OK: true}
+	}
+	d := time.Since(since)
+	if d < r.failAfter {
+		return ReadyProbe{OK: true}
+	}
+	msg := fmt.Sprintf("every publish has failed for %v (no record acknowledged; not ready after %v, twice --kafka-publish-timeout, until one is)", d.Round(time.Second), r.failAfter)
+	if last != nil {
+		msg += "; last error: " + last.Error()
+	}
+	return ReadyProbe{Error: r.scrub(msg)}
 }
 
 // check checks the store and Kafka, concurrently, each within timeout, and
@@ -175,6 +208,24 @@ func (r *relayReadiness) check(ctx context.Context) {
 	r.mu.Unlock()
 	r.logChange("the store", first, prev.Store, store)
 	r.logChange("Kafka", first, prev.Kafka, kafka)
+	r.logPublish()
+}
+
+// logPublish logs a change of publishProbe since the last check: WARN once
+// when every publish has failed for failAfter, INFO once when a record is
+// acknowledged again.
+func (r *relayReadiness) logPublish() {
+	p := r.publishProbe()
+	r.mu.Lock()
+	was := r.publishBad
+	r.publishBad = !p.OK
+	r.mu.Unlock()
+	switch {
+	case !p.OK && !was:
+		r.log.Warn("outbox relay: every publish has failed for a while; /readyz reports not ready until a record is acknowledged (the relay keeps retrying)", "err", p.Error)
+	case p.OK && was:
+		r.log.Info("outbox relay: publishing works again: a record was acknowledged")
+	}
 }
 
 func (r *relayReadiness) logChange(what string, first bool, prev, now ReadyProbe) {

@@ -79,12 +79,24 @@ func (c *RelayCmd) saslMechanism() sasl.Mechanism {
 	return nil
 }
 
+// sinkOptionFlags names the flags of the sink's options, for the sink's
+// messages (the errors the relay logs and keeps as parked reasons); the
+// options no flag sets keep their Go names.
+var sinkOptionFlags = map[string]string{
+	"UnknownTopicTimeout":             "--kafka-unknown-topic-timeout",
+	"PublishTimeout":                  "--kafka-publish-timeout",
+	"TransactionalIDPrefix":           "--kafka-transactional-id-prefix",
+	"Topic":                           "--kafka-topic-prefix or --kafka-topic-map",
+	kafkasink.OptionAutoTopicCreation: "--kafka-auto-create-topics",
+}
+
 // SinkOptions maps the topic and publishing flags onto the sink's options.
 func (c *RelayCmd) SinkOptions() kafkasink.Options {
 	o := kafkasink.Options{
 		PublishTimeout:        c.KafkaPublishTimeout,
 		TransactionalIDPrefix: c.KafkaTransactionalID,
 		UnknownTopicTimeout:   c.KafkaUnknownTopic,
+		OptionName:            func(o string) string { return sinkOptionFlags[o] },
 	}
 	if c.KafkaTopicPrefix != "" || len(c.KafkaTopicMap) > 0 {
 		prefix, mapped := c.KafkaTopicPrefix, c.KafkaTopicMap
