@@ -185,6 +185,8 @@ func (c *MigrateDownCmd) reportRemoved(ctx context.Context, app *cli.App, o *cli
 		fmt.Fprintf(out, "dropped the schema %s (created by 'outbox migrate up', and empty)\n", name)
 	case !st.Marked:
 		fmt.Fprintf(out, "left the schema %s: 'outbox migrate up' did not create it (it existed before, or was created by 'outbox migrate sql' or another tool); drop it yourself if nothing else uses it\n", name)
+	case st.Objects == 0:
+		fmt.Fprintf(out, "left the schema %s: it is not empty (it holds objects such as operators or collations)\n", name)
 	default:
 		fmt.Fprintf(out, "left the schema %s: it still holds %d other %s (another outbox's tables, or the application's)\n", name, st.Objects, plural(st.Objects, "object", "objects"))
 	}
