@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outbox"
@@ -132,6 +133,12 @@ func renderMigration(sql string, opts Options) string {
 	return strings.Join(lines, "")
 }
 
+// fileOnlyNotes matches the comment paragraphs of the migration files
+// that speak of the files as they are (unqualified names, the partition
+// placeholder): MigrationSQL leaves them out, since its output has the
+// names qualified and the count filled in.
+var fileOnlyNotes = regexp.MustCompile(`(?m)^--\n-- (?:Names are unqualified|\{partitions\} below is a placeholder)[^\n]*\n(?:-- [^\n]*\n)*`)
+
 // createMigrationsTable is the statement that creates the table recording
 // applied versions; %s is its qualified name.
 const createMigrationsTable = `CREATE TABLE IF NOT EXISTS %s (
@@ -167,12 +174,15 @@ func MigrationSQL(opts Options) (string, error) {
 	}
 	n := newNames(opts.Schema, opts.Table)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "-- pgoutbox migrations 001 to %03d for %s with %d partitions, rendered by pgoutbox.MigrationSQL.\n-- Run in one transaction.\n\n",
-		ms[len(ms)-1].version, n.outbox, opts.Partitions)
+	fmt.Fprintf(&sb, "-- pgoutbox migrations 001 to %03d for %s with %d partitions, rendered by pgoutbox.MigrationSQL.\n"+
+		"-- Tables, sequences and functions are schema-qualified (%s), so the SQL does not\n"+
+		"-- depend on search_path; indexes and constraints are created in their table's schema.\n"+
+		"-- The partition count is filled in. Run in one transaction.\n\n",
+		ms[len(ms)-1].version, n.outbox, opts.Partitions, pgx.Identifier{opts.Schema}.Sanitize())
 	fmt.Fprintf(&sb, "CREATE SCHEMA IF NOT EXISTS %s;\n\n", pgx.Identifier{opts.Schema}.Sanitize())
 	fmt.Fprintf(&sb, createMigrationsTable+";\n", n.migrations)
 	for _, m := range ms {
-		fmt.Fprintf(&sb, "\n%s\n", strings.TrimRight(renderMigration(m.up, opts), "\n"))
+		fmt.Fprintf(&sb, "\n%s\n", strings.TrimRight(renderMigration(fileOnlyNotes.ReplaceAllString(m.up, ""), opts), "\n"))
 		fmt.Fprintf(&sb, "\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", n.migrations, m.version, m.name)
 	}
 	return sb.String(), nil
@@ -185,9 +195,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	return MigrateTo(ctx, pool, opts, LatestVersion())
 }
 
-// MigrateTo applies up (or down) migrations until the schema is at version
-// (0 removes every table). It creates opts.Schema if needed and records
-// applied versions in "<table>_migrations".
+// MigrateTo applies up (or down) migrations until the schema is at version.
+// It creates opts.Schema if needed (marking a schema it creates with a
+// comment, [SchemaMark]) and records applied versions in
+// "<table>_migrations".
+//
+// Version 0 removes every table of the outbox, "<table>_migrations"
+// included, and then opts.Schema too, but only when MigrateTo created it
+// (it carries SchemaMark) and it holds nothing else: a schema it did not
+// create, or one that holds other objects (another outbox's tables, the
+// application's), is left as it is; [SchemaState] tells which.
 //
 // Migration 004 stores opts.Partitions as the outbox's partition count, so
 // applying it (creating an outbox, or bringing one from before 004 up to
@@ -230,7 +247,13 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 				return err
 			}
 		}
-		return mg.run(ctx, ms, applied, version)
+		if err := mg.run(ctx, ms, applied, version); err != nil {
+			return err
+		}
+		if version == 0 {
+			return mg.removeAll(ctx)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("pgoutbox: Migrate %s to version %d: %w", n.outbox, version, err)
@@ -245,16 +268,30 @@ type migrator struct {
 	n    names
 }
 
-// begin takes the schema's advisory lock, creates the schema and the
-// migrations table if needed, sets search_path to the schema for the
-// transaction and returns the versions already applied.
+// SchemaMark is the comment MigrateTo puts on a schema it creates, so that
+// MigrateTo to version 0 knows it may drop it.
+const SchemaMark = "created by pgoutbox.Migrate"
+
+// begin takes the schema's advisory lock, creates the schema (marked with
+// SchemaMark) and the migrations table if needed, sets search_path to the
+// schema for the transaction and returns the versions already applied.
 func (mg migrator) begin(ctx context.Context) (map[int]bool, error) {
 	if _, err := mg.tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", lockKey(mg.opts.Schema)); err != nil {
 		return nil, err
 	}
 	schema := pgx.Identifier{mg.opts.Schema}.Sanitize()
+	var exists bool
+	if err := mg.tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", mg.opts.Schema).Scan(&exists); err != nil {
+		return nil, err
+	}
+	if !exists {
+		for _, s := range []string{"CREATE SCHEMA " + schema, "COMMENT ON SCHEMA " + schema + " IS '" + SchemaMark + "'"} {
+			if _, err := mg.tx.Exec(ctx, s); err != nil {
+				return nil, err
+			}
+		}
+	}
 	stmts := []string{
-		"CREATE SCHEMA IF NOT EXISTS " + schema,
 		"SET LOCAL search_path TO " + schema,
 		fmt.Sprintf(createMigrationsTable, mg.n.migrations),
 	}
@@ -303,6 +340,71 @@ func (mg migrator) run(ctx context.Context, ms []migration, applied map[int]bool
 		}
 	}
 	return nil
+}
+
+// removeAll drops the migrations table once every migration is reverted,
+// then the schema when it carries SchemaMark and holds nothing else (a
+// plain DROP SCHEMA, which refuses a schema that is not empty, run under
+// a savepoint so that refusal keeps the schema and nothing else).
+func (mg migrator) removeAll(ctx context.Context) error {
+	if _, err := mg.tx.Exec(ctx, "DROP TABLE IF EXISTS "+mg.n.migrations); err != nil {
+		return err
+	}
+	st, err := schemaState(ctx, mg.tx, mg.opts.Schema)
+	if err != nil || !st.Marked {
+		return err
+	}
+	sp, err := mg.tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := sp.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{mg.opts.Schema}.Sanitize()); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "2BP01" { // dependent_objects_still_exist: not empty
+			return sp.Rollback(ctx)
+		}
+		return err
+	}
+	return sp.Commit(ctx)
+}
+
+// SchemaInfo is what [SchemaState] reports of a schema.
+type SchemaInfo struct {
+	// Exists reports whether the schema exists.
+	Exists bool
+	// Marked reports whether it carries SchemaMark: MigrateTo created it.
+	Marked bool
+	// Objects is the number of relations (tables, sequences, views,
+	// indexes, composite types), functions, and domain, enum and range
+	// types in it.
+	Objects int
+}
+
+// SchemaState reports whether schema exists, whether MigrateTo created it
+// and how many objects it holds: after MigrateTo to version 0, why it kept
+// the schema (not created by MigrateTo, or not empty).
+func SchemaState(ctx context.Context, pool *pgxpool.Pool, schema string) (SchemaInfo, error) {
+	return schemaState(ctx, pool, schema)
+}
+
+func schemaState(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string) (SchemaInfo, error) {
+	var st SchemaInfo
+	var mark *string
+	err := q.QueryRow(ctx, `SELECT obj_description(n.oid, 'pg_namespace'),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid)
+  + (SELECT count(*) FROM pg_proc WHERE pronamespace = n.oid)
+  + (SELECT count(*) FROM pg_type WHERE typnamespace = n.oid AND typtype IN ('d', 'e', 'r', 'm'))
+FROM pg_namespace n WHERE nspname = $1`, schema).Scan(&mark, &st.Objects)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	st.Exists, st.Marked = true, mark != nil && *mark == SchemaMark
+	return st, nil
 }
 
 // up applies migration m and records it as applied.

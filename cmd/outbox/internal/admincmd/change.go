@@ -16,10 +16,11 @@ import (
 // SelectFlags say which entries requeue and cancel work on, and how.
 type SelectFlags struct {
 	cli.FilterFlags
-	All    bool `noconfig:"" help:"Every parked entry."`
-	DryRun bool `name:"dry-run" noconfig:"" help:"Print what would be changed, one line per entry; change nothing."`
-	Yes    bool `noconfig:"" help:"Go ahead with a bulk change without asking (needed when there is no terminal to ask on)."`
-	Batch  int  `default:"500" aliases:"limit" help:"Entries per call on the store."`
+	All     bool `noconfig:"" help:"Every parked entry."`
+	DryRun  bool `name:"dry-run" noconfig:"" help:"Print what would be changed, one line per entry; change nothing."`
+	Yes     bool `noconfig:"" help:"Go ahead with a bulk change without asking (needed when there is no terminal to ask on)."`
+	Verbose bool `short:"v" help:"Print a line per entry changed even past 20 entries (by default a bulk change of more prints only the entries it could not change, and a summary)."`
+	Batch   int  `default:"500" aliases:"limit" help:"Entries per call on the store."`
 }
 
 // selection is what SelectFlags and IDs select.
@@ -101,12 +102,13 @@ func (c *RequeueCmd) requeue(ctx context.Context, app *cli.App, o *cli.Opened, s
 		fmt.Fprintf(out, "would requeue %d entries (dry run: nothing changed)\n", len(ids))
 		return nil
 	}
-	if sel.all {
+	if len(sel.ids) == 0 {
 		if err := cli.Confirm(app, c.Yes, "requeue "+sel.describe(len(ids), o), true); err != nil {
 			return err
 		}
 	}
 	pr := cli.NewProgress(app, len(ids), "requeue")
+	pr.Brief(c.Verbose)
 	defer pr.Done()
 	res, err := ops.Requeue(ctx, in, ids, ops.RequeueOptions{Batch: c.Batch, Progress: func(ch ops.RequeueChunk) {
 		printRequeued(pr, ch, o.Store)
@@ -118,6 +120,7 @@ func (c *RequeueCmd) requeue(ctx context.Context, app *cli.App, o *cli.Opened, s
 		return o.Explain(err)
 	}
 	fmt.Fprintf(out, "requeued %d entries\n", res.Requeued)
+	printLeftOut(out, pr)
 	if n := len(res.Refused); n > 0 {
 		return fmt.Errorf("%d %s left parked: %s can never be published as stored (see each one's reason above; inspect with outbox show ID, then fix the stored data and requeue again, or cancel)",
 			n, plural(n, "entry was", "entries were"), plural(n, "it", "they"))
@@ -172,12 +175,20 @@ func printRequeued(pr *cli.Progress, ch ops.RequeueChunk, store outbox.Store) {
 		}
 		switch {
 		case ch.Requeued == len(ch.IDs)-len(why):
-			pr.Line("%s: requeued", cli.Cell(id))
+			pr.Entry("%s: requeued", cli.Cell(id))
 		case canLook:
-			pr.Line("%s: requeued, or no longer parked (%d of this batch of %d were requeued; the others changed state meanwhile)", cli.Cell(id), ch.Requeued, len(ch.IDs))
+			pr.Entry("%s: requeued, or no longer parked (%d of this batch of %d were requeued; the others changed state meanwhile)", cli.Cell(id), ch.Requeued, len(ch.IDs))
 		default:
-			pr.Line("%s: requeued, or not parked (%d of this batch of %d were requeued; this backend, %T, cannot tell which: it does not implement outbox.Looker)", cli.Cell(id), ch.Requeued, len(ch.IDs), store)
+			pr.Entry("%s: requeued, or not parked (%d of this batch of %d were requeued; this backend, %T, cannot tell which: it does not implement outbox.Looker)", cli.Cell(id), ch.Requeued, len(ch.IDs), store)
 		}
+	}
+}
+
+// printLeftOut says how many routine per-entry lines pr left out, and how
+// to see them.
+func printLeftOut(out io.Writer, pr *cli.Progress) {
+	if n := pr.LeftOut(); n > 0 {
+		fmt.Fprintf(out, "(%d per-entry lines left out: more than %d entries; pass -v to print each one)\n", n, cli.BriefMin-1)
 	}
 }
 
@@ -239,12 +250,13 @@ func (c *CancelCmd) cancel(ctx context.Context, app *cli.App, o *cli.Opened, sel
 		}
 	}
 	pr := cli.NewProgress(app, len(ids), "cancel")
+	pr.Brief(c.Verbose)
 	defer pr.Done()
 	res, err := ops.Cancel(ctx, cl, ids, ops.CancelOptions{Progress: func(id string, oc ops.Outcome) {
 		if oc == ops.NotFound {
 			pr.Line("%s: %s", cli.Cell(id), ops.ReasonNotFound)
 		} else {
-			pr.Line("%s: cancelled", cli.Cell(id))
+			pr.Entry("%s: cancelled", cli.Cell(id))
 		}
 		pr.Add(1)
 	}})
@@ -258,6 +270,7 @@ func (c *CancelCmd) cancel(ctx context.Context, app *cli.App, o *cli.Opened, sel
 	default:
 		fmt.Fprintf(out, "cancelled %d entries\n", res.Cancelled)
 	}
+	printLeftOut(out, pr)
 	return nil
 }
 
@@ -328,6 +341,22 @@ func (c *PurgeCmd) Run(app *cli.App) error {
 		return o.Explain(err)
 	}
 	fmt.Fprintf(app.Stdout, "purged %d archived entries sent before %s from %s\n", n, before.UTC().Format(time.RFC3339), archive)
+	if n > 0 {
+		return nil
+	}
+	return noArchiveHint(ctx, app, o, archive)
+}
+
+// noArchiveHint says, when archive holds no row at all, that the outbox's
+// relays do not archive, and what turns archiving on.
+func noArchiveHint(ctx context.Context, app *cli.App, o *cli.Opened, archive string) error {
+	var any bool
+	if err := o.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+archive+")").Scan(&any); err != nil {
+		return o.Explain(err)
+	}
+	if !any {
+		fmt.Fprintf(app.Stdout, "%s is empty: this outbox does not archive. Sent entries are deleted when they are sent unless the relay's backend is opened with pgoutbox.Options{Archive: true} (in the code that runs the relay; 'outbox relay' does not archive), so purge has nothing to do\n", archive)
+	}
 	return nil
 }
 

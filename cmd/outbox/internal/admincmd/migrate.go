@@ -121,7 +121,7 @@ func (c *MigrateUpCmd) redisUp(ctx context.Context, app *cli.App, o *cli.Opened)
 // MigrateDownCmd rolls Postgres migrations back.
 type MigrateDownCmd struct {
 	cli.StoreFlags
-	To      int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Roll back to this version (default: one version down; 0 drops every table of the outbox, entries included)."`
+	To      int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Roll back to this version (default: one version down; 0 drops every table of the outbox, entries and the migrations table included, and the schema if migrate up created it and nothing else is in it)."`
 	Yes     bool          `noconfig:"" help:"Go ahead without asking (needed when there is no terminal to ask on)."`
 	Timeout time.Duration `default:"1m" help:"Give up after this long."`
 }
@@ -154,7 +154,7 @@ func (c *MigrateDownCmd) Run(app *cli.App) error {
 	}
 	what := fmt.Sprintf("roll %s%s back from version %d to %d", o.Outbox, o.In(), before.Version, to)
 	if to == 0 {
-		what += ", which drops its tables and every entry in them"
+		what += ", which drops its tables (the migrations table included) and every entry in them, and its schema if 'outbox migrate up' created it and nothing else is in it"
 	}
 	if err := cli.Confirm(app, c.Yes, what, false); err != nil {
 		return err
@@ -163,6 +163,33 @@ func (c *MigrateDownCmd) Run(app *cli.App) error {
 		return o.Explain(err)
 	}
 	fmt.Fprintf(app.Stdout, "rolled %s back from version %d to %d\n", o.Outbox, before.Version, to)
+	if to > 0 {
+		return nil
+	}
+	return c.reportRemoved(ctx, app, o)
+}
+
+// reportRemoved says, after a roll back to 0, what is gone and what is
+// left of the outbox's schema, and why.
+func (c *MigrateDownCmd) reportRemoved(ctx context.Context, app *cli.App, o *cli.Opened) error {
+	schema := cli.OrDefault(c.Schema, pgoutbox.DefaultSchema)
+	st, err := pgoutbox.SchemaState(ctx, o.Pool, schema)
+	if err != nil {
+		return o.Explain(err)
+	}
+	out := app.Stdout
+	name := pgx.Identifier{schema}.Sanitize()
+	fmt.Fprintf(out, "dropped every table of %s, %s included\n", o.Outbox, pgx.Identifier{schema, cli.OrDefault(c.Table, pgoutbox.DefaultTable) + "_migrations"}.Sanitize())
+	switch {
+	case !st.Exists:
+		fmt.Fprintf(out, "dropped the schema %s (created by 'outbox migrate up', and empty)\n", name)
+	case !st.Marked:
+		fmt.Fprintf(out, "left the schema %s: 'outbox migrate up' did not create it (it existed before, or was created by 'outbox migrate sql' or another tool); drop it yourself if nothing else uses it\n", name)
+	case st.Objects == 0:
+		fmt.Fprintf(out, "left the schema %s: it is not empty (it holds objects such as operators or collations)\n", name)
+	default:
+		fmt.Fprintf(out, "left the schema %s: it still holds %d other %s (another outbox's tables, or the application's)\n", name, st.Objects, plural(st.Objects, "object", "objects"))
+	}
 	return nil
 }
 

@@ -55,7 +55,8 @@ func TestAdminOnANarrowBackend(t *testing.T) {
 }
 
 // TestBulkProgress: long bulk work draws a progress bar on stderr when it
-// is a terminal, and never otherwise; the per-ID results go to stdout.
+// is a terminal, and never otherwise; the per-ID results (with -v) go to
+// stdout.
 func TestBulkProgress(t *testing.T) {
 	t.Parallel()
 	for _, tty := range []bool{false, true} {
@@ -88,7 +89,8 @@ func TestBulkProgress(t *testing.T) {
 			var out, errs strings.Builder
 			app := &cli.App{Stdout: &out, Stderr: &errs, StderrTerminal: tty}
 			o := &cli.Opened{Store: mem, Kind: "memory", Outbox: "memory"}
-			c := &RequeueCmd{SelectFlags: SelectFlags{All: true, Yes: true, Batch: 50}}
+			// -v: past 20 entries the per-ID lines are printed only when asked for.
+			c := &RequeueCmd{SelectFlags: SelectFlags{All: true, Yes: true, Verbose: true, Batch: 50}}
 			if err := c.requeue(ctx, app, o, selection{all: true}); err != nil {
 				t.Fatal(err)
 			}

@@ -24,8 +24,9 @@ import (
 type ShowCmd struct {
 	cli.StoreFlags
 	cli.OutputFlags
-	ID      string        `arg:"" name:"id" help:"The entry's ID."`
-	Timeout time.Duration `default:"30s" help:"Give up after this long."`
+	ID       string        `arg:"" name:"id" help:"The entry's ID."`
+	MaxBytes int           `name:"max-bytes" placeholder:"N" default:"65536" help:"Show at most the first N bytes of the payload, and say how many were cut (0: the whole payload)."`
+	Timeout  time.Duration `default:"30s" help:"Give up after this long."`
 }
 
 // ShowJSON is the shape of show -o json.
@@ -36,12 +37,17 @@ type ShowJSON struct {
 	State string `json:"state"`
 	// DueAt is when the entry is next due; null when parked.
 	DueAt *time.Time `json:"due_at"`
-	// PayloadBase64 is the payload, always.
+	// PayloadBase64 is the payload, always: its first --max-bytes bytes
+	// when PayloadCut.
 	PayloadBase64 string `json:"payload_base64"`
-	// PayloadText is the payload when it is valid UTF-8.
+	// PayloadText is the payload (as shown) when it is valid UTF-8.
 	PayloadText *string `json:"payload_text,omitempty"`
-	// PayloadJSON is the payload when it is a JSON object or array.
+	// PayloadJSON is the payload when it is a JSON object or array and
+	// not cut.
 	PayloadJSON json.RawMessage `json:"payload_json,omitempty"`
+	// PayloadCut reports whether the payload shown is cut to --max-bytes;
+	// PayloadBytes holds the full size.
+	PayloadCut bool `json:"payload_cut"`
 }
 
 // Run shows the entry.
@@ -63,22 +69,47 @@ func (c *ShowCmd) show(ctx context.Context, app *cli.App, o *cli.Opened) error {
 	if err != nil {
 		return o.Explain(err)
 	}
-	if c.JSON() {
-		j := ShowJSON{EntryJSON: toEntryJSON(info.Entry), State: state(info), PayloadBase64: base64.StdEncoding.EncodeToString(info.Payload)}
-		if !info.DueAt.IsZero() {
-			t := info.DueAt.UTC()
-			j.DueAt = &t
-		}
-		if utf8.Valid(info.Payload) {
-			s := string(info.Payload)
-			j.PayloadText = &s
-		}
-		if isJSONDoc(info.Payload) {
-			j.PayloadJSON = json.RawMessage(info.Payload)
-		}
-		return cli.WriteJSON(app.Stdout, j)
+	if c.MaxBytes < 0 {
+		return cli.UsageError("--max-bytes must be 0 (the whole payload) or more")
 	}
-	return printEntry(app.Stdout, info, time.Now())
+	if c.JSON() {
+		return cli.WriteJSON(app.Stdout, showJSON(info, c.MaxBytes))
+	}
+	return printEntry(app.Stdout, info, time.Now(), c.MaxBytes)
+}
+
+// showJSON is show -o json of info, its payload cut to maxBytes (0: not cut).
+func showJSON(info outbox.EntryInfo, maxBytes int) ShowJSON {
+	shown, cut := cutPayload(info.Payload, maxBytes)
+	j := ShowJSON{EntryJSON: toEntryJSON(info.Entry), State: state(info), PayloadBase64: base64.StdEncoding.EncodeToString(shown), PayloadCut: cut}
+	if !info.DueAt.IsZero() {
+		t := info.DueAt.UTC()
+		j.DueAt = &t
+	}
+	if utf8.Valid(shown) {
+		s := string(shown)
+		j.PayloadText = &s
+	}
+	if !cut && isJSONDoc(shown) {
+		j.PayloadJSON = json.RawMessage(shown)
+	}
+	return j
+}
+
+// cutPayload returns the first maxBytes bytes of p (all of p when
+// maxBytes is 0 or p is no longer), backing off to the start of a UTF-8
+// character when p is UTF-8, and whether it cut anything.
+func cutPayload(p []byte, maxBytes int) ([]byte, bool) {
+	if maxBytes == 0 || len(p) <= maxBytes {
+		return p, false
+	}
+	n := maxBytes
+	if utf8.Valid(p) {
+		for n > 0 && !utf8.RuneStart(p[n]) {
+			n--
+		}
+	}
+	return p[:n], true
 }
 
 func state(info outbox.EntryInfo) string {
@@ -89,7 +120,8 @@ func state(info outbox.EntryInfo) string {
 }
 
 // printEntry prints an entry for people.
-func printEntry(out io.Writer, info outbox.EntryInfo, now time.Time) error {
+// The payload is cut to maxBytes (0: not cut), with a line that says so.
+func printEntry(out io.Writer, info outbox.EntryInfo, now time.Time, maxBytes int) error {
 	ts := func(t time.Time) string {
 		if t.IsZero() {
 			return "-"
@@ -135,9 +167,14 @@ func printEntry(out io.Writer, info outbox.EntryInfo, now time.Time) error {
 		row("last error", "")
 		b.WriteString(indent(cli.Printable(info.LastError), "  "))
 	}
-	kind, body := renderPayload(info.Payload)
+	shown, cut := cutPayload(info.Payload, maxBytes)
+	_, body := renderPayload(shown) // a cut JSON document shows as text
+	kind := payloadKind(info.Payload)
 	row("payload", fmt.Sprintf("%d bytes, %s", len(info.Payload), kind))
 	b.WriteString(body)
+	if cut {
+		fmt.Fprintf(&b, "(payload cut: showed the first %d of %d bytes, %d left out; --max-bytes 0 shows it all)\n", len(shown), len(info.Payload), len(info.Payload)-len(shown))
+	}
 	_, err := io.WriteString(out, b.String())
 	return err
 }
@@ -161,6 +198,19 @@ func renderPayload(p []byte) (kind, body string) {
 		return "text", s
 	}
 	return "binary, hex", hex.Dump(p)
+}
+
+// payloadKind is the kind renderPayload gives p, without rendering it.
+func payloadKind(p []byte) string {
+	switch {
+	case len(p) == 0:
+		return "empty"
+	case isJSONDoc(p):
+		return "JSON"
+	case isText(p):
+		return "text"
+	}
+	return "binary, hex"
 }
 
 // isJSONDoc reports whether p is a JSON object or array.

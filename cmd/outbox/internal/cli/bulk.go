@@ -55,10 +55,36 @@ type Progress struct {
 	p     *mpb.Progress
 	bar   *mpb.Bar
 	lines io.Writer
+	total int
+	// brief: Entry lines are counted in left, not printed.
+	brief bool
+	left  int
 }
 
+// BriefMin is the least number of entries whose routine per-entry lines
+// (Entry) a bulk command leaves out unless asked for them (-v).
+const BriefMin = 21
+
+// Brief leaves out the routine per-entry lines (Entry) when the work
+// holds BriefMin entries or more, unless verbose is set.
+func (pr *Progress) Brief(verbose bool) {
+	pr.brief = !verbose && pr.total >= BriefMin
+}
+
+// Entry prints one routine result line, or counts it as left out (Brief).
+func (pr *Progress) Entry(format string, args ...any) {
+	if pr.brief {
+		pr.left++
+		return
+	}
+	pr.Line(format, args...)
+}
+
+// LeftOut is the number of Entry lines Brief left out.
+func (pr *Progress) LeftOut() int { return pr.left }
+
 func NewProgress(app *App, total int, verb string) *Progress {
-	pr := &Progress{lines: app.Stdout}
+	pr := &Progress{lines: app.Stdout, total: total}
 	if !app.StderrTerminal || total < ProgressMin {
 		return pr
 	}
@@ -73,7 +99,7 @@ func NewProgress(app *App, total int, verb string) *Progress {
 	return pr
 }
 
-// Line prints one result line.
+// Line prints one result line, always (exceptions: refused, not found).
 func (pr *Progress) Line(format string, args ...any) {
 	fmt.Fprintf(pr.lines, format+"\n", args...)
 }

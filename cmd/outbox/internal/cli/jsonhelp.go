@@ -32,7 +32,9 @@ outbox parked -o json
 outbox show ID -o json
   ENTRY and "state": "pending"|"parked", "due_at": TIME|null (null when
   parked), "payload_base64" (always), "payload_text" (when the payload is
-  UTF-8), "payload_json" (when it is a JSON object or array)
+  UTF-8), "payload_json" (when it is a JSON object or array, not cut),
+  "payload_cut" (true when the payload is longer than --max-bytes: then
+  payload_base64 and payload_text hold its first --max-bytes bytes)
 
 outbox move --dry-run -o json, outbox move --verify -o json
   {"source": SIDE, "destination": SIDE,
