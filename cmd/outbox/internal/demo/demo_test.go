@@ -151,3 +151,61 @@ func TestPgBouncerHint(t *testing.T) {
 		t.Error("pgBouncerHint(nil) must be nil")
 	}
 }
+
+// TestDemoStoreErrorSaysWhatWasTried checks the error for a store the demo
+// cannot use: the URL it tried with the password masked, where that URL
+// came from (--store, the variable, the default), the driver's cause, and
+// what to change; never the password.
+func TestDemoStoreErrorSaysWhatWasTried(t *testing.T) {
+	t.Parallel()
+	const secret = "S3cretPW"
+	none := func(string) string { return "" }
+	for _, b := range []struct{ backend, variable, defaultURL string }{
+		{"postgres", "OUTBOX_POSTGRES_URL", demoDefaultPostgres},
+		{"redis", "OUTBOX_REDIS_URL", demoDefaultRedis},
+	} {
+		url := func(host, pw string) string { return b.backend + "://app:" + pw + "@" + host + ":1234/db" }
+		fromEnv := func(k string) string {
+			if k == b.variable {
+				return url("env-host", secret)
+			}
+			return ""
+		}
+		for _, tc := range []struct {
+			name, backend, store string
+			getenv               func(string) string
+			wantURL, wantFrom    string
+			wantFix              string
+		}{
+			{"Flag", "", url("flag-host", secret), fromEnv,
+				url("flag-host", "xxxxx"), "(from --store)", "correct the --store URL"},
+			{"Variable", b.backend, "", fromEnv,
+				url("env-host", "xxxxx"), "(from " + b.variable + ")", "correct " + b.variable + ", or pass --store URL"},
+			{"Default", b.backend, "", none,
+				b.defaultURL, "(the default, as neither --store nor " + b.variable + " is set)", "start the server there, or pass --store URL or set " + b.variable},
+		} {
+			t.Run(b.backend+tc.name, func(t *testing.T) {
+				t.Parallel()
+				c := &DemoCmd{Entries: 10, Keys: 1, Partitions: 2, Batch: 1, Timeout: time.Second, Seed: 1, Backend: tc.backend, Store: tc.store}
+				r, err := c.resolve(tc.getenv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A driver's cause that echoes the URL, as some do.
+				cause := errors.New(`password authentication failed for user "app" at ` + r.Store)
+				err = r.storeError("cannot reach the store at", cause)
+				msg := err.Error()
+				want := "demo: cannot reach the store at " + tc.wantURL + " " + tc.wantFrom + ": password authentication failed"
+				if !strings.HasPrefix(msg, want) || !strings.HasSuffix(msg, "\nhint: "+tc.wantFix) {
+					t.Errorf("got:\n%s\nwant it to start with:\n%s\nand end with the hint: %s", msg, want, tc.wantFix)
+				}
+				if strings.Contains(msg, secret) {
+					t.Errorf("the error shows the password: %s", msg)
+				}
+				if !errors.Is(err, cause) {
+					t.Error("the error must wrap the driver's cause")
+				}
+			})
+		}
+	}
+}
