@@ -34,8 +34,18 @@ func TestDemoPlanIsAFunctionOfTheSeed(t *testing.T) {
 	if p3 := planDemo(c); slices.Equal(strip(p1), strip(p3)) {
 		t.Fatal("seeds 9 and 10 gave the same plan")
 	}
+	checkPlanCounts(t, c, p1)
+	checkPlanTransactions(t, p1)
+}
+
+// checkPlanCounts checks the plan's entries against its counts and the
+// flags: rolled-back entries are neither poison nor numbered, each
+// entry's failures are the attempts failsOnPurpose fails, and the totals
+// add up.
+func checkPlanCounts(t *testing.T, c *DemoCmd, p *demoPlan) {
+	t.Helper()
 	poison, exhausted, failures, committed := 0, 0, 0, 0
-	for i, e := range p1.entries {
+	for i, e := range p.entries {
 		if e.rollback {
 			if e.poison || e.seq != -1 {
 				t.Fatalf("entry %d of a rolled-back transaction is poison or has a sequence number: %+v", i, e)
@@ -47,31 +57,44 @@ func TestDemoPlanIsAFunctionOfTheSeed(t *testing.T) {
 			poison++
 			continue
 		}
-		for a := range e.failures {
-			if !p1.failsOnPurpose(i, a) {
-				t.Fatalf("entry %d: attempt %d counted as failing but failsOnPurpose says it passes", i, a)
-			}
-		}
-		if e.failures < demoMaxAttempts && p1.failsOnPurpose(i, e.failures) {
-			t.Fatalf("entry %d: attempt %d should pass", i, e.failures)
-		}
+		checkEntryFailures(t, p, i)
 		if e.failures == demoMaxAttempts {
 			exhausted++
 		}
 		failures += e.failures
 	}
-	if committed != c.Entries || poison != c.Poison || exhausted != p1.exhausted || failures != p1.failures || p1.poison != c.Poison {
+	if committed != c.Entries || poison != c.Poison || exhausted != p.exhausted || failures != p.failures || p.poison != c.Poison {
 		t.Fatalf("plan counts: committed %d poison %d exhausted %d failures %d; the plan says %d, %d, %d, %d",
-			committed, poison, exhausted, failures, p1.committed, p1.poison, p1.exhausted, p1.failures)
+			committed, poison, exhausted, failures, p.committed, p.poison, p.exhausted, p.failures)
 	}
 	if exhausted == 0 {
 		t.Fatal("at a fail rate of 0.85, some of 3000 entries should run out of attempts")
 	}
-	// Transactions commit whole or not at all, and a key's sequence
-	// numbers count its committed entries in plan order.
+}
+
+// checkEntryFailures checks that entry i's first failures attempts fail on
+// purpose and the next one, if any is left, passes.
+func checkEntryFailures(t *testing.T, p *demoPlan, i int) {
+	t.Helper()
+	e := p.entries[i]
+	for a := range e.failures {
+		if !p.failsOnPurpose(i, a) {
+			t.Fatalf("entry %d: attempt %d counted as failing but failsOnPurpose says it passes", i, a)
+		}
+	}
+	if e.failures < demoMaxAttempts && p.failsOnPurpose(i, e.failures) {
+		t.Fatalf("entry %d: attempt %d should pass", i, e.failures)
+	}
+}
+
+// checkPlanTransactions checks that transactions commit whole or not at
+// all, and that a key's sequence numbers count its committed entries in
+// plan order.
+func checkPlanTransactions(t *testing.T, p *demoPlan) {
+	t.Helper()
 	next := map[string]int{}
-	for _, tx := range p1.txs {
-		for _, e := range p1.entries[tx.first : tx.first+tx.n] {
+	for _, tx := range p.txs {
+		for _, e := range p.entries[tx.first : tx.first+tx.n] {
 			if e.rollback != tx.rollback {
 				t.Fatalf("transaction %+v holds an entry with rollback %v", tx, e.rollback)
 			}
