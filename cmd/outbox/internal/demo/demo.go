@@ -37,6 +37,8 @@ type DemoCmd struct {
 	UI         bool          `name:"ui" noconfig:"" help:"Serve the dashboard of the demo's outbox while it runs (the URL is printed; actions answer 403 until the run ends), and keep serving it after the run, with requeue and cancel, until Ctrl-C (SIGINT) or SIGTERM; the exit status is still the run's."`
 	UIAddr     string        `name:"ui-addr" placeholder:"HOST:PORT" noconfig:"" help:"Loopback address of --ui's dashboard; port 0 picks a free one. Default: a free port of the IPv4 loopback address."`
 
+	// origin is where Store came from, set by resolve.
+	origin storeOrigin
 	// uiStop, when set, also ends the wait after the run (tests).
 	uiStop <-chan struct{}
 	// finished is set, with --ui, once the run reached its report: the
@@ -186,15 +188,61 @@ func (c *DemoCmd) resolveBackend(getenv func(string) string) error {
 	case kind != "" && c.Backend != kind:
 		return cli.UsageError("demo: --backend %s with a %s --store URL; give a %s URL or --backend %s", c.Backend, kind, c.Backend, kind)
 	}
-	if c.Store == "" {
-		switch c.Backend {
-		case "postgres":
-			c.Store = cmp.Or(getenv("OUTBOX_POSTGRES_URL"), demoDefaultPostgres)
-		case "redis":
-			c.Store = cmp.Or(getenv("OUTBOX_REDIS_URL"), demoDefaultRedis)
-		}
-	}
+	c.resolveStore(getenv)
 	return nil
+}
+
+// demoStores are, by backend, the variable the demo reads its store URL
+// from and the URL it uses when neither --store nor that variable is set.
+var demoStores = map[string]struct{ variable, url string }{
+	"postgres": {"OUTBOX_POSTGRES_URL", demoDefaultPostgres},
+	"redis":    {"OUTBOX_REDIS_URL", demoDefaultRedis},
+}
+
+// resolveStore fills in --store for a backend that needs one (from the
+// backend's variable, else the local server) and records where it came
+// from.
+func (c *DemoCmd) resolveStore(getenv func(string) string) {
+	s, ok := demoStores[c.Backend]
+	c.origin = storeOrigin{variable: s.variable}
+	switch {
+	case !ok:
+	case c.Store != "":
+		c.origin.from = "--store"
+	case getenv(s.variable) != "":
+		c.Store, c.origin.from = getenv(s.variable), s.variable
+	default:
+		c.Store = s.url
+	}
+}
+
+// storeOrigin is where the demo's store URL came from: --store, the
+// backend's variable, or the default (the local server). The error for a
+// store the demo cannot reach says it, and what to change.
+type storeOrigin struct {
+	// variable is the backend's variable, OUTBOX_POSTGRES_URL or
+	// OUTBOX_REDIS_URL.
+	variable string
+	// from is "--store", the variable, or "" for the default.
+	from string
+}
+
+func (o storeOrigin) String() string {
+	if o.from == "" {
+		return "the default, as neither --store nor " + o.variable + " is set"
+	}
+	return "from " + o.from
+}
+
+// fix says what to change to point the demo at another store.
+func (o storeOrigin) fix() string {
+	switch o.from {
+	case "--store":
+		return "correct the --store URL"
+	case "":
+		return "start the server there, or pass --store URL or set " + o.variable
+	}
+	return "correct " + o.variable + ", or pass --store URL"
 }
 
 // storeKind is the backend a --store URL is for, by its scheme: "postgres",

@@ -81,15 +81,28 @@ func openDemoBackend(ctx context.Context, c *DemoCmd, logger *slog.Logger) (*dem
 	return nil, fmt.Errorf("demo: --backend %q: use memory, postgres or redis", c.Backend)
 }
 
+// storeError is the error for a store URL the demo cannot use (the driver
+// refused it, or the store did not answer): what went wrong, the URL with
+// its password masked, where the URL came from, the driver's cause, and
+// what to change.
+func (c *DemoCmd) storeError(what string, err error) error {
+	url := cli.RedactText(c.Store, cli.URLSecrets(c.Store)...)
+	return fmt.Errorf("demo: %s %s (%v): %w\nhint: %s", what, url, c.origin, cli.Redact(err, c.Store), c.origin.fix())
+}
+
 func openDemoPostgres(ctx context.Context, c *DemoCmd, logger *slog.Logger) (*demoBackend, error) {
-	pool, err := pgxpool.New(ctx, c.Store)
+	cfg, err := pgxpool.ParseConfig(c.Store)
+	if err != nil {
+		return nil, c.storeError("cannot use the PostgreSQL URL", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err == nil {
 		if err = pool.Ping(ctx); err != nil {
 			pool.Close()
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("demo: cannot reach PostgreSQL (pass --store URL or set OUTBOX_POSTGRES_URL): %w", cli.Redact(err, c.Store))
+		return nil, c.storeError("cannot reach PostgreSQL at", err)
 	}
 	schema := demoName("_")
 	quoted := pgx.Identifier{schema}.Sanitize()
@@ -145,12 +158,12 @@ func openDemoPostgres(ctx context.Context, c *DemoCmd, logger *slog.Logger) (*de
 func openDemoRedis(ctx context.Context, c *DemoCmd, logger *slog.Logger) (*demoBackend, error) {
 	opts, err := redis.ParseURL(c.Store)
 	if err != nil {
-		return nil, fmt.Errorf("demo: the Redis URL: %w", cli.Redact(err, c.Store))
+		return nil, c.storeError("cannot use the Redis URL", err)
 	}
 	client := redis.NewClient(opts)
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("demo: cannot reach Redis (pass --store URL or set OUTBOX_REDIS_URL): %w", cli.Redact(err, c.Store))
+		return nil, c.storeError("cannot reach Redis at", err)
 	}
 	tag := demoName("-")
 	prefix := "{" + tag + "}"

@@ -34,8 +34,18 @@ func TestDemoPlanIsAFunctionOfTheSeed(t *testing.T) {
 	if p3 := planDemo(c); slices.Equal(strip(p1), strip(p3)) {
 		t.Fatal("seeds 9 and 10 gave the same plan")
 	}
+	checkPlanCounts(t, c, p1)
+	checkPlanTransactions(t, p1)
+}
+
+// checkPlanCounts checks the plan's entries against its counts and the
+// flags: rolled-back entries are neither poison nor numbered, each
+// entry's failures are the attempts failsOnPurpose fails, and the totals
+// add up.
+func checkPlanCounts(t *testing.T, c *DemoCmd, p *demoPlan) {
+	t.Helper()
 	poison, exhausted, failures, committed := 0, 0, 0, 0
-	for i, e := range p1.entries {
+	for i, e := range p.entries {
 		if e.rollback {
 			if e.poison || e.seq != -1 {
 				t.Fatalf("entry %d of a rolled-back transaction is poison or has a sequence number: %+v", i, e)
@@ -47,31 +57,44 @@ func TestDemoPlanIsAFunctionOfTheSeed(t *testing.T) {
 			poison++
 			continue
 		}
-		for a := range e.failures {
-			if !p1.failsOnPurpose(i, a) {
-				t.Fatalf("entry %d: attempt %d counted as failing but failsOnPurpose says it passes", i, a)
-			}
-		}
-		if e.failures < demoMaxAttempts && p1.failsOnPurpose(i, e.failures) {
-			t.Fatalf("entry %d: attempt %d should pass", i, e.failures)
-		}
+		checkEntryFailures(t, p, i)
 		if e.failures == demoMaxAttempts {
 			exhausted++
 		}
 		failures += e.failures
 	}
-	if committed != c.Entries || poison != c.Poison || exhausted != p1.exhausted || failures != p1.failures || p1.poison != c.Poison {
+	if committed != c.Entries || poison != c.Poison || exhausted != p.exhausted || failures != p.failures || p.poison != c.Poison {
 		t.Fatalf("plan counts: committed %d poison %d exhausted %d failures %d; the plan says %d, %d, %d, %d",
-			committed, poison, exhausted, failures, p1.committed, p1.poison, p1.exhausted, p1.failures)
+			committed, poison, exhausted, failures, p.committed, p.poison, p.exhausted, p.failures)
 	}
 	if exhausted == 0 {
 		t.Fatal("at a fail rate of 0.85, some of 3000 entries should run out of attempts")
 	}
-	// Transactions commit whole or not at all, and a key's sequence
-	// numbers count its committed entries in plan order.
+}
+
+// checkEntryFailures checks that entry i's first failures attempts fail on
+// purpose and the next one, if any is left, passes.
+func checkEntryFailures(t *testing.T, p *demoPlan, i int) {
+	t.Helper()
+	e := p.entries[i]
+	for a := range e.failures {
+		if !p.failsOnPurpose(i, a) {
+			t.Fatalf("entry %d: attempt %d counted as failing but failsOnPurpose says it passes", i, a)
+		}
+	}
+	if e.failures < demoMaxAttempts && p.failsOnPurpose(i, e.failures) {
+		t.Fatalf("entry %d: attempt %d should pass", i, e.failures)
+	}
+}
+
+// checkPlanTransactions checks that transactions commit whole or not at
+// all, and that a key's sequence numbers count its committed entries in
+// plan order.
+func checkPlanTransactions(t *testing.T, p *demoPlan) {
+	t.Helper()
 	next := map[string]int{}
-	for _, tx := range p1.txs {
-		for _, e := range p1.entries[tx.first : tx.first+tx.n] {
+	for _, tx := range p.txs {
+		for _, e := range p.entries[tx.first : tx.first+tx.n] {
 			if e.rollback != tx.rollback {
 				t.Fatalf("transaction %+v holds an entry with rollback %v", tx, e.rollback)
 			}
@@ -149,5 +172,63 @@ func TestPgBouncerHint(t *testing.T) {
 	}
 	if pgBouncerHint(nil) != nil {
 		t.Error("pgBouncerHint(nil) must be nil")
+	}
+}
+
+// TestDemoStoreErrorSaysWhatWasTried checks the error for a store the demo
+// cannot use: the URL it tried with the password masked, where that URL
+// came from (--store, the variable, the default), the driver's cause, and
+// what to change; never the password.
+func TestDemoStoreErrorSaysWhatWasTried(t *testing.T) {
+	t.Parallel()
+	const secret = "S3cretPW"
+	none := func(string) string { return "" }
+	for _, b := range []struct{ backend, variable, defaultURL string }{
+		{"postgres", "OUTBOX_POSTGRES_URL", demoDefaultPostgres},
+		{"redis", "OUTBOX_REDIS_URL", demoDefaultRedis},
+	} {
+		url := func(host, pw string) string { return b.backend + "://app:" + pw + "@" + host + ":1234/db" }
+		fromEnv := func(k string) string {
+			if k == b.variable {
+				return url("env-host", secret)
+			}
+			return ""
+		}
+		for _, tc := range []struct {
+			name, backend, store string
+			getenv               func(string) string
+			wantURL, wantFrom    string
+			wantFix              string
+		}{
+			{"Flag", "", url("flag-host", secret), fromEnv,
+				url("flag-host", "xxxxx"), "(from --store)", "correct the --store URL"},
+			{"Variable", b.backend, "", fromEnv,
+				url("env-host", "xxxxx"), "(from " + b.variable + ")", "correct " + b.variable + ", or pass --store URL"},
+			{"Default", b.backend, "", none,
+				b.defaultURL, "(the default, as neither --store nor " + b.variable + " is set)", "start the server there, or pass --store URL or set " + b.variable},
+		} {
+			t.Run(b.backend+tc.name, func(t *testing.T) {
+				t.Parallel()
+				c := &DemoCmd{Entries: 10, Keys: 1, Partitions: 2, Batch: 1, Timeout: time.Second, Seed: 1, Backend: tc.backend, Store: tc.store}
+				r, err := c.resolve(tc.getenv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A driver's cause that echoes the URL, as some do.
+				cause := errors.New(`password authentication failed for user "app" at ` + r.Store)
+				err = r.storeError("cannot reach the store at", cause)
+				msg := err.Error()
+				want := "demo: cannot reach the store at " + tc.wantURL + " " + tc.wantFrom + ": password authentication failed"
+				if !strings.HasPrefix(msg, want) || !strings.HasSuffix(msg, "\nhint: "+tc.wantFix) {
+					t.Errorf("got:\n%s\nwant it to start with:\n%s\nand end with the hint: %s", msg, want, tc.wantFix)
+				}
+				if strings.Contains(msg, secret) {
+					t.Errorf("the error shows the password: %s", msg)
+				}
+				if !errors.Is(err, cause) {
+					t.Error("the error must wrap the driver's cause")
+				}
+			})
+		}
 	}
 }

@@ -42,13 +42,24 @@ func (w *world) abort(runCtx context.Context, c *DemoCmd, out io.Writer, db *dem
 
 // world is what the demo appended and what arrived, checked against the
 // plan.
+//
+// Two locks: appending serializes the appending transactions and is held
+// across each commit, so per key the plan's sequence order is commit
+// order; mu guards the bookkeeping and is held only for it, never across
+// a round trip to the store. The consumer and the sink take mu once per
+// record: were it held across commits, they would wait for one commit per
+// record, and on a store whose commits take milliseconds (PostgreSQL)
+// arrivals would trail the appends until the last one and the handover
+// would come at the end instead of halfway.
 type world struct {
 	plan *demoPlan
 
+	appending sync.Mutex
+
 	mu         sync.Mutex
-	nextTx     int
-	committed  []bool // by entry index: its transaction committed
-	arrivals   []int  // by entry index: how many times it arrived
+	nextTx     int       // the plan's next transaction; written under appending and mu
+	txOf       []txState // by entry index: where its transaction stands
+	arrivals   []int     // by entry index: how many times it arrived
 	lastSeq    map[string]int
 	violations []string
 	failedAt   map[[2]int]bool // injected failures seen: (entry, attempt)
@@ -60,13 +71,22 @@ type world struct {
 	unknown              atomic.Int64 // records with an ID not in the plan
 }
 
+// txState is where the transaction of a committing entry stands.
+type txState uint8
+
+const (
+	txPlanned    txState = iota // not begun: its entries cannot have been published
+	txCommitting                // begun; the relays may see it as soon as the store commits it
+	txCommitted                 // the store confirmed the commit
+)
+
 func newWorld(p *demoPlan) *world {
 	return &world{
-		plan:      p,
-		committed: make([]bool, len(p.entries)),
-		arrivals:  make([]int, len(p.entries)),
-		lastSeq:   map[string]int{},
-		failedAt:  map[[2]int]bool{},
+		plan:     p,
+		txOf:     make([]txState, len(p.entries)),
+		arrivals: make([]int, len(p.entries)),
+		lastSeq:  map[string]int{},
+		failedAt: map[[2]int]bool{},
 	}
 }
 
@@ -77,53 +97,86 @@ func (w *world) appendedAll() bool {
 }
 
 // appendLoop appends the plan's transactions in plan order until none is
-// left. A transaction is committed and recorded under one lock, so per key
-// the plan's sequence order is commit order, the order the outbox must
-// keep. The pause between transactions spreads the appends over the run.
+// left. The pause between transactions spreads the appends over the run.
 func (w *world) appendLoop(ctx context.Context, appendTx func(context.Context, []outbox.Entry, bool) error, g int) error {
 	pace := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
 	for ctx.Err() == nil {
-		w.mu.Lock()
-		if w.nextTx == len(w.plan.txs) {
-			w.mu.Unlock()
+		done, err := w.appendNext(ctx, appendTx, g)
+		switch {
+		case done:
 			return nil
-		}
-		tx := w.plan.txs[w.nextTx]
-		entries := make([]outbox.Entry, tx.n)
-		for i := range entries {
-			e := w.plan.entries[tx.first+i]
-			entries[i] = outbox.Entry{
-				ID:      e.id,
-				Topic:   demoTopic,
-				Key:     e.key,
-				Payload: fmt.Appendf(nil, `{"order":%q,"seq":%d,"writer":%d}`, e.key, e.seq, g),
-				Headers: map[string]string{"content-type": "application/json"},
-			}
-		}
-		err := appendTx(ctx, entries, tx.rollback)
-		if err == nil {
-			w.nextTx++
-			if tx.rollback {
-				w.rolledBack.Add(int64(tx.n))
-				w.rbTxs.Add(1)
-			} else {
-				for i := range tx.n {
-					w.committed[tx.first+i] = true
-				}
-				w.appended.Add(int64(tx.n))
-				w.appendedTxs.Add(1)
-			}
-		}
-		w.mu.Unlock()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // the run ended; its cause is reported
-			}
+		case err != nil && ctx.Err() != nil:
+			return nil // the run ended; its cause is reported
+		case err != nil:
 			return err
 		}
 		time.Sleep(time.Duration(pace.IntN(300)) * time.Microsecond)
 	}
 	return nil
+}
+
+// appendNext appends the plan's next transaction, as appender g, and
+// records the outcome; done reports that none was left. It holds
+// w.appending throughout, so transactions commit in plan order.
+func (w *world) appendNext(ctx context.Context, appendTx func(context.Context, []outbox.Entry, bool) error, g int) (done bool, err error) {
+	w.appending.Lock()
+	defer w.appending.Unlock()
+	tx, entries, ok := w.beginTx(g)
+	if !ok {
+		return true, nil
+	}
+	err = appendTx(ctx, entries, tx.rollback)
+	if err == nil {
+		w.commitTx(tx)
+	}
+	// On an error the transaction's entries stay txCommitting: whether
+	// the store committed it is unknown, and the run ends.
+	return false, err
+}
+
+// beginTx returns the plan's next transaction and its entries as appender
+// g writes them, and marks a committing one's entries txCommitting; ok is
+// false when none is left. The caller holds w.appending.
+func (w *world) beginTx(g int) (tx demoTx, entries []outbox.Entry, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.nextTx == len(w.plan.txs) {
+		return demoTx{}, nil, false
+	}
+	tx = w.plan.txs[w.nextTx]
+	entries = make([]outbox.Entry, tx.n)
+	for i := range entries {
+		e := w.plan.entries[tx.first+i]
+		entries[i] = outbox.Entry{
+			ID:      e.id,
+			Topic:   demoTopic,
+			Key:     e.key,
+			Payload: fmt.Appendf(nil, `{"order":%q,"seq":%d,"writer":%d}`, e.key, e.seq, g),
+			Headers: map[string]string{"content-type": "application/json"},
+		}
+		if !tx.rollback {
+			w.txOf[tx.first+i] = txCommitting
+		}
+	}
+	return tx, entries, true
+}
+
+// commitTx records that tx committed (or, for a rollback, rolled back)
+// and moves on to the next one. The caller holds w.appending.
+func (w *world) commitTx(tx demoTx) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nextTx++
+	if tx.rollback {
+		w.rolledBack.Add(int64(tx.n))
+		w.rbTxs.Add(1)
+		return
+	}
+	for i := range tx.n {
+		w.txOf[tx.first+i] = txCommitted
+	}
+	w.appended.Add(int64(tx.n))
+	w.appendedTxs.Add(1)
 }
 
 func (w *world) consume(ctx context.Context, cl *kgo.Client) {
@@ -150,8 +203,8 @@ func (w *world) consume(ctx context.Context, cl *kgo.Client) {
 			switch {
 			case e.rollback:
 				w.violations = append(w.violations, "entry "+id+" of a rolled-back transaction arrived")
-			case !w.committed[i]:
-				w.violations = append(w.violations, "entry "+id+" arrived before its transaction committed")
+			case w.txOf[i] == txPlanned:
+				w.violations = append(w.violations, "entry "+id+" arrived before its transaction began")
 			case e.poison || e.failures == demoMaxAttempts:
 				w.violations = append(w.violations, "entry "+id+" arrived although the broker refused every attempt")
 			case string(rec.Key) != e.key:
