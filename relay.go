@@ -125,10 +125,12 @@ func partitionProblems(partitions []int, n int) []OptionProblem {
 
 // Stop bounds: after Stop's context ends, a sink that has not returned
 // within sinkAbandonAfter of the cancellation is abandoned, and the final
-// lease release and Leave get finalCallTimeout each.
+// lease release and Leave get finalCallTimeout each (a release that began
+// before, under releaseTimeout, is cut to finalCallTimeout from then).
 const (
 	sinkAbandonAfter = time.Second
 	finalCallTimeout = 500 * time.Millisecond
+	releaseTimeout   = 5 * time.Second
 )
 
 // NewRelay returns a relay from store to sink. It checks opts as

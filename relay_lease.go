@@ -132,15 +132,15 @@ func (w *worker) drop(ctx context.Context, release bool) {
 		return
 	}
 	if release && ctx != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if ctx.Err() != nil {
-			// Hard stop: try briefly all the same; expiry is the fallback.
-			cancel()
-			rctx, cancel = context.WithTimeout(context.Background(), finalCallTimeout)
-		}
+		// The release gets releaseTimeout, and finalCallTimeout from the
+		// hard stop on (at once when it has come): tried briefly all the
+		// same, expiry being the fallback, and never past Stop's bound.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		cut := context.AfterFunc(ctx, func() { time.AfterFunc(finalCallTimeout, cancel) })
 		if err := w.cfg.store.ReleaseLease(rctx, w.lease); err != nil {
 			w.cfg.log.Warn("outbox relay: releasing a lease failed; it will expire", "partition", w.partition, "err", err)
 		}
+		cut()
 		cancel()
 	}
 	w.holding.Store(false)

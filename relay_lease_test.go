@@ -189,3 +189,63 @@ func TestRelayStopIsBoundedWithABlockingSink(t *testing.T) {
 		}
 	})
 }
+
+// blockingReleaseStore's ReleaseLease blocks until its context ends once
+// block is set, as a store that stopped answering does.
+type blockingReleaseStore struct {
+	*memory.Backend
+	block     atomic.Bool
+	releasing chan struct{}
+}
+
+func (s *blockingReleaseStore) ReleaseLease(ctx context.Context, l outbox.Lease) error {
+	if !s.block.Load() {
+		return s.Backend.ReleaseLease(ctx, l)
+	}
+	select {
+	case s.releasing <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestRelayStopIsBoundedWithABlockingRelease: the final ReleaseLease starts
+// while the relay drains (before Stop's context ends) and the store never
+// answers. Stop must still return within the documented bound of its
+// context's end: the release's own timeout is cut at the hard stop.
+func TestRelayStopIsBoundedWithABlockingRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &blockingReleaseStore{Backend: memory.New(memory.Options{Partitions: 1}), releasing: make(chan struct{}, 1)}
+		r, err := outbox.NewRelay(b, outbox.SinkFunc(func(context.Context, outbox.Entry) error { return nil }), outbox.RelayOptions{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; r.Stats().PartitionsHeld != 1; i++ {
+			if i == 600 {
+				t.Fatal("the relay did not lease its partition within a minute")
+			}
+			time.Sleep(100 * time.Millisecond) // the bubble's clock
+		}
+		b.block.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err = r.Stop(ctx)
+		took := time.Since(start)
+		select {
+		case <-b.releasing:
+		default:
+			t.Fatal("the relay never released its lease")
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop = %v, want the deadline's error", err)
+		}
+		if took > 100*time.Millisecond+2*time.Second {
+			t.Fatalf("Stop took %v with a 100ms deadline and a store that does not answer; the documented bound is about 2s after it", took)
+		}
+	})
+}
