@@ -249,3 +249,58 @@ func TestRelayStopIsBoundedWithABlockingRelease(t *testing.T) {
 		}
 	})
 }
+
+// fetchCountingStore counts fetches and renewals.
+type fetchCountingStore struct {
+	*memory.Backend
+	fetches, renewals atomic.Int64
+}
+
+func (s *fetchCountingStore) FindPendingBatch(ctx context.Context, l outbox.Lease, n int) ([]outbox.Entry, error) {
+	s.fetches.Add(1)
+	return s.Backend.FindPendingBatch(ctx, l, n)
+}
+
+func (s *fetchCountingStore) FetchNext(ctx context.Context, l outbox.Lease, n int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	s.fetches.Add(1)
+	return s.Backend.FetchNext(ctx, l, n, inFlight)
+}
+
+func (s *fetchCountingStore) RenewLease(ctx context.Context, l outbox.Lease, ttl time.Duration) (outbox.Lease, error) {
+	s.renewals.Add(1)
+	return s.Backend.RenewLease(ctx, l, ttl)
+}
+
+// TestRelayIdlePartitionFetchesAtPollInterval: with a lease that renews
+// often (LeaseTTL 300ms, renewed every 200ms) and a PollInterval of a
+// minute, an idle partition is fetched at the start and then only at the
+// poll or on a wake-up, not after every renewal.
+func TestRelayIdlePartitionFetchesAtPollInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &fetchCountingStore{Backend: memory.New(memory.Options{Partitions: 1})}
+		r, err := outbox.NewRelay(b, outbox.SinkFunc(func(context.Context, outbox.Entry) error { return nil }),
+			outbox.RelayOptions{Logger: quiet, LeaseTTL: 300 * time.Millisecond, PollInterval: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = r.Stop(context.Background()) }()
+		time.Sleep(10 * time.Second) // the bubble's clock
+		synctest.Wait()
+		fetches, renewals := b.fetches.Load(), b.renewals.Load()
+		if renewals < 20 {
+			t.Fatalf("%d renewals in 10s of a 300ms lease; the test needs the lease to renew", renewals)
+		}
+		if fetches != 1 {
+			t.Fatalf("%d fetches in 10s with PollInterval 1m and %d renewals: an idle partition must be fetched at the poll or on a wake-up only", fetches, renewals)
+		}
+		r.Notify()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if n := b.fetches.Load(); n != 2 {
+			t.Fatalf("%d fetches after a wake-up, want 2", n)
+		}
+	})
+}

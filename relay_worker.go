@@ -165,10 +165,10 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 				return
 			}
 			cfg.log.Warn("outbox relay: fetching a batch failed", "partition", w.partition, "err", err)
-			w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
+			w.pause(ctx, hardCtx, cfg.pollInterval)
 			continue
 		case len(batch) == 0 && corrupt == 0:
-			w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
+			w.pause(ctx, hardCtx, cfg.pollInterval)
 			continue
 		}
 		next = w.relayBatch(ctx, hardCtx, batch, corrupt)
@@ -242,7 +242,7 @@ func (w *worker) relayBatch(ctx, hardCtx context.Context, batch []Entry, corrupt
 			if len(next.batch) == 0 && next.corrupt == 0 {
 				// The fetch ahead found nothing more due: wait as
 				// after a short batch.
-				w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
+				w.pause(ctx, hardCtx, cfg.pollInterval)
 				return nil
 			}
 			return next
@@ -252,7 +252,7 @@ func (w *worker) relayBatch(ctx, hardCtx context.Context, batch []Entry, corrupt
 			// breaker open (or is held back behind one). Wait for
 			// the first breaker to let a probe through rather than
 			// fetch the same entries again at once.
-			w.idle(ctx, min(blocked, w.renewIn()))
+			w.pause(ctx, hardCtx, blocked)
 			return nil
 		}
 	}
@@ -260,7 +260,7 @@ func (w *worker) relayBatch(ctx, hardCtx context.Context, batch []Entry, corrupt
 		// The store had nothing more that was due: wait for a
 		// wake-up (one that arrived meanwhile returns at once) or
 		// the poll, instead of an empty fetch per batch.
-		w.idle(ctx, min(cfg.pollInterval, w.renewIn()))
+		w.pause(ctx, hardCtx, cfg.pollInterval)
 	}
 	return nil
 }
@@ -381,6 +381,39 @@ func (w *worker) wakeUp() {
 }
 
 // idle waits d, a wake-up or the end of ctx; it reports whether ctx is live.
+// pause waits up to d for a wake-up, renewing the held lease whenever it
+// falls due meanwhile, so an idle partition is fetched on a wake-up or
+// after d (PollInterval), not after every renewal. It returns early on a
+// wake-up (a hand-over wakes the worker too), when ctx ends, or when the
+// renewal did not keep the lease with its margin, for the loop to handle.
+func (w *worker) pause(ctx, hardCtx context.Context, d time.Duration) {
+	deadline := w.cfg.now().Add(d)
+	for {
+		left := deadline.Sub(w.cfg.now())
+		if left <= 0 {
+			return
+		}
+		renew := w.renewIn()
+		if !w.holding.Load() || renew >= left {
+			w.idle(ctx, left)
+			return
+		}
+		t := time.NewTimer(renew)
+		select {
+		case <-t.C:
+		case <-w.wake:
+			t.Stop()
+			return
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		if !w.want.Load() || !w.keep(hardCtx) {
+			return
+		}
+	}
+}
+
 func (w *worker) idle(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
