@@ -2,23 +2,15 @@ package app
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxrelay/outbox/cmd/outbox/internal/cli"
+	"github.com/outboxrelay/outbox/cmd/outbox/internal/clitest"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/redis/go-redis/v9"
@@ -136,8 +128,8 @@ func TestBadInputTLS(t *testing.T) {
 	t.Parallel()
 	cliFails(t, 1, []string{"does not speak TLS", "use redis:// instead of rediss://"}, "status", "--store", "rediss://"+cliRedisAddr(t))
 
-	dir := t.TempDir()
-	ca, cert, key := writeTestCerts(t, dir)
+	pki := clitest.NewPKI(t)
+	ca, cert, key := pki.CAFile, pki.CertFile, pki.KeyFile
 	port := privateRedis(t, "tls-port", "tls-cert-file "+cert, "tls-key-file "+key, "tls-ca-cert-file "+ca, "tls-auth-clients no")
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	prefix := "{tls}"
@@ -148,47 +140,6 @@ func TestBadInputTLS(t *testing.T) {
 	cliOK(t, "status", "--prefix", prefix, "--store", "rediss://"+addr+"?skip_verify=true")
 	cliFails(t, 1, []string{"closed the connection", "if it speaks TLS only, use rediss://"}, "status", "--prefix", prefix, "--timeout", "5s", "--store", "redis://"+addr)
 	cliFails(t, 2, []string{"tls_ca= sets up TLS, but the URL is plain text"}, "status", "--store", "redis://"+addr+"?tls_ca="+ca)
-}
-
-// writeTestCerts writes a CA and a server certificate for 127.0.0.1.
-func writeTestCerts(t *testing.T, dir string) (ca, cert, key string) {
-	t.Helper()
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey, srvKey := newKey(), newKey()
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "outbox test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
 }
 
 // TestBadInputSentinel: a redis+sentinel:// URL finds the master through
