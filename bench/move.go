@@ -223,10 +223,11 @@ func (s *Suite) liveTraffic(ctx context.Context, in *instance, live *messages) (
 			case <-tick.C:
 			}
 			hi := min(lo+moveLivePerTx, len(live.keys))
-			if err := in.append(actx, live.entries(lo, hi)); err != nil {
-				if actx.Err() == nil {
-					appendErr = err
-				}
+			// Under ctx, not actx: a transaction cut by the stop could
+			// commit without its append returning, and then be
+			// delivered without being counted as appended.
+			if err := in.append(ctx, live.entries(lo, hi)); err != nil {
+				appendErr = err
 				return
 			}
 			appended.Store(int64(hi))
