@@ -112,10 +112,11 @@ type Store interface {
 	//
 	// Per-key hold-back: an entry with a non-empty Key is not eligible
 	// while an entry of the same partition and key, appended earlier, has
-	// been attempted (Attempts > 0) and is neither sent nor parked: a
-	// failing entry holds back the later entries of its key, and only of
-	// its key, until it is sent or parked. Entries with an empty Key are
-	// unordered and never held back.
+	// been attempted (Attempts > 0) or deferred ([Failure.Deferred]) and
+	// is neither sent nor parked: a failing entry holds back the later
+	// entries of its key, and only of its key, until it is sent or parked.
+	// Entries with an empty Key are unordered and never held back. A
+	// [Pauser]'s pause excludes more (see there).
 	//
 	// Claims: claimed entries belong to lease. No other lease is handed
 	// them while this lease is live; when the lease ends (it expires and is
@@ -137,14 +138,19 @@ type Store interface {
 	MarkSent(ctx context.Context, lease Lease, ids []string) error
 
 	// MarkFailed records failed delivery attempts. For each failure it
-	// increments the entry's Attempts, stores Error as LastError and
-	// either re-schedules the entry Delay after now by the store's clock
-	// (never by the caller's) or, when Park is set, parks
-	// it (terminal: kept for inspection and requeue, never fetched again
-	// until requeued). A failed, not parked entry keeps holding back the
-	// later entries of its key. IDs that are unknown or already sent are
-	// ignored: MarkFailed never brings a sent entry back. An empty
-	// failures does nothing and returns nil. failures is not retained.
+	// increments the entry's Attempts, stores Error as LastError, appends
+	// an [Attempt] (the store's time, Error, lease.Owner) to the entry's
+	// history, keeping the last [MaxAttemptHistory], and either
+	// re-schedules the entry Delay after now by the store's clock (never
+	// by the caller's) or, when Park is set, parks it (terminal: kept for
+	// inspection and requeue, never fetched again until requeued). A
+	// failed, not parked entry keeps holding back the later entries of its
+	// key. A [Failure.Deferred] failure is not an attempt: it only
+	// re-schedules the entry (see there). IDs that are unknown or already
+	// sent are ignored: MarkFailed never brings a sent entry back. An
+	// empty failures does nothing and returns nil; a failure with both
+	// Park and Deferred set is rejected with [ErrInvalidArgument] before
+	// anything is written. failures is not retained.
 	MarkFailed(ctx context.Context, lease Lease, failures []Failure) error
 
 	// Release returns claimed entries that the relay did not attempt (held
@@ -197,4 +203,12 @@ type Failure struct {
 	Delay time.Duration
 	// Park moves the entry to the parked (dead-letter) state.
 	Park bool
+	// Deferred reports that the relay did not hand the entry to the sink
+	// (its topic's circuit breaker is open), so this is not an attempt: the
+	// backend re-schedules the entry Delay after now, as for a retry, and
+	// leaves its Attempts, LastError and history as they are; Error is
+	// not stored. From then until it is sent, parked or requeued, the
+	// entry holds back the later entries of its key as a failed entry
+	// does, so that they are not delivered before it. Park must be false.
+	Deferred bool
 }

@@ -135,6 +135,13 @@ type Member struct {
 	// MaxPartitions is the relay's cap ([RelayOptions.MaxPartitions]); 0
 	// means none.
 	MaxPartitions int
+	// Host is the name of the machine the relay runs on, Version the
+	// version of the program that runs it, and Started when it started,
+	// by its own clock: what an operator needs to tell the relays of a
+	// fleet apart. A backend stores them as given (Host and Version up to
+	// 255 bytes; longer values are cut).
+	Host, Version string
+	Started       time.Time
 	// Expires is when the record ends unless renewed, by the store's
 	// clock. Set by Heartbeat in the members it returns.
 	Expires time.Time
@@ -163,7 +170,7 @@ type Inspector interface {
 	Parked(ctx context.Context, after string, limit int) ([]Entry, error)
 
 	// Requeue moves parked entries back to pending, due now, with Attempts
-	// reset to 0 and LastError kept. IDs that are not parked are ignored;
+	// reset to 0, LastError and the attempt history kept. IDs that are not parked are ignored;
 	// it reports how many entries were requeued. A requeued entry is
 	// ordered as if appended now: it comes after the entries of its key
 	// that are already due.
@@ -213,6 +220,13 @@ type PartitionStats struct {
 	Stats
 	// Lease is the partition's live lease; Owner is empty when none is.
 	Lease Lease
+	// OldestDueID is the ID of the partition's oldest due entry (the one
+	// OldestDue is the due time of), "" when none is due. Filled by
+	// backends that implement [Lister].
+	OldestDueID string
+	// BlockedKeys counts the partition's keys that [Lister.BlockedKeys]
+	// would list. Filled by backends that implement [Lister].
+	BlockedKeys int64
 }
 
 // Looker is an optional interface of a [Store] for operators: one entry by
@@ -237,6 +251,13 @@ type EntryInfo struct {
 	// NotBefore or append time, or the retry time of its last failure. Zero
 	// for a parked entry.
 	DueAt time.Time
+	// Deferred reports that an open breaker deferred the entry
+	// ([Failure.Deferred]) and it is still pending, so it holds back its
+	// key.
+	Deferred bool
+	// History is the entry's last attempts ([MaxAttemptHistory] at most),
+	// oldest first (kept across Requeue); nil when it was never attempted.
+	History []Attempt
 }
 
 // RequeueRefusedError is the error [Inspector.Requeue] returns, together
