@@ -145,6 +145,10 @@ type Member struct {
 	// Expires is when the record ends unless renewed, by the store's
 	// clock. Set by Heartbeat in the members it returns.
 	Expires time.Time
+	// Renewed is when the member last heartbeated, by the store's clock.
+	// Set by Heartbeat in the members it returns, and by
+	// [MemberLister.Members].
+	Renewed time.Time
 }
 
 // Canceler is an optional interface of a [Store] that can cancel an entry
