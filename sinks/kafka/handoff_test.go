@@ -3,11 +3,14 @@ package kafkasink_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -43,7 +46,9 @@ func TestStaleRelayFencedAtHandoff(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("Held%s/%s", key.Name(), stale.name), func(t *testing.T) {
 				t.Parallel()
-				c := newCluster(t, 1, []string{"t"})
+				trace := &txnTrace{}
+				c := newCluster(t, 1, []string{"t"}, kfake.WithLogger(trace))
+				trace.watch(t, c)
 				held := stallFirst(t, c, key)
 				opts := kafkasink.Options{TransactionalIDPrefix: "outbox-handoff-"}
 				a, err := kafkasink.Dial(c.ListenAddrs(), opts)
@@ -66,6 +71,7 @@ func TestStaleRelayFencedAtHandoff(t *testing.T) {
 
 				if stale.deadline != time.Minute {
 					errA := <-aDone
+					trace.add("test: A's Publish returned %v", errA)
 					due, _ := ctx.Deadline()
 					t.Logf("A's Publish returned %v after its deadline", time.Since(due).Round(10*time.Microsecond))
 					assert.Less(t, time.Since(start), stale.deadline+2*time.Second, "A's publish ends at its deadline")
@@ -76,9 +82,11 @@ func TestStaleRelayFencedAtHandoff(t *testing.T) {
 				// The partition passes to B: e1 again, then e2.
 				for _, id := range []string{"e1", "e2"} {
 					require.NoError(t, b.Publish(context.Background(), rec(id, "B"))[0], "B's %s", id)
+					trace.add("test: B published %s", id)
 				}
 				require.False(t, held.isHandled(), "B published while A's request was held")
 
+				trace.add("test: releasing A's held request")
 				held.release()
 				waitClosed(t, held.handled, "the broker to handle A's request")
 				if stale.deadline == time.Minute {
@@ -133,4 +141,64 @@ func TestStaleRecordLandsAfterHandoffWithoutTransactions(t *testing.T) {
 		got = append(got, string(r.Value)+":"+kafkasink.EntryID(r))
 	}
 	assert.Equal(t, []string{"B:e1", "B:e2", "A:e1"}, got)
+}
+
+// txnTrace records the broker's view of the transactional requests of a
+// handoff test (each InitProducerID, Produce and EndTxn with its producer
+// ID and epoch, in the order the broker received them) and the broker's
+// log, and prints them only when the test fails: the order of these
+// requests is what decides which records a read_committed consumer sees.
+type txnTrace struct {
+	mu    sync.Mutex
+	lines []string
+	start time.Time
+}
+
+func (tr *txnTrace) add(format string, args ...any) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.start.IsZero() {
+		tr.start = time.Now()
+	}
+	tr.lines = append(tr.lines, fmt.Sprintf("%9s ", time.Since(tr.start).Round(time.Microsecond))+fmt.Sprintf(format, args...))
+}
+
+// Logf implements kfake.Logger, keeping what the broker logs at Info and
+// above (it logs every request at Debug).
+func (tr *txnTrace) Logf(level kfake.LogLevel, format string, args ...any) {
+	if level > kfake.LogLevelInfo {
+		return
+	}
+	tr.add("kfake %v: "+format, append([]any{level}, args...)...)
+}
+
+func (tr *txnTrace) watch(t *testing.T, c *kfake.Cluster) {
+	for _, key := range []kmsg.Key{kmsg.InitProducerID, kmsg.Produce, kmsg.EndTxn} {
+		c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			switch r := req.(type) {
+			case *kmsg.InitProducerIDRequest:
+				tr.add("InitProducerID txn=%v pid=%d epoch=%d", deref(r.TransactionalID), r.ProducerID, r.ProducerEpoch)
+			case *kmsg.EndTxnRequest:
+				tr.add("EndTxn txn=%s pid=%d epoch=%d commit=%v", r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Commit)
+			case *kmsg.ProduceRequest:
+				tr.add("Produce txn=%v (%d topics)", deref(r.TransactionID), len(r.Topics))
+			}
+			return nil, nil, false
+		})
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			t.Logf("broker trace:\n%s", strings.Join(tr.lines, "\n"))
+		}
+	})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }
