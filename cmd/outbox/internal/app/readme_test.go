@@ -144,12 +144,12 @@ func stripShellComment(line string) string {
 func TestReadmeParsing(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		`outbox status --schema billing   # per partition`:    `outbox status --schema billing   `,
-		`outbox migrate up --prefix '{a#b}' # Redis`:          `outbox migrate up --prefix '{a#b}' `,
-		`outbox requeue --error "x # y" --dry-run`:            `outbox requeue --error "x # y" --dry-run`,
-		`# a comment`:                                         ``,
-		`outbox show 0193…`:                                   `outbox show 0193…`,
-		`outbox parked --topic a#b`:                           `outbox parked --topic a#b`,
+		`outbox status --schema billing   # per partition`: `outbox status --schema billing   `,
+		`outbox migrate up --prefix '{a#b}' # Redis`:       `outbox migrate up --prefix '{a#b}' `,
+		`outbox requeue --error "x # y" --dry-run`:         `outbox requeue --error "x # y" --dry-run`,
+		`# a comment`:               ``,
+		`outbox show 0193…`:         `outbox show 0193…`,
+		`outbox parked --topic a#b`: `outbox parked --topic a#b`,
 		`export OUTBOX_STORE=postgres://app@db/app#fragment`: `export OUTBOX_STORE=postgres://app@db/app#fragment`,
 	} {
 		if got := stripShellComment(in); got != want {
