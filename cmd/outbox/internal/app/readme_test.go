@@ -25,6 +25,9 @@ package app
 //   - `outbox ui` is served on a free port (--addr 127.0.0.1:0 added; the
 //     default 8080 may be taken), fetched once, and stopped.
 //   - An argument ending in "…" (an ID cut short) is the parked entry's ID.
+//   - A command whose comment gives its Redis form, "(Redis: --prefix
+//     '{billing}')", is also run on the test's Redis with that flag instead
+//     of --schema billing (and a prefix of the test's own).
 //
 // Commands whose effect the README states are checked: parked lists the
 // parked entry, show prints its full error, requeue --error FILTER
@@ -73,8 +76,9 @@ type readmeBlock struct {
 
 // readmeLine is a line of a block, without its comment.
 type readmeLine struct {
-	line int
-	text string
+	line    int
+	text    string
+	comment string // after the "#", trimmed
 }
 
 // readmeBlocks returns the fenced blocks of the README.
@@ -106,12 +110,14 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 			break
 		}
 		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
-			text := lines[i]
+			text, comment := lines[i], ""
 			if b.lang != "go" {
-				text = strings.TrimSpace(stripShellComment(text))
+				code := stripShellComment(text)
+				comment = strings.TrimSpace(strings.TrimPrefix(text[len(code):], "#"))
+				text = strings.TrimSpace(code)
 			}
 			if text != "" {
-				b.lines = append(b.lines, readmeLine{line: i + 1, text: text})
+				b.lines = append(b.lines, readmeLine{line: i + 1, text: text, comment: comment})
 			}
 		}
 		if i >= len(lines) {
@@ -223,7 +229,10 @@ func runReadmeBlock(t *testing.T, b readmeBlock) {
 		case len(words) == 2 && words[0] == "export":
 			r.export(where, words[1])
 		case len(words) >= 2 && words[0] == "outbox":
-			r.command(where, words[1:])
+			r.command(where, slices.Clone(words[1:]))
+			if m := redisVariant.FindStringSubmatch(l.comment); m != nil {
+				r.onRedis(where+" # "+m[0], words[1:], m[1])
+			}
 		default:
 			t.Fatalf("%s: the test does not know how to run this; mark the block with %s REASON -->", where, readmeNotRun)
 		}
@@ -234,6 +243,46 @@ func runReadmeBlock(t *testing.T, b readmeBlock) {
 	if r.relay != nil {
 		if code := r.relay.finish(t); code != 0 {
 			t.Errorf("outbox relay exited %d\n%s", code, r.relay.errs)
+		}
+	}
+}
+
+// redisVariant is a comment giving the Redis form of a command's outbox
+// name: "(Redis: --prefix '{billing}')".
+var redisVariant = regexp.MustCompile(`\(Redis: --prefix '([^']+)'\)`)
+
+// onRedis runs the Redis form of a command: its --schema billing replaced
+// by --prefix with a prefix of the test's own standing for the README's,
+// on the test's Redis. It must exit 0.
+func (r *readmeRun) onRedis(where string, args []string, docPrefix string) {
+	t := r.t
+	if docPrefix != "{"+docSchema+"}" {
+		t.Fatalf("%s: the test knows the prefix {%s} only", where, docSchema)
+	}
+	url, client := cliRedis(t)
+	prefix := cliPrefix(t, client)
+	out := []string{}
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--schema" && i+1 < len(args) && args[i+1] == docSchema {
+			out = append(out, "--prefix", prefix)
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	if !slices.Contains(out, "--prefix") {
+		t.Fatalf("%s: the command names no --schema %s to replace", where, docSchema)
+	}
+	if res := runCLI(t, append(out, "--store", url)...); res.code != 0 {
+		t.Fatalf("%s: on Redis, want exit 0, got %v", where, res)
+	}
+	if len(out) > 1 && out[0] == "migrate" && out[1] == "up" {
+		keys, err := client.Keys(r.ctx, "*"+strings.Trim(prefix, "{}")+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			t.Errorf("%s: on Redis, migrate up created no key under %s", where, prefix)
 		}
 	}
 }
