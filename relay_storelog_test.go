@@ -145,3 +145,34 @@ func TestRelaySummarisesStoreFailures(t *testing.T) {
 		}
 	})
 }
+
+// Recording outcomes that fails after the relay's quick retries is a store
+// failure like the others: one WARN naming the call in its error, and one
+// INFO once a write works again.
+func TestRelaySummarisesFailedOutcomeWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &flakyStore{Backend: memory.New(memory.Options{})}
+		s.failMarkSent.Store(4) // more than the relay's retries of one write
+		appendAll(t, s.Backend, outbox.Entry{ID: "e", Topic: "t", Key: "k"})
+		logs := &logCapture{}
+		startRelay(t, s, &recorder{}, outbox.RelayOptions{
+			PollInterval: 100 * time.Millisecond, AcquireInterval: 100 * time.Millisecond, Logger: slog.New(logs), StatsInterval: -1,
+		})
+		waitFor(t, time.Minute, "the entry marked sent", func() bool {
+			st, err := s.Stats(context.Background())
+			return err == nil && st.Pending == 0
+		})
+		const doing = "outbox relay: recording outcomes"
+		failed := logs.recordsOf(slog.LevelWarn, doing+" failed; abandoning the lease so its entries come back")
+		if len(failed) != 1 || failed[0]["op"] != "record" || failed[0]["partition"] != "0" ||
+			!strings.HasPrefix(failed[0]["err"], "MarkSent: connection reset by peer") {
+			t.Errorf("WARNs that recording outcomes failed: %v; want one, with op, partition and the call's error", failed)
+		}
+		if back := logs.recordsOf(slog.LevelInfo, doing+" works again"); len(back) != 1 || back[0]["failures"] != "1" {
+			t.Errorf("INFOs that recording outcomes works again: %v; want one counting 1 failure", back)
+		}
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.dump())
+		}
+	})
+}
