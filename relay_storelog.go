@@ -21,6 +21,7 @@ const (
 	opHeartbeat                    // Membership.Heartbeat
 	opLeave                        // Membership.Leave
 	opStats                        // Inspector.Stats for the outbox gauges
+	opSubscribe                    // Notifier.Notifications
 	numStoreOps
 )
 
@@ -37,10 +38,11 @@ var storeOps = [numStoreOps]struct{ name, doing, meaning string }{
 	opHeartbeat:     {"heartbeat", "recording the relay's heartbeat", "; keeping the partitions it holds"},
 	opLeave:         {"leave", "deleting the relay's heartbeat record", "; it expires after LeaseTTL"},
 	opStats:         {"stats", "sampling the outbox's stats", "; the outbox gauges go stale"},
+	opSubscribe:     {"subscribe", "subscribing to notifications", "; polling meanwhile"},
 }
 
 // noPartition is the partition of the store calls made for the relay as a
-// whole (heartbeat, leave, stats).
+// whole (heartbeat, leave, stats, subscribe).
 const noPartition = -1
 
 // defaultStoreLogEvery is how often a lasting store failure is summarised.

@@ -176,3 +176,35 @@ func TestRelaySummarisesFailedOutcomeWrites(t *testing.T) {
 		}
 	})
 }
+
+// notifyFails is a memory backend whose first failures Notifications calls
+// fail.
+type notifyFails struct {
+	*memory.Backend
+	failures atomic.Int32
+}
+
+func (s *notifyFails) Notifications(ctx context.Context) (<-chan int, error) {
+	if s.failures.Add(-1) >= 0 {
+		return nil, errStoreDown
+	}
+	return s.Backend.Notifications(ctx)
+}
+
+// Subscribing to the store's notifications that fails is summarised too.
+func TestRelaySummarisesFailedSubscriptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &notifyFails{Backend: memory.New(memory.Options{})}
+		s.failures.Store(5)
+		logs := &logCapture{}
+		startRelay(t, s, &recorder{}, outbox.RelayOptions{PollInterval: time.Second, Logger: slog.New(logs), StatsInterval: -1})
+		const doing = "outbox relay: subscribing to notifications"
+		waitFor(t, time.Minute, "the subscription working", func() bool { return len(logs.recordsOf(slog.LevelInfo, doing+" works again")) > 0 })
+		if failed := logs.recordsOf(slog.LevelWarn, doing+" failed; polling meanwhile"); len(failed) != 1 || failed[0]["op"] != "subscribe" {
+			t.Errorf("WARNs that subscribing failed: %v; want one", failed)
+		}
+		if back := logs.recordsOf(slog.LevelInfo, doing+" works again"); len(back) != 1 || back[0]["failures"] != "5" {
+			t.Errorf("INFOs that subscribing works again: %v; want one counting 5 failures", back)
+		}
+	})
+}
