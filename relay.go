@@ -77,6 +77,7 @@ type Relay struct {
 	done     chan struct{}      // closed when every worker has exited
 
 	sampler *statsSampler // nil without Inspector or with StatsInterval < 0
+	stores  *storeLog     // the store failures, summarised
 }
 
 // RelayStats are cumulative counters of one [Relay].
@@ -170,20 +171,24 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	if declared < 0 {
 		r.log.Warn("outbox relay: the sink cannot bound how long after a cancelled publish a message can still be written, so a relay that lost its lease may have a record land after the next holder's record of the same key (consumers deduplicate by entry ID; for compacted topics use the Kafka sink's transactional mode)")
 	}
+	stores := newStoreLog(r.log, o.Now)
+	r.stores = stores
 	r.breakers.threshold = o.BreakerThreshold
 	r.breakers.cooldown = o.BreakerCooldown
 	cfg := r.workerConfig(sink, landing)
+	cfg.stores = stores
 	for _, p := range o.Partitions {
 		w := &worker{cfg: cfg, partition: p, try: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 		r.workers[p] = w
 		r.served = append(r.served, w)
 	}
 	r.coord.init(store, o, r.log, r.served, explicit)
+	r.coord.stores = stores
 	if !r.coord.balancing() && o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
 		cfg.slots = make(chan struct{}, o.MaxPartitions)
 	}
 	if insp, ok := store.(Inspector); ok && o.StatsInterval > 0 {
-		r.sampler = &statsSampler{insp: insp, every: o.StatsInterval, now: o.Now, log: r.log}
+		r.sampler = &statsSampler{insp: insp, every: o.StatsInterval, now: o.Now, stores: stores}
 	}
 	metrics, err := newRelayMetrics(o.MeterProvider, r)
 	if err != nil {
@@ -355,14 +360,16 @@ func (r *Relay) Owner() string { return r.opts.Owner }
 func (r *Relay) listen(ctx context.Context, n Notifier) {
 	retry := r.opts.PollInterval
 	for ctx.Err() == nil {
+		began := r.opts.Now()
 		ch, err := n.Notifications(ctx)
 		if err != nil {
-			r.log.Warn("outbox relay: subscribing to notifications failed; polling meanwhile", "err", err)
+			r.stores.failed(ctx, opSubscribe, noPartition, began, err)
 			if !sleep(ctx, retry) {
 				return
 			}
 			continue
 		}
+		r.stores.ok(opSubscribe, noPartition)
 		for p := range ch {
 			switch {
 			case p == AllPartitions:

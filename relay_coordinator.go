@@ -27,6 +27,7 @@ type coordinator struct {
 	leaseTTL      time.Duration
 	interval      time.Duration // AcquireInterval
 	log           *slog.Logger
+	stores        *storeLog // the relay's store failures, summarised
 	// workers are the workers of the partitions the relay serves, in
 	// partition order. The coordinator talks to them only through their
 	// methods (ask, handOver, holds, wanted, starving).
@@ -209,13 +210,13 @@ func (c *coordinator) heartbeat(ctx context.Context) (members []Member, idx int,
 			me.Partitions = append(me.Partitions, w.partition)
 		}
 	}
+	began := c.stores.now()
 	members, err := c.members.Heartbeat(ctx, me, c.leaseTTL)
 	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Warn("outbox relay: recording the relay's heartbeat failed; keeping the partitions it holds", "err", err)
-		}
+		c.stores.failed(ctx, opHeartbeat, noPartition, began, err)
 		return nil, 0, false
 	}
+	c.stores.ok(opHeartbeat, noPartition)
 	idx = slices.IndexFunc(members, func(m Member) bool { return m.Owner == me.Owner })
 	if idx < 0 { // a store that lost the record as it wrote it: count us anyway
 		members = append(members, me)
@@ -295,8 +296,11 @@ func (c *coordinator) leave(ctx context.Context) {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCallTimeout)
 	defer cancel()
+	began := c.stores.now()
 	if err := c.members.Leave(lctx, c.owner); err != nil {
-		c.log.Warn("outbox relay: deleting the relay's heartbeat record failed; it expires after LeaseTTL", "err", err)
+		c.stores.failed(ctx, opLeave, noPartition, began, err)
+	} else {
+		c.stores.ok(opLeave, noPartition)
 	}
 }
 

@@ -23,6 +23,7 @@ func (w *worker) acquire(ctx context.Context) bool {
 	}
 	w.starved.Store(false)
 	asked := cfg.now()
+	began := asked
 	l, err := cfg.store.AcquireLease(ctx, w.partition, cfg.owner, cfg.leaseTTL)
 	if err == nil {
 		// The store extends, at the same version, a lease this owner
@@ -38,14 +39,17 @@ func (w *worker) acquire(ctx context.Context) bool {
 	}
 	if err != nil {
 		held := errors.Is(err, ErrLeaseHeld)
-		if !held && ctx.Err() == nil {
-			cfg.log.Warn("outbox relay: acquiring a lease failed", "partition", w.partition, "err", err)
+		if held {
+			cfg.stores.ok(opAcquire, w.partition)
+		} else {
+			cfg.stores.failed(ctx, opAcquire, w.partition, began, err)
 		}
 		w.want.Store(false)
 		w.freeSlot()
 		cfg.coord.attempted(held)
 		return false
 	}
+	cfg.stores.ok(opAcquire, w.partition)
 	w.lease, w.validUntil = l, asked.Add(cfg.leaseTTL)
 	w.holding.Store(true)
 	cfg.counts.held.Add(1)
@@ -78,12 +82,19 @@ func (w *worker) trustLeft() time.Duration {
 }
 
 // renew renews the lease (compare-and-renew) and moves the local deadline.
+// A failure other than ErrLeaseLost goes to the store failures' summary.
 func (w *worker) renew(ctx context.Context) error {
 	cfg := w.cfg
 	asked := cfg.now()
 	l, err := cfg.store.RenewLease(ctx, w.lease, cfg.leaseTTL)
-	if err == nil {
+	switch {
+	case err == nil:
 		w.lease, w.validUntil = l, asked.Add(cfg.leaseTTL)
+		cfg.stores.ok(opRenew, w.partition)
+	case errors.Is(err, ErrLeaseLost):
+		cfg.stores.ok(opRenew, w.partition) // the store answered
+	default:
+		cfg.stores.failed(ctx, opRenew, w.partition, asked, err)
 	}
 	return err
 }
@@ -104,10 +115,7 @@ func (w *worker) keep(ctx context.Context) bool {
 	case errors.Is(err, ErrLeaseLost):
 		w.lost(err)
 		return false
-	default:
-		if ctx.Err() == nil {
-			cfg.log.Warn("outbox relay: renewing a lease failed", "partition", w.partition, "err", err)
-		}
+	default: // summarised by renew
 		if w.trustLeft() <= 0 {
 			// Expired locally: whatever the store thinks, stop acting on it.
 			w.drop(ctx, false)
@@ -137,8 +145,12 @@ func (w *worker) drop(ctx context.Context, release bool) {
 		// same, expiry being the fallback, and never past Stop's bound.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		cut := context.AfterFunc(ctx, func() { time.AfterFunc(finalCallTimeout, cancel) })
-		if err := w.cfg.store.ReleaseLease(rctx, w.lease); err != nil {
-			w.cfg.log.Warn("outbox relay: releasing a lease failed; it will expire", "partition", w.partition, "err", err)
+		began := w.cfg.now()
+		if err := w.cfg.store.ReleaseLease(rctx, w.lease); err == nil || errors.Is(err, ErrLeaseLost) {
+			w.cfg.stores.ok(opReleaseLease, w.partition)
+		} else {
+			// Cut short by the hard stop (ctx ended): not a failure.
+			w.cfg.stores.failed(ctx, opReleaseLease, w.partition, began, err)
 		}
 		cut()
 		cancel()

@@ -3,7 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -154,11 +154,15 @@ func (w *worker) mark(ctx context.Context, op string, write func(context.Context
 	}
 	cfg := w.cfg
 	var err error
+	var began time.Time
 	for attempt, delay := 0, 20*time.Millisecond; attempt < 4; attempt, delay = attempt+1, delay*3 {
+		began = cfg.now()
 		if err = write(ctx); err == nil {
+			cfg.stores.ok(opRecord, w.partition)
 			return true
 		}
 		if errors.Is(err, ErrLeaseLost) {
+			cfg.stores.ok(opRecord, w.partition) // the store answered
 			w.lost(err)
 			return false
 		}
@@ -166,12 +170,9 @@ func (w *worker) mark(ctx context.Context, op string, write func(context.Context
 			break
 		}
 	}
-	level := slog.LevelError
-	if ctx.Err() != nil {
-		level = slog.LevelDebug // stopping: the entries simply come back later
-	}
-	cfg.log.Log(ctx, level, "outbox relay: recording outcomes failed; abandoning the lease so its entries come back",
-		"op", op, "partition", w.partition, "err", err)
+	// Stopping (ctx ended), the entries simply come back later: not a
+	// failure.
+	cfg.stores.failed(ctx, opRecord, w.partition, began, fmt.Errorf("%s: %w", op, err))
 	w.drop(nil, false)
 	return false
 }
@@ -182,13 +183,17 @@ func (w *worker) release(ctx context.Context, ids []string) {
 	if len(ids) == 0 || !w.holding.Load() {
 		return
 	}
-	if err := w.cfg.store.Release(ctx, w.lease, ids); err != nil {
+	began := w.cfg.now()
+	err := w.cfg.store.Release(ctx, w.lease, ids)
+	if err == nil || errors.Is(err, ErrLeaseLost) {
+		w.cfg.stores.ok(opReleaseClaims, w.partition) // the store answered
+	}
+	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			w.lost(err)
 			return
 		}
-		w.cfg.log.Warn("outbox relay: releasing untried entries failed; they come back when the lease changes hands",
-			"partition", w.partition, "err", err)
+		w.cfg.stores.failed(ctx, opReleaseClaims, w.partition, began, err)
 		w.drop(nil, false)
 	}
 }

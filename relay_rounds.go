@@ -376,10 +376,7 @@ func (w *worker) publishRound(ctx context.Context, round []Entry) []error {
 			case errors.Is(err, ErrLeaseLost):
 				w.lost(err)
 				cut(err)
-			default:
-				if ctx.Err() == nil {
-					cfg.log.Warn("outbox relay: renewing a lease during a publish failed", "partition", w.partition, "err", err)
-				}
+			default: // summarised by renew
 				renew.Reset(max(min(cfg.pollInterval/4, w.trustLeft()/2), 10*time.Millisecond))
 			}
 		case <-trust.C:

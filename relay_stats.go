@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 )
@@ -12,10 +11,10 @@ import (
 // once per interval however often they are read, so a relay whose metrics
 // nobody collects costs the store nothing.
 type statsSampler struct {
-	insp  Inspector
-	every time.Duration
-	now   func() time.Time
-	log   *slog.Logger
+	insp   Inspector
+	every  time.Duration
+	now    func() time.Time
+	stores *storeLog // the relay's store failures, summarised
 
 	sampling sync.Mutex // held while one Stats call runs
 
@@ -24,7 +23,6 @@ type statsSampler struct {
 	lagged time.Duration // the oldest due entry's age at the sample
 	at     time.Time     // when last was taken; zero before the first
 	tried  time.Time     // when a sample was last attempted
-	failed bool          // the last sample failed (logged once per outage)
 }
 
 // sample takes a sample when the last attempt is older than the interval.
@@ -42,21 +40,17 @@ func (s *statsSampler) sample(ctx context.Context) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, min(s.every, 10*time.Second))
 	defer cancel()
+	began := s.now()
 	st, err := s.insp.Stats(sctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
-		if ctx.Err() == nil && !s.failed {
-			s.log.Warn("outbox relay: sampling the outbox's stats failed; the outbox gauges go stale", "err", err)
-		}
-		s.failed = true
+		s.stores.failed(ctx, opStats, noPartition, began, err)
 		return
 	}
-	if s.failed {
-		s.log.Info("outbox relay: sampling the outbox's stats works again")
-	}
+	s.stores.ok(opStats, noPartition)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.now()
-	s.failed, s.last, s.at, s.lagged = false, st, now, 0
+	s.last, s.at, s.lagged = st, now, 0
 	if !st.OldestDue.IsZero() {
 		s.lagged = max(now.Sub(st.OldestDue), 0)
 	}

@@ -82,8 +82,9 @@ type workerConfig struct {
 	slots    chan struct{}
 	breakers *breakers // one per topic, shared by the workers
 	counts   *relayCounts
-	failures *rateLog // publish failures, logged at WARN at most every 10 s
-	parks    *rateLog // park summaries, logged at WARN at most every 10 s
+	failures *rateLog  // publish failures, logged at WARN at most every 10 s
+	parks    *rateLog  // park summaries, logged at WARN at most every 10 s
+	stores   *storeLog // store failures, summarised by kind
 	log      *slog.Logger
 	metrics  *relayMetrics
 	tracer   trace.Tracer
@@ -164,7 +165,7 @@ func (w *worker) run(ctx, hardCtx context.Context) {
 			if hardCtx.Err() != nil {
 				return
 			}
-			cfg.log.Warn("outbox relay: fetching a batch failed", "partition", w.partition, "err", err)
+			// Summarised by fetch.
 			w.pause(ctx, hardCtx, cfg.pollInterval)
 			continue
 		case len(batch) == 0 && corrupt == 0:
@@ -336,11 +337,13 @@ func (w *worker) afterBatch(ctx context.Context, p *prefetched, clean bool) *pre
 // entries the store parked because they do not decode: each is logged
 // (the first maxCorruptLogs of a fetch one by one, the rest in one line)
 // and counted like a park of the relay's own; it reports how many there
-// were.
+// were. A failure other than ErrLeaseLost goes to the store failures'
+// summary.
 func (w *worker) fetch(ctx context.Context, lease Lease, inFlight []Entry) ([]Entry, int, error) {
 	cfg := w.cfg
 	var b Batch
 	var err error
+	began := cfg.now()
 	switch {
 	case inFlight != nil:
 		b, err = cfg.prefetcher.FetchNext(ctx, lease, cfg.batchSize, inFlight)
@@ -350,8 +353,14 @@ func (w *worker) fetch(ctx context.Context, lease Lease, inFlight []Entry) ([]En
 		b.Entries, err = cfg.store.FindPendingBatch(ctx, lease, cfg.batchSize)
 	}
 	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			cfg.stores.ok(opFetch, w.partition) // the store answered
+		} else {
+			cfg.stores.failed(ctx, opFetch, w.partition, began, err)
+		}
 		return nil, 0, err
 	}
+	cfg.stores.ok(opFetch, w.partition)
 	for i, c := range b.Parked {
 		cfg.counts.parked.Add(1)
 		cfg.metrics.outcome(ctx, w.partition, "parked", 1)

@@ -46,7 +46,7 @@ func (b *Backend) Notifications(ctx context.Context) (<-chan int, error) {
 		if cfg == nil {
 			cfg = b.pool.Config().ConnConfig
 		}
-		b.listener = newListener(b.stopCtx, cfg.Copy(), b.opts)
+		b.listener = newListener(b.stopCtx, cfg.Copy(), b.opts, listenLogEvery)
 	}
 	l := b.listener
 	b.listenMu.Unlock()
@@ -72,9 +72,15 @@ type listener struct {
 	subs map[chan int]struct{}
 }
 
-func newListener(ctx context.Context, cfg *pgx.ConnConfig, opts Options) *listener {
+// listenLogEvery is how often the listener summarises failed reconnects
+// while its connection stays down.
+const listenLogEvery = 30 * time.Second
+
+// newListener starts a listener; while its connection is down it logs a
+// summary at most every logEvery (listenLogEvery but in tests).
+func newListener(ctx context.Context, cfg *pgx.ConnConfig, opts Options, logEvery time.Duration) *listener {
 	l := &listener{cfg: cfg, opts: opts, ctx: ctx, done: make(chan struct{}), ready: make(chan struct{}), subs: map[chan int]struct{}{}}
-	go l.run()
+	go l.run(logEvery)
 	return l
 }
 
@@ -148,7 +154,12 @@ func payloadPartitions(payload string, partitions int) []int {
 	return out
 }
 
-func (l *listener) run() {
+// run keeps a LISTEN connection until the backend closes, reconnecting
+// with capped exponential backoff. Its log summarises an outage, as the
+// relay's do: one WARN when the connection is lost (or the first one
+// fails), at most one WARN per logEvery with the failed reconnects since
+// the last line while it stays down, and one INFO when LISTEN works again.
+func (l *listener) run(logEvery time.Duration) {
 	defer func() {
 		l.mu.Lock()
 		for ch := range l.subs {
@@ -160,15 +171,18 @@ func (l *listener) run() {
 	}()
 	const minDelay, maxDelay = 50 * time.Millisecond, 5 * time.Second
 	delay := minDelay
+	var down listenOutage
 	defer l.once.Do(func() { close(l.ready) })
 	for attempt := 0; l.ctx.Err() == nil; attempt++ {
-		err := l.listenOnce(attempt > 0, func() { delay = minDelay })
+		err := l.listenOnce(attempt > 0, func() {
+			delay = minDelay
+			down.back(l.opts)
+		})
 		l.once.Do(func() { close(l.ready) })
 		if l.ctx.Err() != nil {
 			return
 		}
-		l.opts.Logger.Warn("pgoutbox: LISTEN connection lost; reconnecting (relays keep polling meanwhile)",
-			"channel", l.opts.Channel, "retry_in", delay, "error", err)
+		down.failed(l.opts, err, delay, logEvery)
 		select {
 		case <-l.ctx.Done():
 			return
@@ -176,6 +190,46 @@ func (l *listener) run() {
 		}
 		delay = min(delay*2, maxDelay)
 	}
+}
+
+// listenOutage is the state of the listener's connection while it is down
+// (since is zero while it is up). Only run's goroutine uses it.
+type listenOutage struct {
+	since    time.Time // when the connection was lost
+	lastLine time.Time // the last WARN
+	count    int       // reconnects failed since the last WARN
+	total    int       // reconnects failed since the connection was lost
+}
+
+// failed logs a lost connection, or counts a failed reconnect and logs
+// the count when logEvery has passed since the last line.
+func (o *listenOutage) failed(opts Options, err error, retryIn, logEvery time.Duration) {
+	now := time.Now()
+	if o.since.IsZero() {
+		*o = listenOutage{since: now, lastLine: now}
+		opts.Logger.Warn("pgoutbox: LISTEN connection lost; reconnecting (relays keep polling meanwhile)",
+			"channel", opts.Channel, "retry_in", retryIn, "error", err)
+		return
+	}
+	o.count++
+	o.total++
+	if now.Sub(o.lastLine) < logEvery {
+		return
+	}
+	opts.Logger.Warn("pgoutbox: LISTEN connection still down; reconnecting (relays keep polling meanwhile)",
+		"channel", opts.Channel, "failed_reconnects", o.count, "down_for", now.Sub(o.since).Round(time.Millisecond),
+		"retry_in", retryIn, "error", err)
+	o.lastLine, o.count = now, 0
+}
+
+// back logs that LISTEN works again after an outage.
+func (o *listenOutage) back(opts Options) {
+	if o.since.IsZero() {
+		return
+	}
+	opts.Logger.Info("pgoutbox: LISTEN connection back; relays are woken to find what was appended meanwhile",
+		"channel", opts.Channel, "down_for", time.Since(o.since).Round(time.Millisecond), "failed_reconnects", o.total)
+	*o = listenOutage{}
 }
 
 // listenOnce connects, listens and forwards notifications until the

@@ -1,0 +1,158 @@
+package pgoutbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+// listenLog keeps the listener's records.
+type listenLog struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *listenLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *listenLog) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+func (h *listenLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *listenLog) WithGroup(string) slog.Handler      { return h }
+
+// withMessage returns the attributes of each record of level whose message
+// starts with prefix.
+func (h *listenLog) withMessage(level slog.Level, prefix string) []map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []map[string]string
+	for _, r := range h.records {
+		if r.Level == level && strings.HasPrefix(r.Message, prefix) {
+			a := map[string]string{}
+			r.Attrs(func(at slog.Attr) bool { a[at.Key] = at.Value.String(); return true })
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (h *listenLog) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for _, r := range h.records {
+		fmt.Fprintf(&b, "%s %s %s", r.Time.Format("15:04:05.000"), r.Level, r.Message)
+		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestListenerSummarisesAnOutage cuts the listener's connection and keeps
+// it from reconnecting for a while (its role may not log in), then lets it
+// back: one WARN when the connection is lost, at most one WARN per
+// interval with the failed reconnects while it is down, one INFO when it
+// is back; not one WARN per failed reconnect.
+func TestListenerSummarisesAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, testenv.PostgresURL())
+	if err != nil {
+		testenv.Unavailable(t, "PostgreSQL", "OUTBOX_POSTGRES_URL", err)
+	}
+	defer admin.Close(context.Background())
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	role := "pgoutbox_listen_" + hex.EncodeToString(suffix[:])
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("CREATE ROLE " + role + " LOGIN")
+	cfg := admin.Config().Copy()
+	cfg.User, cfg.Password = role, ""
+	cfg.RuntimeParams["application_name"] = role
+
+	const every = 300 * time.Millisecond
+	logs := &listenLog{}
+	lctx, stop := context.WithCancel(ctx)
+	l := newListener(lctx, cfg, Options{Channel: role, Partitions: 2, Logger: slog.New(logs)}, every)
+	defer func() {
+		stop()
+		l.wait()
+		if _, err := admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role); err != nil {
+			t.Errorf("dropping the test's role: %v", err)
+		}
+	}()
+	ch := l.subscribe(lctx)
+	<-l.ready
+
+	// Down: the role may not log in any more, and its connection is cut.
+	began := time.Now()
+	exec("ALTER ROLE " + role + " NOLOGIN")
+	var n int
+	if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", role).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("terminating the listener's connection: %d, %v", n, err)
+	}
+	// Long enough for several failed reconnects (their backoff doubles
+	// from 50 ms) and several intervals.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if len(logs.withMessage(slog.LevelWarn, "pgoutbox: LISTEN connection still down")) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no two summaries of failed reconnects within 30 s:\n%s", logs)
+		}
+	}
+	exec("ALTER ROLE " + role + " LOGIN")
+	for woken := false; !woken; {
+		select {
+		case p := <-ch:
+			woken = p == outbox.AllPartitions
+		case <-ctx.Done():
+			t.Fatalf("the listener did not reconnect:\n%s", logs)
+		}
+	}
+	downFor := time.Since(began)
+
+	lost := logs.withMessage(slog.LevelWarn, "pgoutbox: LISTEN connection lost")
+	still := logs.withMessage(slog.LevelWarn, "pgoutbox: LISTEN connection still down")
+	back := logs.withMessage(slog.LevelInfo, "pgoutbox: LISTEN connection back")
+	if len(lost) != 1 || len(back) != 1 {
+		t.Fatalf("%d WARNs that the connection was lost and %d INFOs that it is back, want 1 and 1:\n%s", len(lost), len(back), logs)
+	}
+	if len(still) > int(downFor/every) {
+		t.Errorf("%d summaries in %v, more than one per %v:\n%s", len(still), downFor, every, logs)
+	}
+	summarised := 0
+	for _, a := range still {
+		var c int
+		if _, err := fmt.Sscan(a["failed_reconnects"], &c); err != nil || c < 1 || !strings.Contains(a["error"], "not permitted to log in") {
+			t.Errorf("a summary has failed_reconnects=%q error=%q", a["failed_reconnects"], a["error"])
+		}
+		summarised += c
+	}
+	var total int
+	if _, err := fmt.Sscan(back[0]["failed_reconnects"], &total); err != nil || total < summarised || total < 2 {
+		t.Errorf("the INFO counts failed_reconnects=%q, want at least %d (the summaries') and 2", back[0]["failed_reconnects"], summarised)
+	}
+	if d, err := time.ParseDuration(back[0]["down_for"]); err != nil || d <= 0 || d > downFor {
+		t.Errorf("the INFO says down_for=%q; the test saw %v", back[0]["down_for"], downFor)
+	}
+}
