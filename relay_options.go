@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -137,6 +138,16 @@ type RelayOptions struct {
 
 	// Now is the relay's clock, for tests. Default time.Now.
 	Now func() time.Time
+
+	// Version is the version of the program that runs the relay, recorded
+	// in its heartbeat ([Member].Version, with Host, the machine's host
+	// name, and Started, when the relay started) so operators can tell the
+	// relays of a fleet apart. Default: the main module's version from the
+	// program's build information (runtime/debug.ReadBuildInfo); for a
+	// "(devel)" build, "(devel)" followed by the VCS revision (its first 12
+	// characters, "+dirty" when the tree was modified) when the build
+	// recorded one; "" when the program carries no build information.
+	Version string
 }
 
 // The defaults of [RelayOptions]: the value each zero field takes. Front
@@ -214,7 +225,43 @@ func (o RelayOptions) withDefaults() RelayOptions {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Version == "" {
+		o.Version = buildVersion(debug.ReadBuildInfo())
+	}
 	return o
+}
+
+// buildVersion is the default of [RelayOptions.Version] from the build
+// information info (ok: ReadBuildInfo found some).
+func buildVersion(info *debug.BuildInfo, ok bool) string {
+	if !ok || info == nil {
+		return ""
+	}
+	v := info.Main.Version
+	if v != "" && v != "(devel)" {
+		return v
+	}
+	var rev string
+	dirty := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	v += " " + rev[:min(len(rev), 12)]
+	if dirty {
+		v += "+dirty"
+	}
+	return v
 }
 
 // newOwner makes the default lease owner token: host name, process ID and
