@@ -78,7 +78,13 @@ func TestRelayBreakerDefersWithoutAttempts(t *testing.T) {
 		waitFor(t, time.Minute, "the warm-up entry", func() bool { return len(sink.snapshot()) == 1 })
 		appendAll(t, b, outbox.Entry{ID: "head", Topic: "dead", Key: "k"})
 		waitFor(t, time.Minute, "the dead topic's breaker open", func() bool { return strings.Contains(logs.String(), "circuit breaker opened") })
-		waitFor(t, time.Minute, "the head deferred", func() bool { return lookup(t, b, "head").Deferred })
+		waitFor(t, time.Minute, "the head deferred", func() bool {
+			info := lookup(t, b, "head")
+			if info.Attempts > 3 || info.Parked {
+				t.Fatalf("the head has %d attempts (parked %v, last error %q) after three failures: the open breaker counted attempts", info.Attempts, info.Parked, info.LastError)
+			}
+			return info.Deferred
+		})
 		synctest.Wait()
 		head := lookup(t, b, "head")
 		var history []string
