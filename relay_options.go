@@ -36,7 +36,10 @@ type RelayOptions struct {
 	MaxInFlight int
 
 	// PollInterval is how often an idle partition worker looks for due
-	// entries when no notification wakes it. Default [DefaultPollInterval].
+	// entries when no notification wakes it, and, with a store that
+	// implements [Pauser], how often the relay reads the paused topics and
+	// partitions (it hands none of their entries to the sink from then
+	// on). Default [DefaultPollInterval].
 	PollInterval time.Duration
 
 	// LeaseTTL is the lease duration asked for each partition, and how
@@ -96,11 +99,14 @@ type RelayOptions struct {
 	// topic, shared by the partition workers). While open, the relay publishes none of the
 	// topic's entries for BreakerCooldown (other topics go on), then lets
 	// one round of them through to probe. While another topic's breaker
-	// is closed, the topic's entries are re-scheduled with backoff without
-	// being published (an attempt counted, not before the probe); while
-	// none is, they are left as they are (a broker outage burns no
-	// attempts). See docs/design.md. Default [DefaultBreakerThreshold];
-	// negative disables the breakers.
+	// is closed, the first entry of each of the topic's keys (and each
+	// entry without a key) is deferred ([Failure.Deferred]): re-scheduled
+	// with backoff, not before the probe, without being published and
+	// without counting an attempt (its last error stays the sink's, and it
+	// never parks for it), holding back the later entries of its key,
+	// which are given back untouched; while none is, they are left as they
+	// are (a broker outage burns no attempts). See docs/design.md. Default
+	// [DefaultBreakerThreshold]; negative disables the breakers.
 	BreakerThreshold int
 
 	// BreakerCooldown is how long a breaker stays open. Default

@@ -24,7 +24,10 @@ import (
 // them before a retry of the parked entry, the round's parks are recorded
 // (one fenced MarkFailed) before any of those entries is published. (With
 // a KeyOrderer sink, the later entries in the parked entry's own round
-// were published with it; see docs/design.md, "Hot keys".)
+// were published with it; see docs/design.md, "Hot keys".) Before each
+// round, the entries of a topic or partition the relay knows to be paused
+// are given back unattempted and hold their keys back (see holdPaused), as
+// are those of a topic whose breaker is open (see splitByBreaker).
 //
 // It returns how long to wait before the next fetch when nothing of the
 // batch was published because every entry's topic has its breaker open
