@@ -132,6 +132,34 @@ func TestRelayBreakerDefersWithoutAttempts(t *testing.T) {
 	})
 }
 
+// TestRelayBreakerOfADownSinkDefersNothing: when no topic's breaker is
+// closed (the sink is down), an open breaker gives its entries back as
+// they are: no deferral, no attempt, the sink's last error kept.
+func TestRelayBreakerOfADownSinkDefersNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.Options{})
+		sink := keyOrdered{&recorder{fail: func(e outbox.Entry, attempt int) error {
+			return fmt.Errorf("broker down, attempt %d of %s", attempt, e.ID)
+		}}}
+		appendAll(t, b, outbox.Entry{ID: "e-0", Topic: "t", Key: "k"}, outbox.Entry{ID: "e-1", Topic: "t", Key: "k"})
+		startRelay(t, b, sink, outbox.RelayOptions{
+			PollInterval:     10 * time.Millisecond,
+			Backoff:          backoff.Policy{Base: time.Millisecond, Max: time.Millisecond, Min: time.Millisecond, MaxAttempts: 3},
+			BreakerThreshold: 2, BreakerCooldown: time.Hour,
+		})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		head := lookup(t, b, "e-0")
+		if head.Attempts != 2 || head.Deferred || head.Parked || head.LastError != "broker down, attempt 2 of e-0" {
+			t.Fatalf("e-0 a minute into an outage (breaker open after 2 rounds): Attempts %d, Deferred %v, Parked %v, LastError %q; want 2 attempts, neither deferred nor parked, the sink's last error",
+				head.Attempts, head.Deferred, head.Parked, head.LastError)
+		}
+		if next := lookup(t, b, "e-1"); next.Attempts != 0 || next.Deferred {
+			t.Fatalf("e-1 behind it: Attempts %d, Deferred %v; want untouched", next.Attempts, next.Deferred)
+		}
+	})
+}
+
 // blockingSink holds its first Publish call until release is closed, and
 // records every message it is handed.
 type blockingSink struct {
