@@ -2,12 +2,14 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -467,6 +469,61 @@ func TestRelayHeartbeatsSayWhichRelay(t *testing.T) {
 		}
 		if len(m.Partitions) != 1 {
 			t.Errorf("heartbeat Partitions %v, want the one partition held", m.Partitions)
+		}
+	})
+}
+
+// flakyPauser is the memory backend whose Paused fails while down is set.
+type flakyPauser struct {
+	*memory.Backend
+	down atomic.Bool
+}
+
+func (f *flakyPauser) Paused(ctx context.Context) (outbox.Paused, error) {
+	if f.down.Load() {
+		return outbox.Paused{}, errors.New("injected: the store does not answer")
+	}
+	return f.Backend.Paused(ctx)
+}
+
+// TestRelayKeepsTheLastKnownPausesWhenReadingFails: while Paused fails the
+// relay keeps the pauses it last read (the gauge still shows the paused
+// topic) and logs the failure once; it logs once more when reading works
+// again.
+func TestRelayKeepsTheLastKnownPausesWhenReadingFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyPauser{Backend: memory.New(memory.Options{})}
+		if err := store.PauseTopic(context.Background(), "orders"); err != nil {
+			t.Fatal(err)
+		}
+		reader := sdkmetric.NewManualReader()
+		var logs lockedBuffer
+		startRelay(t, store, &recorder{}, outbox.RelayOptions{
+			PollInterval:  10 * time.Millisecond,
+			MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+			Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		time.Sleep(100 * time.Millisecond)
+		store.down.Store(true)
+		time.Sleep(time.Second) // a hundred failed reads
+		synctest.Wait()
+		d, _ := collect(t, reader)[outbox.MetricPausedTopic].Data.(metricdata.Gauge[int64])
+		if len(d.DataPoints) != 1 || d.DataPoints[0].Value != 1 {
+			t.Errorf("%s while reading fails = %+v, want the last known pause of orders", outbox.MetricPausedTopic, d.DataPoints)
+		}
+		store.down.Store(false)
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		out := logs.String()
+		for line, want := range map[string]int{
+			"level=WARN msg=\"outbox relay: reading the paused topics and partitions failed": 1,
+			"reading the paused topics and partitions works again":                           1,
+			"outbox relay: topic paused":                                                     1,
+			"outbox relay: topic resumed":                                                    0,
+		} {
+			if n := strings.Count(out, line); n != want {
+				t.Errorf("%q logged %d times, want %d:\n%s", line, n, want, out)
+			}
 		}
 	})
 }
