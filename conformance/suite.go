@@ -96,6 +96,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, moveCases[Tx]()...)
 	cases = append(cases, auditCases[Tx]()...)
 	cases = append(cases, relayCases[Tx]()...)
+	cases = append(cases, relayOperateCases[Tx]()...)
 
 	var groups []string
 	byGroup := map[string][]testCase[Tx]{}
