@@ -65,6 +65,8 @@ var variants = slices.Concat(
 	moveVariants,
 	historyVariants,
 	deferredVariants,
+	listerVariants,
+	collationVariants,
 )
 
 // broken wraps a memory backend and breaks the contract of its variant.

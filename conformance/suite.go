@@ -92,6 +92,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, historyCases[Tx]()...)
 	cases = append(cases, deferredCases[Tx]()...)
 	cases = append(cases, listerCases[Tx]()...)
+	cases = append(cases, collationCases[Tx]()...)
 	cases = append(cases, partitionCountCases[Tx]()...)
 	cases = append(cases, corruptCases[Tx]()...)
 	cases = append(cases, batchFetcherCases[Tx]()...)
