@@ -93,6 +93,8 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, deferredCases[Tx]()...)
 	cases = append(cases, listerCases[Tx]()...)
 	cases = append(cases, collationCases[Tx]()...)
+	cases = append(cases, pauserCases[Tx]()...)
+	cases = append(cases, memberListerCases[Tx]()...)
 	cases = append(cases, partitionCountCases[Tx]()...)
 	cases = append(cases, corruptCases[Tx]()...)
 	cases = append(cases, batchFetcherCases[Tx]()...)
