@@ -67,6 +67,8 @@ var variants = slices.Concat(
 	deferredVariants,
 	listerVariants,
 	collationVariants,
+	pauserVariants,
+	memberListerVariants,
 )
 
 // broken wraps a memory backend and breaks the contract of its variant.

@@ -58,7 +58,7 @@ func membersListed[Tx any](t *testing.T, s *env[Tx]) {
 	}
 	// Started by the relay's clock, kept to the millisecond (a store may
 	// keep no finer time).
-	started := time.Now().Add(-90 * time.Minute).Truncate(time.Millisecond)
+	started := time.Now().Add(-90 * time.Minute).Truncate(time.Second).Add(123 * time.Millisecond)
 	in := []outbox.Member{
 		{Owner: "relay-b", Partitions: []int{1, 3}, MaxPartitions: 2, Host: "host-b.example", Version: "v1.2.3", Started: started},
 		{Owner: "relay-a", Partitions: []int{0}, Host: strings.Repeat("h", 300), Version: strings.Repeat("v", 256), Started: started.Add(time.Second)},
