@@ -112,9 +112,10 @@
 //     and with the due entries. Parked, Entries and BlockedKeys' ties page
 //     in the byte order of IDs with IDs a case-insensitive or locale
 //     collation orders otherwise.
-//   - Pauser: a paused topic's entries are never fetched nor attempted
-//     and hold back the later entries of their keys in every topic, other
-//     keys flow; after the resume everything comes, each key in append
+//   - Pauser: a paused topic's entries are never fetched (by
+//     FindPendingBatch, FetchBatch or FetchNext) nor attempted, and hold
+//     back the later entries of their keys in every topic, other keys
+//     flow; after the resume everything comes, each key in append
 //     order; a paused partition fetches nothing but still refuses a
 //     lease that is not live; pausing again keeps Since, resuming what is
 //     not paused is a no-op, Paused orders topics by bytes and partitions
