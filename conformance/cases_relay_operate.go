@@ -16,11 +16,9 @@ func relayOperateCases[Tx any]() []testCase[Tx] {
 	}
 }
 
-// Topics of relayPausedTopicFleet.
-const (
-	pausedTopic = "conformance-paused"
-	liveTopic   = "conformance-live"
-)
+// liveTopic is the topic relayPausedTopicFleet leaves running beside
+// pausedTopic.
+const liveTopic = "conformance-live"
 
 // relayPausedTopicFleet pauses a topic while three relays run, then
 // appends to it and to another topic: only the other topic is delivered
