@@ -89,6 +89,8 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, membershipCases[Tx]()...)
 	cases = append(cases, partitionInspectorCases[Tx]()...)
 	cases = append(cases, lookerCases[Tx]()...)
+	cases = append(cases, historyCases[Tx]()...)
+	cases = append(cases, deferredCases[Tx]()...)
 	cases = append(cases, partitionCountCases[Tx]()...)
 	cases = append(cases, corruptCases[Tx]()...)
 	cases = append(cases, batchFetcherCases[Tx]()...)
