@@ -82,7 +82,7 @@ func (b *Backend) loadOperatorQueries(load func(string) string) {
 // positive or an unknown state gives an error wrapping
 // [outbox.ErrInvalidArgument], and so does an after that PostgreSQL text
 // cannot hold (invalid UTF-8 or NUL, which no ID can be). A filter Topic
-// or Key no entry can have matches nothing. Safe for concurrent use; after
+// or Error that PostgreSQL text cannot hold matches nothing (no query). Safe for concurrent use; after
 // Close it returns [outbox.ErrClosed]. See [outbox.Lister].
 func (b *Backend) Entries(ctx context.Context, state outbox.EntryState, filter outbox.ListFilter, after string, limit int) ([]outbox.EntryInfo, error) {
 	const op = "Entries"
