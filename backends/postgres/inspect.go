@@ -107,8 +107,8 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 
 // Requeue moves parked entries back to pending, due now, attempts reset,
 // not deferred, last error and attempt history kept, in one transaction
-// of two statements: the first locks the parked rows among ids and reads their topic, headers and
-// partition columns; the second requeues those that can be published as
+// of two statements: the first locks the parked rows among ids and reads
+// their topic, headers and partition columns; the second requeues those that can be published as
 // stored. An entry that cannot (its topic column is empty, its headers column
 // does not decode, or its partition column is outside 0..Partitions()-1:
 // only a hand-made UPDATE writes such values) stays parked: Requeue
