@@ -259,29 +259,31 @@ func (r *entryRow) info(partitions int) outbox.EntryInfo {
 }
 
 // decodeHistory decodes the history column (see migration 007): a JSON
-// array of {"at", "error", "owner"}, at in RFC 3339. NULL, and a value
-// that does not decode (only a hand-made UPDATE writes one), read as no
-// history; an element whose time does not parse has the zero At.
+// array of {"at", "error", "owner"}, at in RFC 3339. NULL and a value that
+// is not an array read as no history, and an element that does not decode
+// is left out (only a hand-made UPDATE writes either); an element whose
+// time does not parse has the zero At.
 func decodeHistory(raw []byte) []outbox.Attempt {
-	if len(raw) == 0 {
+	var elems []json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &elems) != nil {
 		return nil
 	}
-	var stored []struct {
-		At    string `json:"at"`
-		Error string `json:"error"`
-		Owner string `json:"owner"`
-	}
-	if err := json.Unmarshal(raw, &stored); err != nil || len(stored) == 0 {
-		return nil
-	}
-	out := make([]outbox.Attempt, len(stored))
-	for i, a := range stored {
+	var out []outbox.Attempt
+	for _, e := range elems {
+		var a struct {
+			At    string `json:"at"`
+			Error string `json:"error"`
+			Owner string `json:"owner"`
+		}
+		if json.Unmarshal(e, &a) != nil {
+			continue
+		}
 		// In the local time zone, as pgx reports timestamptz columns.
 		at, _ := time.Parse(time.RFC3339Nano, a.At)
 		if !at.IsZero() {
 			at = at.Local()
 		}
-		out[i] = outbox.Attempt{At: at, Error: a.Error, Owner: a.Owner}
+		out = append(out, outbox.Attempt{At: at, Error: a.Error, Owner: a.Owner})
 	}
 	return out
 }
