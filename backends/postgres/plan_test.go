@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxrelay/outbox"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 )
 
@@ -252,4 +253,58 @@ func keyNum(key string) int {
 	var n int
 	_, _ = fmt.Sscanf(key, "agg-%d", &n)
 	return n
+}
+
+// TestParkedQueriesUseTheByteOrderIndex checks with EXPLAIN that Parked
+// and Entries(parked) page through the parked index (id COLLATE "C"), in
+// its order, without a sort, on 2,000 parked entries among 20,000 (with
+// sequential and bitmap scans off, as in TestPartitionStatsQueryUsesIndexes:
+// the check fails when the queries' order stops matching the index).
+func TestParkedQueriesUseTheByteOrderIndex(t *testing.T) {
+	t.Parallel()
+	b, p := newBackend(t, extended, pgoutbox.Options{})
+	ctx := t.Context()
+	table := pgx.Identifier{b.Options().Schema, "outbox"}.Sanitize()
+	if err := load(ctx, p, table, 20000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, "UPDATE "+table+" SET state = 'parked' WHERE id IN (SELECT id FROM "+table+" ORDER BY id LIMIT 2000)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, "ANALYZE "+table); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"Parked", b.ParkedQuery(), []any{"e00000100", 50}},
+		{"Entries(parked)", b.EntriesQuery(outbox.StateParked), []any{"e00000100", 50, nil, nil, nil, nil, nil}},
+	} {
+		var lines []string
+		err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			for _, set := range []string{"SET LOCAL enable_seqscan = off", "SET LOCAL enable_bitmapscan = off"} {
+				if _, err := tx.Exec(ctx, set); err != nil {
+					return err
+				}
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+q.sql, q.args...)
+			if err != nil {
+				return err
+			}
+			lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		t.Logf("%s plan:\n%s", q.name, plan)
+		if !strings.Contains(plan, "Index Scan using outbox_parked_idx") {
+			t.Errorf("the %s plan does not walk the parked index", q.name)
+		}
+		if strings.Contains(plan, "Sort") {
+			t.Errorf("the %s plan sorts instead of walking the index in order", q.name)
+		}
+	}
 }
