@@ -2,8 +2,11 @@ package pgoutbox
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/outbox"
 )
 
 // NewRowLocking is New with FOR UPDATE SKIP LOCKED added to the claim
@@ -27,3 +30,12 @@ func (b *Backend) SetAcquireQuery(q string) { b.qAcquire = b.render(q) }
 // PartitionStatsQuery is the rendered PartitionStats statement ($1 the
 // partition count).
 func (b *Backend) PartitionStatsQuery() string { return b.qPartitionStats }
+
+// ParkedQuery is the rendered Parked statement ($1 after, $2 limit).
+func (b *Backend) ParkedQuery() string { return b.qParked }
+
+// EntriesQuery is the rendered Entries statement of state ($1 after, $2
+// limit, $3..$7 the filter).
+func (b *Backend) EntriesQuery(state outbox.EntryState) string {
+	return b.qEntries[slices.Index(entryStates[:], state)]
+}
