@@ -273,4 +273,3 @@ func testBlockedKeys(t *testing.T, c redis.UniversalClient) {
 	require.NoError(t, err)
 	assert.Empty(t, got, "a2 of topic u waits, but the head a1 is of topic t")
 }
-
