@@ -25,6 +25,13 @@ func need[T any](s outbox.Store, iface, cmd string) (T, error) {
 	return v, nil
 }
 
+// commandLine is the command line of the outbox command cmd on the opened
+// outbox, then args, in backquotes, for hints: the command, the flags that
+// name the outbox (not --store), args.
+func commandLine(o *cli.Opened, cmd string, args ...string) string {
+	return "`" + strings.TrimSpace("outbox "+cmd+" "+o.NameFlags()+strings.Join(args, " ")) + "`"
+}
+
 // ListFlags page through a listing.
 type ListFlags struct {
 	Limit     int           `default:"50" noconfig:"" help:"Entries per page."`
@@ -328,6 +335,6 @@ func (c *BlockedCmd) print(out io.Writer, o *cli.Opened, f ops.Filter, rep Block
 	if rep.NextAfter != nil {
 		fmt.Fprintf(out, "(more: --after %s)\n", cli.ShellQuote(*rep.NextAfter))
 	}
-	fmt.Fprintf(out, "('outbox show HEAD %s' shows a head's attempts; its key is unblocked when it is sent, parked or cancelled, or its topic resumed)\n", strings.TrimSpace(o.NameFlags()))
+	fmt.Fprintf(out, "(%s shows a head's attempts; its key is unblocked when the head is sent, parked or cancelled, or its topic resumed)\n", commandLine(o, "show", "HEAD"))
 	return nil
 }

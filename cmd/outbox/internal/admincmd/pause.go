@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/outboxrelay/outbox"
@@ -57,39 +58,47 @@ func run(app *cli.App, sf cli.StoreFlags, tf TargetFlags, pause bool) error {
 	if _, err := tf.target(math.MaxInt); err != nil { // before connecting: the flags alone
 		return err
 	}
-	cmd := map[bool]string{true: "pause", false: "resume"}[pause]
 	return sf.With(tf.Timeout, cli.OpenOptions{}, func(ctx context.Context, o *cli.Opened) error {
-		t, err := tf.target(o.Store.Partitions())
-		if err != nil {
-			return err
-		}
-		p, err := need[outbox.Pauser](o.Store, "Pauser", cmd)
-		if err != nil {
-			return err
-		}
-		var c ops.PauseChange
-		if pause {
-			c, err = ops.Pause(ctx, p, t)
-		} else {
-			c, err = ops.Resume(ctx, p, t)
-		}
-		if err != nil {
-			return o.Explain(err)
-		}
-		printChange(app, o, c, pause)
-		return nil
+		return tf.apply(ctx, app, o, pause)
 	})
+}
+
+// apply pauses (or resumes) the target the flags name in the opened
+// outbox and says what changed.
+func (f TargetFlags) apply(ctx context.Context, app *cli.App, o *cli.Opened, pause bool) error {
+	cmd := "resume"
+	if pause {
+		cmd = "pause"
+	}
+	t, err := f.target(o.Store.Partitions())
+	if err != nil {
+		return err
+	}
+	p, err := need[outbox.Pauser](o.Store, "Pauser", cmd)
+	if err != nil {
+		return err
+	}
+	var c ops.PauseChange
+	if pause {
+		c, err = ops.Pause(ctx, p, t)
+	} else {
+		c, err = ops.Resume(ctx, p, t)
+	}
+	if err != nil {
+		return o.Explain(err)
+	}
+	printChange(app, o, c, pause)
+	return nil
 }
 
 // printChange says what a pause or resume changed and when relays see it.
 func printChange(app *cli.App, o *cli.Opened, c ops.PauseChange, pause bool) {
 	out := app.Stdout
 	since := c.Since.UTC().Format(time.RFC3339)
-	flag := "--topic " + cli.ShellQuote(c.Target.Topic)
+	undo := commandLine(o, "resume", "--topic", cli.ShellQuote(c.Target.Topic))
 	if !c.Target.IsTopic() {
-		flag = fmt.Sprint("--partition ", c.Target.Partition)
+		undo = commandLine(o, "resume", "--partition", strconv.Itoa(c.Target.Partition))
 	}
-	undo := fmt.Sprintf("`outbox resume %s%s`", o.NameFlags(), flag)
 	switch {
 	case pause && !c.Changed:
 		fmt.Fprintf(out, "%s of %s was already paused (since %s): nothing changed\n", c.Target, o.Outbox, since)

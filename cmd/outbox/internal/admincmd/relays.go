@@ -76,24 +76,28 @@ func intsOrEmpty(p []int) []int {
 // Run shows the fleet.
 func (c *RelaysCmd) Run(app *cli.App) error {
 	return c.StoreFlags.With(c.Timeout, cli.OpenOptions{}, func(ctx context.Context, o *cli.Opened) error {
-		ml, err := need[outbox.MemberLister](o.Store, "MemberLister", "relays")
-		if err != nil {
-			return err
-		}
-		pin, err := need[outbox.PartitionInspector](o.Store, "PartitionInspector", "relays")
-		if err != nil {
-			return err
-		}
-		f, err := ops.LoadFleet(ctx, ml, pin)
-		if err != nil {
-			return o.Explain(err)
-		}
-		rep := relaysJSON(o, f)
-		if c.JSON() {
-			return cli.WriteJSON(app.Stdout, rep)
-		}
-		return printRelays(app.Stdout, o, rep, time.Now())
+		return c.show(ctx, app, o)
 	})
+}
+
+func (c *RelaysCmd) show(ctx context.Context, app *cli.App, o *cli.Opened) error {
+	ml, err := need[outbox.MemberLister](o.Store, "MemberLister", "relays")
+	if err != nil {
+		return err
+	}
+	pin, err := need[outbox.PartitionInspector](o.Store, "PartitionInspector", "relays")
+	if err != nil {
+		return err
+	}
+	f, err := ops.LoadFleet(ctx, ml, pin)
+	if err != nil {
+		return o.Explain(err)
+	}
+	rep := relaysJSON(o, f)
+	if c.JSON() {
+		return cli.WriteJSON(app.Stdout, rep)
+	}
+	return printRelays(app.Stdout, o, rep, time.Now())
 }
 
 func relaysJSON(o *cli.Opened, f ops.Fleet) RelaysJSON {
@@ -111,7 +115,11 @@ func relaysJSON(o *cli.Opened, f ops.Fleet) RelaysJSON {
 }
 
 func printRelays(out io.Writer, o *cli.Opened, rep RelaysJSON, now time.Time) error {
-	fmt.Fprintf(out, "outbox %s%s, %d partitions, %d relays\n\n", o.Outbox, o.In(), rep.Partitions, len(rep.Relays))
+	relays := fmt.Sprintf("%d relays", len(rep.Relays))
+	if len(rep.Relays) == 1 {
+		relays = "1 relay"
+	}
+	fmt.Fprintf(out, "outbox %s%s, %d partitions, %s\n\n", o.Outbox, o.In(), rep.Partitions, relays)
 	if len(rep.Relays) == 0 {
 		fmt.Fprintln(out, "no relay is running: no membership record is live and no partition is leased")
 	} else {

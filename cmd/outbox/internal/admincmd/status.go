@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -212,11 +211,11 @@ func printStatus(out io.Writer, o *cli.Opened, rep StatusJSON, now time.Time) er
 	}
 	if rep.Paused != nil {
 		for _, t := range rep.Paused.Topics {
-			fmt.Fprintf(out, "paused: topic %s since %s (its entries stay pending and hold back their keys; outbox resume --topic %s)\n",
-				strconv.Quote(t.Topic), t.Since.Format(time.RFC3339), cli.ShellQuote(t.Topic))
+			fmt.Fprintf(out, "paused: topic %s since %s (its entries stay pending and hold back their keys; %s delivers them)\n",
+				strconv.Quote(t.Topic), t.Since.Format(time.RFC3339), commandLine(o, "resume", "--topic", cli.ShellQuote(t.Topic)))
 		}
 		for _, p := range rep.Paused.Partitions {
-			fmt.Fprintf(out, "paused: partition %d since %s (its entries stay pending; outbox resume --partition %d)\n", p.Partition, p.Since.Format(time.RFC3339), p.Partition)
+			fmt.Fprintf(out, "paused: partition %d since %s (its entries stay pending; %s delivers them)\n", p.Partition, p.Since.Format(time.RFC3339), commandLine(o, "resume", "--partition", strconv.Itoa(p.Partition)))
 		}
 	}
 	fmt.Fprintln(out)
@@ -249,8 +248,10 @@ func printStatus(out io.Writer, o *cli.Opened, rep StatusJSON, now time.Time) er
 	if rep.ByPartition == nil {
 		fmt.Fprintf(out, "(no per-partition counts: this backend, %T, does not implement outbox.PartitionInspector)\n", o.Store)
 	}
-	if blocked > 0 {
-		fmt.Fprintf(out, "(%d keys are blocked by a failing, deferred or paused head entry: 'outbox blocked %s' lists them)\n", blocked, strings.TrimSpace(o.NameFlags()))
+	if blocked == 1 {
+		fmt.Fprintf(out, "(1 key is blocked by a failing, deferred or paused head entry: %s shows it)\n", commandLine(o, "blocked"))
+	} else if blocked > 1 {
+		fmt.Fprintf(out, "(%d keys are blocked by a failing, deferred or paused head entry: %s lists them)\n", blocked, commandLine(o, "blocked"))
 	}
 	return nil
 }
