@@ -42,6 +42,13 @@ func TestAdminOnANarrowBackend(t *testing.T) {
 	if !strings.Contains(out.String(), "all        3        2    3") || !strings.Contains(out.String(), "does not implement outbox.PartitionInspector") {
 		t.Fatalf("status:\n%s", out.String())
 	}
+	out.Reset()
+	if err := (&StatusCmd{OutputFlags: cli.OutputFlags{Output: "json"}}).report(ctx, app, o, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"paused": null`) || !strings.Contains(out.String(), `"by_partition": null`) {
+		t.Fatalf("status -o json without a Pauser and a PartitionInspector:\n%s", out.String())
+	}
 	if err := (&ShowCmd{ID: "e0"}).show(ctx, app, o); err == nil || !strings.Contains(err.Error(), "does not implement outbox.Looker") {
 		t.Fatalf("show without a Looker: %v", err)
 	}

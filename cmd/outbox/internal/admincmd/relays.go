@@ -140,7 +140,11 @@ func printRelays(out io.Writer, o *cli.Opened, rep RelaysJSON, now time.Time) er
 		}
 	}
 	for _, u := range rep.Unheld {
-		fmt.Fprintf(out, "! partition %d is held by no relay while %d entries are pending (%d due): nothing delivers them until a relay takes it\n", u.Partition, u.Pending, u.Due)
+		pending := fmt.Sprintf("%d entries are pending", u.Pending)
+		if u.Pending == 1 {
+			pending = "1 entry is pending"
+		}
+		fmt.Fprintf(out, "! partition %d is held by no relay while %s (%d due): nothing delivers them until a relay takes it\n", u.Partition, pending, u.Due)
 	}
 	return nil
 }

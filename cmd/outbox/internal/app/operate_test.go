@@ -40,6 +40,14 @@ func jsonOf(t *testing.T, v any, args ...string) {
 // again after delay) and releases the rest of the batch.
 func attempt(t *testing.T, s operatorStore, id, owner, msg string, delay time.Duration) {
 	t.Helper()
+	fail(t, s, owner, outbox.Failure{ID: id, Error: msg, Delay: delay})
+}
+
+// fail claims the partition of f.ID as owner, records f and releases the
+// rest of the batch.
+func fail(t *testing.T, s operatorStore, owner string, f outbox.Failure) {
+	id := f.ID
+	t.Helper()
 	ctx := context.Background()
 	info, err := s.Lookup(ctx, id)
 	if err != nil {
@@ -62,7 +70,7 @@ func attempt(t *testing.T, s operatorStore, id, owner, msg string, delay time.Du
 	if len(rest) == len(batch) {
 		t.Fatalf("%s was not fetched: %v", id, batch)
 	}
-	if err := s.MarkFailed(ctx, lease, []outbox.Failure{{ID: id, Error: msg, Delay: delay}}); err != nil {
+	if err := s.MarkFailed(ctx, lease, []outbox.Failure{f}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, lease, rest); err != nil {
@@ -103,6 +111,39 @@ func exerciseOperators(t *testing.T, s operatorStore, appendFn func(...outbox.En
 	t.Run("ShowHistory", func(t *testing.T) { showHistory(t, with) })
 	t.Run("PauseResume", func(t *testing.T) { pauseResume(t, with, s.Partitions()) })
 	t.Run("Relays", func(t *testing.T) { relays(t, s, with) })
+	t.Run("DeferredAndCancelledHeads", func(t *testing.T) { deferredAndCancelled(t, s, appendFn, with) })
+}
+
+// deferredAndCancelled: an entry an open breaker deferred blocks its key
+// without an attempt, and shows so; cancelling a failing head unblocks
+// its key.
+func deferredAndCancelled(t *testing.T, s operatorStore, appendFn func(...outbox.Entry) error, with func(string, ...string) []string) {
+	if err := appendFn(outbox.Entry{ID: "d0", Topic: "orders", Key: "defer-1"}, outbox.Entry{ID: "d1", Topic: "orders", Key: "defer-1"}); err != nil {
+		t.Fatal(err)
+	}
+	fail(t, s, "relay-1", outbox.Failure{ID: "d0", Error: "not published: the circuit breaker is open", Delay: time.Hour, Deferred: true})
+	cliOK(t, with("cancel", "s0")...)
+
+	var b admincmd.BlockedJSON
+	jsonOf(t, &b, with("blocked")...)
+	if len(b.Blocked) != 1 || b.Blocked[0].Key != "defer-1" || b.Blocked[0].Reason != "deferred" || b.Blocked[0].Head.ID != "d0" ||
+		!b.Blocked[0].Head.Deferred || b.Blocked[0].Head.Attempts != 0 || b.Blocked[0].Waiting != 1 {
+		t.Errorf("blocked after deferring d0 and cancelling s0: %+v; want only defer-1, deferred by d0, 1 waiting", b.Blocked)
+	}
+	if text := cliOK(t, with("blocked")...); !strings.Contains(text, "breaker open") || strings.Contains(text, "ship-1") {
+		t.Errorf("blocked:\n%s", text)
+	}
+	if text := cliOK(t, with("entries", "--state", "scheduled")...); !strings.Contains(text, "d0") || !strings.Contains(text, "0 (deferred)") {
+		t.Errorf("entries --state scheduled (d0 was deferred before any attempt):\n%s", text)
+	}
+	var j admincmd.ShowJSON
+	jsonOf(t, &j, with("show", "d0")...)
+	if !j.Deferred || len(j.History) != 0 || j.LastError != "" {
+		t.Errorf("show d0 -o json: deferred %v, history %v, last error %q; want deferred, no attempt, no error", j.Deferred, j.History, j.LastError)
+	}
+	if text := cliOK(t, with("show", "d0")...); !strings.Contains(text, "deferred    yes (an open circuit breaker held it back without an attempt") {
+		t.Errorf("show d0:\n%s", text)
+	}
 }
 
 func stuckKey(t *testing.T, with func(string, ...string) []string, part int) {
@@ -280,6 +321,9 @@ func pauseResume(t *testing.T, with func(string, ...string) []string, partitions
 	if len(b.Blocked) != 1 || b.Blocked[0].Reason != "paused" {
 		t.Errorf("blocked while shipments is paused: %+v; want ship-1 with reason paused", b.Blocked)
 	}
+	if text := cliOK(t, with("blocked")...); !strings.Contains(text, "topic paused") {
+		t.Errorf("blocked while shipments is paused:\n%s", text)
+	}
 
 	got = cliOK(t, with("pause", "--partition", "1")...)
 	if !strings.Contains(got, "paused partition 1 of ") || !strings.Contains(got, `paused now: topic "shipments" (since `) || !strings.Contains(got, "partition 1 (since ") {
@@ -360,6 +404,21 @@ func relays(t *testing.T, s operatorStore, with func(string, ...string) []string
 	}
 	if strings.Contains(text, "! partition 0") {
 		t.Errorf("relays flags partition 0, which relay-a holds:\n%s", text)
+	}
+
+	// A lease holder without a membership record is listed as such.
+	tool, err := s.AcquireLease(ctx, 1, "tool-x", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.ReleaseLease(ctx, tool) }()
+	jsonOf(t, &r, with("relays")...)
+	if len(r.Relays) != 3 || r.Relays[2].Owner != "tool-x" || r.Relays[2].Listed || r.Relays[2].LastHeartbeat != nil ||
+		!slices.Equal(r.Relays[2].Partitions, []int{1}) || len(r.Unheld) != 0 {
+		t.Errorf("relays with tool-x holding partition 1: %+v, unheld %+v", r.Relays, r.Unheld)
+	}
+	if text := cliOK(t, with("relays")...); !strings.Contains(text, "- (no membership record: it holds a lease but does not heartbeat)") || strings.Contains(text, "! partition") {
+		t.Errorf("relays with tool-x holding partition 1:\n%s", text)
 	}
 }
 
