@@ -37,6 +37,7 @@ func TestOperate(t *testing.T) {
 			t.Run("EntriesFilters", func(t *testing.T) { t.Parallel(); testEntriesFilters(t, c) })
 			t.Run("ParkedPagesMergePartitions", func(t *testing.T) { t.Parallel(); testParkedPaging(t, c) })
 			t.Run("BlockedKeys", func(t *testing.T) { t.Parallel(); testBlockedKeys(t, c) })
+			t.Run("MoveCarriesHistory", func(t *testing.T) { t.Parallel(); testMoveHistory(t, c) })
 		})
 	}
 }
@@ -420,4 +421,57 @@ func indexOf(ss []string, s string) int {
 		}
 	}
 	return -1
+}
+
+// testMoveHistory: Export and Import carry the attempt history and the
+// deferral; RemoveExported deletes the history with the entry.
+func testMoveHistory(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	src := newBackend(t, c, Options{})
+	dst := newBackend(t, c, Options{Partitions: 2})
+	require.NoError(t, src.Append(ctx,
+		outbox.Entry{ID: "f", Topic: "t", Key: "kf"},
+		outbox.Entry{ID: "d", Topic: "t", Key: "kd"},
+		outbox.Entry{ID: "d2", Topic: "t", Key: "kd"},
+		outbox.Entry{ID: "p", Topic: "t"}))
+	l := lease(t, src, 0, "mover")
+	require.NoError(t, src.MarkFailed(ctx, l, []outbox.Failure{
+		{ID: "f", Error: "one", Delay: -time.Second},
+		{ID: "d", Delay: time.Hour, Deferred: true},
+		{ID: "p", Error: "poison", Park: true},
+	}))
+	require.NoError(t, src.MarkFailed(ctx, l, []outbox.Failure{{ID: "f", Error: "two", Delay: time.Hour}}))
+	exported, err := src.ExportBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Len(t, exported, 4)
+	n, err := dst.Import(ctx, exported)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	for _, id := range []string{"f", "d", "p"} {
+		want, got := lookup(t, src, id), lookup(t, dst, id)
+		assert.Equal(t, want.History, got.History, id)
+		assert.Equal(t, want.Deferred, got.Deferred, id)
+		assert.Equal(t, want.DueAt.UnixMilli(), got.DueAt.UnixMilli(), id)
+	}
+	assert.True(t, lookup(t, dst, "d").Deferred)
+	assert.Len(t, lookup(t, dst, "f").History, 2)
+	assert.Len(t, lookup(t, dst, "p").History, 1)
+	for q := range 2 {
+		dl := lease(t, dst, q, "relay")
+		got, err := dst.FindPendingBatch(ctx, dl, 10)
+		require.NoError(t, err)
+		assert.NotContains(t, ids(got), "d2", "d, deferred, still holds back its key after the move")
+	}
+	require.NoError(t, src.RemoveExported(ctx, l, ids(infosEntries(exported))))
+	m, err := c.Exists(ctx, src.parts[0].history).Result()
+	require.NoError(t, err)
+	assert.Zero(t, m, "RemoveExported deletes the history")
+}
+
+func infosEntries(infos []outbox.EntryInfo) []outbox.Entry {
+	out := make([]outbox.Entry, len(infos))
+	for i := range infos {
+		out[i] = infos[i].Entry
+	}
+	return out
 }
