@@ -35,6 +35,8 @@ func (w *broken) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) 
 	switch w.variant {
 	case "fetch-batch-unfenced":
 		lease = w.current(lease)
+	case "fetch-batch-ignores-pause":
+		return w.fetchIgnoringPause(ctx, lease, limit)
 	}
 	b, err := w.fetchBatch(ctx, lease, limit)
 	if err == nil && w.variant == "fetch-batch-reversed" {
@@ -70,6 +72,9 @@ func inFlightIDs(entries []outbox.Entry) []string {
 func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
 	ctx = w.ctx(ctx)
 	lease = w.real(lease)
+	if w.beforeFetchOperate(ctx, lease) {
+		return nil, nil
+	}
 	switch w.variant {
 	case "stale-fetch-allowed":
 		lease = w.current(lease)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/outboxrelay/outbox"
@@ -144,6 +145,8 @@ func (w *broken) afterFetchOperate(ctx context.Context, lease outbox.Lease, batc
 		keys := maps.Clone(w.op.deferredKey)
 		w.op.mu.Unlock()
 		return w.holdBackByKey(ctx, lease, batch, keys, false)
+	case "pause-not-holding-key", "pause-counts-attempt":
+		return w.pausedFetch(ctx, lease, batch)
 	case "deferred-blocks-partition":
 		if !w.deferredIn(ctx, lease.Partition) {
 			return batch, nil
@@ -173,4 +176,16 @@ func (w *broken) deferredIn(ctx context.Context, partition int) bool {
 		}
 	}
 	return false
+}
+
+// TestOperatorCasesPassOnTheWrapper runs the operator areas on the broken
+// wrapper with the variant "none" (in TestBrokenChild subprocesses) and
+// requires every case to run and pass: the wrapper's hooks break nothing
+// by themselves, so each variant's failures are its own.
+func TestOperatorCasesPassOnTheWrapper(t *testing.T) {
+	for _, area := range []string{"History", "Deferred", "Lister", "Collation", "Pauser", "MemberLister"} {
+		t.Run(area, func(t *testing.T) {
+			requirePassOnVariantNone(t, area, "the broken wrapper with no variant")
+		})
+	}
 }

@@ -51,7 +51,9 @@ const maxErrorLen = 4096
 // Backend is the PostgreSQL outbox backend: an [outbox.Backend] over a
 // pgx pool, also an [outbox.Notifier], [outbox.Canceler],
 // [outbox.Inspector], [outbox.PartitionInspector], [outbox.Looker],
-// [outbox.BatchFetcher] and [outbox.Membership], and, for moving a live
+// [outbox.BatchFetcher] and [outbox.Membership], for operators an
+// [outbox.Lister], [outbox.Pauser] and [outbox.MemberLister] (see
+// operate.go), and, for moving a live
 // outbox, an [outbox.Exporter], [outbox.Importer], [outbox.Holder] and
 // [outbox.Sealer] (see move.go). Make one with [New]. It is safe for
 // concurrent use.
