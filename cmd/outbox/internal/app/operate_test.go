@@ -4,17 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxrelay/outbox"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 	"github.com/outboxrelay/outbox/cmd/outbox/internal/admincmd"
+	"github.com/outboxrelay/outbox/cmd/outbox/internal/cli"
 	"github.com/outboxrelay/outbox/cmd/outbox/internal/clitest"
 )
 
@@ -122,9 +126,24 @@ func deferredAndCancelled(t *testing.T, s operatorStore, appendFn func(...outbox
 		t.Fatal(err)
 	}
 	fail(t, s, "relay-1", outbox.Failure{ID: "d0", Error: "not published: the circuit breaker is open", Delay: time.Hour, Deferred: true})
-	cliOK(t, with("cancel", "s0")...)
 
+	// Two blocked keys, a page each: ship-1 since s0's first attempt,
+	// defer-1 since d0 was appended, later.
 	var b admincmd.BlockedJSON
+	jsonOf(t, &b, with("blocked", "--limit", "1")...)
+	if len(b.Blocked) != 1 || b.Blocked[0].Key != "ship-1" || b.NextAfter == nil {
+		t.Fatalf("blocked --limit 1: %+v; want ship-1 and a next page", b)
+	}
+	if text := cliOK(t, with("blocked", "--limit", "1")...); !strings.Contains(text, "(more: --after "+cli.ShellQuote(*b.NextAfter)+")") {
+		t.Errorf("blocked --limit 1 does not say how to get the next page (--after %s):\n%s", *b.NextAfter, text)
+	}
+	jsonOf(t, &b, with("blocked", "--limit", "1", "--after", *b.NextAfter)...)
+	if len(b.Blocked) != 1 || b.Blocked[0].Key != "defer-1" || b.NextAfter != nil {
+		t.Fatalf("blocked, page 2: %+v; want defer-1, the last page", b)
+	}
+
+	cliOK(t, with("cancel", "s0")...)
+	b = admincmd.BlockedJSON{}
 	jsonOf(t, &b, with("blocked")...)
 	if len(b.Blocked) != 1 || b.Blocked[0].Key != "defer-1" || b.Blocked[0].Reason != "deferred" || b.Blocked[0].Head.ID != "d0" ||
 		!b.Blocked[0].Head.Deferred || b.Blocked[0].Head.Attempts != 0 || b.Blocked[0].Waiting != 1 {
@@ -456,4 +475,62 @@ func TestOperatorsOnRedis(t *testing.T) {
 	appendFn := func(e ...outbox.Entry) error { return b.Append(ctx, e...) }
 	clitest.SeedAdmin(t, b, appendFn)
 	exerciseOperators(t, b, appendFn, "--store", url, "--prefix", prefix)
+}
+
+// TestRelaysShowsALiveRelay: `outbox relays` lists an `outbox relay`
+// running in this process, with its owner, host, the CLI's version, its
+// start and heartbeat, and the partitions it holds; once it stops (and
+// leaves the fleet), none.
+func TestRelaysShowsALiveRelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, client := cliRedis(t)
+	prefix := cliPrefix(t, client)
+	b, err := redisoutbox.New(ctx, client, redisoutbox.Options{Prefix: prefix, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	flags := []string{"--store", url, "--prefix", prefix}
+	before := time.Now()
+	run := startCLI(t, append([]string{"relay", "--kafka-brokers", strings.Join(cluster.ListenAddrs(), ","), "--owner", "relay-live",
+		"--poll-interval", "100ms", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, flags...)...)
+	run.waitFor(t, regexp.MustCompile(`(outbox relay: running)`))
+
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r admincmd.RelaysJSON
+	deadline := time.Now().Add(time.Minute) // watchdog: the relay takes both partitions within a lease or so
+	for {
+		jsonOf(t, &r, append([]string{"relays"}, flags...)...)
+		if len(r.Relays) == 1 && len(r.Relays[0].Partitions) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(r.Relays) != 1 {
+		t.Fatalf("relays with one relay running: %+v", r.Relays)
+	}
+	got := r.Relays[0]
+	if got.Owner != "relay-live" || !got.Listed || got.Host != host || got.Version != "test" || got.Started == nil ||
+		got.Started.Before(before.Add(-time.Second)) || got.LastHeartbeat == nil || !slices.Equal(got.Partitions, []int{0, 1}) || len(r.Unheld) != 0 {
+		t.Errorf("relays: %+v, unheld %+v; want relay-live on %s, version test, started after %v, holding 0 and 1", got, r.Unheld, host, before)
+	}
+	if text := cliOK(t, append([]string{"relays"}, flags...)...); !strings.Contains(text, "1 relay\n") || !strings.Contains(text, "relay-live") || !strings.Contains(text, "0, 1") {
+		t.Errorf("relays:\n%s", text)
+	}
+	if code := run.finish(t); code != 0 {
+		t.Fatalf("the relay exited %d\n%s%s", code, run.out, run.errs)
+	}
+	jsonOf(t, &r, append([]string{"relays"}, flags...)...)
+	if len(r.Relays) != 0 {
+		t.Errorf("relays after the relay stopped: %+v; want none (it leaves the fleet and releases its leases)", r.Relays)
+	}
 }
