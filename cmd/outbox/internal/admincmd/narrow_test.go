@@ -2,6 +2,7 @@ package admincmd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -22,6 +23,50 @@ type narrowStore struct {
 	outbox.Store
 	outbox.Inspector
 	outbox.Canceler
+}
+
+// partsStore adds PartitionInspector to narrowStore, but not Lister.
+type partsStore struct {
+	narrowStore
+	outbox.PartitionInspector
+}
+
+// TestStatusWithoutALister: per-partition counts without the oldest due
+// entry and the blocked keys, which need outbox.Lister: null in JSON, "-"
+// in text.
+func TestStatusWithoutALister(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := memory.New(memory.Options{Partitions: 2})
+	clitest.SeedAdmin(t, mem, func(e ...outbox.Entry) error { return mem.Append(ctx, e...) })
+	o := &cli.Opened{Store: partsStore{narrowStore{Store: mem, Inspector: mem, Canceler: mem}, mem}, Kind: "memory", Outbox: "memory"}
+	var out strings.Builder
+	app := &cli.App{Stdout: &out, Stderr: &out}
+	if err := (&StatusCmd{OutputFlags: cli.OutputFlags{Output: "json"}}).report(ctx, app, o, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var st StatusJSON
+	if err := json.Unmarshal([]byte(out.String()), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.ByPartition) != 2 || st.Paused != nil {
+		t.Fatalf("status -o json: %s", out.String())
+	}
+	for _, p := range st.ByPartition {
+		if p.OldestDueID != nil || p.BlockedKeys != nil {
+			t.Errorf("status -o json without a Lister: partition %d oldest_due_id %v, blocked_keys %v; want null", p.Partition, p.OldestDueID, p.BlockedKeys)
+		}
+	}
+	if !strings.Contains(out.String(), `"oldest_due_id": null`) || !strings.Contains(out.String(), `"blocked_keys": null`) {
+		t.Errorf("status -o json without a Lister:\n%s", out.String())
+	}
+	out.Reset()
+	if err := (&StatusCmd{}).report(ctx, app, o, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "blocked") || !strings.Contains(out.String(), "OLDEST DUE  BLOCKED KEYS") {
+		t.Errorf("status without a Lister:\n%s", out.String())
+	}
 }
 
 // TestAdminOnANarrowBackend: without PartitionInspector and Looker the

@@ -287,6 +287,13 @@ func entriesPerState(t *testing.T, with func(string, ...string) []string) {
 			t.Errorf("entries %v: %v, next_after %q; want %v, %q", tc.args, got, gotNext, tc.want, tc.next)
 		}
 	}
+	var parked admincmd.EntriesJSON
+	jsonOf(t, &parked, with("entries", "--state", "parked")...)
+	for _, e := range parked.Entries {
+		if e.DueAt != nil || e.Attempts != 1 || e.LastError == "" {
+			t.Errorf("entries --state parked: %s has due_at %v, attempts %d, last error %q; want null, 1, its error", e.ID, e.DueAt, e.Attempts, e.LastError)
+		}
+	}
 	var r admincmd.EntriesJSON
 	jsonOf(t, &r, with("entries", "--state", "retrying")...)
 	if r.State != "retrying" || len(r.Entries) != 1 || len(r.Entries[0].History) != 2 || r.Entries[0].DueAt == nil || r.Entries[0].Attempts != 2 {
