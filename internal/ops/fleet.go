@@ -38,8 +38,8 @@ type Relay struct {
 
 // JoinFleet joins members (as [outbox.MemberLister.Members] returns them)
 // with parts (as [outbox.PartitionInspector.PartitionStats] returns them).
-// It keeps neither slice's backing array for Relays; Partitions and
-// Unheld share the elements of parts.
+// Relays and Unheld are new slices; Partitions is parts itself, and the
+// slices inside members and parts are shared, not copied.
 func JoinFleet(members []outbox.Member, parts []outbox.PartitionStats) Fleet {
 	f := Fleet{Partitions: parts}
 	byOwner := make(map[string]int, len(members))

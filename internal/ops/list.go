@@ -46,9 +46,10 @@ func ParseState(s string) (outbox.EntryState, error) {
 // Entries lists up to limit entries in state that f matches, in the byte
 // order of their IDs, starting after the ID after ("" for the first page).
 // next is the ID to continue after: the last entry listed when more
-// match, "" when this is the last page. limit must be positive (the
-// store refuses others). It reads limit+1 entries to tell whether more
-// follow. Store errors are returned as they are.
+// match, "" when this is the last page. A limit that is not positive is
+// an error wrapping [outbox.ErrInvalidArgument], before any call on the
+// store. It reads limit+1 entries to tell whether more follow. Store
+// errors are returned as they are.
 func Entries(ctx context.Context, l outbox.Lister, state outbox.EntryState, f Filter, after string, limit int) (found []outbox.EntryInfo, next string, err error) {
 	if limit <= 0 {
 		return nil, "", fmt.Errorf("ops: limit %d: %w: it must be positive", limit, outbox.ErrInvalidArgument)
@@ -109,9 +110,10 @@ func CursorOf(b outbox.BlockedKey) BlockedCursor {
 // Blocked lists up to limit blocked keys whose head entry f matches, the
 // longest blocked first (see [outbox.Lister.BlockedKeys]), starting after
 // the cursor after. next is the cursor of the next page, the zero cursor
-// when this is the last page. limit must be positive. It reads limit+1
-// keys to tell whether more follow. Store errors are returned as they
-// are.
+// when this is the last page. A limit that is not positive is an error
+// wrapping [outbox.ErrInvalidArgument], before any call on the store. It
+// reads limit+1 keys to tell whether more follow. Store errors are
+// returned as they are.
 func Blocked(ctx context.Context, l outbox.Lister, f Filter, after BlockedCursor, limit int) (found []outbox.BlockedKey, next BlockedCursor, err error) {
 	if limit <= 0 {
 		return nil, next, fmt.Errorf("ops: limit %d: %w: it must be positive", limit, outbox.ErrInvalidArgument)

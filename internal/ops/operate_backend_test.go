@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -142,8 +143,11 @@ func TestEntries(t *testing.T) {
 		}
 		t.Run("LimitNotPositive", func(t *testing.T) {
 			t.Parallel()
-			if _, _, err := ops.Entries(ctx, o, outbox.StateDue, ops.Filter{}, "", 0); err == nil {
-				t.Error("Entries with limit 0: no error")
+			if _, _, err := ops.Entries(ctx, o, outbox.StateDue, ops.Filter{}, "", 0); !errors.Is(err, outbox.ErrInvalidArgument) {
+				t.Errorf("Entries with limit 0: %v; want ErrInvalidArgument", err)
+			}
+			if _, _, err := ops.Blocked(ctx, o, ops.Filter{}, ops.BlockedCursor{}, -1); !errors.Is(err, outbox.ErrInvalidArgument) {
+				t.Errorf("Blocked with limit -1: %v; want ErrInvalidArgument", err)
 			}
 		})
 	})
