@@ -2,9 +2,15 @@
 // CLI (cmd/outbox) and the dashboard (package ui). It filters parked
 // entries, parses the times an operator writes, selects entries by ID or
 // by filter, and requeues or cancels them in bounded steps, counting the
-// results and reporting progress through a callback. It works through the
-// SPI's optional operator interfaces ([outbox.Inspector], [outbox.Looker],
-// [outbox.Canceler]) only, so it runs on every conforming backend.
+// results and reporting progress through a callback. It lists entries by
+// state and the keys a failing entry blocks, a page at a time ([Entries],
+// [Blocked]), checks and applies what an operator pauses or resumes
+// ([ParsePauseTarget], [Pause], [Resume]), and joins the fleet's members
+// with the partitions' leases ([JoinFleet], [LoadFleet]). It works through
+// the SPI's optional operator interfaces ([outbox.Inspector],
+// [outbox.Looker], [outbox.Canceler], [outbox.Lister], [outbox.Pauser],
+// [outbox.MemberLister], [outbox.PartitionInspector]) only, so it runs on
+// every conforming backend.
 //
 // It is internal on purpose: it is the shared logic of our front ends, not
 // an API we want to freeze. Library users who build their own tools call
@@ -13,7 +19,7 @@
 // # Errors
 //
 // Errors about an operator's input name the input by a neutral field name
-// ([FieldError], [RangeError]); each front end maps it to what the operator
+// ([FieldError], [RangeError], [ErrNoTarget], [ErrTwoTargets]); each front end maps it to what the operator
 // typed (the CLI's --since flag, the dashboard's since parameter). Errors
 // of the store are returned as the store gave them, never wrapped here,
 // together with the counts done before them, so each front end wraps them

@@ -29,9 +29,10 @@ Precedence: a flag on the command line wins over the environment (such as
 OUTBOX_STORE), which wins over the file; an empty variable counts as unset.
 
 What one run selects or confirms cannot be put in the file: the IDs, the
-filters (--topic, --key, --error, --since, --until), --all, --yes, --dry-run,
---partitions (given to 'outbox migrate up' when the outbox is created),
---before, --after, --limit, --full-error, --output and --to, and the demo's
+filters (--state, --topic, --key, --error, --since, --until), --all, --yes,
+--dry-run, --partitions (given to 'outbox migrate up' when the outbox is
+created), --partition (of pause and resume), --before, --after, --limit,
+--full-error, --output and --to, and the demo's
 own flags; and the two outboxes of a move and its mode (--from, --from-schema,
 --from-table, --from-prefix, --to-schema, --to-table, --to-prefix, --prepare,
 --verify, --release, --unseal; OUTBOX_MOVE_FROM and OUTBOX_MOVE_TO still work).

@@ -33,6 +33,10 @@ import (
 type RelayCmd struct {
 	cli.StoreFlags
 
+	// version is the CLI's version (cli.App.Version), which the relay
+	// records in its heartbeats; set by Run.
+	version string
+
 	KafkaBrokers         []string          `name:"kafka-brokers" sep:"," env:"OUTBOX_KAFKA_BROKERS" placeholder:"HOST:PORT" group:"Kafka" help:"Kafka seed brokers, comma-separated (required)."`
 	KafkaClientID        string            `name:"kafka-client-id" default:"outbox-relay" placeholder:"ID" group:"Kafka" help:"Kafka client ID the brokers see (quotas, logs, ACL audit). Default: ${default}."`
 	KafkaTLS             bool              `name:"kafka-tls" group:"Kafka" help:"Connect to the brokers over TLS, verifying them against the system's roots (or --kafka-tls-ca). The other --kafka-tls-* flags imply it."`
@@ -77,6 +81,7 @@ const (
 
 // Run runs the relay until SIGTERM or SIGINT, then drains.
 func (c *RelayCmd) Run(app *cli.App) error {
+	c.version = app.Version
 	if err := c.validate(); err != nil {
 		return err
 	}
@@ -412,7 +417,18 @@ func (c *RelayCmd) relayOptions(log *slog.Logger, mp metric.MeterProvider) outbo
 		StatsInterval: c.StatsInterval,
 		Logger:        log,
 		MeterProvider: mp,
+		Version:       heartbeatVersion(c.version),
 	}
+}
+
+// heartbeatVersion is the version the relay records in its heartbeats:
+// the CLI's, except for a development build ("(devel)") or none, for
+// which the library's default adds the VCS revision the build recorded.
+func heartbeatVersion(cliVersion string) string {
+	if cliVersion == "(devel)" {
+		return ""
+	}
+	return cliVersion
 }
 
 // optionFlags names the flags (or what stands for them) of the relay's
