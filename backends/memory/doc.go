@@ -9,7 +9,8 @@
 // It implements [outbox.Backend] over its own transaction type [*Tx], and
 // the optional interfaces [outbox.Notifier], [outbox.Canceler],
 // [outbox.Inspector], [outbox.Membership], [outbox.PartitionInspector],
-// [outbox.Looker], and those of moving an outbox: [outbox.Exporter],
+// [outbox.Looker], the operators' [outbox.Lister], [outbox.Pauser] and
+// [outbox.MemberLister], and those of moving an outbox: [outbox.Exporter],
 // [outbox.Importer], [outbox.Holder] and [outbox.Sealer]. Every method is safe for concurrent use; one mutex
 // guards the whole state, so every call is atomic.
 //
@@ -39,10 +40,12 @@
 // Requeue makes it due now with a new append sequence, as if appended now.
 // [Backend.FindPendingBatch] pops due entries in that order and claims the
 // first limit eligible ones. An entry with a key is held back while an
-// entry of the same key appended earlier is failing (Attempts > 0, not
-// sent, not parked); held-back entries are set aside per key, so they cost
-// nothing on later fetches, and go back to the heap when the failing entry
-// is sent, parked or cancelled. A fetch therefore costs O((batch + newly
+// entry of the same key appended earlier is failing (Attempts > 0 or
+// deferred by [outbox.Failure.Deferred], not sent, not parked) or of a
+// paused topic; held-back entries, and the entries of paused topics, are
+// set aside per key, so they cost nothing on later fetches, and go back to
+// the heap when what held them is sent, parked or cancelled, or the topic
+// resumed. A fetch therefore costs O((batch + newly
 // held back) × log n), never a scan of the whole outbox.
 //
 // # Leases
@@ -89,11 +92,23 @@
 // [Tx.Commit], under the lock Seal takes, with an error wrapping
 // [outbox.ErrSealed]. Hold and seal live as long as the Backend.
 //
+// # Operators
+//
+// [Backend.MarkFailed] keeps each entry's last [outbox.MaxAttemptHistory]
+// attempts (the clock's time, the error in full, the lease owner); a
+// deferral is not an attempt. [Backend.Entries] and [Backend.BlockedKeys]
+// read every stored entry under the lock, so each page is consistent and
+// costs O(n log n) in the entries. [Backend.PauseTopic] and
+// [Backend.PausePartition] are kept in the Backend, for every relay that
+// shares it; pausing a topic costs O(n) in its pending entries, resuming
+// it O(n) in the entries set aside.
+//
 // # Membership
 //
 // [Backend.Heartbeat] and [Backend.Leave] keep the relay fleet's records
 // in memory, judged by the backend's clock, so relays sharing one Backend
-// balance their partitions as they would on Postgres or Redis. The
+// balance their partitions as they would on Postgres or Redis;
+// [Backend.Members] lists them. Host and Version are cut to 255 bytes. The
 // partition count is fixed at [New]: there is nothing to store it in
 // across instances.
 package memory

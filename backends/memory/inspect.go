@@ -27,8 +27,9 @@ func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 	return s, nil
 }
 
-// PartitionStats reports the counts (as [Backend.Stats] defines them) and
-// the live lease of every partition at one moment. See
+// PartitionStats reports the counts (as [Backend.Stats] defines them), the
+// live lease, the oldest due entry's ID and the number of blocked keys (as
+// [Backend.BlockedKeys] lists them) of every partition at one moment. See
 // [outbox.PartitionInspector].
 func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, error) {
 	if err := b.lock(ctx); err != nil {
@@ -39,9 +40,16 @@ func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, 
 	out := make([]outbox.PartitionStats, len(b.parts))
 	for i, p := range b.parts {
 		out[i].Partition = i
-		p.addStats(&out[i].Stats, now)
+		if oldest := p.addStats(&out[i].Stats, now); oldest != nil {
+			out[i].OldestDueID = oldest.e.ID
+		}
 		if p.live(now) {
 			out[i].Lease = outbox.Lease{Partition: i, Owner: p.owner, Version: p.version, Expires: p.expires}
+		}
+		for _, h := range p.heads() {
+			if p.blocksKey(h.head) {
+				out[i].BlockedKeys++
+			}
 		}
 	}
 	for _, it := range b.parked {
@@ -50,33 +58,40 @@ func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, 
 	return out, nil
 }
 
-// addStats adds p's pending entries (not its parked ones) to s.
-func (p *partition) addStats(s *outbox.Stats, now time.Time) {
-	note := func(due time.Time, n int64) {
+// addStats adds p's pending entries (not its parked ones) to s and returns
+// p's oldest due entry (first by due time, then append order), nil when
+// none is due.
+func (p *partition) addStats(s *outbox.Stats, now time.Time) (oldest *item) {
+	note := func(it *item, n int64) {
 		if n == 0 {
 			return
 		}
 		s.Due += n
-		if s.OldestDue.IsZero() || due.Before(s.OldestDue) {
-			s.OldestDue = due
+		if oldest == nil || less(it, oldest) {
+			oldest = it
+		}
+		if s.OldestDue.IsZero() || it.due.Before(s.OldestDue) {
+			s.OldestDue = it.due
 		}
 	}
 	s.Pending += int64(len(p.ready) + len(p.claimed))
-	n, first := p.ready.countDue(now)
-	note(first, n)
+	if n, _ := p.ready.countDue(now); n > 0 {
+		note(p.ready[0], n)
+	}
 	for _, set := range p.held {
 		s.Pending += int64(len(set))
 		for it := range set {
 			if !it.due.After(now) {
-				note(it.due, 1)
+				note(it, 1)
 			}
 		}
 	}
 	for it := range p.claimed {
 		if !it.due.After(now) {
-			note(it.due, 1)
+			note(it, 1)
 		}
 	}
+	return oldest
 }
 
 // Lookup returns the pending or parked entry with the given ID. See
@@ -90,11 +105,7 @@ func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, erro
 	if it == nil {
 		return outbox.EntryInfo{}, fmt.Errorf("memory: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", id, outbox.ErrNotFound)
 	}
-	info := outbox.EntryInfo{Entry: it.e.Clone(), Parked: it.state == stateParked}
-	if !info.Parked {
-		info.DueAt = it.due
-	}
-	return info, nil
+	return it.info(), nil
 }
 
 // Parked lists parked entries ordered by ID, starting after the ID after
@@ -129,7 +140,8 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 }
 
 // Requeue moves the parked entries with the given IDs back to pending, due
-// now, with Attempts reset to 0 and LastError kept. A requeued entry is
+// now, with Attempts reset to 0, LastError and the attempt history kept
+// (and no longer deferred). A requeued entry is
 // ordered as if appended now: it gets a new append sequence number, so it
 // comes after the entries already due (entries requeued by one call keep
 // their original order among themselves). IDs that are not parked are
@@ -167,9 +179,9 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 		b.seq++
 		it.seq = b.seq
 		it.e.Attempts = 0
+		it.deferred = false
 		it.due = now
-		it.state = stateReady
-		b.parts[it.e.Partition].ready.push(it)
+		b.parts[it.e.Partition].admit(it)
 	}
 	if refused != nil {
 		return len(items), fmt.Errorf("memory: Requeue: %w", refused)

@@ -10,9 +10,13 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-// Heartbeat records m as a live relay until ttl after the backend's clock,
-// drops expired records and returns the live ones sorted by owner. See
-// [outbox.Membership].
+// maxMemberText is how many bytes of a member's Host and Version are kept.
+const maxMemberText = 255
+
+// Heartbeat records m as a live relay until ttl after the backend's clock
+// (with its Host and Version cut to 255 bytes, at a UTF-8 boundary, and
+// Renewed the clock's now), drops expired records and returns the live
+// ones sorted by owner. See [outbox.Membership].
 func (b *Backend) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Duration) ([]outbox.Member, error) {
 	if err := b.lock(ctx); err != nil {
 		return nil, err
@@ -23,7 +27,11 @@ func (b *Backend) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Durat
 	}
 	now := b.clock()
 	m.Partitions = slices.Clone(m.Partitions)
+	m.Host = strings.Clone(outbox.TruncateUTF8(m.Host, maxMemberText))
+	m.Version = strings.Clone(outbox.TruncateUTF8(m.Version, maxMemberText))
+	m.Started = m.Started.Round(0)
 	m.Expires = now.Add(ttl)
+	m.Renewed = now
 	b.members[m.Owner] = m
 	out := make([]outbox.Member, 0, len(b.members))
 	for owner, rec := range b.members {

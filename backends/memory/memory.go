@@ -21,6 +21,9 @@ var (
 	_ outbox.Looker       = (*Backend)(nil)
 
 	_ outbox.PartitionInspector = (*Backend)(nil)
+	_ outbox.Lister             = (*Backend)(nil)
+	_ outbox.Pauser             = (*Backend)(nil)
+	_ outbox.MemberLister       = (*Backend)(nil)
 )
 
 // Options configure a [Backend]. The zero value is ready to use.
@@ -56,7 +59,7 @@ type Options struct {
 }
 
 // Backend is an in-memory [outbox.Backend] over [*Tx]. It also implements
-// [outbox.Notifier], [outbox.Canceler] and [outbox.Inspector]. Create it
+// the optional interfaces listed in the package documentation. Create it
 // with [New]; it is safe for concurrent use. It is not durable: see the
 // package documentation.
 type Backend struct {
@@ -76,6 +79,7 @@ type Backend struct {
 	members  map[string]outbox.Member // relay fleet records by owner (Membership)
 	keySeqs  map[string]int64         // last sequence number given per key (Options.KeySequence)
 	imported int64                    // entries imported so far (their seq is importBase+n)
+	topics   map[string]time.Time     // paused topics and since when (Pauser); shared with every partition
 
 	held       bool          // Hold: FindPendingBatch returns nothing
 	holdReason string        // the reason of the latest Hold
@@ -92,9 +96,20 @@ type partition struct {
 	expires time.Time
 
 	ready   readyHeap                     // pending, not claimed, not set aside
-	held    map[string]map[*item]struct{} // set aside behind a failing entry, by key
-	failing map[string]map[*item]struct{} // Attempts > 0, not parked, by key
+	held    map[string]map[*item]struct{} // set aside (held back by their key, or of a paused topic), by key
+	failing map[string]map[*item]struct{} // attempted (Attempts > 0) or deferred, not parked, by key
 	claimed map[*item]struct{}            // claimed by the latest lease granted
+
+	// paused is when the partition was paused (Pauser); zero when it is
+	// not.
+	paused time.Time
+	// topics is the Backend's map of paused topics (the same map).
+	topics map[string]time.Time
+	// pausedKeys holds, by key, the pending entries with a key whose topic
+	// is paused: each holds back the later entries of its key. Entries
+	// join it when their topic is paused or when they arrive (admit) while
+	// it is, and leave it when it is resumed or they stop being pending.
+	pausedKeys map[string]map[*item]struct{}
 }
 
 // New returns an empty in-memory backend configured by opts. It panics if
@@ -119,13 +134,16 @@ func New(opts Options) *Backend {
 		parked:  make(map[string]*item),
 		subs:    make(map[*subscriber]struct{}),
 		members: make(map[string]outbox.Member),
+		topics:  make(map[string]time.Time),
 		done:    make(chan struct{}),
 	}
 	for i := range b.parts {
 		b.parts[i] = &partition{
-			held:    make(map[string]map[*item]struct{}),
-			failing: make(map[string]map[*item]struct{}),
-			claimed: make(map[*item]struct{}),
+			held:       make(map[string]map[*item]struct{}),
+			failing:    make(map[string]map[*item]struct{}),
+			claimed:    make(map[*item]struct{}),
+			topics:     b.topics,
+			pausedKeys: make(map[string]map[*item]struct{}),
 		}
 	}
 	return b
@@ -176,7 +194,7 @@ func (b *Backend) Close() error {
 		close(s.ch)
 		delete(b.subs, s)
 	}
-	b.entries, b.parked, b.sorted, b.keySeqs = nil, nil, nil, nil
+	b.entries, b.parked, b.sorted, b.keySeqs, b.topics = nil, nil, nil, nil, nil
 	for i := range b.parts {
 		b.parts[i] = &partition{}
 	}

@@ -33,7 +33,8 @@ var errSealed = fmt.Errorf("memory: the outbox is sealed (it was moved to anothe
 // sent, whatever their state (due, scheduled, retrying, held back, claimed
 // or parked), in append order (a requeued entry counts as appended when it
 // was requeued; imported entries come first, in the order imported), as
-// [outbox.EntryInfo] values owned by the caller. It changes nothing. A
+// [outbox.EntryInfo] values owned by the caller, with their attempt
+// history and whether they are deferred. It changes nothing. A
 // limit that is not positive gives an error wrapping
 // [outbox.ErrInvalidArgument]; a lease that is not live one wrapping
 // [outbox.ErrLeaseLost]. It costs O(n log n) in the partition's entries.
@@ -69,10 +70,7 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 	items = items[:min(limit, len(items))]
 	out := make([]outbox.EntryInfo, len(items))
 	for i, it := range items {
-		out[i] = outbox.EntryInfo{Entry: it.e.Clone(), Parked: it.state == stateParked}
-		if !out[i].Parked {
-			out[i].DueAt = it.due
-		}
+		out[i] = it.info()
 	}
 	return out, nil
 }
@@ -95,9 +93,9 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 // that repeats an ID earlier in the call, is skipped.
 //
 // Imported entries take append sequence numbers below every appended
-// entry's, in the order imported, so an imported entry with Attempts > 0
-// that is not parked holds back the appended entries of its key, as a
-// failing entry does, whenever they were appended; among due entries,
+// entry's, in the order imported, so an imported entry with Attempts > 0,
+// or Deferred, that is not parked holds back the appended entries of its
+// key, as a failing entry does, whenever they were appended; among due entries,
 // which come out by due time and then sequence, an imported one comes
 // before the appended entries of its key that are due no earlier than the
 // time the backend was first held (every one appended since). A due imported entry
@@ -107,7 +105,9 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 // made due at the
 // earlier of its DueAt and the time the backend was first held
 // ([Backend.Hold]), or the clock's now when it is not held; an entry due
-// later keeps its DueAt. A parked entry is stored parked.
+// later keeps its DueAt. A parked entry is stored parked. The attempt
+// history is kept (its last [outbox.MaxAttemptHistory] attempts), and
+// Deferred for an entry that is not parked.
 //
 // An entry with an empty ID, an ID longer than [outbox.MaxIDLen] bytes, a
 // topic longer than [outbox.MaxTopicLen] bytes or empty while the entry is
@@ -145,6 +145,9 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 		e.CreatedAt = e.CreatedAt.Round(0)
 		b.imported++
 		it := &item{e: e, seq: importBase + b.imported}
+		if n := len(info.History); n > 0 {
+			it.history = slices.Clone(info.History[max(0, n-outbox.MaxAttemptHistory):])
+		}
 		b.entries[e.ID] = it
 		n++
 		if !slices.Contains(added, e.Partition) {
@@ -161,10 +164,10 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 			due = bound
 		}
 		it.due = due
-		it.state = stateReady
+		it.deferred = info.Deferred
 		p := b.parts[e.Partition]
-		p.ready.push(it)
-		if e.Attempts > 0 && e.Key != "" {
+		p.admit(it)
+		if (e.Attempts > 0 || it.deferred) && e.Key != "" {
 			addTo(p.failing, it)
 		}
 	}
@@ -178,11 +181,12 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 const importSkew = time.Minute
 
 // dueAtSource reports whether e was due at its source whatever its DueAt
-// says by this clock: never attempted and without a NotBefore, an entry
-// is due from its append on, so a DueAt ahead of now by less than
-// importSkew is the skew between the source's clock and this one.
+// says by this clock: never attempted, not deferred and without a
+// NotBefore, an entry is due from its append on, so a DueAt ahead of now
+// by less than importSkew is the skew between the source's clock and this
+// one.
 func dueAtSource(e outbox.EntryInfo, now time.Time) bool {
-	return e.Attempts <= 0 && e.NotBefore.IsZero() && !e.DueAt.After(now.Add(importSkew))
+	return e.Attempts <= 0 && !e.Deferred && e.NotBefore.IsZero() && !e.DueAt.After(now.Add(importSkew))
 }
 
 // checkImported checks what Import must be able to store of e.

@@ -55,19 +55,26 @@ func (b *Backend) remove(p *partition, it *item) {
 		b.dirty = true
 	} else {
 		p.detach(it)
-		p.stopFailing(it)
+		p.unblock(it)
 	}
 	delete(b.entries, it.e.ID)
 }
 
 // MarkFailed records failed attempts on entries of lease.Partition: each
-// entry's Attempts grows by one and LastError becomes Error (kept in
-// full); then the entry is parked (Park) or pending again, due Delay after
-// the backend's clock (Options.Now) in its original append order. IDs that are unknown, already sent, parked
-// or of another partition are ignored, so a sent entry never comes back.
-// An empty failures returns nil without checking the lease; otherwise a
-// lease that is not live gives an error wrapping [outbox.ErrLeaseLost] and
-// nothing changes. failures is not retained.
+// entry's Attempts grows by one, LastError becomes Error (kept in full)
+// and an [outbox.Attempt] (the backend's clock, Error, lease.Owner) is
+// appended to its history, of which the last [outbox.MaxAttemptHistory]
+// are kept; then the entry is parked (Park) or pending again, due Delay
+// after the backend's clock (Options.Now) in its original append order. A
+// Deferred failure only makes the entry due Delay after the clock and
+// marks it deferred: it then holds back the later entries of its key until
+// it is sent, parked or requeued. IDs that are unknown, already sent,
+// parked or of another partition are ignored, so a sent entry never comes
+// back. An empty failures returns nil without checking the lease; a
+// failure with both Park and Deferred gives an error wrapping
+// [outbox.ErrInvalidArgument]; otherwise a lease that is not live gives an
+// error wrapping [outbox.ErrLeaseLost]. On error nothing changes.
+// failures is not retained.
 func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
 	if err := b.lock(ctx); err != nil {
 		return err
@@ -76,7 +83,13 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 	if len(failures) == 0 {
 		return nil
 	}
-	p, err := b.fence(lease, b.clock())
+	for _, f := range failures {
+		if f.Park && f.Deferred {
+			return fmt.Errorf("memory: MarkFailed: the failure of entry %q sets both Park and Deferred; a deferred entry was not attempted, so it cannot be parked for it: set one of them: %w", f.ID, outbox.ErrInvalidArgument)
+		}
+	}
+	now := b.clock()
+	p, err := b.fence(lease, now)
 	if err != nil {
 		return err
 	}
@@ -86,10 +99,16 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 			continue
 		}
 		p.detach(it)
-		it.e.Attempts++
-		it.e.LastError = strings.Clone(f.Error)
+		if f.Deferred {
+			it.deferred = true
+		} else {
+			it.deferred = false
+			it.e.Attempts++
+			it.e.LastError = strings.Clone(f.Error)
+			it.addAttempt(outbox.Attempt{At: now, Error: it.e.LastError, Owner: lease.Owner})
+		}
 		if f.Park {
-			p.stopFailing(it)
+			p.unblock(it)
 			it.state = stateParked
 			b.parked[it.e.ID] = it
 			b.dirty = true
@@ -98,7 +117,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		if it.e.Key != "" {
 			addTo(p.failing, it)
 		}
-		it.due = b.clock().Add(f.Delay)
+		it.due = now.Add(f.Delay)
 		it.state = stateReady
 		p.ready.push(it)
 	}

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"slices"
 	"time"
 
 	"github.com/outboxrelay/outbox"
@@ -24,6 +25,35 @@ type item struct {
 	due   time.Time    // next attempt time
 	state state
 	index int // position in the heap while stateReady
+	// history is the entry's last attempts (outbox.MaxAttemptHistory at
+	// most), oldest first; nil until its first attempt. Requeue keeps it.
+	history []outbox.Attempt
+	// deferred is set by a Failure.Deferred and cleared by an attempt, a
+	// park or a requeue: while set, the entry is in its partition's
+	// failing set (it holds back its key) whatever its Attempts.
+	deferred bool
+}
+
+// info returns the entry as [outbox.Looker] reports it, a copy owned by the
+// caller.
+func (it *item) info() outbox.EntryInfo {
+	info := outbox.EntryInfo{Entry: it.e.Clone(), Parked: it.state == stateParked, History: slices.Clone(it.history)}
+	if !info.Parked {
+		info.DueAt = it.due
+		info.Deferred = it.deferred
+	}
+	return info
+}
+
+// addAttempt appends a to the entry's history, dropping the oldest attempt
+// when the history already holds outbox.MaxAttemptHistory.
+func (it *item) addAttempt(a outbox.Attempt) {
+	if len(it.history) < outbox.MaxAttemptHistory {
+		it.history = append(it.history, a)
+		return
+	}
+	copy(it.history, it.history[1:])
+	it.history[len(it.history)-1] = a
 }
 
 // less orders items by next attempt time, then append order.

@@ -152,9 +152,9 @@ func (tx *Tx) Commit() error {
 		if nb := e.NotBefore.Round(0); nb.After(now) {
 			due = nb
 		}
-		it := &item{e: e, seq: b.seq, due: due, state: stateReady}
+		it := &item{e: e, seq: b.seq, due: due}
 		b.entries[e.ID] = it
-		b.parts[e.Partition].ready.push(it)
+		b.parts[e.Partition].admit(it)
 		if !slices.Contains(added, e.Partition) {
 			added = append(added, e.Partition)
 		}

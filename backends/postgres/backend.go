@@ -70,7 +70,14 @@ type Backend struct {
 	qCancel, qStats, qParked, qRequeue      string
 	qPartitionStats, qLookup                string
 	qPurge, qNotifyCommitted                string
-	qHeartbeat, qLeave                      string
+	qHeartbeat, qLeave, qMembers            string
+
+	// Operators (operate.go): qEntries is indexed by entryStates.
+	qEntries                          [len(entryStates)]string
+	qBlockedKeys                      string
+	qPauseTopic, qResumeTopic         string
+	qPausePartition, qResumePartition string
+	qPaused                           string
 
 	// qMarkSentTID is MarkSent of entries whose row versions the last
 	// fetch read; fetched remembers, per partition, the ctid of each row
@@ -78,16 +85,9 @@ type Backend struct {
 	qMarkSentTID string
 	fetched      []lastfetch.Cache[pgtype.TID]
 
-	// qFindNoHold is find_pending_batch.sql without the hold check, for an
-	// outbox from before migration 006 (which has no hold table);
-	// noHoldTable reports that the Backend uses it. Its first column
-	// reports whether the hold table has appeared since, and the first
-	// fetch that sees it clears noHoldTable for good (see findPending).
-	qFindNoHold string
-	// qFindNext and qFindNextNoHold are qFind and qFindNoHold for
-	// FetchNext: they leave out the IDs in flight ($5).
-	qFindNext, qFindNextNoHold string
-	noHoldTable                atomic.Bool
+	// qFindNext is qFind for FetchNext: it leaves out the IDs in flight
+	// ($5).
+	qFindNext string
 	// Moving (move.go).
 	qExport, qRemoveExported, qImport string
 	qHold, qUnhold, qHoldState        string
@@ -130,7 +130,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 		return nil, err
 	}
 	n := newNames(opts.Schema, opts.Table)
-	stored, hasHold, err := readPartitions(ctx, pool, opts, n)
+	stored, operators, err := readPartitions(ctx, pool, opts, n)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,6 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	}
 	opts.Partitions = stored
 	b := &Backend{pool: pool, opts: opts, names: n}
-	b.noHoldTable.Store(!hasHold)
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
 	archiveInsert, sentReturning := "", "o.id"
 	if opts.Archive {
@@ -148,19 +147,22 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 		// the SPI allows) keeps the row of its latest delivery.
 		archiveInsert = `, a AS (
     INSERT INTO {archive} AS a (seq, id, partition, topic, key, payload, headers, not_before,
-                                created_at, attempts, last_error, sent_at)
+                                created_at, attempts, last_error, sent_at, history)
     SELECT seq, id, partition, topic, key, payload, headers, not_before,
-           created_at, attempts, last_error, now()
+           created_at, attempts, last_error, now(), history
     FROM d
     ON CONFLICT (id) DO UPDATE
     SET seq = EXCLUDED.seq, partition = EXCLUDED.partition, topic = EXCLUDED.topic,
         key = EXCLUDED.key, payload = EXCLUDED.payload, headers = EXCLUDED.headers,
         not_before = EXCLUDED.not_before, created_at = EXCLUDED.created_at,
         attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
-        sent_at = EXCLUDED.sent_at
+        sent_at = EXCLUDED.sent_at, history = EXCLUDED.history
 )`
 	}
-	r := strings.NewReplacer("{archive_insert}", archiveInsert, "{sent_returning}", sentReturning, "{lock_rows}", lockRows)
+	r := strings.NewReplacer("{archive_insert}", archiveInsert, "{sent_returning}", sentReturning, "{lock_rows}", lockRows,
+		"{entry_columns}", strings.TrimSpace(loadQuery("entry_columns")),
+		"{blocked_heads}", strings.TrimSpace(loadQuery("blocked_heads")),
+		"{max_history_minus_1}", strconv.Itoa(outbox.MaxAttemptHistory-1))
 	load := func(name string) string {
 		return b.render(r.Replace(loadQuery(name)))
 	}
@@ -178,20 +180,17 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 			return nil, err
 		}
 	}
+	if !operators {
+		return nil, fmt.Errorf("pgoutbox: New: the outbox %s was created before migration %03d (the attempt history, deferrals and pauses; %s is missing): run pgoutbox.Migrate(ctx, pool, opts) (or \"outbox migrate up\") with this schema and table before starting this version",
+			n.outbox, operatorsVersion, n.pauseTopic)
+	}
 	b.qNotifyCommitted = load("notify_committed")
 	b.trail = newTrailer(b)
 	b.qAcquire = load("acquire_lease")
 	b.qRenew = load("renew_lease")
 	b.qReleaseLease = load("release_lease")
-	for _, q := range []struct {
-		find, noHold *string
-		except       string
-	}{{&b.qFind, &b.qFindNoHold, ""}, {&b.qFindNext, &b.qFindNextNoHold, "AND o.id NOT IN (SELECT unnest($5::text[]))"}} {
-		*q.find = strings.NewReplacer("{hold_probe}", "false", "{except}", q.except,
-			"{hold_check}", "AND NOT EXISTS (SELECT 1 FROM "+n.hold+")").Replace(load("find_pending_batch"))
-		*q.noHold = strings.NewReplacer("{hold_probe}", "to_regclass("+quoteLiteral(n.hold)+") IS NOT NULL",
-			"{except}", q.except, "{hold_check}", "").Replace(load("find_pending_batch"))
-	}
+	b.qFind = strings.NewReplacer("{except}", "").Replace(load("find_pending_batch"))
+	b.qFindNext = strings.NewReplacer("{except}", "AND o.id NOT IN (SELECT unnest($5::text[]))").Replace(load("find_pending_batch"))
 	b.qExport = load("export_batch")
 	b.qRemoveExported = load("remove_exported")
 	b.qImport = load("import")
@@ -215,6 +214,8 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qRequeue = load("requeue")
 	b.qPartitionStats = load("partition_stats")
 	b.qLookup = load("lookup")
+	b.qMembers = load("members")
+	b.loadOperatorQueries(load)
 	b.qPurge = load("purge_archive")
 	b.qHeartbeat = load("heartbeat")
 	b.qLeave = load("leave")
@@ -231,18 +232,18 @@ func loadQuery(name string) string {
 }
 
 // readPartitions reads the partition count stored with the outbox and
-// whether its hold table (migration 006) exists (queries/partitions.sql,
-// one query). When that fails because a table is missing, a second query
+// whether its paused-topic table (migration 007) exists
+// (queries/partitions.sql, one query). When that fails because a table is missing, a second query
 // tells a missing outbox from one created before migration 004, for the
 // error message.
 func readPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options, n names) (int, bool, error) {
 	var count int
-	var hasHold bool
-	err := pool.QueryRow(ctx, strings.ReplaceAll(loadQuery("partitions"), "{meta}", n.meta), n.hold).Scan(&count, &hasHold)
+	var operators bool
+	err := pool.QueryRow(ctx, strings.ReplaceAll(loadQuery("partitions"), "{meta}", n.meta), n.pauseTopic).Scan(&count, &operators)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		return count, hasHold, nil
+		return count, operators, nil
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, false, fmt.Errorf("pgoutbox: New: the outbox %s has no stored partition count (%s is empty): run pgoutbox.Migrate(ctx, pool, opts) with Options.Partitions set to the count its appenders and relays use",
 			n.outbox, n.meta)
@@ -264,7 +265,8 @@ func readPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options, n nam
 func (b *Backend) render(q string) string {
 	return strings.NewReplacer("{outbox}", b.names.outbox, "{lease}", b.names.lease, "{archive}", b.names.archive,
 		"{meta}", b.names.meta, "{member}", b.names.member, "{keyseq}", b.names.keyseq,
-		"{hold}", b.names.hold, "{seal_fn}", b.names.sealFn, "{seal_trigger}", b.names.sealTrigger).Replace(q)
+		"{hold}", b.names.hold, "{seal_fn}", b.names.sealFn, "{seal_trigger}", b.names.sealTrigger,
+		"{pause_topic}", b.names.pauseTopic, "{pause_part}", b.names.pausePart).Replace(q)
 }
 
 // keySeqHeaderSQL is the start of the encoded outbox.HeaderKeySeq header

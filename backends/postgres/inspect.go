@@ -275,7 +275,9 @@ func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, 
 // LastError naming the column and the fix, as [Backend.Parked] does. A
 // negative attempts column reads as 0 and an infinite timestamp as the
 // zero time (so a pending entry whose next_at is 'infinity' has a zero
-// DueAt). See [outbox.Looker].
+// DueAt). History is the attempt history MarkFailed kept (oldest first)
+// and Deferred reports a pending entry an open breaker deferred. See
+// [outbox.Looker].
 func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error) {
 	const op = "Lookup"
 	if err := b.checkOpen(op); err != nil {
@@ -285,32 +287,15 @@ func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, erro
 	if !storableText(id) {
 		return outbox.EntryInfo{}, notFound
 	}
-	var (
-		info    = outbox.EntryInfo{Entry: outbox.Entry{ID: id}}
-		part    int32
-		att     int32
-		key     []byte
-		headers []byte
-		notBef  pgtype.Timestamptz
-		created pgtype.Timestamptz
-		nextAt  pgtype.Timestamptz
-	)
-	err := b.pool.QueryRow(ctx, b.qLookup, id).Scan(&part, &info.Topic, &key, &info.Payload, &headers, &notBef,
-		&att, &info.LastError, &created, &info.Parked, &nextAt)
+	var r entryRow
+	err := b.pool.QueryRow(ctx, b.qLookup, id).Scan(r.targets()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.EntryInfo{}, notFound
 	}
 	if err != nil {
 		return outbox.EntryInfo{}, b.interpretError(op, err)
 	}
-	c := checkRow(info.Topic, headers, part, b.opts.Partitions)
-	info.Headers, info.LastError = c.headers, withReason(info.LastError, c.reason)
-	info.Key, info.Partition, info.Attempts = string(key), int(part), attemptsOf(att)
-	info.NotBefore, info.CreatedAt = timeOf(notBef), timeOf(created)
-	if !info.Parked {
-		info.DueAt = timeOf(nextAt)
-	}
-	return info, nil
+	return r.info(b.opts.Partitions), nil
 }
 
 // storableText reports whether PostgreSQL text can hold s: valid UTF-8

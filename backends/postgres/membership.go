@@ -6,16 +6,16 @@ import (
 	"math"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/outboxrelay/outbox"
 )
 
 // Heartbeat records m as a live relay of the outbox's fleet until ttl from
 // now by the database's clock, deletes the records of other relays that
 // have expired, and returns every live record, m's included, sorted by
-// Owner, with Expires from the database: one statement (one round trip)
-// on "<table>_member". Besides the checks of [outbox.CheckMember], m.Owner
+// Owner, with Expires and Renewed from the database: one statement (one
+// round trip) on "<table>_member". m.Host and m.Version are stored cut
+// to 255 bytes (at a character boundary; NUL bytes and invalid UTF-8
+// replaced by U+FFFD), m.Started as given (to the microsecond). Besides the checks of [outbox.CheckMember], m.Owner
 // must be valid UTF-8 without NUL bytes. m.Partitions is not retained;
 // the returned slices are the caller's. Safe for concurrent use; two
 // heartbeats never wait on each other except when one is deleting the
@@ -38,35 +38,12 @@ func (b *Backend) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Durat
 	for i, p := range m.Partitions {
 		parts[i] = int32(p)
 	}
-	rows, err := b.pool.Query(ctx, b.qHeartbeat, m.Owner, parts, int32(m.MaxPartitions), micros(ttl))
+	rows, err := b.pool.Query(ctx, b.qHeartbeat, m.Owner, parts, int32(m.MaxPartitions), micros(ttl),
+		cutText(m.Host, maxMemberText), cutText(m.Version, maxMemberText), tstz(m.Started))
 	if err != nil {
 		return nil, b.interpretError(op, err)
 	}
-	defer rows.Close()
-	var out []outbox.Member
-	for rows.Next() {
-		var (
-			rec     outbox.Member
-			ps      []int32
-			maxP    int32
-			expires pgtype.Timestamptz
-		)
-		if err := rows.Scan(&rec.Owner, &ps, &maxP, &expires); err != nil {
-			return nil, b.interpretError(op, err)
-		}
-		if len(ps) > 0 {
-			rec.Partitions = make([]int, len(ps))
-			for i, p := range ps {
-				rec.Partitions[i] = int(p)
-			}
-		}
-		rec.MaxPartitions, rec.Expires = int(maxP), expires.Time
-		out = append(out, rec)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, b.interpretError(op, err)
-	}
-	return out, nil
+	return b.scanMembers(op, rows)
 }
 
 // Leave deletes the member record of owner in one statement. Leaving

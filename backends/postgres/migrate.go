@@ -96,14 +96,17 @@ func LatestVersion() int {
 }
 
 // quotedName matches the quoted identifiers of the migration files that
-// derive from the default table name ("outbox", "outbox_lease", ...).
-var quotedName = regexp.MustCompile(`"outbox((?:_[a-z0-9_]+)?)"`)
+// derive from the default table name ("outbox", "outbox_lease", ...),
+// with the DROP INDEX before an index's name: an index is named bare in
+// the files (found through search_path), so renderMigration qualifies the
+// one a DROP INDEX names with the schema, as it does tables.
+var quotedName = regexp.MustCompile(`(DROP INDEX (?:IF EXISTS )?)?"outbox((?:_[a-z0-9_]+)?)"`)
 
 // tableSuffixes are the suffixes of the quoted names in the migration files
 // that name tables, sequences and functions (the others name indexes,
 // constraints and triggers, which cannot be schema-qualified).
 var tableSuffixes = map[string]bool{"": true, "_lease": true, "_archive": true, "_meta": true, "_member": true, "_keyseq": true,
-	"_hold": true, "_import_seq": true, "_seal": true}
+	"_hold": true, "_import_seq": true, "_seal": true, "_pause_topic": true, "_pause_part": true}
 
 // partitionsPlaceholder stands for the partition count in migration 004.
 const partitionsPlaceholder = "{partitions}"
@@ -112,13 +115,15 @@ const partitionsPlaceholder = "{partitions}"
 const partitionsVersion = 4
 
 // renderMigration puts the configured names into a migration file: tables
-// as schema.table, indexes and constraints as the bare name, and the
+// (and indexes dropped) as schema.table, indexes and constraints created
+// as the bare name, and the
 // partition count for its placeholder (in SQL, not in comments).
 func renderMigration(sql string, opts Options) string {
 	sql = quotedName.ReplaceAllStringFunc(sql, func(m string) string {
-		suffix := quotedName.FindStringSubmatch(m)[1]
-		if tableSuffixes[suffix] {
-			return pgx.Identifier{opts.Schema, opts.Table + suffix}.Sanitize()
+		sm := quotedName.FindStringSubmatch(m)
+		drop, suffix := sm[1], sm[2]
+		if drop != "" || tableSuffixes[suffix] {
+			return drop + pgx.Identifier{opts.Schema, opts.Table + suffix}.Sanitize()
 		}
 		return pgx.Identifier{opts.Table + suffix}.Sanitize()
 	})

@@ -22,8 +22,6 @@ import (
 // seal function. docs/postgres.md, "Moving an outbox", explains the
 // design and its costs.
 
-// moveVersion is the migration that creates what moving needs.
-const moveVersion = 6
 
 // sealedSQLState is the SQLSTATE the seal trigger raises (migration 006's
 // seal function); interpretError maps it to outbox.ErrSealed.
@@ -34,29 +32,9 @@ func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
-// checkMoveSchema returns nil when the outbox has migration 006's
-// objects: at once when the Backend saw the hold table at New (or a fetch
-// saw it since), else after one query. Otherwise the error says to run
-// the migration.
-func (b *Backend) checkMoveSchema(ctx context.Context, op string) error {
-	if !b.noHoldTable.Load() {
-		return nil
-	}
-	var exists bool
-	if err := b.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", b.names.hold).Scan(&exists); err != nil {
-		return b.interpretError(op, err)
-	}
-	if !exists {
-		return fmt.Errorf("pgoutbox: %s: the outbox %s was created before migration %03d, which moving an outbox needs: run pgoutbox.Migrate(ctx, pool, opts) (or \"outbox migrate up\") with this schema and table",
-			op, b.names.outbox, moveVersion)
-	}
-	b.noHoldTable.Store(false)
-	return nil
-}
-
 // ExportBatch returns up to limit entries of lease.Partition, whatever
-// their state (due, scheduled, retrying, held back, claimed, parked), in
-// seq order, the partition's append order: imported entries first, in
+// their state (due, scheduled, retrying, held back, claimed, parked), with
+// their attempt history and deferral, in seq order, the partition's append order: imported entries first, in
 // the order imported, then appended ones (a requeued entry has the seq of
 // its requeue). One read-only statement, fenced like FindPendingBatch: a
 // lease that is not live gives an error wrapping [outbox.ErrLeaseLost]. A
@@ -108,8 +86,10 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 			created  pgtype.Timestamptz
 			parked   pgtype.Bool
 			nextAt   pgtype.Timestamptz
+			deferred pgtype.Bool
+			history  []byte
 		)
-		if err := rows.Scan(&seq, &id, &topic, &key, &payload, &headers, &notBef, &attempts, &lastErr, &created, &parked, &nextAt); err != nil {
+		if err := rows.Scan(&seq, &id, &topic, &key, &payload, &headers, &notBef, &attempts, &lastErr, &created, &parked, &nextAt, &deferred, &history); err != nil {
 			return nil, b.interpretError(op, err)
 		}
 		if !id.Valid { // the lease holds, the partition is empty
@@ -119,7 +99,7 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 			ID: id.String, Topic: topic.String, Key: string(key), Payload: payload,
 			NotBefore: timeOf(notBef), Partition: lease.Partition,
 			Attempts: attemptsOf(attempts.Int32), LastError: lastErr.String, CreatedAt: timeOf(created),
-		}, Parked: parked.Bool}
+		}, Parked: parked.Bool, Deferred: deferred.Bool, History: decodeHistory(history)}
 		topicCheck := info.Topic
 		if info.Parked {
 			// A parked entry may have no topic (an import stores one so);
@@ -129,7 +109,7 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 		c := checkRow(topicCheck, headers, int32(lease.Partition), 0)
 		info.Headers = c.headers
 		if c.reason != "" {
-			info.Parked, info.LastError = true, withReason(info.LastError, c.reason)
+			info.Parked, info.Deferred, info.LastError = true, false, withReason(info.LastError, c.reason)
 		}
 		if !info.Parked {
 			info.DueAt = timeOf(nextAt)
@@ -180,7 +160,10 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 
 // Import adds entries exported from another outbox, as they were there
 // (ID, topic, key, payload, headers, NotBefore, CreatedAt, attempts, last
-// error, parked state and due time), each to partition
+// error, parked state, due time, the attempt history, its last
+// [outbox.MaxAttemptHistory] attempts stored as MarkFailed stores them,
+// and Deferred, which a pending entry keeps, so that it holds back its
+// key here too), each to partition
 // PartitionOf(Key, Partitions()) as appends place it, in one statement
 // (queries/import.sql), and returns how many it added. An ID already
 // stored (imported or appended), or repeated in the call after its first
@@ -227,7 +210,8 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 		keys, payloads, hdrs  = make([][]byte, n), make([][]byte, n), make([][]byte, n)
 		notBefore, created    = make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
 		due                   = make([]pgtype.Timestamptz, n)
-		parked                = make([]bool, n)
+		parked, deferred      = make([]bool, n), make([]bool, n)
+		history               = make([]pgtype.Text, n)
 	)
 	for i, e := range entries {
 		if err := checkImported(e); err != nil {
@@ -238,14 +222,16 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 		attempts[i] = int32(min(max(e.Attempts, 0), 1<<31-1))
 		keys[i], payloads[i], hdrs[i] = []byte(e.Key), e.Payload, EncodeHeaders(e.Headers)
 		notBefore[i], created[i], due[i] = tstz(e.NotBefore), tstz(e.CreatedAt), tstz(e.DueAt)
-		parked[i] = e.Parked
-	}
-	if err := b.checkMoveSchema(ctx, op); err != nil {
-		return 0, err
+		parked[i], deferred[i] = e.Parked, e.Deferred
+		h, err := encodeHistory(e.History)
+		if err != nil {
+			return 0, fmt.Errorf("pgoutbox: %s: entry %d (id %q): encoding its attempt history: %w", op, i, e.ID, err)
+		}
+		history[i] = pgtype.Text{String: string(h), Valid: h != nil}
 	}
 	var added int
 	err := b.pool.QueryRow(ctx, b.qImport, ids, parts, topics, keys, payloads, hdrs, notBefore,
-		created, attempts, lastErrs, parked, due, b.names.importSeq).Scan(&added)
+		created, attempts, lastErrs, parked, due, b.names.importSeq, history, deferred).Scan(&added)
 	if err != nil {
 		return 0, b.interpretError(op, err)
 	}
@@ -295,9 +281,6 @@ func (b *Backend) Hold(ctx context.Context, reason string) error {
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	if err := b.checkMoveSchema(ctx, op); err != nil {
-		return err
-	}
 	_, err := b.pool.Exec(ctx, b.qHold, cleanError(reason))
 	return b.interpretError(op, err)
 }
@@ -310,9 +293,6 @@ func (b *Backend) Unhold(ctx context.Context) error {
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	if err := b.checkMoveSchema(ctx, op); err != nil {
-		return err
-	}
 	_, err := b.pool.Exec(ctx, b.qUnhold)
 	return b.interpretError(op, err)
 }
@@ -322,9 +302,6 @@ func (b *Backend) Unhold(ctx context.Context) error {
 func (b *Backend) HoldState(ctx context.Context) (outbox.HoldState, error) {
 	const op = "HoldState"
 	if err := b.checkOpen(op); err != nil {
-		return outbox.HoldState{}, err
-	}
-	if err := b.checkMoveSchema(ctx, op); err != nil {
 		return outbox.HoldState{}, err
 	}
 	var s outbox.HoldState
@@ -363,9 +340,6 @@ func (b *Backend) HoldState(ctx context.Context) (outbox.HoldState, error) {
 func (b *Backend) Seal(ctx context.Context) error {
 	const op = "Seal"
 	if err := b.checkOpen(op); err != nil {
-		return err
-	}
-	if err := b.checkMoveSchema(ctx, op); err != nil {
 		return err
 	}
 	_, err := b.pool.Exec(ctx, b.qSeal)
@@ -413,9 +387,6 @@ func (b *Backend) Seal(ctx context.Context) error {
 func (b *Backend) Unseal(ctx context.Context) error {
 	const op = "Unseal"
 	if err := b.checkOpen(op); err != nil {
-		return err
-	}
-	if err := b.checkMoveSchema(ctx, op); err != nil {
 		return err
 	}
 	if _, err := b.pool.Exec(ctx, b.qUnseal); err != nil {

@@ -37,8 +37,8 @@ type Options struct {
 	Schema string
 	// Table is the outbox table's name; the other tables and the indexes
 	// are named after it ("<table>_lease", "<table>_archive",
-	// "<table>_meta", "<table>_member", "<table>_keyseq",
-	// "<table>_migrations"). Default
+	// "<table>_meta", "<table>_member", "<table>_keyseq", "<table>_hold",
+	// "<table>_pause_topic", "<table>_pause_part", "<table>_migrations"). Default
 	// "outbox" (DefaultTable). At most 48 bytes.
 	Table string
 	// Partitions is the number of partitions (see outbox.Store). It is
@@ -212,13 +212,17 @@ type names struct {
 	// (qualified, for DROP INDEX), exportIdxBare its bare name (CREATE
 	// INDEX takes the table's schema).
 	exportIdx, exportIdxBare string
+	// pauseTopic and pausePart are migration 007's tables of paused
+	// topics and partitions.
+	pauseTopic, pausePart string
 }
 
 func newNames(schema, table string) names {
 	q := func(suffix string) string { return pgx.Identifier{schema, table + suffix}.Sanitize() }
 	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), meta: q("_meta"), member: q("_member"), keyseq: q("_keyseq"), migrations: q("_migrations"),
 		hold: q("_hold"), importSeq: q("_import_seq"), sealFn: q("_seal"), sealTrigger: pgx.Identifier{table + "_sealed"}.Sanitize(),
-		exportIdx: q("_export_idx"), exportIdxBare: pgx.Identifier{table + "_export_idx"}.Sanitize()}
+		exportIdx: q("_export_idx"), exportIdxBare: pgx.Identifier{table + "_export_idx"}.Sanitize(),
+		pauseTopic: q("_pause_topic"), pausePart: q("_pause_part")}
 }
 
 // Options returns the backend's options with the defaults filled in.

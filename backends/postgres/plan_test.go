@@ -78,8 +78,12 @@ func TestClaimQueryUsesPartialIndexes(t *testing.T) {
 				t.Errorf("the %s plan does not use %s", q.name, idx)
 			}
 		}
-		if regexp.MustCompile(`Seq Scan on outbox(\s|$)`).MatchString(plan) {
+		if scansOutbox(plan) {
 			t.Errorf("the %s plan scans the whole outbox", q.name)
+		}
+		// With no topic paused, the paused keys (pk) are never computed.
+		if !regexp.MustCompile(`CTE Scan on pk \(never executed\)`).MatchString(plan) {
+			t.Errorf("the %s plan reads the paused keys while no topic is paused", q.name)
 		}
 		// The IDs in flight are hashed once per statement, not compared
 		// with each row one by one.
@@ -92,6 +96,17 @@ func TestClaimQueryUsesPartialIndexes(t *testing.T) {
 			t.Errorf("the %s plan does not check the hold once per statement (a one-time filter on outbox_hold)", q.name)
 		}
 	}
+}
+
+// scansOutbox reports whether an EXPLAIN ANALYZE plan ran a sequential
+// scan of the outbox table (a node that was never executed scans nothing).
+func scansOutbox(plan string) bool {
+	for _, l := range strings.Split(plan, "\n") {
+		if regexp.MustCompile(`Seq Scan on outbox(\s|$)`).MatchString(l) && !strings.Contains(l, "(never executed)") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestPartitionStatsQueryUsesIndexes checks with EXPLAIN that the due
@@ -142,7 +157,99 @@ func TestPartitionStatsQueryUsesIndexes(t *testing.T) {
 			t.Errorf("the PartitionStats plan has no %q", want)
 		}
 	}
-	if regexp.MustCompile(`Seq Scan on outbox(\s|$)`).MatchString(plan) {
+	if scansOutbox(plan) {
 		t.Errorf("the PartitionStats plan scans the whole outbox")
 	}
+}
+
+// explain returns the EXPLAIN ANALYZE plan of sql with args.
+func explain(t *testing.T, p *pgxpool.Pool, sql string, args ...any) string {
+	t.Helper()
+	rows, err := p.Query(t.Context(), "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestClaimQueryWithPauses checks with EXPLAIN the claim's cost while
+// something is paused, on a backlog of 20,000 entries of which 50 are of
+// a paused topic: the due index is walked as without a pause, the paused
+// keys of the partition are computed once per statement (the only scan
+// of the partition's rows, loops=1), and every other read of the outbox
+// per row is a probe of the hold-back index, never a scan of the
+// partition. A paused partition reads no entry row at all. Run with -v to
+// see the plans.
+func TestClaimQueryWithPauses(t *testing.T) {
+	t.Parallel()
+	b, p := newBackend(t, extended, pgoutbox.Options{})
+	ctx := t.Context()
+	table := pgx.Identifier{b.Options().Schema, "outbox"}.Sanitize()
+	if err := load(ctx, p, table, 20000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, "UPDATE "+table+" SET topic = 'paused' WHERE id IN (SELECT id FROM "+table+" ORDER BY id LIMIT 50)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, "ANALYZE "+table); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PauseTopic(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.AcquireLease(ctx, 0, "explain", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := explain(t, p, b.FindQuery(), l.Partition, l.Owner, l.Version, 500)
+	t.Logf("FindPendingBatch plan with a paused topic:\n%s", plan)
+	if !strings.Contains(plan, "Index Scan using outbox_due_idx on outbox o") {
+		t.Errorf("the plan with a paused topic does not walk the due index")
+	}
+	if !regexp.MustCompile(`CTE Scan on pk .*loops=1\)`).MatchString(plan) {
+		t.Errorf("the plan with a paused topic does not compute the paused keys once")
+	}
+	loops := regexp.MustCompile(`loops=(\d+)\)`)
+	for _, line := range strings.Split(plan, "\n") {
+		m := loops.FindStringSubmatch(line)
+		if m == nil || m[1] == "1" || !regexp.MustCompile(` on outbox(\s|$)`).MatchString(line) {
+			continue
+		}
+		if !strings.Contains(line, "outbox_holdback_idx") {
+			t.Errorf("the plan with a paused topic reads the outbox per row other than through the hold-back index: %s", strings.TrimSpace(line))
+		}
+	}
+	// Keys whose first entry is paused are held back: the batch of 500
+	// has none of the 50 paused entries nor any entry after them of
+	// their keys (the keys of the first 50 entries, e00000001..50, are
+	// agg-1..agg-50).
+	got, err := b.FindPendingBatch(ctx, l, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range got {
+		if n := keyNum(e.Key); e.Topic == "paused" || (n >= 1 && n <= 50) {
+			t.Fatalf("fetched %s (topic %s, key %s) while its topic or key is paused", e.ID, e.Topic, e.Key)
+		}
+	}
+
+	if err := b.PausePartition(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	plan = explain(t, p, b.FindQuery(), l.Partition, l.Owner, l.Version, 500)
+	t.Logf("FindPendingBatch plan with the partition paused:\n%s", plan)
+	if !regexp.MustCompile(`Index Scan using outbox_due_idx on outbox o \(never executed\)`).MatchString(plan) {
+		t.Errorf("the plan of a paused partition reads entry rows")
+	}
+}
+
+// keyNum is n of a key "agg-n" of load.
+func keyNum(key string) int {
+	var n int
+	_, _ = fmt.Sscanf(key, "agg-%d", &n)
+	return n
 }

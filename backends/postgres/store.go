@@ -204,23 +204,10 @@ func (b *Backend) parkCorrupt(ctx context.Context, op string, lease outbox.Lease
 // findPending runs the fetch statement once. It returns the publishable
 // entries in order and the rows that cannot be published as stored (to
 // park), in the order read.
-//
-// On an outbox from before migration 006 it runs the query without the
-// hold check, which also reports whether the hold table exists by now:
-// once it does (the outbox was migrated while this Backend ran), the
-// Backend switches to the query with the check for good and runs it
-// instead, so a hold set after the migration is never missed.
 func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease, limit int, except []string) ([]outbox.Entry, []outbox.CorruptEntry, error) {
-	noHold := b.noHoldTable.Load()
 	q, args := b.qFind, []any{lease.Partition, lease.Owner, lease.Version, limit}
 	if except != nil {
 		q, args = b.qFindNext, append(args, except)
-	}
-	if noHold {
-		q = b.qFindNoHold
-		if except != nil {
-			q = b.qFindNextNoHold
-		}
 	}
 	rows, err := b.pool.Query(ctx, q, args...)
 	if err != nil {
@@ -253,15 +240,9 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 				next pgtype.Timestamptz
 			}
 		)
-		var holdTable bool
 		var ctid pgtype.TID
-		if err := rows.Scan(&holdTable, &pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created, &ctid); err != nil {
+		if err := rows.Scan(&pos.seq, &pos.next, &id, &topic, &key, &e.Payload, &headers, &notBef, &attempts, &lastErr, &created, &ctid); err != nil {
 			return nil, nil, b.interpretError(op, err)
-		}
-		if noHold && holdTable {
-			rows.Close()
-			b.noHoldTable.Store(false)
-			return b.findPending(ctx, op, lease, limit, except)
 		}
 		if !id.Valid { // the lease holds, nothing is due
 			continue
@@ -347,7 +328,14 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 // microseconds (rounded away from zero, so a positive Delay never comes
 // early and a negative one stays in the past). Errors longer than 4096
 // bytes are truncated; invalid UTF-8 and NUL bytes in them are replaced.
-// See [outbox.Store.MarkFailed].
+// Each failure that is not Deferred appends an [outbox.Attempt] to the
+// entry's history column (the database's now(), the error as stored,
+// lease.Owner), keeping the last [outbox.MaxAttemptHistory]. A Deferred
+// failure sets only the due time and the deferred column, which makes the
+// entry hold back the later entries of its key until it is attempted,
+// sent, parked or requeued; any other failure clears it. A failure with
+// both Park and Deferred fails the call with [outbox.ErrInvalidArgument]
+// before the statement runs. See [outbox.Store.MarkFailed].
 func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
 	const op = "MarkFailed"
 	if err := b.checkOpen(op); err != nil {
@@ -361,18 +349,26 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 	}
 	n := len(failures)
 	ids, errs := make([]string, n), make([]string, n)
-	delays, park := make([]int64, n), make([]bool, n)
+	delays, park, deferred := make([]int64, n), make([]bool, n), make([]bool, n)
 	for i, f := range failures {
-		ids[i], errs[i], delays[i], park[i] = f.ID, cleanError(f.Error), delayMicros(f.Delay), f.Park
+		if f.Park && f.Deferred {
+			return fmt.Errorf("pgoutbox: %s: failure %d (entry %q) has both Park and Deferred set; a deferred entry was not attempted, so it cannot be parked: set one of them: %w",
+				op, i, f.ID, outbox.ErrInvalidArgument)
+		}
+		ids[i], errs[i], delays[i], park[i], deferred[i] = f.ID, cleanError(f.Error), delayMicros(f.Delay), f.Park, f.Deferred
 	}
-	return b.fenced(ctx, op, lease, b.qMarkFailed, lease.Partition, lease.Owner, lease.Version, ids, errs, delays, park)
+	return b.fenced(ctx, op, lease, b.qMarkFailed, lease.Partition, lease.Owner, lease.Version, ids, errs, delays, park, deferred)
 }
 
 // cleanError makes s storable as text and bounds its size.
-func cleanError(s string) string {
+func cleanError(s string) string { return cutText(s, maxErrorLen) }
+
+// cutText makes s storable as text (NUL bytes and invalid UTF-8 replaced
+// by U+FFFD) and cuts it to at most n bytes, at a character boundary.
+func cutText(s string, n int) string {
 	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
-	if len(s) > maxErrorLen {
-		s = strings.ToValidUTF8(s[:maxErrorLen], "")
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "")
 	}
 	return s
 }

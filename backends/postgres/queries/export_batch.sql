@@ -9,11 +9,13 @@
 -- the partition's rows per call (see docs/postgres.md, "Moving an
 -- outbox").
 SELECT c.seq, c.id, c.topic, c.key, c.payload, c.headers, c.not_before,
-       c.attempts, c.last_error, c.created_at, c.state = 'parked', c.next_at
+       c.attempts, c.last_error, c.created_at, c.state = 'parked', c.next_at,
+       c.deferred AND c.state = 'pending', c.history
 FROM {lease} AS l
 LEFT JOIN LATERAL (
     SELECT o.seq, o.id, o.topic, o.key, o.payload, o.headers, o.not_before,
-           o.attempts, o.last_error, o.created_at, o.state, o.next_at
+           o.attempts, o.last_error, o.created_at, o.state, o.next_at,
+           o.deferred, o.history
     FROM {outbox} AS o
     WHERE o.partition = l.partition
     ORDER BY o.seq

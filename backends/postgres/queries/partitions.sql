@@ -1,3 +1,4 @@
 -- New: the partition count stored with the outbox (migration 004), and
--- whether the hold table of migration 006 exists ($1 its qualified name).
+-- whether the paused-topic table of migration 007 exists ($1 its
+-- qualified name).
 SELECT partitions, to_regclass($1) IS NOT NULL FROM {meta}

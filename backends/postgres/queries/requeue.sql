@@ -1,5 +1,6 @@
 -- Requeue: parked entries back to pending as if appended now: due now (one
--- clock reading for all of them), attempts reset, last_error kept, and a
+-- clock reading for all of them), attempts reset, not deferred, last_error
+-- and history kept, and a
 -- new seq from the column's identity sequence, handed out in the entries'
 -- old seq order (r and n are ranked separately, so the order does not
 -- depend on the order nextval runs in). Needs migration 003.
@@ -19,6 +20,6 @@ WITH t AS (
     SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM n
 )
 UPDATE {outbox} AS o
-SET state = 'pending', attempts = 0, next_at = t.now, seq = ranked_n.seq
+SET state = 'pending', attempts = 0, deferred = false, next_at = t.now, seq = ranked_n.seq
 FROM t, ranked_r JOIN ranked_n USING (rn)
 WHERE o.id = ranked_r.id

@@ -1,0 +1,2 @@
+-- ResumePartition: $1 partition.
+DELETE FROM {pause_part} WHERE partition = $1

@@ -1,0 +1,2 @@
+-- ResumeTopic: $1 topic.
+DELETE FROM {pause_topic} WHERE topic = $1
