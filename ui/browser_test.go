@@ -66,7 +66,7 @@ func overviewReady(parked int64) string {
 }
 
 // rowsReady is a predicate: the parked table shows at least one row.
-const rowsReady = `document.querySelectorAll("#parked-table [data-id]").length > 0`
+const rowsReady = `document.querySelectorAll("#entries-table [data-id]").length > 0`
 
 // TestBrowserOverviewParkedRequeue: on the memory backend, the overview
 // shows the store's counts, the parked list its entries; a row opens the
@@ -146,7 +146,7 @@ func TestBrowserOverviewParkedRequeue(t *testing.T) {
 	}
 	waitPage(t, tab, "the parked rows", rowsReady)
 	const pick = "evt-0007"
-	clickPage(t, tab, fmt.Sprintf(`#parked-table [data-id=%s]`, jsQuote(pick)))
+	clickPage(t, tab, fmt.Sprintf(`#entries-table [data-id=%s] td:nth-child(2)`, jsQuote(pick)))
 	waitPage(t, tab, "the detail of "+pick, visibleJS("entry-detail")+` && `+textJS("entry-id")+`.trim() === `+jsQuote(pick))
 	if st := evalIn[string](t, tab, textJS("entry-state")); !strings.Contains(strings.ToLower(st), "parked") {
 		t.Errorf("entry-state %q, want parked", st)
@@ -282,7 +282,7 @@ func testBrowserPayloads(t *testing.T, browser context.Context, s browserStore) 
 	waitPage(t, tab, "the rows of topic "+topic, fmt.Sprintf(`JSON.stringify(%s.sort()) === %s`, rowsJS, jsQuote(jsonString(odd))))
 	toast := confirmAction(t, tab, "#cancel-filtered", "cancel")
 	t.Logf("%s: toast after cancel-filtered: %q", s.kind, toast)
-	waitPage(t, tab, "the filtered list to empty", `document.querySelectorAll("#parked-table [data-id]").length === 0`)
+	waitPage(t, tab, "the filtered list to empty", `document.querySelectorAll("#entries-table [data-id]").length === 0`)
 	if got := storeParkedIDs(t, s); !reflect.DeepEqual(got, map[string]bool{"keep-1": true, "keep-2": true}) {
 		t.Errorf("after cancel-filtered by topic %s the store's parked entries are %v, want keep-1 and keep-2", topic, got)
 	}
@@ -306,7 +306,7 @@ func TestBrowserReadOnly(t *testing.T) {
 			t.Errorf("read-only: %s is shown on the parked list", id)
 		}
 	}
-	clickPage(t, tab, `#parked-table [data-id="ro-0002"]`)
+	clickPage(t, tab, `#entries-table [data-id="ro-0002"] td:nth-child(2)`)
 	waitPage(t, tab, "the detail of ro-0002", visibleJS("entry-detail")+` && `+textJS("entry-id")+`.trim() === "ro-0002"`)
 	for _, id := range []string{"requeue-one", "cancel-one"} {
 		if evalIn[bool](t, tab, visibleJS(id)) {
