@@ -133,6 +133,8 @@ func (w *broken) afterFetch(ctx context.Context, lease outbox.Lease, limit int, 
 		}
 	case "hold-back-ignored":
 		return w.holdBackKept(ctx, lease, batch)
+	default:
+		return w.afterFetchOperate(ctx, lease, batch)
 	}
 	return batch, nil
 }

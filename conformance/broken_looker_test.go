@@ -63,6 +63,8 @@ func (w *broken) Lookup(ctx context.Context, id string) (outbox.EntryInfo, error
 		}
 	case "lookup-truncates-error":
 		info.LastError = outbox.TruncateUTF8(info.LastError, 200)
+	default:
+		info = w.breakInfo(info)
 	}
 	return info, nil
 }

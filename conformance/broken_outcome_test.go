@@ -148,6 +148,8 @@ func (w *broken) breakFailures(ctx context.Context, lease outbox.Lease, failures
 		failures = editFailures(failures, func(f *outbox.Failure) { f.Delay = 0 })
 	case "hold-back-ignored":
 		failures, err = w.keepKeyedFailures(ctx, lease, failures)
+	default:
+		lease, failures, err = w.breakOperatorFailures(ctx, lease, failures)
 	}
 	return lease, failures, err
 }

@@ -63,6 +63,8 @@ var variants = slices.Concat(
 	membershipVariants,
 	reopenVariants,
 	moveVariants,
+	historyVariants,
+	deferredVariants,
 )
 
 // broken wraps a memory backend and breaks the contract of its variant.
@@ -107,6 +109,7 @@ type broken struct {
 	handed    map[string]outbox.Entry       // fetch-shares-payload: the first fetch of each ID
 	hold      outbox.HoldState              // hold-ignored: the hold fetches do not see
 	sealed    bool                          // seal-ignored, seal-checked-at-append-only: the seal commits do not see
+	op        *opState                      // the operator variants (broken_operate_test.go)
 }
 
 func newBroken(variant string, b *memory.Backend) *broken {
@@ -121,6 +124,7 @@ func newBroken(variant string, b *memory.Backend) *broken {
 		strays: map[int][]outbox.Entry{}, retrying: map[string]bool{}, failingID: map[string]string{}, handed: map[string]outbox.Entry{},
 		parkedKey: map[string]string{}, claimedBy: map[string]outbox.Lease{}, alias: map[outbox.Lease]outbox.Lease{}, releases: map[int]int64{},
 		inputs: map[string]outbox.Entry{}, cancelled: map[string]outbox.Entry{}, requeued: map[string]bool{},
+		op: newOpState(),
 	}
 }
 

@@ -46,12 +46,13 @@ func matches(f outbox.ListFilter, it *item) bool {
 // foldASCII lowers the ASCII letters of s and leaves every other byte as
 // it is, as [outbox.ListFilter.Error] compares.
 func foldASCII(s string) string {
-	return strings.Map(func(r rune) rune {
-		if 'A' <= r && r <= 'Z' {
-			return r + 'a' - 'A'
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
 		}
-		return r
-	}, s)
+	}
+	return string(b)
 }
 
 // checkLimit rejects a listing limit that is not positive.

@@ -82,7 +82,7 @@ func BenchmarkAppend(b *testing.B) {
 
 // BenchmarkDrain100k drains a backlog of 100,000 entries with one relay
 // loop (AcquireLease, FindPendingBatch(500), MarkSent, into a no-op sink)
-// for three claim designs:
+// for three claim designs
 //
 //   - partition-lease: the chosen design (the lease row is the claim, the
 //     batch is read without writing, the finish is one fenced DELETE);
@@ -90,10 +90,13 @@ func BenchmarkAppend(b *testing.B) {
 //     claim query;
 //   - inflight-update: the seeds' design, an UPDATE marking each claimed row
 //     in-flight (owner, version + 1, expiry) under SKIP LOCKED, then a DELETE
-//     fenced per row by owner and version.
+//     fenced per row by owner and version;
+//
+// and partition-lease+topic-paused, the chosen design while a topic (with
+// no entries) is paused: the cost of a pause.
 func BenchmarkDrain100k(b *testing.B) {
 	const backlog, batch = 100_000, 500
-	for _, design := range []string{"partition-lease", "partition-lease+rowlock", "inflight-update"} {
+	for _, design := range []string{"partition-lease", "partition-lease+rowlock", "inflight-update", "partition-lease+topic-paused"} {
 		b.Run(design, func(b *testing.B) {
 			be, p := newBackend(b, extended, pgoutbox.Options{})
 			schema := be.Options().Schema
@@ -107,6 +110,13 @@ func BenchmarkDrain100k(b *testing.B) {
 					b.Fatal(err)
 				}
 				drain = func() (int, error) { return drainLease(ctx, locking, batch) }
+			case "partition-lease+topic-paused":
+				// The cost of a pause: another topic (with no entries) is
+				// paused, so every fetch computes the partition's paused
+				// keys (docs/postgres.md, "Operators").
+				if err := be.PauseTopic(ctx, "paused"); err != nil {
+					b.Fatal(err)
+				}
 			case "inflight-update":
 				table = pgx.Identifier{schema, "inflight"}.Sanitize()
 				if err := createInflight(ctx, p, table); err != nil {

@@ -22,8 +22,11 @@
 // "<table>_keyseq" with the per-key sequence counters of
 // Options.KeySequence (migration 005), "<table>_hold", the sequence
 // "<table>_import_seq" and the function "<table>_seal" for moving the
-// outbox (migration 006), and "<table>_migrations" recording
-// applied versions. The same numbered files
+// outbox (migration 006), "<table>_pause_topic" and "<table>_pause_part"
+// for pauses (migration 007, which also adds the attempt history and the
+// deferral to the outbox table and the host, version and start to the
+// member table), and "<table>_migrations" recording applied versions. [New]
+// requires migration 007: run Migrate before starting this version. The same numbered files
 // are in [Migrations] for goose or golang-migrate; [MigrationSQL] returns
 // them rendered for given Options. docs/postgres.md in the repository has
 // the columns, indexes and query plans.
@@ -97,9 +100,10 @@
 //
 // Besides [outbox.Inspector] (Stats, Parked, Requeue) and Cancel, a
 // Backend is an [outbox.PartitionInspector] and an [outbox.Looker]:
-// [Backend.PartitionStats] reports every partition's counts and live lease
-// in one statement (index-only over the due index), and [Backend.Lookup]
-// reads one entry by primary key.
+// [Backend.PartitionStats] reports every partition's counts, live lease,
+// oldest due entry and blocked keys in one statement (index-only over the
+// due index), and [Backend.Lookup] reads one entry, with its attempt
+// history, by primary key.
 //
 // # Moving
 //
@@ -116,8 +120,25 @@
 // "<table>_seal" under table locks that wait for open appending
 // transactions, so every later append fails with an error wrapping
 // [outbox.ErrSealed]; no trigger exists, and appends run no code of it,
-// until an outbox is sealed. An outbox from before migration 006 keeps
-// working without them (the move methods say to run the migration).
+// until an outbox is sealed. Exported entries carry their attempt history
+// and deferral, and Import stores them.
+//
+// # Operators
+//
+// A Backend is an [outbox.Lister], an [outbox.Pauser] and an
+// [outbox.MemberLister]. [Backend.MarkFailed] appends each attempt (time,
+// error, lease owner) to the entry's history column (JSON, the last
+// [outbox.MaxAttemptHistory]) in the statement that records the failure,
+// and a [outbox.Failure] Deferred only moves the due time and sets the
+// deferred column, which the per-key hold-back (and its partial index)
+// counts like an attempt. Pauses are rows of "<table>_pause_topic" and
+// "<table>_pause_part", checked by the fetch statement: while nothing is
+// paused, once per statement (one-time filters, the due index walk
+// unchanged); while a topic is paused, the paused keys of the partition
+// are computed once per fetch. [Backend.Entries] and
+// [Backend.BlockedKeys] list entries by state and the keys their head
+// entry blocks; IDs are paged in byte order (COLLATE "C") whatever the
+// database's collation, as are [Backend.Parked]'s.
 //
 // # Corrupt rows
 //

@@ -246,12 +246,14 @@ func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, 
 			part    int32
 			oldest  pgtype.Timestamptz
 			expires pgtype.Timestamptz
+			dueID   pgtype.Text
 		)
-		if err := rows.Scan(&part, &s.Pending, &s.Due, &s.Parked, &oldest, &s.Lease.Owner, &s.Lease.Version, &expires); err != nil {
+		if err := rows.Scan(&part, &s.Pending, &s.Due, &s.Parked, &oldest, &s.Lease.Owner, &s.Lease.Version, &expires,
+			&dueID, &s.BlockedKeys); err != nil {
 			return nil, b.interpretError(op, err)
 		}
 		s.Partition = int(part)
-		s.OldestDue = timeOf(oldest)
+		s.OldestDue, s.OldestDueID = timeOf(oldest), dueID.String
 		if s.Lease.Owner != "" {
 			s.Lease.Partition, s.Lease.Expires = s.Partition, expires.Time
 		}

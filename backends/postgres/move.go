@@ -22,7 +22,6 @@ import (
 // seal function. docs/postgres.md, "Moving an outbox", explains the
 // design and its costs.
 
-
 // sealedSQLState is the SQLSTATE the seal trigger raises (migration 006's
 // seal function); interpretError maps it to outbox.ErrSealed.
 const sealedSQLState = "OBSLD"

@@ -276,7 +276,11 @@ func decodeHistory(raw []byte) []outbox.Attempt {
 	}
 	out := make([]outbox.Attempt, len(stored))
 	for i, a := range stored {
+		// In the local time zone, as pgx reports timestamptz columns.
 		at, _ := time.Parse(time.RFC3339Nano, a.At)
+		if !at.IsZero() {
+			at = at.Local()
+		}
 		out[i] = outbox.Attempt{At: at, Error: a.Error, Owner: a.Owner}
 	}
 	return out

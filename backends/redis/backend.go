@@ -31,6 +31,9 @@ var (
 	_ outbox.Importer                 = (*Backend)(nil)
 	_ outbox.Holder                   = (*Backend)(nil)
 	_ outbox.Sealer                   = (*Backend)(nil)
+	_ outbox.Pauser                   = (*Backend)(nil)
+	_ outbox.MemberLister             = (*Backend)(nil)
+	_ outbox.Lister                   = (*Backend)(nil)
 )
 
 // Backend is the Redis outbox backend. It is safe for concurrent use. It
@@ -48,7 +51,11 @@ type Backend struct {
 	fronts  []frontSlot
 	meta    string // hash: partitions, created-at (the prefix's own slot)
 	members string // hash: owner -> membership record (the prefix's own slot)
-	cluster bool
+	// memberInfo: hash: owner -> host, version, start, last heartbeat
+	// (the prefix's own slot; see membership.go)
+	memberInfo string
+	pauses     string // hash: the outbox's pauses (the prefix's own slot; see pause.go)
+	cluster    bool
 
 	closed    atomic.Bool
 	done      chan struct{}
@@ -78,7 +85,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Back
 		return nil, err
 	}
 	b := &Backend{client: client, opts: opts, done: make(chan struct{})}
-	b.meta, b.members = outboxKeys(opts.Prefix)
+	b.meta, b.members, b.memberInfo, b.pauses = outboxKeys(opts.Prefix)
 	_, b.cluster = client.(*redis.ClusterClient)
 	if err := b.LoadScripts(ctx); err != nil {
 		return nil, err

@@ -101,8 +101,7 @@ func (b *Backend) fetch(ctx context.Context, op string, lease outbox.Lease, limi
 // frontSlot); hinted reports whether the call that answered carried a
 // front hint.
 func (b *Backend) claim(ctx context.Context, op string, lease outbox.Lease, limit int, inFlight []outbox.Entry) (c claimed, hinted bool, err error) {
-	k := &b.parts[lease.Partition]
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq}
+	ks := claimKeys(&b.parts[lease.Partition])
 	front := &b.fronts[lease.Partition]
 	args := b.claimArgs(lease, limit, inFlight)
 	res, err := scriptClaim.Run(ctx, b.client, ks, args.argv()...).Result()
@@ -118,6 +117,11 @@ func (b *Backend) claim(ctx context.Context, op string, lease outbox.Lease, limi
 	}
 	c, err = b.parseClaim(ctx, op, lease, res)
 	return c, args.hint.gen != "", err
+}
+
+// claimKeys is claim.lua's KEYS for the partition of k.
+func claimKeys(k *keys) []string {
+	return []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq, k.paused}
 }
 
 // claimArgs is claim.lua's ARGV, built in one place. The script's header

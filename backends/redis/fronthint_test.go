@@ -45,8 +45,7 @@ func frontFixture(t *testing.T, n, limit int) (*Backend, outbox.Lease, outbox.Ba
 // when it does not, the claim asks for the entries in flight (held false).
 func claimHinted(t *testing.T, b *Backend, l outbox.Lease, inFlight []outbox.Entry, limit int) (got []string, held bool) {
 	t.Helper()
-	k := &b.parts[0]
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq}
+	ks := claimKeys(&b.parts[0])
 	hint, _ := b.fronts[0].hint(l, inFlight)
 	require.NotEqual(t, "", hint.gen, "the last fetch gave a hint for inFlight")
 	args := claimArgs{token: token(l), limit: limit, budget: 4 * limit, fetchNext: true, hint: hint}
@@ -324,7 +323,7 @@ func TestFrontHint(t *testing.T) {
 func markFront(t *testing.T, b *Backend, l outbox.Lease, batch []outbox.Entry) int64 {
 	t.Helper()
 	k := &b.parts[0]
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq, k.history}
 	hint := b.fronts[0].markHint(l, ids(batch))
 	require.NotNil(t, hint, "a hint for exactly that batch")
 	args := append(append([]any{token(l), "front"}, hint...), anys(ids(batch))...)

@@ -25,7 +25,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	cmds, err := b.runEach(ctx, "Cancel", scriptCancel, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked, k.keyorder, k.seq}, []any{id}
+		return []string{k.entries, k.pending, k.parked, k.keyorder, k.seq, k.history}, []any{id}
 	})
 	if err != nil {
 		return err
@@ -77,7 +77,11 @@ func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 // without a lease key (free, released or expired) has a zero Lease. The
 // counts of all partitions add up to what Stats reports; across partitions
 // the reads are a few moments apart, as Stats's are. A lease key that
-// does not hold "version:owner" gives an error naming it. See
+// does not hold "version:owner" gives an error naming it. OldestDueID is
+// the ID of the entry OldestDue is the due time of (read in the same
+// step). BlockedKeys counts the keys [Backend.BlockedKeys] would list in
+// the partition, found as it finds them (every pending entry is scanned,
+// after the counts: a few more round trips, a moment later). See
 // [outbox.PartitionInspector].
 func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, error) {
 	return b.partitionStats(ctx, "PartitionStats", true)
@@ -91,7 +95,7 @@ func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool)
 		return nil, err
 	}
 	cmds, err := b.runEach(ctx, op, scriptStats, func(k *keys) ([]string, []any) {
-		return []string{k.pending, k.parked, k.lease, k.entries, k.keyorder}, nil
+		return []string{k.pending, k.parked, k.lease, k.entries, k.keyorder, k.history}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -99,7 +103,7 @@ func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool)
 	out := make([]outbox.PartitionStats, len(cmds))
 	for p, c := range cmds {
 		v, err := c.Slice()
-		if err != nil || len(v) != 8 {
+		if err != nil || len(v) != 9 {
 			return nil, fmt.Errorf("redisoutbox: %s: unexpected result %v (%v) of stats.lua on partition %d", op, c.Val(), err, p)
 		}
 		var n [5]int64
@@ -125,6 +129,7 @@ func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool)
 		if !withLease {
 			continue
 		}
+		s.OldestDueID, _ = v[8].(string)
 		token, _ := v[5].(string)
 		pttl, err := asInt64(v[6])
 		if err != nil {
@@ -138,6 +143,15 @@ func (b *Backend) partitionStats(ctx context.Context, op string, withLease bool)
 		}
 		if pttl >= 0 {
 			s.Lease.Expires = time.UnixMilli(n[4] + pttl)
+		}
+	}
+	if withLease {
+		heads, err := b.blockedHeads(ctx, op)
+		if err != nil {
+			return nil, err
+		}
+		for p := range heads {
+			out[p].BlockedKeys = int64(len(heads[p]))
 		}
 	}
 	return out, nil
@@ -188,7 +202,7 @@ func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, erro
 		return outbox.EntryInfo{}, err
 	}
 	cmds, err := b.runEach(ctx, op, scriptLookup, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked}, []any{id}
+		return []string{k.entries, k.pending, k.parked, k.history}, []any{id}
 	})
 	if err != nil {
 		return outbox.EntryInfo{}, err
@@ -198,36 +212,37 @@ func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, erro
 			continue
 		}
 		v, ok := c.Val().([]any)
-		if !ok || len(v) != 3 {
+		if !ok || len(v) != 4 {
 			return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: unexpected result %v of lookup.lua on partition %d", op, c.Val(), p)
 		}
 		raw, _ := v[0].(string)
 		state, _ := v[1].(int64)
 		score, _ := v[2].(string)
-		return b.entryInfo(op, id, p, []byte(raw), state, score)
+		hist, _ := v[3].(string)
+		return b.entryInfo(op, id, p, []byte(raw), state, score, hist)
 	}
 	return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", op, id, outbox.ErrNotFound)
 }
 
 // entryInfo builds Lookup's answer from lookup.lua's result on partition p.
-func (b *Backend) entryInfo(op, id string, p int, raw []byte, state int64, score string) (outbox.EntryInfo, error) {
+// hist is the entry's history value ("" for none).
+func (b *Backend) entryInfo(op, id string, p int, raw []byte, state int64, score, hist string) (outbox.EntryInfo, error) {
 	entries := b.parts[p].entries
 	e, err := decodeEntry(id, p, raw)
 	if err != nil {
 		return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: entry %q of partition %d (field of %q) cannot be read: %w; FindPendingBatch parks a pending entry like this when it reaches it, Cancel deletes it", op, id, p, entries, err)
 	}
 	info := outbox.EntryInfo{Entry: e}
+	var deferred bool
+	info.History, deferred = decodeHistory(hist)
 	switch state {
 	case 1:
 		ms, err := strconv.ParseFloat(score, 64)
 		if err != nil {
 			return outbox.EntryInfo{}, fmt.Errorf("redisoutbox: %s: entry %q of partition %d has pending score %q, not a time in ms", op, id, p, score)
 		}
-		at := int64(ms)
-		if pos, ok := position(raw); ok && e.Attempts == 0 {
-			at = pos
-		}
-		info.DueAt = time.UnixMilli(at)
+		info.Deferred = deferred
+		info.DueAt = time.UnixMilli(dueAt(raw, e.Attempts, deferred, int64(ms)))
 	case 2:
 		info.Parked = true
 	default:
@@ -235,6 +250,21 @@ func (b *Backend) entryInfo(op, id string, p int, raw []byte, state int64, score
 			op, id, entries, b.parts[p].pending, b.parts[p].parked)
 	}
 	return info, nil
+}
+
+// dueAt is the next attempt time (Unix ms) of a pending entry with stored
+// value raw, attempts and deferred flag, and pending score: the score for
+// an attempted or deferred entry, else its position (the claim may have
+// re-scored it behind a failing entry of its key; that is not its own
+// time).
+func dueAt(raw []byte, attempts int, deferred bool, score int64) int64 {
+	if attempts > 0 || deferred {
+		return score
+	}
+	if pos, ok := position(raw); ok {
+		return pos
+	}
+	return score
 }
 
 // Parked lists parked entries by ID (byte order) after the given ID, at
@@ -307,7 +337,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	}
 	args := anys(ids)
 	cmds, err := b.runEach(ctx, "Requeue", scriptRequeue, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked, k.seq}, args
+		return []string{k.entries, k.pending, k.parked, k.seq, k.history}, args
 	})
 	if cmds == nil {
 		return 0, err

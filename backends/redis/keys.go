@@ -22,27 +22,31 @@ type keyName struct {
 // The outbox's key names. A partition's keys share its hash tag
 // ("{outbox:3}"); meta and members are in the prefix's own tag.
 var (
-	keyEntries  = keyName{":entries", "hash", "the partition's entries", false}
-	keyPending  = keyName{":pending", "zset", "the partition's pending entries", false}
-	keyInflight = keyName{":inflight", "zset", "claims of builds before v0.2", false}
-	keyParked   = keyName{":parked", "zset", "the partition's parked entries", false}
-	keyKeyOrder = keyName{":keyorder", "zset", "the partition's key order", false}
-	keyLeaseVer = keyName{":leasever", "string", "the partition's lease version counter", true}
-	keyLease    = keyName{":lease", "string", "the partition's lease", false}
-	keySeq      = keyName{":seq", "string", "the partition's append sequence counter", true}
-	keyKeySeq   = keyName{":keyseq", "hash", "the partition's per-key sequence numbers (Options.KeySequence)", false}
-	keyHold     = keyName{":hold", "hash", "the partition's hold (Holder)", false}
-	keySealed   = keyName{":sealed", "string", "the partition's seal (Sealer)", false}
-	keyExport   = keyName{":export", "list", "ExportBatch's scratch list", false}
-	keyMeta     = keyName{":meta", "hash", "the outbox's partition count", false}
-	keyMembers  = keyName{":members", "hash", "the relays' membership records", false}
+	keyEntries    = keyName{":entries", "hash", "the partition's entries", false}
+	keyPending    = keyName{":pending", "zset", "the partition's pending entries", false}
+	keyInflight   = keyName{":inflight", "zset", "claims of builds before v0.2", false}
+	keyParked     = keyName{":parked", "zset", "the partition's parked entries", false}
+	keyKeyOrder   = keyName{":keyorder", "zset", "the partition's key order", false}
+	keyLeaseVer   = keyName{":leasever", "string", "the partition's lease version counter", true}
+	keyLease      = keyName{":lease", "string", "the partition's lease", false}
+	keySeq        = keyName{":seq", "string", "the partition's append sequence counter", true}
+	keyKeySeq     = keyName{":keyseq", "hash", "the partition's per-key sequence numbers (Options.KeySequence)", false}
+	keyHold       = keyName{":hold", "hash", "the partition's hold (Holder)", false}
+	keySealed     = keyName{":sealed", "string", "the partition's seal (Sealer)", false}
+	keyExport     = keyName{":export", "list", "ExportBatch's scratch list", false}
+	keyHistory    = keyName{":history", "hash", "the partition's attempt histories and deferrals", false}
+	keyPaused     = keyName{":paused", "hash", "the pauses the partition's claim obeys (Pauser)", false}
+	keyMeta       = keyName{":meta", "hash", "the outbox's partition count", false}
+	keyMembers    = keyName{":members", "hash", "the relays' membership records", false}
+	keyMemberInfo = keyName{":memberinfo", "hash", "the relays' host, version, start and last heartbeat", false}
+	keyPauses     = keyName{":pauses", "hash", "the outbox's pauses, with their Since (Pauser)", false}
 	// chanNotify is the partition's sharded pub/sub channel of wake-ups:
 	// not a key, so no type.
 	chanNotify = keyName{":notify", "", "the partition's wake-ups", false}
 
 	// keyNames are the keys (not the channel), for keyKind.
 	keyNames = []keyName{keyEntries, keyPending, keyInflight, keyParked, keyKeyOrder, keyLeaseVer,
-		keyLease, keySeq, keyKeySeq, keyHold, keySealed, keyExport, keyMeta, keyMembers}
+		keyLease, keySeq, keyKeySeq, keyHold, keySealed, keyExport, keyHistory, keyPaused, keyMeta, keyMembers, keyMemberInfo, keyPauses}
 )
 
 // keys are the Redis keys of one partition; they share one hash tag.
@@ -60,6 +64,8 @@ type keys struct {
 	hold     string // hash: since, next, last while the outbox is held (Holder)
 	sealed   string // string "1" while the outbox is sealed (Sealer)
 	export   string // list: ExportBatch's scratch key, deleted by the script that writes it
+	history  string // hash: entry ID -> attempt history and deferral (see history in lib.lua)
+	paused   string // hash: paused topic -> since ms; field "" while the partition is paused
 	notify   string // sharded pub/sub channel of the partition's wake-ups (not a key)
 }
 
@@ -84,15 +90,20 @@ func partitionKeys(prefix string, p int) keys {
 		hold:     base + keyHold.suffix,
 		sealed:   base + keySealed.suffix,
 		export:   base + keyExport.suffix,
+		history:  base + keyHistory.suffix,
+		paused:   base + keyPaused.suffix,
 		notify:   base + chanNotify.suffix,
 	}
 }
 
 // outboxKeys returns the keys of the outbox as a whole at prefix, in the
 // slot of the prefix's own tag: the meta hash (the stored partition count,
-// the hold) and the membership hash.
-func outboxKeys(prefix string) (meta, members string) {
-	return prefix + keyMeta.suffix, prefix + keyMembers.suffix
+// the hold), the membership hashes (the records the relays balance by,
+// and the details operators read, see membership.go) and the pauses hash
+// (the record of what is paused: "t:"+topic and "p:"+partition -> since
+// ms).
+func outboxKeys(prefix string) (meta, members, memberInfo, pauses string) {
+	return prefix + keyMeta.suffix, prefix + keyMembers.suffix, prefix + keyMemberInfo.suffix, prefix + keyPauses.suffix
 }
 
 // prefixOfKey returns the Options.Prefix of a partition key

@@ -83,9 +83,13 @@ var (
 	scriptExport        = mustScript("export")
 	scriptRemove        = mustScript("remove_exported")
 	scriptQuarantine    = mustScript("quarantine")
+	scriptPause         = mustScript("pause")
+	scriptMembers       = mustScript("members")
+	scriptScan          = mustScript("scan")
 
 	allScripts = []script{scriptAppend, scriptAppendKeySeq, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
 		scriptMarkSent, scriptMarkFailed, scriptReleaseClaims, scriptCancel, scriptRequeue,
 		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave,
-		scriptHold, scriptHoldPart, scriptImport, scriptExport, scriptRemove, scriptQuarantine}
+		scriptHold, scriptHoldPart, scriptImport, scriptExport, scriptRemove, scriptQuarantine,
+		scriptPause, scriptMembers, scriptScan}
 )

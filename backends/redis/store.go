@@ -150,7 +150,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 	if err != nil {
 		return err
 	}
-	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}
+	ks := []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq, k.history}
 	front := &b.fronts[lease.Partition]
 	if hint := front.markHint(lease, ids); hint != nil {
 		// The batch is the front of pending: remove it by rank, with no
@@ -186,8 +186,16 @@ func anys(ss []string) []any {
 // re-scored to the server's time (TIME, rounded up to the ms) plus Delay
 // (rounded up to the ms; a negative Delay puts it in the past), never to
 // before its position when it has a key, and holds back the later entries
-// of its key; a parked one moves to the parked set. Entries that are not
-// pending (claimed or not) are ignored. Empty failures: nil, no round trip.
+// of its key; a parked one moves to the parked set. Each retry or park is
+// an attempt: it is appended, with the server's time and lease.Owner, to
+// the entry's history (the partition's history hash), which keeps the
+// last [outbox.MaxAttemptHistory]. A [outbox.Failure.Deferred] failure is
+// re-scored as a retry is, without an attempt (its Error is not stored),
+// and flags the entry deferred, so it holds back its key until it is
+// sent, cancelled, parked or requeued. Entries that are not pending
+// (claimed or not) are ignored. Empty failures: nil, no round trip. A
+// failure with both Park and Deferred: an error wrapping
+// [outbox.ErrInvalidArgument], nothing written.
 func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures []outbox.Failure) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -202,16 +210,21 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 	args := make([]any, 0, 1+4*len(failures))
 	args = append(args, token(lease))
 	for _, f := range failures {
-		park, delay := "0", int64(0)
-		if f.Park {
-			park = "1"
-		} else {
-			delay = delayMillis(f.Delay)
+		mode, delay, msg := "0", int64(0), ""
+		switch {
+		case f.Park && f.Deferred:
+			return fmt.Errorf("redisoutbox: MarkFailed: the failure of entry %q sets both Park and Deferred; a deferred entry was not attempted, so it cannot be parked: set one of them: %w", f.ID, outbox.ErrInvalidArgument)
+		case f.Park:
+			mode, msg = "1", outbox.TruncateUTF8(f.Error, b.opts.MaxErrorLen)
+		case f.Deferred:
+			mode, delay = "d", delayMillis(f.Delay)
+		default:
+			delay, msg = delayMillis(f.Delay), outbox.TruncateUTF8(f.Error, b.opts.MaxErrorLen)
 		}
-		args = append(args, f.ID, park, strconv.FormatInt(delay, 10), outbox.TruncateUTF8(f.Error, b.opts.MaxErrorLen))
+		args = append(args, f.ID, mode, strconv.FormatInt(delay, 10), msg)
 	}
 	return b.fenced(ctx, "MarkFailed", scriptMarkFailed, lease,
-		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq}, args)
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq, k.history}, args)
 }
 
 // idArgs is ARGV for the scripts that take the lease token then entry IDs.
@@ -249,21 +262,27 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 // returns the commands with the error (the other partitions' calls ran),
 // naming the key when Redis refused one (see fail).
 func (b *Backend) runEach(ctx context.Context, op string, s script, call func(k *keys) ([]string, []any)) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, len(b.parts))
-	ks := make([][]string, len(b.parts))
+	return b.runOn(ctx, op, s, b.allParts(), func(p int) ([]string, []any) { return call(&b.parts[p]) })
+}
+
+// runOn is runEach on the partitions ps: the i-th command is partition
+// ps[i]'s.
+func (b *Backend) runOn(ctx context.Context, op string, s script, ps []int, call func(p int) ([]string, []any)) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(ps))
+	ks := make([][]string, len(ps))
 	_, err := b.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for p := range b.parts {
+		for i, p := range ps {
 			var args []any
-			ks[p], args = call(&b.parts[p])
-			cmds[p] = pipe.EvalSha(ctx, s.Hash(), ks[p], args...)
+			ks[i], args = call(p)
+			cmds[i] = pipe.EvalSha(ctx, s.Hash(), ks[i], args...)
 		}
 		return nil
 	})
 	if err != nil {
 		retry := false
-		for p, c := range cmds {
+		for i, c := range cmds {
 			if c.Err() != nil && !isNoScript(c.Err()) {
-				return cmds, b.mapErr(ctx, op, c.Err(), ks[p]...)
+				return cmds, b.mapErr(ctx, op, c.Err(), ks[i]...)
 			}
 			retry = retry || isNoScript(c.Err())
 		}
@@ -271,18 +290,18 @@ func (b *Backend) runEach(ctx context.Context, op string, s script, call func(k 
 			return nil, b.mapErr(ctx, op, err)
 		}
 		_, err = b.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for p, c := range cmds {
+			for i, c := range cmds {
 				if isNoScript(c.Err()) {
-					_, args := call(&b.parts[p])
-					cmds[p] = pipe.Eval(ctx, s.src, ks[p], args...)
+					_, args := call(ps[i])
+					cmds[i] = pipe.Eval(ctx, s.src, ks[i], args...)
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			for p, c := range cmds {
+			for i, c := range cmds {
 				if c.Err() != nil {
-					return nil, b.mapErr(ctx, op, c.Err(), ks[p]...)
+					return nil, b.mapErr(ctx, op, c.Err(), ks[i]...)
 				}
 			}
 			return nil, b.mapErr(ctx, op, err)

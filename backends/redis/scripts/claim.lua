@@ -3,6 +3,8 @@
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
 -- KEYS[7] sequence counter (the generation of the front hint)
+-- KEYS[8] paused hash (Pauser: paused topic -> since; field '' while the
+--         partition is paused)
 --
 -- ARGV, as claimArgs in claim.go builds it (claimargs_test.go checks the
 -- two against each other):
@@ -35,7 +37,18 @@
 -- is 1 when the front hint held, else 0. Entries and parks together
 -- are at most ARGV[2]. While the partition is held (KEYS[6] exists, see
 -- hold_part.lua) it returns {{}, {}, '', '', 0}: nothing is claimed, parked or
--- re-scored.
+-- re-scored; so it does while the partition is paused (KEYS[8] has the
+-- field '').
+--
+-- Pauses (pause.go). KEYS[8] is read whole (HGETALL) once per call: while
+-- it does not exist (nothing paused), that is the only cost. While it
+-- names topics, every entry takes the general path, and an entry of a
+-- paused topic is skipped and left as it is (not returned, not
+-- re-scored): it holds back the later entries of its key, of every topic,
+-- as a held-back entry does (held[key]). Skipped entries count against
+-- the scan budget like any other, so while more due entries of paused
+-- topics than the budget sit at the front of pending, the entries behind
+-- them wait for the resume (docs/redis.md, "Pause").
 --
 -- The lease is the claim: only its holder reads the partition, so the
 -- entries returned stay in pending, unchanged, until the holder finishes
@@ -139,6 +152,19 @@
 -- ID, as without the hint.
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {{}, {}, '', '', 0} end
+-- pausedtopics[topic]: paused (nil when nothing is: pausing false).
+local pausedtopics, pausing = nil, false
+do
+  local pz = redis.call('HGETALL', KEYS[8])
+  if #pz > 0 then
+    pausedtopics = {}
+    for i = 1, #pz, 2 do
+      if pz[i] == '' then return {{}, {}, '', '', 0} end
+      pausedtopics[pz[i]] = true
+    end
+    pausing = true
+  end
+end
 zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3])
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -199,9 +225,9 @@ local marked = redis.call('EXISTS', KEYS[4]) == 1
 -- open[key]: the last member of the key's marked entries the walk in
 -- blocker found returned (the walk resumes after it).
 local returned, stop, held, heldat, open = {}, {}, {}, {}, {}
--- anyheld: whether stop or held has an entry (then every keyed entry takes
--- the general path). nout: the length of out.
-local anyheld, nout = false, 0
+-- anyheld: whether stop or held has an entry, or topics are paused (then
+-- every entry takes the general path). nout: the length of out.
+local anyheld, nout = pausing, 0
 for i = firstkey, #ARGV do
   stop[ARGV[i]] = true
   anyheld = true
@@ -342,7 +368,7 @@ while got < limit and scanned < budget do
             local converted
             v, converted = as_v2(v)
             local km, pfx
-            if key ~= '' and (marked or converted or stop[key] or held[key]) then
+            if key ~= '' and (marked or converted or stop[key] or held[key] or pausing) then
               -- Only then can the key-order member matter: with nothing
               -- marked, stopped or held, every entry of the key this call
               -- meets is returned, and the set (empty when the call began, so
@@ -356,7 +382,9 @@ while got < limit and scanned < budget do
             end
             if converted then redis.call('HSET', KEYS[3], id, v) end
             local ok, bs = true, nil
-            if key ~= '' and not km then
+            if pausing and pausedtopics[p.topic] then
+              ok = false -- paused: skipped, it holds back its key (held below)
+            elseif key ~= '' and not km then
               if attempts_of(v) > 0 then stop[key], anyheld = true, true end
             elseif km then
               if stop[key] then
@@ -395,7 +423,7 @@ while got < limit and scanned < budget do
               elseif bs then
                 at = score
               end
-              if not held[key] or precedes(km, held[key], #pfx + 1) then
+              if km and (not held[key] or precedes(km, held[key], #pfx + 1)) then
                 held[key], heldat[key] = km, at
                 anyheld = true
               end

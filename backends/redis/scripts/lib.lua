@@ -292,3 +292,60 @@ end
 local function attempts_of(v)
   return u32(v, 26)
 end
+
+-- History: the partition's history hash holds, for each pending or parked
+-- entry that was attempted or deferred, one value (decodeHistory in
+-- history.go reads it):
+--   1 version (1) | 2 flags (1: deferred, see mark_failed.lua)
+--   | then per attempt, oldest first: at ms (8) | owner length (4) | owner
+--   | error length (4) | error
+-- at most MAX_HISTORY attempts. The claim never reads it; MarkSent and
+-- Cancel delete the entry's field, MarkFailed writes it.
+local MAX_HISTORY = 10
+
+-- history_records returns the attempt records of history value h, each as
+-- its raw bytes, oldest first (none for nil or a value of another version;
+-- a truncated tail is dropped).
+local function history_records(h)
+  local recs = {}
+  if not h or #h < 2 or string.byte(h, 1) ~= 1 then return recs end
+  local off, n = 3, #h
+  while off + 11 <= n do
+    local ea = off + 12 + u32(h, off + 8)
+    if ea + 3 > n then break end
+    local stop = ea + 4 + u32(h, ea)
+    if stop - 1 > n then break end
+    recs[#recs + 1] = string.sub(h, off, stop - 1)
+    off = stop
+  end
+  return recs
+end
+
+-- history_flags returns the flags byte of history value h (0 for nil).
+local function history_flags(h)
+  if not h or #h < 2 or string.byte(h, 1) ~= 1 then return 0 end
+  return string.byte(h, 2)
+end
+
+-- history_value builds a history value of flags and records (nil when
+-- both are empty: the field is then deleted).
+local function history_value(flags, recs)
+  if flags == 0 and #recs == 0 then return nil end
+  local first = math.max(1, #recs - MAX_HISTORY + 1)
+  return '\1' .. string.char(flags) .. table.concat(recs, '', first)
+end
+
+-- history_write sets (or, for nil, deletes) field id of history hash kh.
+local function history_write(kh, id, h)
+  if h then redis.call('HSET', kh, id, h) else redis.call('HDEL', kh, id) end
+end
+
+-- attempt_record encodes one attempt: at ms, owner, error.
+local function attempt_record(at, owner, err)
+  return struct.pack('>I8I4', at, #owner) .. owner .. struct.pack('>I4', #err) .. err
+end
+
+-- owner_of returns the owner of lease token "version:owner".
+local function owner_of(token)
+  return string.match(token, '^%-?%d+:(.*)$') or token
+end

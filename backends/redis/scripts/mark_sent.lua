@@ -2,6 +2,7 @@
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] sequence counter
+-- KEYS[7] history hash
 -- ARGV[1] token "version:owner"   ARGV[2] k, or 'front' (below)
 -- ARGV[3 .. 2+k] the pending members the claim returned k entries under,
 -- ARGV[3+k .. 2+2k] those entries' IDs, in the same order (pairs: the
@@ -11,7 +12,9 @@
 -- entries removed. Unknown, already sent and parked IDs are ignored.
 --
 -- A sent entry leaves the key-order set (if it was there), so it no
--- longer holds back the entries after it.
+-- longer holds back the entries after it, and its history (its field of
+-- KEYS[7]) is deleted. While the history hash does not exist (nothing
+-- attempted or deferred is stored), that costs one EXISTS per call.
 --
 -- Pairs, while the key-order set is empty (nothing failing or held back):
 -- one ZREM of the members; when it removed every one of them, each entry
@@ -37,8 +40,9 @@
 -- changed: the caller sends the members).
 if not fenced(KEYS[1], ARGV[1]) then return -1 end
 zsets(KEYS[2], KEYS[4], KEYS[5])
-hashes(KEYS[3])
+hashes(KEYS[3], KEYS[7])
 local marked = redis.call('EXISTS', KEYS[4]) == 1
+local hist = redis.call('EXISTS', KEYS[7]) == 1
 if ARGV[2] == 'front' then
   local n = #ARGV - 5
   local gen = redis.call('GET', KEYS[6])
@@ -65,6 +69,7 @@ if ARGV[2] == 'front' then
   redis.call('ZREMRANGEBYRANK', KEYS[2], 0, n - 1)
   for lo = 6, #ARGV, 4096 do
     redis.call('HDEL', KEYS[3], unpack(ARGV, lo, math.min(lo + 4095, #ARGV)))
+    if hist then redis.call('HDEL', KEYS[7], unpack(ARGV, lo, math.min(lo + 4095, #ARGV))) end
   end
   return n
 end
@@ -83,6 +88,7 @@ for lo = 3, 2 + k, 512 do
     local c = redis.call('ZREM', KEYS[2], unpack(ARGV, lo, hi))
     if c == hi - lo + 1 then
       redis.call('HDEL', KEYS[3], unpack(ARGV, lo + k, hi + k))
+      if hist then redis.call('HDEL', KEYS[7], unpack(ARGV, lo + k, hi + k)) end
     elseif c > 0 then
       local vals = redis.call('HMGET', KEYS[3], unpack(ARGV, lo + k, hi + k))
       local del = {}
@@ -92,7 +98,10 @@ for lo = 3, 2 + k, 512 do
           del[#del + 1] = id
         end
       end
-      if #del > 0 then redis.call('HDEL', KEYS[3], unpack(del)) end
+      if #del > 0 then
+        redis.call('HDEL', KEYS[3], unpack(del))
+        if hist then redis.call('HDEL', KEYS[7], unpack(del)) end
+      end
     end
     n = n + c
   end
@@ -127,6 +136,7 @@ for lo = 1, #plain, 256 do
     if #rm > 0 then
       redis.call('ZREM', KEYS[2], unpack(rm))
       redis.call('HDEL', KEYS[3], unpack(rid))
+      if hist then redis.call('HDEL', KEYS[7], unpack(rid)) end
       if #rk > 0 then redis.call('ZREM', KEYS[4], unpack(rk)) end
       n = n + #rm
     end

@@ -1,10 +1,11 @@
 -- requeue.lua: Requeue (not fenced: an operator call).
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] parked zset
--- KEYS[4] sequence counter
+-- KEYS[4] sequence counter   KEYS[5] history hash
 -- ARGV[1..] entry IDs
 -- Returns {n, refused}: n is the number of parked entries moved back to
--- pending, due now, with attempts reset to 0 (the last error is kept);
+-- pending, due now, with attempts reset to 0 (the last error and the
+-- attempt history are kept; the deferred flag is cleared);
 -- refused is a flat array id, reason, ... of the parked entries of this
 -- partition left parked because they can never be published as stored, in
 -- the order of ARGV: a quarantined value (format 3, parked by the claim
@@ -17,7 +18,7 @@
 -- already due, also in its key's order (the requeued ones keep their
 -- original order among themselves). A format 1 entry is written back in
 -- format 2.
-hashes(KEYS[1])
+hashes(KEYS[1], KEYS[5])
 zsets(KEYS[2], KEYS[3])
 local bad = counter(KEYS[4])
 if bad then return bad end
@@ -61,6 +62,8 @@ for _, f in ipairs(found) do
   seq = seq + 1
   v = '\2' .. struct.pack('>I8', seq) .. string.sub(v, 10, 17) .. struct.pack('>I8I4', now, 0) .. string.sub(v, 30)
   redis.call('HSET', KEYS[1], id, v)
+  local h = redis.call('HGET', KEYS[5], id)
+  if h and history_flags(h) ~= 0 then history_write(KEYS[5], id, history_value(0, history_records(h))) end
   local m = member(v, id)
   redis.call('ZADD', KEYS[2], now, m)
 end
