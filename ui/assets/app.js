@@ -3,7 +3,7 @@
 // described in ui/doc.go. Every piece of data from the server is inserted
 // with textContent: payloads, keys and errors are untrusted.
 import {
-  $, S, el, api, next, fresh, fmtNum, fmtLag, fmtDur, fmtTime, plural, counts,
+  $, S, api, next, fresh, fmtNum, fmtLag, fmtDur, fmtTime, plural, counts,
   setStatus, toast, confirmAction, closeConfirm,
 } from './lib.js';
 import { STATES, showState, showBlocked, loadList, loadBlocked, initLists, applyFilter, describe } from './lists.js';

@@ -2,7 +2,7 @@
 // blocked keys (#/blocked, #/blocked/PARTITION), with the shared filter
 // form and paging.
 import {
-  $, S, el, link, api, next, fresh, fmtNum, fmtRel, fmtTime, plural, timeCell,
+  $, el, link, api, next, fresh, fmtNum, fmtRel, fmtTime, plural, timeCell,
   setStatus, noteRow, loading,
 } from './lib.js';
 
