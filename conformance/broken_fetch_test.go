@@ -70,6 +70,9 @@ func inFlightIDs(entries []outbox.Entry) []string {
 func (w *broken) fetchRaw(ctx context.Context, lease outbox.Lease, limit int) ([]outbox.Entry, error) {
 	ctx = w.ctx(ctx)
 	lease = w.real(lease)
+	if w.beforeFetchOperate(ctx, lease) {
+		return nil, nil
+	}
 	switch w.variant {
 	case "stale-fetch-allowed":
 		lease = w.current(lease)

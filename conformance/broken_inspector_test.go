@@ -65,6 +65,9 @@ func (w *broken) Stats(ctx context.Context) (outbox.Stats, error) {
 }
 
 func (w *broken) Parked(ctx context.Context, after string, limit int) ([]outbox.Entry, error) {
+	if got, ok, err := w.breakParked(w.ctx(ctx), after, limit); ok {
+		return got, err
+	}
 	got, err := w.Backend.Parked(w.ctx(ctx), after, limit)
 	if err == nil && w.variant == "parked-by-append-order" {
 		slices.Reverse(got)

@@ -21,6 +21,7 @@ var membershipVariants = []variant{
 }
 
 func (w *broken) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Duration) ([]outbox.Member, error) {
+	m = w.breakHeartbeat(m)
 	in := m
 	switch w.variant {
 	case "members-never-expire":

@@ -144,6 +144,8 @@ func (w *broken) afterFetchOperate(ctx context.Context, lease outbox.Lease, batc
 		keys := maps.Clone(w.op.deferredKey)
 		w.op.mu.Unlock()
 		return w.holdBackByKey(ctx, lease, batch, keys, false)
+	case "pause-not-holding-key", "pause-counts-attempt":
+		return w.pausedFetch(ctx, lease, batch)
 	case "deferred-blocks-partition":
 		if !w.deferredIn(ctx, lease.Partition) {
 			return batch, nil

@@ -52,6 +52,8 @@ func (w *broken) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, e
 		for i := range got {
 			got[i].Lease.Version = 0
 		}
+	default:
+		got = w.breakPartitionStats(ctx, got)
 	}
 	return got, nil
 }

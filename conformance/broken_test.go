@@ -65,6 +65,10 @@ var variants = slices.Concat(
 	moveVariants,
 	historyVariants,
 	deferredVariants,
+	listerVariants,
+	collationVariants,
+	pauserVariants,
+	memberListerVariants,
 )
 
 // broken wraps a memory backend and breaks the contract of its variant.

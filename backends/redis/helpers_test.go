@@ -86,9 +86,9 @@ func newBackend(t *testing.T, c redis.UniversalClient, opts Options) *Backend {
 
 // allKeys lists every key of b's outbox (those of earlier builds too).
 func allKeys(b *Backend) []string {
-	out := []string{b.meta, b.members}
+	out := []string{b.meta, b.members, b.memberInfo, b.pauses}
 	for _, k := range b.parts {
-		out = append(out, k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.keyseq, k.hold, k.sealed, k.export)
+		out = append(out, k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.keyseq, k.hold, k.sealed, k.export, k.history, k.paused)
 	}
 	return out
 }

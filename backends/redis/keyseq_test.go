@@ -380,3 +380,21 @@ func (b keySeqStripped) ExportBatch(ctx context.Context, l outbox.Lease, limit i
 	}
 	return infos, err
 }
+
+func (b keySeqStripped) Entries(ctx context.Context, state outbox.EntryState, f outbox.ListFilter, after string, limit int) ([]outbox.EntryInfo, error) {
+	infos, err := b.Backend.Entries(ctx, state, f, after, limit)
+	if err == nil {
+		err = keyseqtest.StripInfos(infos, stripKeySeq)
+	}
+	return infos, err
+}
+
+func (b keySeqStripped) BlockedKeys(ctx context.Context, f outbox.ListFilter, after outbox.BlockedKey, limit int) ([]outbox.BlockedKey, error) {
+	keys, err := b.Backend.BlockedKeys(ctx, f, after, limit)
+	for i := 0; err == nil && i < len(keys); i++ {
+		es := []outbox.Entry{keys[i].Head.Entry}
+		err = stripKeySeq(es)
+		keys[i].Head.Entry = es[0]
+	}
+	return keys, err
+}

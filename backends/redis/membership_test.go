@@ -156,7 +156,7 @@ func TestOutboxKeysShareThePrefixSlot(t *testing.T) {
 	assert.Equal(t, prefix+":members", b.members)
 	want, err := c.ClusterKeySlot(ctx, tag).Result()
 	require.NoError(t, err)
-	for _, k := range []string{b.meta, b.members} {
+	for _, k := range []string{b.meta, b.members, b.memberInfo, b.pauses} {
 		slot, err := c.ClusterKeySlot(ctx, k).Result()
 		require.NoError(t, err)
 		assert.Equal(t, want, slot, k)

@@ -183,8 +183,9 @@ func anys(ss []string) []any {
 
 // MarkFailed runs mark_failed.lua (one round trip, fenced by the lease).
 // Errors longer than Options.MaxErrorLen are truncated. A retried entry is
-// re-scored to the server's time (TIME, rounded up to the ms) plus Delay
-// (rounded up to the ms; a negative Delay puts it in the past), never to
+// re-scored to the server's time plus Delay (both rounded up to the ms
+// for a positive Delay; for a Delay of 0 or less, the time rounded down,
+// so it is due at once; a negative Delay puts it in the past), never to
 // before its position when it has a key, and holds back the later entries
 // of its key; a parked one moves to the parked set. Each retry or park is
 // an attempt: it is appended, with the server's time and lease.Owner, to

@@ -30,9 +30,12 @@
 -- and its history gets the deferred flag, which stays until it is sent,
 -- cancelled, parked or requeued.
 --
--- The retry time is the server's TIME, rounded up to the ms, plus the
--- delay (so a retry is never due early, whatever the caller's clock says);
--- a negative delay puts it in the past; it is clamped at 0. A keyed entry
+-- The retry time is the server's TIME plus the delay: for a positive
+-- delay, TIME rounded up to the ms (so a retry is never due early,
+-- whatever the caller's clock says); for a delay of 0 or less, TIME
+-- rounded down (the claim compares scores with TIME rounded down, so a
+-- retry without delay is due at once, not a millisecond later); it is
+-- clamped at 0. A keyed entry
 -- is never re-scored before its position (a retry time earlier than that
 -- becomes the position): the claim relies on it (claim.lua). A re-score
 -- bumps the sequence counter (see the front hint in claim.lua).
@@ -40,7 +43,7 @@ if not fenced(KEYS[1], ARGV[1]) then return -1 end
 zsets(KEYS[2], KEYS[4], KEYS[5])
 hashes(KEYS[3], KEYS[7])
 local nowu = now_us()
-local now = math.ceil(nowu / 1000)
+local now, floor = math.ceil(nowu / 1000), math.floor(nowu / 1000)
 local owner = owner_of(ARGV[1])
 local n, moved = 0, false
 for i = 2, #ARGV, 4 do
@@ -55,7 +58,7 @@ for i = 2, #ARGV, 4 do
       if mode ~= 'd' then
         redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, err))
         local recs = history_records(h)
-        recs[#recs + 1] = attempt_record(math.floor(nowu / 1000), owner, err)
+        recs[#recs + 1] = attempt_record(floor, owner, err)
         local flags = history_flags(h)
         if mode == '1' then flags = 0 end
         history_write(KEYS[7], id, history_value(flags, recs))
@@ -67,7 +70,9 @@ for i = 2, #ARGV, 4 do
         redis.call('ZADD', KEYS[5], 0, id)
         if key ~= '' then redis.call('ZREM', KEYS[4], order_member(key, v, m)) end
       else
-        local at = math.max(0, now + tonumber(delay))
+        local d = tonumber(delay)
+        local at = math.max(0, now + d)
+        if d <= 0 then at = math.max(0, floor + d) end
         if key ~= '' then
           -- A keyed entry is marked, and never due before its position, so
           -- the claim scans the unmarked entries before it in its key's
