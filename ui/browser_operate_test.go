@@ -134,7 +134,7 @@ func waitRows(t *testing.T, tab context.Context, table string, want []string) {
 		fmt.Sprintf(`JSON.stringify(%s) === %s`, idsShownJS(table), jsQuote(jsonString(want))))
 }
 
-// TestBrowserOperator: on PostgreSQL, the state tabs list what the store
+// TestBrowserOperator: on PostgreSQL and Redis, the state tabs list what the store
 // lists in each state; the partition with the highest lag links to its
 // blocked keys, whose head opens on its history with only the actions its
 // state allows; pause and resume from the overview and the partitions
@@ -143,9 +143,29 @@ func waitRows(t *testing.T, tab context.Context, table string, want []string) {
 func TestBrowserOperator(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
-	s := browserPostgres(t, 4)
-	seedOperator(t, s)
-	base := serveBrowser(t, s, ui.Options{StoreName: "postgres (browser test)", Outbox: "shop"})
+	for _, kind := range []string{"postgres", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var s browserStore
+			if kind == "postgres" {
+				s = browserPostgres(t, 4)
+			} else {
+				s = browserRedis(t, 4)
+			}
+			seedOperator(t, s)
+			testBrowserOperator(t, browser, s)
+		})
+	}
+}
+
+func testBrowserOperator(t *testing.T, browser context.Context, s browserStore) {
+	base := serveBrowser(t, s, ui.Options{StoreName: s.kind + " (browser test)", Outbox: "shop"})
+	// The screenshots of docs/dashboard.md are PostgreSQL's.
+	shot := func(tab context.Context, name string) {
+		if s.kind == "postgres" {
+			savePageScreenshot(t, tab, name)
+		}
+	}
 
 	t.Run("StateTabs", func(t *testing.T) {
 		tab, l := visitPage(t, browser, base+"/#/entries/due", "the due rows", `document.querySelectorAll("#entries-table [data-id]").length > 0`)
@@ -154,7 +174,7 @@ func TestBrowserOperator(t *testing.T) {
 			clickPage(t, tab, "#tab-"+string(state))
 			waitRows(t, tab, "entries-table", storeList(t, s, state))
 			if state == outbox.StateDue {
-				savePageScreenshot(t, tab, "due")
+				shot(tab, "due")
 			}
 		}
 		if got := evalIn[bool](t, tab, visibleJS("requeue-filtered")); !got {
@@ -186,7 +206,7 @@ func TestBrowserOperator(t *testing.T) {
 		if got := evalIn[string](t, tab, `document.querySelector("#partitions-table tr.highest").dataset.partition`); got != fmt.Sprint(info.Partition) {
 			t.Fatalf("the highest lag is marked on partition %s; the stuck key is on %d", got, info.Partition)
 		}
-		savePageScreenshot(t, tab, "partitions")
+		shot(tab, "partitions")
 		clickPage(t, tab, "#partitions-table tr.highest a.blocked-link")
 		waitRows(t, tab, "blocked-table", []string{"ship-42-1"})
 		if got := evalIn[string](t, tab, `document.querySelector("#blocked-table [data-id] .waiting").textContent`); got != "2" {
@@ -195,7 +215,7 @@ func TestBrowserOperator(t *testing.T) {
 		if h := evalIn[string](t, tab, "location.hash"); h != fmt.Sprintf("#/blocked/%d", info.Partition) {
 			t.Errorf("the link leads to %s", h)
 		}
-		savePageScreenshot(t, tab, "blocked")
+		shot(tab, "blocked")
 
 		// Every partition's blocked keys, as the store lists them.
 		routePage(t, tab, "#/blocked")
@@ -228,7 +248,7 @@ func TestBrowserOperator(t *testing.T) {
 		if got := evalIn[string](t, tab, `document.querySelector("#tab-retrying").className`); !strings.Contains(got, "active") {
 			t.Errorf("the retrying tab is not marked (%q)", got)
 		}
-		savePageScreenshot(t, tab, "entry-history")
+		shot(tab, "entry-history")
 	})
 
 	t.Run("PauseAndResume", func(t *testing.T) {
@@ -245,7 +265,7 @@ func TestBrowserOperator(t *testing.T) {
 		confirmAction(t, tab, "#pause-topic", "paused")
 		waitPage(t, tab, "the paused topic", `document.querySelector('#paused-table tr[data-topic="shipments.dispatched"]') !== null`)
 		wantPaused(t, s, []string{"shipments.dispatched"}, nil)
-		savePageScreenshot(t, tab, "overview-paused")
+		shot(tab, "overview-paused")
 		confirmAction(t, tab, `#paused-table tr[data-topic="shipments.dispatched"] button.resume`, "resumed")
 		waitPage(t, tab, "no paused topic", `document.querySelector('#paused-table tr[data-topic]') === null`)
 		wantPaused(t, s, nil, nil)
@@ -282,7 +302,7 @@ func TestBrowserOperator(t *testing.T) {
 		}
 		waitPage(t, tab, "the unheld partitions "+strings.Join(unheld, ","), fmt.Sprintf(`JSON.stringify(Array.from(document.querySelectorAll("#unheld-table tr[data-partition]")).map((r) => r.dataset.partition)) === %s && %s`,
 			jsQuote(jsonString(unheld)), visibleJS("unheld-table")))
-		savePageScreenshot(t, tab, "relays")
+		shot(tab, "relays")
 	})
 }
 

@@ -288,8 +288,9 @@ func testBrowserPayloads(t *testing.T, browser context.Context, s browserStore) 
 	}
 }
 
-// TestBrowserReadOnly: a read-only dashboard shows no action, on the list
-// or on an entry.
+// TestBrowserReadOnly: a read-only dashboard shows no action, on the list,
+// on an entry, on the overview (pause) or on the partitions (pause,
+// resume).
 func TestBrowserReadOnly(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
@@ -312,6 +313,17 @@ func TestBrowserReadOnly(t *testing.T) {
 		if evalIn[bool](t, tab, visibleJS(id)) {
 			t.Errorf("read-only: %s is shown on an entry", id)
 		}
+	}
+	// No pause or resume either, though the store can pause.
+	routePage(t, tab, "#/overview")
+	waitPage(t, tab, "the paused panel", visibleJS("paused-table"))
+	if evalIn[bool](t, tab, visibleJS("pause-form")) {
+		t.Errorf("read-only: the pause form is shown on the overview")
+	}
+	routePage(t, tab, "#/partitions")
+	waitPage(t, tab, "the partitions", `document.querySelectorAll("#partitions-table [data-partition]").length === 1`)
+	if n := evalIn[int](t, tab, `Array.from(document.querySelectorAll("#partitions-table button")).filter((b) => b.getClientRects().length > 0).length`); n != 0 {
+		t.Errorf("read-only: %d buttons are shown on the partitions", n)
 	}
 }
 
