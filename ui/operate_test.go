@@ -591,3 +591,72 @@ func TestPauseAndResume(t *testing.T) {
 		}
 	})
 }
+
+// TestBlockedByPartitionIsBounded: /api/blocked?partition= reads at most
+// 10,000 blocked keys per request; when none of them is of the partition
+// the page is empty with a next_after, from which the partition's keys
+// follow.
+func TestBlockedByPartitionIsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: blocks 21,000 keys")
+	}
+	t.Parallel()
+	clk := newClock()
+	b := memory.New(memory.Options{Partitions: 2, Now: clk.Now})
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	var es []outbox.Entry
+	for i := range 21_000 {
+		es = append(es, outbox.Entry{ID: fmt.Sprintf("h-%05d", i), Topic: "t", Key: fmt.Sprintf("k-%05d", i)})
+	}
+	if err := b.Append(ctx, es...); err != nil {
+		t.Fatal(err)
+	}
+	// Every key of partition 0 is blocked first, then those of partition 1.
+	blocked := map[int]int{}
+	for p := range 2 {
+		clk.Add(time.Minute)
+		lease, err := b.AcquireLease(ctx, p, "relay", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := b.FindPendingBatch(ctx, lease, 30_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := make([]outbox.Failure, len(batch))
+		for i, e := range batch {
+			fs[i] = outbox.Failure{ID: e.ID, Error: "down", Delay: time.Hour}
+		}
+		if err := b.MarkFailed(ctx, lease, fs); err != nil {
+			t.Fatal(err)
+		}
+		blocked[p] = len(batch)
+	}
+	if blocked[0] < 10_000 {
+		t.Fatalf("partition 0 has %d keys; the test needs 10,000 or more", blocked[0])
+	}
+	c := newClient(t, newServer(t, b, ui.Options{Now: clk.Now}))
+	var p blockedPage
+	c.getJSON("/api/blocked?partition=1&limit=500", &p)
+	if len(p.Keys) != 0 || p.NextAfter == nil {
+		t.Fatalf("the first request: %d keys, next %v; want none of partition 1 among the first 10,000, and a next_after", len(p.Keys), p.NextAfter)
+	}
+	got := 0
+	for after := *p.NextAfter; ; {
+		c.getJSON("/api/blocked?partition=1&limit=500&after="+url.QueryEscape(after), &p)
+		for _, k := range p.Keys {
+			if k.Head.Partition != 1 {
+				t.Fatalf("partition=1 lists %s of partition %d", k.Head.ID, k.Head.Partition)
+			}
+		}
+		got += len(p.Keys)
+		if p.NextAfter == nil {
+			break
+		}
+		after = *p.NextAfter
+	}
+	if got != blocked[1] {
+		t.Errorf("partition=1 listed %d keys over its pages, want %d", got, blocked[1])
+	}
+}
