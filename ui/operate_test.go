@@ -660,3 +660,49 @@ func TestBlockedByPartitionIsBounded(t *testing.T) {
 		t.Errorf("partition=1 listed %d keys over its pages, want %d", got, blocked[1])
 	}
 }
+
+// TestDeferredEntry: an entry an open breaker deferred before its first
+// attempt is scheduled, says deferred in the listing and on its page, and
+// holds back its key.
+func TestDeferredEntry(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	b := memory.New(memory.Options{Now: clk.Now})
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	for _, id := range []string{"d-1", "d-2"} {
+		if err := b.Append(ctx, outbox.Entry{ID: id, Topic: "t", Key: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := b.AcquireLease(ctx, 0, "relay", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := b.FindPendingBatch(ctx, lease, 1)
+	if err != nil || len(batch) != 1 || batch[0].ID != "d-1" {
+		t.Fatalf("fetch: %v %v", batch, err)
+	}
+	if err := b.MarkFailed(ctx, lease, []outbox.Failure{{ID: "d-1", Error: "breaker open", Delay: 10 * time.Minute, Deferred: true}}); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, newServer(t, b, ui.Options{Now: clk.Now}))
+	var p listPage
+	c.getJSON("/api/entries?state=scheduled", &p)
+	if len(p.Entries) != 1 || p.Entries[0].ID != "d-1" || !p.Entries[0].Deferred || p.Entries[0].Attempts != 0 {
+		t.Errorf("scheduled: %+v, want d-1 deferred with 0 attempts", p.Entries)
+	}
+	var d struct {
+		Status   string `json:"status"`
+		Deferred bool   `json:"deferred"`
+	}
+	c.getJSON("/api/entries/d-1", &d)
+	if d.Status != "scheduled" || !d.Deferred {
+		t.Errorf("d-1: %+v, want scheduled and deferred", d)
+	}
+	var bp blockedPage
+	c.getJSON("/api/blocked", &bp)
+	if len(bp.Keys) != 1 || bp.Keys[0].Head.ID != "d-1" || !bp.Keys[0].Head.Deferred || bp.Keys[0].Waiting != 1 {
+		t.Errorf("blocked: %+v, want k held back by d-1 (deferred), 1 waiting", bp.Keys)
+	}
+}
