@@ -160,150 +160,157 @@ func TestBrowserOperator(t *testing.T) {
 
 func testBrowserOperator(t *testing.T, browser context.Context, s browserStore) {
 	base := serveBrowser(t, s, ui.Options{StoreName: s.kind + " (browser test)", Outbox: "shop"})
-	// The screenshots of docs/dashboard.md are PostgreSQL's.
-	shot := func(tab context.Context, name string) {
-		if s.kind == "postgres" {
-			savePageScreenshot(t, tab, name)
+	t.Run("StateTabs", func(t *testing.T) { browserStateTabs(t, browser, s, base) })
+	t.Run("BlockedFromHighestLag", func(t *testing.T) { browserBlockedFromHighestLag(t, browser, s, base) })
+	t.Run("PauseAndResume", func(t *testing.T) { browserPauseAndResume(t, browser, s, base) })
+	t.Run("Relays", func(t *testing.T) { browserRelays(t, browser, s, base) })
+}
+
+func browserStateTabs(t *testing.T, browser context.Context, s browserStore, base string) {
+	tab, l := visitPage(t, browser, base+"/#/entries/due", "the due rows", `document.querySelectorAll("#entries-table [data-id]").length > 0`)
+	t.Logf("page due: %v", l)
+	for _, state := range outbox.EntryStates {
+		clickPage(t, tab, "#tab-"+string(state))
+		waitRows(t, tab, "entries-table", storeList(t, s, state))
+		if state == outbox.StateDue {
+			shot(t, s, tab, "due")
 		}
 	}
+	if got := evalIn[bool](t, tab, visibleJS("requeue-filtered")); !got {
+		t.Errorf("the parked tab offers no requeue by filter")
+	}
+	clickPage(t, tab, "#tab-retrying")
+	waitRows(t, tab, "entries-table", []string{"ship-42-1"})
+	if evalIn[bool](t, tab, visibleJS("requeue-filtered")) {
+		t.Errorf("the retrying tab offers requeue by filter, which acts on parked entries only")
+	}
+	// The filter applies to the tab.
+	ctx, cancel := context.WithTimeout(tab, browserWait)
+	defer cancel()
+	clickPage(t, tab, "#tab-due")
+	if err := browserType(ctx, "#filter-key", "ship-42"); err != nil {
+		t.Fatal(err)
+	}
+	clickPage(t, tab, "#filter-apply")
+	waitRows(t, tab, "entries-table", []string{"ship-42-2", "ship-42-3"})
+}
 
-	t.Run("StateTabs", func(t *testing.T) {
-		tab, l := visitPage(t, browser, base+"/#/entries/due", "the due rows", `document.querySelectorAll("#entries-table [data-id]").length > 0`)
-		t.Logf("page due: %v", l)
-		for _, state := range outbox.EntryStates {
-			clickPage(t, tab, "#tab-"+string(state))
-			waitRows(t, tab, "entries-table", storeList(t, s, state))
-			if state == outbox.StateDue {
-				shot(tab, "due")
-			}
-		}
-		if got := evalIn[bool](t, tab, visibleJS("requeue-filtered")); !got {
-			t.Errorf("the parked tab offers no requeue by filter")
-		}
-		clickPage(t, tab, "#tab-retrying")
-		waitRows(t, tab, "entries-table", []string{"ship-42-1"})
-		if evalIn[bool](t, tab, visibleJS("requeue-filtered")) {
-			t.Errorf("the retrying tab offers requeue by filter, which acts on parked entries only")
-		}
-		// The filter applies to the tab.
-		ctx, cancel := context.WithTimeout(tab, browserWait)
-		defer cancel()
-		clickPage(t, tab, "#tab-due")
-		if err := browserType(ctx, "#filter-key", "ship-42"); err != nil {
-			t.Fatal(err)
-		}
-		clickPage(t, tab, "#filter-apply")
-		waitRows(t, tab, "entries-table", []string{"ship-42-2", "ship-42-3"})
-	})
+func browserBlockedFromHighestLag(t *testing.T, browser context.Context, s browserStore, base string) {
+	tab, l := visitPage(t, browser, base+"/#/partitions", "the partitions", `document.querySelector("#partitions-table tr.highest a.blocked-link") !== null`)
+	t.Logf("page partitions: %v", l)
+	info, err := s.store.(outbox.Looker).Lookup(context.Background(), "ship-42-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := evalIn[string](t, tab, `document.querySelector("#partitions-table tr.highest").dataset.partition`); got != fmt.Sprint(info.Partition) {
+		t.Fatalf("the highest lag is marked on partition %s; the stuck key is on %d", got, info.Partition)
+	}
+	shot(t, s, tab, "partitions")
+	clickPage(t, tab, "#partitions-table tr.highest a.blocked-link")
+	waitRows(t, tab, "blocked-table", []string{"ship-42-1"})
+	if got := evalIn[string](t, tab, `document.querySelector("#blocked-table [data-id] .waiting").textContent`); got != "2" {
+		t.Errorf("the blocked key shows %q waiting, want 2", got)
+	}
+	if h := evalIn[string](t, tab, "location.hash"); h != fmt.Sprintf("#/blocked/%d", info.Partition) {
+		t.Errorf("the link leads to %s", h)
+	}
+	shot(t, s, tab, "blocked")
 
-	t.Run("BlockedFromHighestLag", func(t *testing.T) {
-		tab, l := visitPage(t, browser, base+"/#/partitions", "the partitions", `document.querySelector("#partitions-table tr.highest a.blocked-link") !== null`)
-		t.Logf("page partitions: %v", l)
-		info, err := s.store.(outbox.Looker).Lookup(context.Background(), "ship-42-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := evalIn[string](t, tab, `document.querySelector("#partitions-table tr.highest").dataset.partition`); got != fmt.Sprint(info.Partition) {
-			t.Fatalf("the highest lag is marked on partition %s; the stuck key is on %d", got, info.Partition)
-		}
-		shot(tab, "partitions")
-		clickPage(t, tab, "#partitions-table tr.highest a.blocked-link")
-		waitRows(t, tab, "blocked-table", []string{"ship-42-1"})
-		if got := evalIn[string](t, tab, `document.querySelector("#blocked-table [data-id] .waiting").textContent`); got != "2" {
-			t.Errorf("the blocked key shows %q waiting, want 2", got)
-		}
-		if h := evalIn[string](t, tab, "location.hash"); h != fmt.Sprintf("#/blocked/%d", info.Partition) {
-			t.Errorf("the link leads to %s", h)
-		}
-		shot(tab, "blocked")
+	// Every partition's blocked keys, as the store lists them.
+	routePage(t, tab, "#/blocked")
+	bk, err := s.store.(outbox.Lister).BlockedKeys(context.Background(), outbox.ListFilter{}, outbox.BlockedKey{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heads []string
+	for _, k := range bk {
+		heads = append(heads, k.Head.ID)
+	}
+	waitRows(t, tab, "blocked-table", heads)
 
-		// Every partition's blocked keys, as the store lists them.
-		routePage(t, tab, "#/blocked")
-		bk, err := s.store.(outbox.Lister).BlockedKeys(context.Background(), outbox.ListFilter{}, outbox.BlockedKey{}, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var heads []string
-		for _, k := range bk {
-			heads = append(heads, k.Head.ID)
-		}
-		waitRows(t, tab, "blocked-table", heads)
+	// The head opens on its history; the page offers cancel, not requeue.
+	clickPage(t, tab, `#blocked-table [data-id="ship-42-1"] .id-cell a`)
+	waitPage(t, tab, "the head's page", textJS("entry-id")+` === "ship-42-1" && document.querySelectorAll("#entry-history tbody tr").length === 1`)
+	if got := evalIn[string](t, tab, textJS("entry-history")); !strings.Contains(got, "NOT_LEADER_FOR_PARTITION") || !strings.Contains(got, "relay-eu-1") {
+		t.Errorf("the history shows %q; want the attempt's error and relay", got)
+	}
+	if st := evalIn[string](t, tab, textJS("entry-state")); !strings.HasPrefix(st, "retrying") {
+		t.Errorf("entry-state %q, want retrying", st)
+	}
+	if evalIn[bool](t, tab, visibleJS("requeue-one")) || !evalIn[bool](t, tab, visibleJS("cancel-one")) {
+		t.Errorf("a retrying entry's page: requeue shown %v, cancel shown %v; want only cancel",
+			evalIn[bool](t, tab, visibleJS("requeue-one")), evalIn[bool](t, tab, visibleJS("cancel-one")))
+	}
+	if got := evalIn[string](t, tab, textJS("entry-back")); !strings.Contains(got, "retrying") {
+		t.Errorf("the way back says %q; want the retrying entries", got)
+	}
+	if got := evalIn[string](t, tab, `document.querySelector("#tab-retrying").className`); !strings.Contains(got, "active") {
+		t.Errorf("the retrying tab is not marked (%q)", got)
+	}
+	shot(t, s, tab, "entry-history")
+}
 
-		// The head opens on its history; the page offers cancel, not requeue.
-		clickPage(t, tab, `#blocked-table [data-id="ship-42-1"] .id-cell a`)
-		waitPage(t, tab, "the head's page", textJS("entry-id")+` === "ship-42-1" && document.querySelectorAll("#entry-history tbody tr").length === 1`)
-		if got := evalIn[string](t, tab, textJS("entry-history")); !strings.Contains(got, "NOT_LEADER_FOR_PARTITION") || !strings.Contains(got, "relay-eu-1") {
-			t.Errorf("the history shows %q; want the attempt's error and relay", got)
-		}
-		if st := evalIn[string](t, tab, textJS("entry-state")); !strings.HasPrefix(st, "retrying") {
-			t.Errorf("entry-state %q, want retrying", st)
-		}
-		if evalIn[bool](t, tab, visibleJS("requeue-one")) || !evalIn[bool](t, tab, visibleJS("cancel-one")) {
-			t.Errorf("a retrying entry's page: requeue shown %v, cancel shown %v; want only cancel",
-				evalIn[bool](t, tab, visibleJS("requeue-one")), evalIn[bool](t, tab, visibleJS("cancel-one")))
-		}
-		if got := evalIn[string](t, tab, textJS("entry-back")); !strings.Contains(got, "retrying") {
-			t.Errorf("the way back says %q; want the retrying entries", got)
-		}
-		if got := evalIn[string](t, tab, `document.querySelector("#tab-retrying").className`); !strings.Contains(got, "active") {
-			t.Errorf("the retrying tab is not marked (%q)", got)
-		}
-		shot(tab, "entry-history")
-	})
+func browserPauseAndResume(t *testing.T, browser context.Context, s browserStore, base string) {
+	tab := newTab(t, browser)
+	if err := browserNavigate(tab, base+"/#/overview"); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, tab, "the pause form", visibleJS("pause-topic-input"))
+	ctx, cancel := context.WithTimeout(tab, browserWait)
+	defer cancel()
+	if err := browserType(ctx, "#pause-topic-input", "shipments.dispatched"); err != nil {
+		t.Fatal(err)
+	}
+	confirmAction(t, tab, "#pause-topic", "paused")
+	waitPage(t, tab, "the paused topic", `document.querySelector('#paused-table tr[data-topic="shipments.dispatched"]') !== null`)
+	wantPaused(t, s, []string{"shipments.dispatched"}, nil)
+	shot(t, s, tab, "overview-paused")
+	confirmAction(t, tab, `#paused-table tr[data-topic="shipments.dispatched"] button.resume`, "resumed")
+	waitPage(t, tab, "no paused topic", `document.querySelector('#paused-table tr[data-topic]') === null`)
+	wantPaused(t, s, nil, nil)
 
-	t.Run("PauseAndResume", func(t *testing.T) {
-		tab := newTab(t, browser)
-		if err := browserNavigate(tab, base+"/#/overview"); err != nil {
-			t.Fatal(err)
-		}
-		waitPage(t, tab, "the pause form", visibleJS("pause-topic-input"))
-		ctx, cancel := context.WithTimeout(tab, browserWait)
-		defer cancel()
-		if err := browserType(ctx, "#pause-topic-input", "shipments.dispatched"); err != nil {
-			t.Fatal(err)
-		}
-		confirmAction(t, tab, "#pause-topic", "paused")
-		waitPage(t, tab, "the paused topic", `document.querySelector('#paused-table tr[data-topic="shipments.dispatched"]') !== null`)
-		wantPaused(t, s, []string{"shipments.dispatched"}, nil)
-		shot(tab, "overview-paused")
-		confirmAction(t, tab, `#paused-table tr[data-topic="shipments.dispatched"] button.resume`, "resumed")
-		waitPage(t, tab, "no paused topic", `document.querySelector('#paused-table tr[data-topic]') === null`)
-		wantPaused(t, s, nil, nil)
+	routePage(t, tab, "#/partitions")
+	waitPage(t, tab, "the pause button of partition 1", visibleJS("partitions-table")+` && document.querySelector('#partitions-table tr[data-partition="1"] button.pause') !== null`)
+	confirmAction(t, tab, `#partitions-table tr[data-partition="1"] button.pause`, "paused")
+	wantPaused(t, s, nil, []int{1})
+	waitPage(t, tab, "partition 1 marked paused", `document.querySelector('#partitions-table tr[data-partition="1"] button.resume') !== null`)
+	confirmAction(t, tab, `#partitions-table tr[data-partition="1"] button.resume`, "resumed")
+	wantPaused(t, s, nil, nil)
+}
 
-		routePage(t, tab, "#/partitions")
-		waitPage(t, tab, "the pause button of partition 1", visibleJS("partitions-table")+` && document.querySelector('#partitions-table tr[data-partition="1"] button.pause') !== null`)
-		confirmAction(t, tab, `#partitions-table tr[data-partition="1"] button.pause`, "paused")
-		wantPaused(t, s, nil, []int{1})
-		waitPage(t, tab, "partition 1 marked paused", `document.querySelector('#partitions-table tr[data-partition="1"] button.resume') !== null`)
-		confirmAction(t, tab, `#partitions-table tr[data-partition="1"] button.resume`, "resumed")
-		wantPaused(t, s, nil, nil)
-	})
+func browserRelays(t *testing.T, browser context.Context, s browserStore, base string) {
+	tab, l := visitPage(t, browser, base+"/#/relays", "the relays", `document.querySelectorAll("#relays-table [data-owner]").length === 2`)
+	t.Logf("page relays: %v", l)
+	got := evalIn[[]string](t, tab, `Array.from(document.querySelectorAll("#relays-table [data-owner]")).map((r) => r.innerText.replace(/\s+/g, " "))`)
+	if len(got) != 2 || !strings.Contains(got[0], "relay-eu-1.prod.internal") || !strings.Contains(got[0], "v1.8.2") || !strings.Contains(got[0], " 0 ") ||
+		!strings.Contains(got[1], "relay-eu-2") || !strings.Contains(got[1], "none") {
+		t.Errorf("the relays show %q; want relay-eu-1 (host, version, holding 0) and relay-eu-2 (holding none)", got)
+	}
+	ps, err := s.store.(outbox.PartitionInspector).PartitionStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unheld []string
+	for _, p := range ps {
+		if p.Lease.Owner == "" && p.Pending > 0 {
+			unheld = append(unheld, fmt.Sprint(p.Partition))
+		}
+	}
+	if len(unheld) == 0 {
+		t.Fatal("the seed left no partition unheld with pending entries")
+	}
+	waitPage(t, tab, "the unheld partitions "+strings.Join(unheld, ","), fmt.Sprintf(`JSON.stringify(Array.from(document.querySelectorAll("#unheld-table tr[data-partition]")).map((r) => r.dataset.partition)) === %s && %s`,
+		jsQuote(jsonString(unheld)), visibleJS("unheld-table")))
+	shot(t, s, tab, "relays")
+}
 
-	t.Run("Relays", func(t *testing.T) {
-		tab, l := visitPage(t, browser, base+"/#/relays", "the relays", `document.querySelectorAll("#relays-table [data-owner]").length === 2`)
-		t.Logf("page relays: %v", l)
-		got := evalIn[[]string](t, tab, `Array.from(document.querySelectorAll("#relays-table [data-owner]")).map((r) => r.innerText.replace(/\s+/g, " "))`)
-		if len(got) != 2 || !strings.Contains(got[0], "relay-eu-1.prod.internal") || !strings.Contains(got[0], "v1.8.2") || !strings.Contains(got[0], " 0 ") ||
-			!strings.Contains(got[1], "relay-eu-2") || !strings.Contains(got[1], "none") {
-			t.Errorf("the relays show %q; want relay-eu-1 (host, version, holding 0) and relay-eu-2 (holding none)", got)
-		}
-		ps, err := s.store.(outbox.PartitionInspector).PartitionStats(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var unheld []string
-		for _, p := range ps {
-			if p.Lease.Owner == "" && p.Pending > 0 {
-				unheld = append(unheld, fmt.Sprint(p.Partition))
-			}
-		}
-		if len(unheld) == 0 {
-			t.Fatal("the seed left no partition unheld with pending entries")
-		}
-		waitPage(t, tab, "the unheld partitions "+strings.Join(unheld, ","), fmt.Sprintf(`JSON.stringify(Array.from(document.querySelectorAll("#unheld-table tr[data-partition]")).map((r) => r.dataset.partition)) === %s && %s`,
-			jsQuote(jsonString(unheld)), visibleJS("unheld-table")))
-		shot(tab, "relays")
-	})
+// shot saves a screenshot of tab for docs/dashboard.md, whose screenshots
+// are PostgreSQL's.
+func shot(t *testing.T, s browserStore, tab context.Context, name string) {
+	t.Helper()
+	if s.kind == "postgres" {
+		savePageScreenshot(t, tab, name)
+	}
 }
 
 func wantPaused(t *testing.T, s browserStore, topics []string, partitions []int) {

@@ -372,10 +372,24 @@ func TestBlockedKeys(t *testing.T) {
 		t.Errorf("topic=shipments: %+v", p.Keys)
 	}
 
-	// By partition: only the keys whose head is of it.
+	checkBlockedByPartition(t, c, b, "retry-1", "late-1")
+
+	t.Run("BadInput", func(t *testing.T) {
+		wantError(t, c.do("GET", "/api/blocked?after=late-1", nil, nil), 400, "after")
+		wantError(t, c.do("GET", "/api/blocked?partition=4", nil, nil), 400, "partition", "0 to 3")
+		wantError(t, c.do("GET", "/api/blocked?partition=-1", nil, nil), 400, "partition")
+		wantError(t, c.do("GET", "/api/blocked?limit=-5", nil, nil), 400, "limit")
+		wantError(t, c.do("GET", "/api/blocked?since=never", nil, nil), 400, "since")
+	})
+}
+
+// checkBlockedByPartition checks /api/blocked?partition=P for every
+// partition: it lists the heads (of the blocked keys heads) of P, in order.
+func checkBlockedByPartition(t *testing.T, c *client, b *memory.Backend, heads ...string) {
+	t.Helper()
 	part := map[string]int{}
-	for _, id := range []string{"retry-1", "late-1"} {
-		info, err := b.Lookup(ctx, id)
+	for _, id := range heads {
+		info, err := b.Lookup(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,11 +397,12 @@ func TestBlockedKeys(t *testing.T) {
 	}
 	for p0 := range b.Partitions() {
 		var want []string
-		for _, id := range []string{"retry-1", "late-1"} {
+		for _, id := range heads {
 			if part[id] == p0 {
 				want = append(want, id)
 			}
 		}
+		var p blockedPage
 		c.getJSON(fmt.Sprintf("/api/blocked?partition=%d", p0), &p)
 		var got []string
 		for _, k := range p.Keys {
@@ -397,14 +412,6 @@ func TestBlockedKeys(t *testing.T) {
 			t.Errorf("partition=%d: %v (next %v), want %v", p0, got, p.NextAfter, want)
 		}
 	}
-
-	t.Run("BadInput", func(t *testing.T) {
-		wantError(t, c.do("GET", "/api/blocked?after=late-1", nil, nil), 400, "after")
-		wantError(t, c.do("GET", "/api/blocked?partition=4", nil, nil), 400, "partition", "0 to 3")
-		wantError(t, c.do("GET", "/api/blocked?partition=-1", nil, nil), 400, "partition")
-		wantError(t, c.do("GET", "/api/blocked?limit=-5", nil, nil), 400, "limit")
-		wantError(t, c.do("GET", "/api/blocked?since=never", nil, nil), 400, "since")
-	})
 }
 
 func TestRelays(t *testing.T) {
@@ -428,25 +435,35 @@ func TestRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, newServer(t, b, ui.Options{Now: clk.Now}))
-	var r struct {
-		Members bool `json:"members"`
-		Relays  []struct {
-			Owner, Host, Version string
-			Listed               bool
-			Started, Renewed     *time.Time
-			Expires              *time.Time
-			MaxPartitions        int `json:"max_partitions"`
-			Reported, Held       []int
-		} `json:"relays"`
-		Unheld []struct {
-			Partition int   `json:"partition"`
-			Pending   int64 `json:"pending"`
-		} `json:"unheld"`
-	}
+	var r relaysView
 	c.getJSON("/api/relays", &r)
 	if !r.Members || len(r.Relays) != 3 {
 		t.Fatalf("relays: %+v, want relay-a, relay-b and cli-tool", r)
 	}
+	checkRelays(t, r, started)
+	checkUnheld(t, b, r)
+}
+
+// relaysView is what /api/relays answers.
+type relaysView struct {
+	Members bool `json:"members"`
+	Relays  []struct {
+		Owner, Host, Version string
+		Listed               bool
+		Started, Renewed     *time.Time
+		Expires              *time.Time
+		MaxPartitions        int `json:"max_partitions"`
+		Reported, Held       []int
+	} `json:"relays"`
+	Unheld []struct {
+		Partition int   `json:"partition"`
+		Pending   int64 `json:"pending"`
+	} `json:"unheld"`
+}
+
+// checkRelays checks the relays of TestRelays: cli-tool, relay-a, relay-b.
+func checkRelays(t *testing.T, r relaysView, started time.Time) {
+	t.Helper()
 	a, bb, tool := r.Relays[1], r.Relays[2], r.Relays[0]
 	if tool.Owner != "cli-tool" || tool.Listed || !slices.Equal(tool.Held, []int{3}) {
 		t.Errorf("the lease holder without a record: %+v", tool)
@@ -458,7 +475,13 @@ func TestRelays(t *testing.T) {
 	if bb.Owner != "relay-b" || !slices.Equal(bb.Held, []int{0, 1}) || !slices.Equal(bb.Reported, []int{0, 1}) {
 		t.Errorf("relay-b: %+v", bb)
 	}
-	st, err := b.PartitionStats(ctx)
+}
+
+// checkUnheld checks r's unheld partitions: partition 2 (no lease in
+// TestRelays) when it has pending entries, and no other.
+func checkUnheld(t *testing.T, b *memory.Backend, r relaysView) {
+	t.Helper()
+	st, err := b.PartitionStats(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,6 +589,14 @@ func TestPauseAndResume(t *testing.T) {
 		t.Errorf("after resuming both the store has paused %+v", p)
 	}
 
+	testPauseRefusals(t, c, b)
+
+}
+
+// testPauseRefusals checks what /api/pause and /api/resume refuse: bad
+// bodies (400, naming what is wrong), read-only, and the checks of every
+// action (CSRF, origin, content type); none of them pauses anything.
+func testPauseRefusals(t *testing.T, c *client, b *memory.Backend) {
 	t.Run("BadInput", func(t *testing.T) {
 		wantError(t, c.post("/api/pause", map[string]any{}), 400, `"topic"`, `"partition"`)
 		wantError(t, c.post("/api/pause", map[string]any{"topic": "a", "partition": 1}), 400, "not both")
@@ -590,119 +621,4 @@ func TestPauseAndResume(t *testing.T) {
 			t.Errorf("a refused pause paused %+v", p)
 		}
 	})
-}
-
-// TestBlockedByPartitionIsBounded: /api/blocked?partition= reads at most
-// 10,000 blocked keys per request; when none of them is of the partition
-// the page is empty with a next_after, from which the partition's keys
-// follow.
-func TestBlockedByPartitionIsBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: blocks 21,000 keys")
-	}
-	t.Parallel()
-	clk := newClock()
-	b := memory.New(memory.Options{Partitions: 2, Now: clk.Now})
-	t.Cleanup(func() { _ = b.Close() })
-	ctx := context.Background()
-	var es []outbox.Entry
-	for i := range 21_000 {
-		es = append(es, outbox.Entry{ID: fmt.Sprintf("h-%05d", i), Topic: "t", Key: fmt.Sprintf("k-%05d", i)})
-	}
-	if err := b.Append(ctx, es...); err != nil {
-		t.Fatal(err)
-	}
-	// Every key of partition 0 is blocked first, then those of partition 1.
-	blocked := map[int]int{}
-	for p := range 2 {
-		clk.Add(time.Minute)
-		lease, err := b.AcquireLease(ctx, p, "relay", time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch, err := b.FindPendingBatch(ctx, lease, 30_000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs := make([]outbox.Failure, len(batch))
-		for i, e := range batch {
-			fs[i] = outbox.Failure{ID: e.ID, Error: "down", Delay: time.Hour}
-		}
-		if err := b.MarkFailed(ctx, lease, fs); err != nil {
-			t.Fatal(err)
-		}
-		blocked[p] = len(batch)
-	}
-	if blocked[0] < 10_000 {
-		t.Fatalf("partition 0 has %d keys; the test needs 10,000 or more", blocked[0])
-	}
-	c := newClient(t, newServer(t, b, ui.Options{Now: clk.Now}))
-	var p blockedPage
-	c.getJSON("/api/blocked?partition=1&limit=500", &p)
-	if len(p.Keys) != 0 || p.NextAfter == nil {
-		t.Fatalf("the first request: %d keys, next %v; want none of partition 1 among the first 10,000, and a next_after", len(p.Keys), p.NextAfter)
-	}
-	got := 0
-	for after := *p.NextAfter; ; {
-		c.getJSON("/api/blocked?partition=1&limit=500&after="+url.QueryEscape(after), &p)
-		for _, k := range p.Keys {
-			if k.Head.Partition != 1 {
-				t.Fatalf("partition=1 lists %s of partition %d", k.Head.ID, k.Head.Partition)
-			}
-		}
-		got += len(p.Keys)
-		if p.NextAfter == nil {
-			break
-		}
-		after = *p.NextAfter
-	}
-	if got != blocked[1] {
-		t.Errorf("partition=1 listed %d keys over its pages, want %d", got, blocked[1])
-	}
-}
-
-// TestDeferredEntry: an entry an open breaker deferred before its first
-// attempt is scheduled, says deferred in the listing and on its page, and
-// holds back its key.
-func TestDeferredEntry(t *testing.T) {
-	t.Parallel()
-	clk := newClock()
-	b := memory.New(memory.Options{Now: clk.Now})
-	t.Cleanup(func() { _ = b.Close() })
-	ctx := context.Background()
-	for _, id := range []string{"d-1", "d-2"} {
-		if err := b.Append(ctx, outbox.Entry{ID: id, Topic: "t", Key: "k"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lease, err := b.AcquireLease(ctx, 0, "relay", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := b.FindPendingBatch(ctx, lease, 1)
-	if err != nil || len(batch) != 1 || batch[0].ID != "d-1" {
-		t.Fatalf("fetch: %v %v", batch, err)
-	}
-	if err := b.MarkFailed(ctx, lease, []outbox.Failure{{ID: "d-1", Error: "breaker open", Delay: 10 * time.Minute, Deferred: true}}); err != nil {
-		t.Fatal(err)
-	}
-	c := newClient(t, newServer(t, b, ui.Options{Now: clk.Now}))
-	var p listPage
-	c.getJSON("/api/entries?state=scheduled", &p)
-	if len(p.Entries) != 1 || p.Entries[0].ID != "d-1" || !p.Entries[0].Deferred || p.Entries[0].Attempts != 0 {
-		t.Errorf("scheduled: %+v, want d-1 deferred with 0 attempts", p.Entries)
-	}
-	var d struct {
-		Status   string `json:"status"`
-		Deferred bool   `json:"deferred"`
-	}
-	c.getJSON("/api/entries/d-1", &d)
-	if d.Status != "scheduled" || !d.Deferred {
-		t.Errorf("d-1: %+v, want scheduled and deferred", d)
-	}
-	var bp blockedPage
-	c.getJSON("/api/blocked", &bp)
-	if len(bp.Keys) != 1 || bp.Keys[0].Head.ID != "d-1" || !bp.Keys[0].Head.Deferred || bp.Keys[0].Waiting != 1 {
-		t.Errorf("blocked: %+v, want k held back by d-1 (deferred), 1 waiting", bp.Keys)
-	}
 }
