@@ -25,7 +25,7 @@ import (
 
 // browserTimeout bounds one top-level browser test, subtests included:
 // the browser it starts is killed when it runs out.
-const browserTimeout = 90 * time.Second
+const browserTimeout = 3 * time.Minute
 
 // browserWait bounds one wait for the page.
 const browserWait = 10 * time.Second

@@ -44,10 +44,12 @@ async function act(kind, body, msg, scope, after) {
 
 // ---- top bar, read-only and features ------------------------------------
 
+// setReadOnly hides every action in read-only mode, by the class ro of
+// the body (the stylesheet hides .action under it): each view keeps its
+// own hidden flags, which say what the view's state allows.
 function setReadOnly(ro) {
   S.ro = ro;
   document.body.classList.toggle('ro', ro);
-  for (const b of document.querySelectorAll('.action')) b.hidden = ro;
   $('badge-readonly').hidden = !ro;
 }
 

@@ -1,6 +1,6 @@
 // One entry (#/entry/ID): its state, attempt history, headers and payload,
 // and the actions its state allows.
-import { $, S, el, api, next, fresh, fmtNum, fmtRel, fmtTime, noteRow } from './lib.js';
+import { $, el, api, next, fresh, fmtNum, fmtRel, fmtTime, noteRow } from './lib.js';
 
 const VIEWS = ['json', 'text', 'hex'];
 
@@ -68,8 +68,8 @@ export async function loadEntry(id, onState) {
   st.className = 'badge ' + (state === 'parked' ? 'warn' : 'ok');
   onState(state);
   const acts = e.actions || {};
-  $('requeue-one').hidden = S.ro || !acts.requeue;
-  $('cancel-one').hidden = S.ro || !acts.cancel;
+  $('requeue-one').hidden = !acts.requeue; // the server says what the state and read-only allow
+  $('cancel-one').hidden = !acts.cancel;
   $('entry-attempts').textContent = fmtNum(e.attempts);
   $('entry-topic').textContent = e.topic ?? '';
   $('entry-key').textContent = e.key ?? '';

@@ -27,7 +27,6 @@ export async function pauseAction(pause, target, after) {
 function actionButton(text, cls, onClick) {
   const b = el('button', text, 'action ' + cls);
   b.type = 'button';
-  b.hidden = S.ro;
   b.addEventListener('click', (ev) => { ev.stopPropagation(); onClick(); });
   return b;
 }
