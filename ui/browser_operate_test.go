@@ -389,3 +389,33 @@ func TestBrowserLoadingAndErrors(t *testing.T) {
 		waitPage(t, tab, "the number", textJS("overview-pending")+` === "3"`)
 	}
 }
+
+// TestBrowserWholeError: the parked list shows the ID and the start of a
+// long error; its "more" button expands the cell to the whole error,
+// remedy included, which the listing had cut.
+func TestBrowserWholeError(t *testing.T) {
+	t.Parallel()
+	browser := newBrowser(t)
+	s := browserMemory(t, 1)
+	const remedy = "create the topic, then requeue"
+	long := "kafka: produce orders.created: UNKNOWN_TOPIC_OR_PARTITION: " + strings.Repeat("the broker's metadata does not list the topic; ", 12) + remedy
+	parkEntries(t, s, realisticEntries("long", 1), func(string) int { return 1 }, func(string) string { return long })
+	base := serveBrowser(t, s, ui.Options{})
+	tab := newTab(t, browser)
+	if err := browserNavigate(tab, base+"/#/parked"); err != nil {
+		t.Fatal(err)
+	}
+	const cell = `document.querySelector('#entries-table tr[data-id="long-0001"] .err-cell .clamp')`
+	waitPage(t, tab, "the parked row", cell+` !== null`)
+	if got := evalIn[string](t, tab, `document.querySelector('#entries-table tr[data-id="long-0001"] .id-cell').textContent`); got != "long-0001" {
+		t.Errorf("the ID column shows %q", got)
+	}
+	if got := evalIn[string](t, tab, cell+`.textContent`); strings.Contains(got, remedy) || !strings.HasPrefix(long, got) {
+		t.Errorf("before expanding, the cell shows %q; want the start of the error, cut before its remedy", got)
+	}
+	clickPage(t, tab, `#entries-table tr[data-id="long-0001"] .err-cell button.more`)
+	waitPage(t, tab, "the whole error", cell+`.textContent === `+jsQuote(long))
+	if h := evalIn[string](t, tab, "location.hash"); h != "#/parked" {
+		t.Errorf("expanding the error left the list for %s", h)
+	}
+}

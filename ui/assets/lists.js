@@ -111,7 +111,10 @@ function idCell(id) {
 // ---- entries by state ---------------------------------------------------
 
 export function showState(state) {
-  if (L.list.state !== state) L.list = { state, after: '', stack: [], next: null };
+  if (L.list.state !== state) {
+    L.list = { state, after: '', stack: [], next: null };
+    $('entries-table').tBodies[0].dataset.loaded = ''; // not another state's rows while loading
+  }
   for (const s of STATES) {
     const a = $('tab-' + s);
     a.classList.toggle('active', s === state);
@@ -166,7 +169,10 @@ export async function loadList() {
 
 export function showBlocked(partition) {
   const b = L.blocked;
-  if (b.partition !== partition) L.blocked = { partition, after: '', stack: [], next: null };
+  if (b.partition !== partition) {
+    L.blocked = { partition, after: '', stack: [], next: null };
+    $('blocked-table').tBodies[0].dataset.loaded = '';
+  }
   const scope = $('blocked-scope');
   scope.replaceChildren();
   if (partition != null) {
