@@ -218,6 +218,7 @@ func (r *Relay) workerConfig(sink Sink, landing time.Duration) *workerConfig {
 		store:             r.store,
 		sink:              sink,
 		breakers:          &r.breakers,
+		pauses:            &r.coord.pauses,
 		counts:            &r.counts,
 		failures:          &rateLog{every: 10 * time.Second},
 		parks:             &rateLog{every: 10 * time.Second},

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -21,12 +22,22 @@ import (
 // its surplus over (a worker gives its partition up after its batch in
 // flight). Without Membership it asks every worker that holds nothing to
 // acquire, every AcquireInterval, as relays always did.
+//
+// With a [Pauser] store it also reads the store's pauses at start and
+// every PollInterval (see pauses).
 type coordinator struct {
 	owner         string
 	maxPartitions int
 	leaseTTL      time.Duration
 	interval      time.Duration // AcquireInterval
+	pollInterval  time.Duration
+	now           func() time.Time
 	log           *slog.Logger
+	// self is the relay's heartbeat record but for Partitions: Owner,
+	// MaxPartitions, Host, Version, and Started (set when run starts).
+	self Member
+	// pauses are the store's pauses as last read; workers read them.
+	pauses pauses
 	// workers are the workers of the partitions the relay serves, in
 	// partition order. The coordinator talks to them only through their
 	// methods (ask, handOver, holds, wanted, starving).
@@ -56,7 +67,11 @@ type coordinator struct {
 func (c *coordinator) init(store Store, o RelayOptions, log *slog.Logger, workers []*worker, explicit bool) {
 	c.owner, c.maxPartitions = o.Owner, o.MaxPartitions
 	c.leaseTTL, c.interval = o.LeaseTTL, o.AcquireInterval
+	c.pollInterval, c.now = o.PollInterval, o.Now
 	c.log, c.workers = log, workers
+	host, _ := os.Hostname()
+	c.self = Member{Owner: o.Owner, MaxPartitions: o.MaxPartitions, Host: host, Version: o.Version}
+	c.pauses.init(store, log, c.wake)
 	c.kick = make(chan struct{}, 1)
 	c.tried = make(map[int]bool)
 	m, ok := store.(Membership)
@@ -109,14 +124,25 @@ func (c *coordinator) attempted(heldElsewhere bool) {
 }
 
 func (c *coordinator) run(ctx, hardCtx context.Context) {
+	c.self.Started = c.now()
 	interval := c.interval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var poll <-chan time.Time
+	if c.pauses.enabled() {
+		c.pauses.read(ctx)
+		t := time.NewTicker(c.pollInterval)
+		defer t.Stop()
+		poll = t.C
+	}
 	for {
 		byTimer := false
 		select {
 		case <-ctx.Done():
 			return
+		case <-poll:
+			c.pauses.read(ctx)
+			continue
 		case <-timer.C:
 			byTimer = true
 		case <-c.kick:
@@ -203,7 +229,7 @@ func (c *coordinator) balance(ctx context.Context) (ok bool, expiry time.Duratio
 // holds, and returns the live members, sorted by owner, with the index of
 // this relay among them; ok is false when the heartbeat failed.
 func (c *coordinator) heartbeat(ctx context.Context) (members []Member, idx int, ok bool) {
-	me := Member{Owner: c.owner, MaxPartitions: c.maxPartitions}
+	me := c.self
 	for _, w := range c.workers {
 		if w.holds() {
 			me.Partitions = append(me.Partitions, w.partition)
@@ -365,6 +391,16 @@ func preference(served []*worker, idx, k int) []*worker {
 	out = append(out, served[lo:hi]...)
 	out = append(out, served[hi:]...)
 	return append(out, served[:lo]...)
+}
+
+// wake wakes the worker of partition p, or every worker for
+// [AllPartitions].
+func (c *coordinator) wake(p int) {
+	for _, w := range c.workers {
+		if p == AllPartitions || w.partition == p {
+			w.wakeUp()
+		}
+	}
 }
 
 // signal sends on a channel with a buffer of one without blocking.

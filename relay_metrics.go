@@ -52,9 +52,11 @@ func endPublishSpan(span trace.Span, failed, parked int) {
 // (bounded cardinality); counters carry the partition.
 const (
 	// MetricEntries counts entries by outcome (attribute "outcome": sent,
-	// retried, parked) and partition. Every outcome of every partition the
-	// relay serves (RelayOptions.Partitions) is exported at zero from
-	// NewRelay on.
+	// retried, parked, and deferred: not handed to the sink because its
+	// topic's circuit breaker is open, re-scheduled without counting an
+	// attempt) and partition. Every outcome of every partition the relay
+	// serves (RelayOptions.Partitions) is exported at zero from NewRelay
+	// on.
 	MetricEntries = "outbox.relay.entries"
 	// MetricPublishDuration is the duration of one Sink.Publish call (one
 	// publish round), in seconds, by result ("ok": every message
@@ -90,6 +92,17 @@ const (
 	// exported at zero from NewRelay on, so the series exist before any
 	// topic is known; a topic's series start at its first transition.
 	MetricBreakerTransitions = "outbox.relay.breaker.transitions"
+	// MetricPausedTopic is 1 for each topic paused in the store
+	// ([Pauser]) as the relay last read it (attribute "topic"), at most
+	// PollInterval ago; a topic's series ends when it is resumed. While no
+	// topic is paused (always, for a store that is not a Pauser), one
+	// series without the attribute reports 0, so the metric exists on
+	// every relay.
+	MetricPausedTopic = "outbox.relay.paused.topic"
+	// MetricPausedPartition is 1 for each partition paused in the store
+	// (attribute "partition"), as MetricPausedTopic is for topics (one
+	// series without the attribute reports 0 while none is paused).
+	MetricPausedPartition = "outbox.relay.paused.partition"
 
 	// MetricPending, MetricDue, MetricParked and MetricLag are the outbox's
 	// own gauges, from a store that implements Inspector: sampled when the
@@ -170,6 +183,30 @@ func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 			return nil
 		}))
 	check(err)
+	_, err = m.Int64ObservableGauge(MetricPausedTopic, metric.WithDescription("1 for each topic paused in the store, by topic."), metric.WithUnit("{topic}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			topics := r.coord.pauses.current().topicSet()
+			for topic := range topics {
+				o.Observe(1, metric.WithAttributes(attribute.String("topic", topic)))
+			}
+			if len(topics) == 0 {
+				o.Observe(0) // nothing paused
+			}
+			return nil
+		}))
+	check(err)
+	_, err = m.Int64ObservableGauge(MetricPausedPartition, metric.WithDescription("1 for each partition paused in the store, by partition."), metric.WithUnit("{partition}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			parts := r.coord.pauses.current().partitionSet()
+			for p := range parts {
+				o.Observe(1, metric.WithAttributes(attribute.Int("partition", p)))
+			}
+			if len(parts) == 0 {
+				o.Observe(0) // nothing paused
+			}
+			return nil
+		}))
+	check(err)
 	if r.sampler != nil {
 		s := r.sampler
 		gauge(MetricPending, "Outbox entries not yet sent, parked excluded.", "{entry}", s.value(func(st Stats) int64 { return st.Pending }))
@@ -202,7 +239,7 @@ func (m *relayMetrics) startAtZero(partitions []int) {
 	ctx := context.Background()
 	for _, p := range partitions {
 		part := attribute.Int("partition", p)
-		for _, outcome := range []string{"sent", "retried", "parked"} {
+		for _, outcome := range []string{"sent", "retried", "parked", "deferred"} {
 			m.entries.Add(ctx, 0, metric.WithAttributes(part, attribute.String("outcome", outcome)))
 		}
 		m.acquired.Add(ctx, 0, metric.WithAttributes(part))

@@ -244,8 +244,8 @@ func TestRelayCountersStartAtZero(t *testing.T) {
 	}
 	want := map[string][]string{
 		outbox.MetricEntries: {
-			attrs("partition", "1", "outcome", "sent"), attrs("partition", "1", "outcome", "retried"), attrs("partition", "1", "outcome", "parked"),
-			attrs("partition", "3", "outcome", "sent"), attrs("partition", "3", "outcome", "retried"), attrs("partition", "3", "outcome", "parked"),
+			attrs("partition", "1", "outcome", "sent"), attrs("partition", "1", "outcome", "retried"), attrs("partition", "1", "outcome", "parked"), attrs("partition", "1", "outcome", "deferred"),
+			attrs("partition", "3", "outcome", "sent"), attrs("partition", "3", "outcome", "retried"), attrs("partition", "3", "outcome", "parked"), attrs("partition", "3", "outcome", "deferred"),
 		},
 		outbox.MetricLeaseAcquired:      {attrs("partition", "1"), attrs("partition", "3")},
 		outbox.MetricLeaseLost:          {attrs("partition", "1"), attrs("partition", "3")},

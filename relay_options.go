@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -35,7 +36,10 @@ type RelayOptions struct {
 	MaxInFlight int
 
 	// PollInterval is how often an idle partition worker looks for due
-	// entries when no notification wakes it. Default [DefaultPollInterval].
+	// entries when no notification wakes it, and, with a store that
+	// implements [Pauser], how often the relay reads the paused topics and
+	// partitions (it hands none of their entries to the sink from then
+	// on). Default [DefaultPollInterval].
 	PollInterval time.Duration
 
 	// LeaseTTL is the lease duration asked for each partition, and how
@@ -95,11 +99,14 @@ type RelayOptions struct {
 	// topic, shared by the partition workers). While open, the relay publishes none of the
 	// topic's entries for BreakerCooldown (other topics go on), then lets
 	// one round of them through to probe. While another topic's breaker
-	// is closed, the topic's entries are re-scheduled with backoff without
-	// being published (an attempt counted, not before the probe); while
-	// none is, they are left as they are (a broker outage burns no
-	// attempts). See docs/design.md. Default [DefaultBreakerThreshold];
-	// negative disables the breakers.
+	// is closed, the first entry of each of the topic's keys (and each
+	// entry without a key) is deferred ([Failure.Deferred]): re-scheduled
+	// with backoff, not before the probe, without being published and
+	// without counting an attempt (its last error stays the sink's, and it
+	// never parks for it), holding back the later entries of its key,
+	// which are given back untouched; while none is, they are left as they
+	// are (a broker outage burns no attempts). See docs/design.md. Default
+	// [DefaultBreakerThreshold]; negative disables the breakers.
 	BreakerThreshold int
 
 	// BreakerCooldown is how long a breaker stays open. Default
@@ -137,6 +144,16 @@ type RelayOptions struct {
 
 	// Now is the relay's clock, for tests. Default time.Now.
 	Now func() time.Time
+
+	// Version is the version of the program that runs the relay, recorded
+	// in its heartbeat ([Member].Version, with Host, the machine's host
+	// name, and Started, when the relay started) so operators can tell the
+	// relays of a fleet apart. Default: the main module's version from the
+	// program's build information (runtime/debug.ReadBuildInfo); for a
+	// "(devel)" build, "(devel)" followed by the VCS revision (its first 12
+	// characters, "+dirty" when the tree was modified) when the build
+	// recorded one; "" when the program carries no build information.
+	Version string
 }
 
 // The defaults of [RelayOptions]: the value each zero field takes. Front
@@ -214,7 +231,43 @@ func (o RelayOptions) withDefaults() RelayOptions {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Version == "" {
+		o.Version = buildVersion(debug.ReadBuildInfo())
+	}
 	return o
+}
+
+// buildVersion is the default of [RelayOptions.Version] from the build
+// information info (ok: ReadBuildInfo found some).
+func buildVersion(info *debug.BuildInfo, ok bool) string {
+	if !ok || info == nil {
+		return ""
+	}
+	v := info.Main.Version
+	if v != "" && v != "(devel)" {
+		return v
+	}
+	var rev string
+	dirty := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	v += " " + rev[:min(len(rev), 12)]
+	if dirty {
+		v += "+dirty"
+	}
+	return v
 }
 
 // newOwner makes the default lease owner token: host name, process ID and

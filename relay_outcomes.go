@@ -115,6 +115,14 @@ func (w *worker) record(ctx context.Context, out *outcomes) {
 func (w *worker) countFailures(ctx context.Context, failures []Failure, out *outcomes) {
 	cfg := w.cfg
 	for _, f := range failures {
+		if f.Deferred {
+			// Not an attempt (an open breaker): not a retry either, but
+			// the entry is not done, so the batch is not clean.
+			out.retried = true
+			cfg.metrics.outcome(ctx, w.partition, "deferred", 1)
+			cfg.log.Debug("outbox relay: entry deferred", "partition", w.partition, "id", f.ID, "retry_in", f.Delay, "why", f.Error)
+			continue
+		}
 		if f.Park {
 			cfg.counts.parked.Add(1)
 			cfg.metrics.outcome(ctx, w.partition, "parked", 1)

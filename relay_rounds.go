@@ -24,7 +24,10 @@ import (
 // them before a retry of the parked entry, the round's parks are recorded
 // (one fenced MarkFailed) before any of those entries is published. (With
 // a KeyOrderer sink, the later entries in the parked entry's own round
-// were published with it; see docs/design.md, "Hot keys".)
+// were published with it; see docs/design.md, "Hot keys".) Before each
+// round, the entries of a topic or partition the relay knows to be paused
+// are given back unattempted and hold their keys back (see holdPaused), as
+// are those of a topic whose breaker is open (see splitByBreaker).
 //
 // It returns how long to wait before the next fetch when nothing of the
 // batch was published because every entry's topic has its breaker open
@@ -44,12 +47,13 @@ func (w *worker) process(ctx context.Context, batch []Entry) (blocked time.Durat
 	out.sent = make([]string, 0, len(batch))
 	last := lastRounds{rounds: rounds, unordered: cfg.unordered}
 	// failedKeys are the keys held back for the rest of the batch: one of
-	// their entries failed with a retryable error, or was given back
-	// because its topic's breaker is open.
+	// their entries failed with a retryable error, or was deferred or given
+	// back because its topic's breaker is open or its topic or partition
+	// is paused.
 	failedKeys := map[string]bool{}
 	attempted := false
 	for i, round := range rounds {
-		live := holdBack(round, failedKeys, &out)
+		live := w.holdPaused(holdBack(round, failedKeys, &out), failedKeys, &out)
 		if len(live) == 0 {
 			continue
 		}
@@ -144,12 +148,16 @@ func (out *outcomes) skipRounds(live []Entry, rest [][]Entry) {
 // them through (gates). Entries of a topic whose breaker is open are not
 // published, and hold their key back for the rest of the batch
 // (failedKeys). When some other topic's breaker is closed, the sink works
-// and the topic is the problem: they are deferred like a transient failure
-// (see deferEntry), so they do not stay ahead of the partition's other
-// entries, and deferred reports that. When no breaker is closed the sink
-// is down: they are given back unchanged (out.skipped), burning no
-// attempt, and wait is how long until the first of their breakers may let
-// a probe through (at least 1ms; 0 when none was given back).
+// and the topic is the problem: the first entry of each key (and every
+// entry without a key) is deferred (see deferEntry), so it does not stay
+// ahead of the partition's other entries and holds its key back in the
+// store, and deferred reports that; the later entries of its key in the
+// round were not handed to the sink either, so they are given back
+// unattempted (out.skipped), as behind a retryable failure. When no
+// breaker is closed the sink is down: they are given back unchanged
+// (out.skipped), and wait is how long until the first of their breakers
+// may let a probe through (at least 1ms; 0 when none was given back).
+// Neither way counts an attempt.
 func (w *worker) splitByBreaker(live []Entry, gates map[string]gate, failedKeys map[string]bool, out *outcomes) (open []Entry, deferred bool, wait time.Duration) {
 	open = live[:0:0]
 	sinkWorks := false
@@ -162,35 +170,37 @@ func (w *worker) splitByBreaker(live []Entry, gates map[string]gate, failedKeys 
 		if j == 0 || !sinkWorks {
 			sinkWorks = w.cfg.breakers.anyClosed()
 		}
-		if e.Key != "" && !w.cfg.unordered {
+		ordered := e.Key != "" && !w.cfg.unordered
+		behind := ordered && failedKeys[e.Key] // an earlier entry of its key in this round was held back
+		if ordered {
 			failedKeys[e.Key] = true
 		}
-		if sinkWorks {
+		if sinkWorks && !behind {
 			w.deferEntry(e, g, out)
 			deferred = true
 			continue
 		}
 		out.skipped = append(out.skipped, e.ID)
-		if wait == 0 || g.wait < wait {
+		if !sinkWorks && (wait == 0 || g.wait < wait) {
 			wait = max(g.wait, time.Millisecond)
 		}
 	}
 	return open, deferred, wait
 }
 
-// deferEntry fails e, whose topic's breaker is open, without publishing
-// it: as a transient failure of the sink would, it counts an attempt and
-// re-schedules e after the backoff delay (scaled by BackpressureScale),
-// at least until the breaker lets a probe through. It parks e only when e
-// is out of attempts, as such a failure would.
+// deferEntry defers e, whose topic's breaker is open, without publishing
+// it ([Failure.Deferred]): it is not an attempt, so e keeps its Attempts,
+// LastError and history, and is never parked for it. It is re-scheduled
+// after the delay a transient failure of its next attempt would get
+// (scaled by BackpressureScale), at least until the breaker may let a
+// probe through.
 func (w *worker) deferEntry(e Entry, g gate, out *outcomes) {
 	cfg := w.cfg
-	err := fmt.Errorf("outbox relay: not published: the circuit breaker of topic %q is open (the sink failed every message of it in %d rounds in a row)", e.Topic, cfg.breakerThreshold)
-	park, delay := cfg.backoff.Decide(e.Attempts+1, err, cfg.backpressureScale)
-	if !park {
-		delay = max(delay, g.wait)
-	}
-	out.failures = append(out.failures, Failure{ID: e.ID, Error: err.Error(), Delay: delay, Park: park})
+	delay := max(cfg.backoff.Delay(e.Attempts+1, backoff.ClassTransient, cfg.backpressureScale), g.wait)
+	// The store keeps no Error of a deferral; the text is for the
+	// relay's debug log.
+	err := fmt.Sprintf("outbox relay: not published: the circuit breaker of topic %q is open (the sink failed every message of it in %d rounds in a row)", e.Topic, cfg.breakerThreshold)
+	out.failures = append(out.failures, Failure{ID: e.ID, Error: err, Delay: delay, Deferred: true})
 }
 
 // gate is what a topic's breaker allows a round.

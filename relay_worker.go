@@ -81,6 +81,8 @@ type workerConfig struct {
 	// otherwise.
 	slots    chan struct{}
 	breakers *breakers // one per topic, shared by the workers
+	// pauses are the store's pauses as the coordinator last read them.
+	pauses   *pauses
 	counts   *relayCounts
 	failures *rateLog // publish failures, logged at WARN at most every 10 s
 	parks    *rateLog // park summaries, logged at WARN at most every 10 s

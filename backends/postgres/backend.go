@@ -51,7 +51,9 @@ const maxErrorLen = 4096
 // Backend is the PostgreSQL outbox backend: an [outbox.Backend] over a
 // pgx pool, also an [outbox.Notifier], [outbox.Canceler],
 // [outbox.Inspector], [outbox.PartitionInspector], [outbox.Looker],
-// [outbox.BatchFetcher] and [outbox.Membership], and, for moving a live
+// [outbox.BatchFetcher] and [outbox.Membership], for operators an
+// [outbox.Lister], [outbox.Pauser] and [outbox.MemberLister] (see
+// operate.go), and, for moving a live
 // outbox, an [outbox.Exporter], [outbox.Importer], [outbox.Holder] and
 // [outbox.Sealer] (see move.go). Make one with [New]. It is safe for
 // concurrent use.
@@ -181,6 +183,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 		}
 	}
 	if !operators {
+		b.stop()
 		return nil, fmt.Errorf("pgoutbox: New: the outbox %s was created before migration %03d (the attempt history, deferrals and pauses; %s is missing): run pgoutbox.Migrate(ctx, pool, opts) (or \"outbox migrate up\") with this schema and table before starting this version",
 			n.outbox, operatorsVersion, n.pauseTopic)
 	}
@@ -233,8 +236,8 @@ func loadQuery(name string) string {
 
 // readPartitions reads the partition count stored with the outbox and
 // whether its paused-topic table (migration 007) exists
-// (queries/partitions.sql, one query). When that fails because a table is missing, a second query
-// tells a missing outbox from one created before migration 004, for the
+// (queries/partitions.sql, one query). When that fails because a table is
+// missing, a second query tells a missing outbox from one created before migration 004, for the
 // error message.
 func readPartitions(ctx context.Context, pool *pgxpool.Pool, opts Options, n names) (int, bool, error) {
 	var count int

@@ -105,10 +105,10 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 	return out, nil
 }
 
-// Requeue moves parked entries back to pending, due now, attempts reset
-// and last error kept, in one transaction of two statements: the first
-// locks the parked rows among ids and reads their topic, headers and
-// partition columns; the second requeues those that can be published as
+// Requeue moves parked entries back to pending, due now, attempts reset,
+// not deferred, last error and attempt history kept, in one transaction
+// of two statements: the first locks the parked rows among ids and reads
+// their topic, headers and partition columns; the second requeues those that can be published as
 // stored. An entry that cannot (its topic column is empty, its headers column
 // does not decode, or its partition column is outside 0..Partitions()-1:
 // only a hand-made UPDATE writes such values) stays parked: Requeue
@@ -218,8 +218,10 @@ func (b *Backend) PurgeArchive(ctx context.Context, before time.Time, batchSize 
 	}
 }
 
-// PartitionStats reports the counts and the live lease of every partition
-// in one statement (queries/partition_stats.sql), so all of them are read
+// PartitionStats reports the counts, the live lease, the oldest due
+// entry's ID and the number of blocked keys (those [Backend.BlockedKeys]
+// lists) of every partition in one statement
+// (queries/partition_stats.sql), so all of them are read
 // at one moment and add up to what [Backend.Stats] reports at that moment:
 // per partition, the pending counts come from the due index (an index-only
 // scan when the table is vacuumed), the parked ones from the parked rows,

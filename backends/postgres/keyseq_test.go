@@ -443,6 +443,26 @@ func (b keySeqStripped) Lookup(ctx context.Context, id string) (outbox.EntryInfo
 	return info, err
 }
 
+// Entries checks and drops the header as the reads above do.
+func (b keySeqStripped) Entries(ctx context.Context, state outbox.EntryState, f outbox.ListFilter, after string, limit int) ([]outbox.EntryInfo, error) {
+	infos, err := b.Backend.Entries(ctx, state, f, after, limit)
+	if err == nil {
+		err = keyseqtest.StripInfos(infos, stripKeySeq)
+	}
+	return infos, err
+}
+
+// BlockedKeys checks and drops the header of each head entry.
+func (b keySeqStripped) BlockedKeys(ctx context.Context, f outbox.ListFilter, after outbox.BlockedKey, limit int) ([]outbox.BlockedKey, error) {
+	keys, err := b.Backend.BlockedKeys(ctx, f, after, limit)
+	for i := 0; err == nil && i < len(keys); i++ {
+		es := []outbox.Entry{keys[i].Head.Entry}
+		err = stripKeySeq(es)
+		keys[i].Head.Entry = es[0]
+	}
+	return keys, err
+}
+
 // ExportBatch checks and drops the header as the reads above do.
 func (b keySeqStripped) ExportBatch(ctx context.Context, l outbox.Lease, limit int) ([]outbox.EntryInfo, error) {
 	infos, err := b.Backend.ExportBatch(ctx, l, limit)

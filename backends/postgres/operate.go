@@ -82,7 +82,7 @@ func (b *Backend) loadOperatorQueries(load func(string) string) {
 // positive or an unknown state gives an error wrapping
 // [outbox.ErrInvalidArgument], and so does an after that PostgreSQL text
 // cannot hold (invalid UTF-8 or NUL, which no ID can be). A filter Topic
-// or Key no entry can have matches nothing. Safe for concurrent use; after
+// or Error that PostgreSQL text cannot hold matches nothing (no query). Safe for concurrent use; after
 // Close it returns [outbox.ErrClosed]. See [outbox.Lister].
 func (b *Backend) Entries(ctx context.Context, state outbox.EntryState, filter outbox.ListFilter, after string, limit int) ([]outbox.EntryInfo, error) {
 	const op = "Entries"
@@ -259,29 +259,31 @@ func (r *entryRow) info(partitions int) outbox.EntryInfo {
 }
 
 // decodeHistory decodes the history column (see migration 007): a JSON
-// array of {"at", "error", "owner"}, at in RFC 3339. NULL, and a value
-// that does not decode (only a hand-made UPDATE writes one), read as no
-// history; an element whose time does not parse has the zero At.
+// array of {"at", "error", "owner"}, at in RFC 3339. NULL and a value that
+// is not an array read as no history, and an element that does not decode
+// is left out (only a hand-made UPDATE writes either); an element whose
+// time does not parse has the zero At.
 func decodeHistory(raw []byte) []outbox.Attempt {
-	if len(raw) == 0 {
+	var elems []json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &elems) != nil {
 		return nil
 	}
-	var stored []struct {
-		At    string `json:"at"`
-		Error string `json:"error"`
-		Owner string `json:"owner"`
-	}
-	if err := json.Unmarshal(raw, &stored); err != nil || len(stored) == 0 {
-		return nil
-	}
-	out := make([]outbox.Attempt, len(stored))
-	for i, a := range stored {
+	var out []outbox.Attempt
+	for _, e := range elems {
+		var a struct {
+			At    string `json:"at"`
+			Error string `json:"error"`
+			Owner string `json:"owner"`
+		}
+		if json.Unmarshal(e, &a) != nil {
+			continue
+		}
 		// In the local time zone, as pgx reports timestamptz columns.
 		at, _ := time.Parse(time.RFC3339Nano, a.At)
 		if !at.IsZero() {
 			at = at.Local()
 		}
-		out[i] = outbox.Attempt{At: at, Error: a.Error, Owner: a.Owner}
+		out = append(out, outbox.Attempt{At: at, Error: a.Error, Owner: a.Owner})
 	}
 	return out
 }

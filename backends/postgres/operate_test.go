@@ -573,3 +573,41 @@ func TestMigration007WithData(t *testing.T) {
 		require.Error(t, err)
 	}
 }
+
+// TestHistoryArchivedAndHandMade: an archived entry keeps its history,
+// and a history changed by hand so that it does not decode reads as none
+// (an element that does not decode is left out), without failing Lookup,
+// BlockedKeys or PartitionStats.
+func TestHistoryArchivedAndHandMade(t *testing.T) {
+	t.Parallel()
+	b, p := newBackend(t, extended, pgoutbox.Options{Archive: true})
+	ctx := t.Context()
+	appendEntries(t, b, p, outbox.Entry{ID: "s", Topic: "t", Key: "k"}, outbox.Entry{ID: "h", Topic: "t", Key: "j"},
+		outbox.Entry{ID: "h2", Topic: "t", Key: "j"})
+	l := acquire(t, b, 0)
+	fail(t, b, l, outbox.Failure{ID: "s", Error: "first", Delay: -time.Second}, outbox.Failure{ID: "h", Error: "x", Delay: time.Hour})
+	require.NoError(t, b.MarkSent(ctx, l, []string{"s"}))
+	var archived string
+	require.NoError(t, p.QueryRow(ctx, "SELECT history->0->>'error' FROM "+pgx.Identifier{b.Options().Schema, "outbox_archive"}.Sanitize()+" WHERE id = 's'").Scan(&archived))
+	require.Equal(t, "first", archived)
+
+	table := pgx.Identifier{b.Options().Schema, "outbox"}.Sanitize()
+	for _, bad := range []string{`{"not": "an array"}`, `[{"at": "yesterday", "error": 5}]`, `"text"`} {
+		_, err := p.Exec(ctx, "UPDATE "+table+" SET history = $1::jsonb WHERE id = 'h'", bad)
+		require.NoError(t, err)
+		info := lookup(t, b, "h")
+		require.Nil(t, info.History, bad)
+		keys, err := b.BlockedKeys(ctx, outbox.ListFilter{}, outbox.BlockedKey{}, 10)
+		require.NoError(t, err, bad)
+		require.Len(t, keys, 1, bad)
+		require.Equal(t, info.CreatedAt, keys[0].Since, "a history that does not decode: since the creation (%s)", bad)
+		_, err = b.PartitionStats(ctx)
+		require.NoError(t, err, bad)
+		// MarkFailed appends to it as to an array, and the attempts that
+		// decode are reported.
+		fail(t, b, l, outbox.Failure{ID: "h", Error: "after " + bad, Delay: time.Hour})
+		h := lookup(t, b, "h").History
+		require.NotEmpty(t, h, bad)
+		require.Equal(t, "after "+bad, h[len(h)-1].Error)
+	}
+}

@@ -82,7 +82,11 @@ func (b *Backend) ReleaseLease(ctx context.Context, lease outbox.Lease) error {
 
 // FindPendingBatch returns up to limit due, eligible entries of
 // lease.Partition in (next attempt, append) order, in one statement that
-// also checks the lease. It writes nothing: the partition lease is the
+// also checks the lease. Eligible: not held back by an earlier entry of
+// its key that was attempted or deferred, or that is of a paused topic,
+// and not of a paused topic itself; a held outbox or a paused partition
+// returns nothing (see [Backend.PauseTopic] and docs/postgres.md,
+// "Operators", for the cost of a pause). It writes nothing: the partition lease is the
 // claim, so entries it returns are invisible to every other lease until
 // this one ends, and come back at once, unchanged and in order, to the
 // next holder. Nothing marks an entry as handed out, so the same lease is

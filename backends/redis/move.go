@@ -59,7 +59,10 @@ func firstKey(ks []string) string {
 // attempt time; for an entry held back behind a failing entry of its key
 // and re-scored to that entry's retry time, it is the entry's own due
 // time (its position; its created-at for an entry imported due, whose
-// position is 0). Parked entries have a zero DueAt.
+// position is 0); for a deferred entry, its deferral time. Parked entries
+// have a zero DueAt. Each entry comes with its attempt history and, when
+// pending, its Deferred flag (the history hash's field), which
+// [Backend.Import] carries over.
 //
 // A stored value that does not decode is exported as a parked entry with
 // the key and topic that could be read, the reason as LastError and the
@@ -80,7 +83,7 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 		return nil, argErr(op, err)
 	}
 	k := &b.parts[lease.Partition]
-	ks := []string{k.lease, k.pending, k.entries, k.parked, k.export}
+	ks := []string{k.lease, k.pending, k.entries, k.parked, k.export, k.history}
 	res, err := scriptExport.Run(ctx, b.client, ks, token(lease), limit).Result()
 	if err != nil {
 		return nil, b.mapErr(ctx, op, err, ks...)
@@ -89,22 +92,25 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 		return nil, b.mapErr(ctx, op, scriptCode{code, lease})
 	}
 	flat, ok := res.([]any)
-	if !ok || len(flat)%4 != 0 {
+	if !ok || len(flat)%5 != 0 {
 		return nil, fmt.Errorf("redisoutbox: %s: unexpected script result %v", op, res)
 	}
-	out := make([]outbox.EntryInfo, 0, len(flat)/4)
-	for i := 0; i < len(flat); i += 4 {
+	out := make([]outbox.EntryInfo, 0, len(flat)/5)
+	for i := 0; i < len(flat); i += 5 {
 		id, _ := flat[i].(string)
 		raw, _ := flat[i+1].(string)
 		state, _ := flat[i+2].(int64)
 		score, _ := flat[i+3].(string)
-		out = append(out, exportedInfo(id, lease.Partition, []byte(raw), state == 2, score))
+		hist, _ := flat[i+4].(string)
+		out = append(out, exportedInfo(id, lease.Partition, []byte(raw), state == 2, score, hist))
 	}
 	return out, nil
 }
 
-// exportedInfo decodes one entry of export.lua's result.
-func exportedInfo(id string, partition int, raw []byte, parked bool, score string) outbox.EntryInfo {
+// exportedInfo decodes one entry of export.lua's result (hist: its
+// history value, "" for none).
+func exportedInfo(id string, partition int, raw []byte, parked bool, score, hist string) outbox.EntryInfo {
+	history, deferred := decodeHistory(hist)
 	e, err := decodeEntry(id, partition, raw)
 	if err != nil {
 		// What FetchBatch would have quarantined: parked, the raw value as
@@ -112,18 +118,19 @@ func exportedInfo(id string, partition int, raw []byte, parked bool, score strin
 		e.Payload = append([]byte(nil), raw...)
 		e.LastError = "redisoutbox: corrupt stored entry, parked by ExportBatch: " + strings.TrimPrefix(err.Error(), errCorrupt.Error()+": ") + "; the payload holds the raw stored value"
 		e.Attempts = 1
-		return outbox.EntryInfo{Entry: e, Parked: true}
+		return outbox.EntryInfo{Entry: e, Parked: true, History: history}
 	}
-	info := outbox.EntryInfo{Entry: e, Parked: parked || raw[0] == encodingQuarantined}
+	info := outbox.EntryInfo{Entry: e, Parked: parked || raw[0] == encodingQuarantined, History: history}
 	if info.Parked {
 		return info
 	}
+	info.Deferred = deferred
 	ms, err := strconv.ParseInt(score, 10, 64)
 	if err != nil {
 		f, _ := strconv.ParseFloat(score, 64)
 		ms = int64(f)
 	}
-	if pos, ok := position(raw); ok && e.Attempts == 0 {
+	if pos, ok := position(raw); ok && e.Attempts == 0 && !deferred {
 		switch {
 		case pos > 0 && pos < ms:
 			ms = pos // held back and re-scored: due since its position
@@ -159,7 +166,7 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 		return err
 	}
 	return b.fenced(ctx, op, scriptRemove, lease,
-		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked}, idArgs(lease, ids))
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.history}, idArgs(lease, ids))
 }
 
 // checkImported checks what Import stores of each entry.
@@ -218,7 +225,10 @@ func appendUint32(b []byte, v uint32) []byte {
 // Import adds entries exported from another outbox (see
 // [outbox.Importer]): each goes to PartitionOf(Key, Partitions()) here,
 // with its ID, topic, key, payload, headers, NotBefore, created-at,
-// attempts, last error, due time and parked state. It returns how many it
+// attempts, last error, attempt history (the last
+// [outbox.MaxAttemptHistory]), deferral (a deferred pending entry is
+// imported as an attempted one is, so it holds back its key), due time
+// and parked state. It returns how many it
 // added; an ID the outbox holds (appended or imported) is skipped.
 //
 // Entries are checked first (errors wrap [outbox.ErrInvalidEntry], and
@@ -263,15 +273,16 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 		switch {
 		case e.Parked:
 			kind = "p"
-		case e.Attempts > 0:
-			kind = "a"
+		case e.Attempts > 0 || e.Deferred:
+			kind = "a" // marked: it holds back its key
 		case !e.NotBefore.IsZero():
 			kind = "n"
 		}
 		if !e.Parked && !e.DueAt.IsZero() {
 			due = strconv.FormatInt(ceilMillis(e.DueAt), 10)
 		}
-		byPart[p] = append(byPart[p], e.ID, kind, due, encodeImported(e))
+		hist := encodeHistory(e.History, e.Deferred && !e.Parked)
+		byPart[p] = append(byPart[p], e.ID, kind, due, encodeImported(e), hist)
 	}
 	cmds := make([]*redis.Cmd, len(order))
 	kss := make([][]string, len(order))
@@ -282,7 +293,7 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 					continue
 				}
 				k := &b.parts[p]
-				kss[i] = []string{k.entries, k.pending, k.seq, k.keyorder, k.parked, k.hold}
+				kss[i] = []string{k.entries, k.pending, k.seq, k.keyorder, k.parked, k.hold, k.history}
 				if eval {
 					cmds[i] = pipe.Eval(ctx, scriptImport.src, kss[i], byPart[p]...)
 				} else {

@@ -27,7 +27,9 @@ import (
 // record. A call cut midway (a crash, a timeout) returns its error and is
 // completed by calling it again (every step is idempotent): a cut pause
 // has paused some partitions and not others, a cut resume has resumed
-// some. Paused reports the union of the record and the partitions' hashes,
+// some, or left set-aside entries of the topic in the band (see "Pauses"
+// in claim.lua) until a ResumeTopic (of any topic) moves them back; the
+// record, deleted last, keeps the topic in Paused meanwhile. Paused reports the union of the record and the partitions' hashes,
 // so what it reports paused is paused somewhere, whatever was cut (a
 // pause racing a resume of the same topic may leave partitions paused
 // without a record: Paused still reports them, and a resume clears them).
@@ -48,8 +50,11 @@ func (b *Backend) PauseTopic(ctx context.Context, topic string) error {
 }
 
 // ResumeTopic resumes topic: it deletes the topic from every partition's
-// paused hash, then from the outbox's pauses hash (two round trips); its
-// entries are fetched again from the next fetch on. Resuming a topic that
+// paused hash, moves back the entries the claims set aside while it was
+// paused (unpause.lua: every set-aside entry whose topic is not paused,
+// in chunks of 1000 per partition and call, the partitions in one
+// pipeline per round), then deletes the topic from the outbox's pauses
+// hash; its entries are fetched again from the next fetch on. Resuming a topic that
 // is not paused is a no-op. An empty topic is rejected with
 // [outbox.ErrInvalidArgument].
 func (b *Backend) ResumeTopic(ctx context.Context, topic string) error {
@@ -168,13 +173,19 @@ func (b *Backend) pause(ctx context.Context, op, record, field string, ps []int)
 	})
 }
 
-// resume deletes field from the paused hash of each partition of ps, then
-// the record field.
+// resume deletes field from the paused hash of each partition of ps,
+// moves back what the claims set aside (for a topic), then deletes the
+// record field.
 func (b *Backend) resume(ctx context.Context, op, record, field string, ps []int) error {
 	if err := b.eachPaused(ctx, op, ps, func(pipe redis.Pipeliner, k string) {
 		pipe.HDel(ctx, k, field)
 	}); err != nil {
 		return err
+	}
+	if field != "" {
+		if err := b.unpause(ctx, op, ps); err != nil {
+			return err
+		}
 	}
 	if err := scriptPause.Run(ctx, b.client, []string{b.pauses}, record, "resume").Err(); err != nil {
 		return b.mapErr(ctx, op, err, b.pauses)
@@ -213,6 +224,46 @@ func (b *Backend) checkTopic(ctx context.Context, op, topic string) error {
 	}
 	if topic == "" {
 		return fmt.Errorf("redisoutbox: %s: the topic is empty; name the topic to pause or resume: %w", op, outbox.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// unpauseChunk is how many set-aside members one unpause.lua call looks
+// at.
+const unpauseChunk = 1000
+
+// unpause moves back every entry the claims of partitions ps set aside
+// whose topic is no longer paused (unpause.lua, unpauseChunk members per
+// call, the partitions in one pipeline per round), so they are fetched
+// again from the next fetch on.
+func (b *Backend) unpause(ctx context.Context, op string, ps []int) error {
+	off := make([]int64, len(b.parts))
+	for todo := ps; len(todo) > 0; {
+		cmds, err := b.runOn(ctx, op, scriptUnpause, todo, func(p int) ([]string, []any) {
+			k := &b.parts[p]
+			return []string{k.pending, k.entries, k.paused, k.seq}, []any{off[p], unpauseChunk}
+		})
+		if err != nil {
+			return err
+		}
+		var next []int
+		for i, c := range cmds {
+			p := todo[i]
+			res, err := c.Slice()
+			if err != nil || len(res) != 3 {
+				return fmt.Errorf("redisoutbox: %s: unexpected result %v (%v) of unpause.lua on partition %d", op, c.Val(), err, p)
+			}
+			left, err1 := asInt64(res[1])
+			n, err2 := asInt64(res[2])
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("redisoutbox: %s: unexpected result %v of unpause.lua on partition %d", op, res, p)
+			}
+			off[p] += left // the moved ones left the band
+			if n == unpauseChunk {
+				next = append(next, p)
+			}
+		}
+		todo = next
 	}
 	return nil
 }

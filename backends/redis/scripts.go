@@ -86,10 +86,11 @@ var (
 	scriptPause         = mustScript("pause")
 	scriptMembers       = mustScript("members")
 	scriptScan          = mustScript("scan")
+	scriptUnpause       = mustScript("unpause")
 
 	allScripts = []script{scriptAppend, scriptAppendKeySeq, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
 		scriptMarkSent, scriptMarkFailed, scriptReleaseClaims, scriptCancel, scriptRequeue,
 		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave,
 		scriptHold, scriptHoldPart, scriptImport, scriptExport, scriptRemove, scriptQuarantine,
-		scriptPause, scriptMembers, scriptScan}
+		scriptPause, scriptMembers, scriptScan, scriptUnpause}
 )

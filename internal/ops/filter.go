@@ -31,6 +31,7 @@ type FilterSpec struct {
 // Filter matches every entry.
 type Filter struct {
 	topic, key, errText string // errText lower-cased
+	errRaw              string // the error text as given, for ListFilter
 	since, until        time.Time
 }
 
@@ -61,7 +62,7 @@ func (e *RangeError) Error() string {
 // a [*FieldError] for a time that does not parse and a [*RangeError] when
 // Since is not before Until.
 func ParseFilter(s FilterSpec, now time.Time) (Filter, error) {
-	f := Filter{topic: s.Topic, key: s.Key, errText: strings.ToLower(s.Error)}
+	f := Filter{topic: s.Topic, key: s.Key, errText: strings.ToLower(s.Error), errRaw: s.Error}
 	var err error
 	if s.Since != "" {
 		if f.since, err = ParseWhen(s.Since, now); err != nil {

@@ -17,10 +17,12 @@ const (
 	FieldPartition = "partition"
 )
 
-// ListFilter is f as the SPI's listings ([outbox.Lister]) take it. The
-// store compares the error text ignoring case, as Match does.
+// ListFilter is f as the SPI's listings ([outbox.Lister]) take it: the
+// error text as it was given, which the store compares folding ASCII
+// letters only ([outbox.ListFilter.Error]), where Match folds every
+// letter.
 func (f Filter) ListFilter() outbox.ListFilter {
-	return outbox.ListFilter{Topic: f.topic, Key: f.key, Error: f.errText, Since: f.since, Until: f.until}
+	return outbox.ListFilter{Topic: f.topic, Key: f.key, Error: f.errRaw, Since: f.since, Until: f.until}
 }
 
 // ParseState parses the name of an entry state ("due", "scheduled",

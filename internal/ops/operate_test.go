@@ -39,7 +39,7 @@ func TestFilterListFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := outbox.ListFilter{Topic: "orders", Key: "k1", Error: "timeout", Since: now.Add(-2 * time.Hour), Until: time.Date(2026, 5, 11, 0, 0, 0, 0, time.UTC)}
+	want := outbox.ListFilter{Topic: "orders", Key: "k1", Error: "TimeOut", Since: now.Add(-2 * time.Hour), Until: time.Date(2026, 5, 11, 0, 0, 0, 0, time.UTC)}
 	if got := f.ListFilter(); !reflect.DeepEqual(got, want) {
 		t.Errorf("ListFilter() = %+v; want %+v", got, want)
 	}

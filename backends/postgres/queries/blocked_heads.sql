@@ -3,7 +3,9 @@
 -- for each partition and non-empty key whose earliest-appended pending
 -- entry (lowest seq) was attempted, deferred or is of a paused topic,
 -- that entry, with waiting (the key's other pending entries) and since
--- (the time of the oldest attempt in its history, else its created_at).
+-- (the time of the oldest attempt in its history, else its created_at;
+-- also when a hand-made UPDATE wrote a history whose first time is not as
+-- MarkFailed writes it, so that such a row cannot fail the statement).
 --
 -- bk_cand: the keys that may be blocked: those with a pending entry that
 -- was attempted or deferred (the hold-back index, small) and, only while
@@ -28,7 +30,9 @@ bk_pt AS MATERIALIZED (
     WINDOW w AS (PARTITION BY o.partition, o.key)
 ), bk_heads AS (
     SELECT k.*, k.n - 1 AS waiting,
-           coalesce((k.history -> 0 ->> 'at')::timestamptz, k.created_at) AS since
+           coalesce(CASE WHEN k.history -> 0 ->> 'at' ~ '^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$'
+                         THEN (k.history -> 0 ->> 'at')::timestamptz END,
+                    k.created_at) AS since
     FROM bk_keys AS k
     WHERE k.rn = 1 AND (k.attempts > 0 OR k.deferred OR k.topic IN (SELECT topic FROM bk_pt))
 )

@@ -42,13 +42,15 @@
 --
 -- Pauses (pause.go). KEYS[8] is read whole (HGETALL) once per call: while
 -- it does not exist (nothing paused), that is the only cost. While it
--- names topics, every entry takes the general path, and an entry of a
--- paused topic is skipped and left as it is (not returned, not
--- re-scored): it holds back the later entries of its key, of every topic,
--- as a held-back entry does (held[key]). Skipped entries count against
--- the scan budget like any other, so while more due entries of paused
--- topics than the budget sit at the front of pending, the entries behind
--- them wait for the resume (docs/redis.md, "Pause").
+-- names topics, every entry takes the general path, and a due entry of a
+-- paused topic is not returned but set aside: re-scored to PAUSE_BAND
+-- plus its score (see lib.lua) once the scan is over, and marked when it
+-- has a key (so the later entries of its key, of every topic, are held
+-- back behind it as behind a failing entry, and re-scored into the band
+-- too, to PAUSE_BAND plus its score). Set-aside entries leave the due
+-- range, so a crowd of paused entries costs one scan, not every claim's
+-- budget; ResumeTopic moves them back (unpause.lua). Their entries are
+-- unchanged: readers of scores take PAUSE_BAND off.
 --
 -- The lease is the claim: only its holder reads the partition, so the
 -- entries returned stay in pending, unchanged, until the holder finishes
@@ -381,9 +383,9 @@ while got < limit and scanned < budget do
               end
             end
             if converted then redis.call('HSET', KEYS[3], id, v) end
-            local ok, bs = true, nil
+            local ok, bs, pz = true, nil, false
             if pausing and pausedtopics[p.topic] then
-              ok = false -- paused: skipped, it holds back its key (held below)
+              ok, pz = false, true -- paused: set aside, it holds back its key
             elseif key ~= '' and not km then
               if attempts_of(v) > 0 then stop[key], anyheld = true, true end
             elseif km then
@@ -414,8 +416,21 @@ while got < limit and scanned < budget do
               skipped = skipped + 1
               if first then dirty = true end
               local at = nil
-              local score = bs and tonumber(redis.call('ZSCORE', KEYS[2], m))
-              if bs and bs > score then
+              local score = (bs or pz) and tonumber(redis.call('ZSCORE', KEYS[2], m))
+              if pz then
+                -- Set aside (see "Pauses"); marked, so what follows it in
+                -- its key's order waits (in the band too) for it.
+                at = score
+                if score < PAUSE_BAND then
+                  at = PAUSE_BAND + score
+                  rescore[#rescore + 1] = at
+                  rescore[#rescore + 1] = m
+                end
+                if km then
+                  redis.call('ZADD', KEYS[4], 0, km)
+                  marked = true
+                end
+              elseif bs and bs > score then
                 rescore[#rescore + 1] = bs
                 rescore[#rescore + 1] = m
                 redis.call('ZADD', KEYS[4], 0, km)

@@ -2,10 +2,13 @@
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] parked zset   KEYS[5] scratch list (deleted before returning)
+-- KEYS[6] history hash
 -- ARGV[1] token "version:owner"   ARGV[2] limit
 -- Returns -1 when the lease is lost, else a flat array id, value, state,
--- score, ... of up to limit entries of the partition, pending (state 1,
--- score: the pending score in ms) or parked (state 2, score 0), in append
+-- score, history, ... of up to limit entries of the partition, pending
+-- (state 1, score: the pending score in ms, less PAUSE_BAND for an entry
+-- set aside while paused) or parked (state 2, score 0),
+-- history the entry's field of KEYS[6] ('' when none), in append
 -- order: by the sequence of their pending member (a parked entry: of its
 -- value), the order appends, requeues and imports gave them.
 --
@@ -69,13 +72,15 @@ while n < limit do
     out[#out + 1] = a[2]
     out[#out + 1] = a[3]
     out[#out + 1] = 1
-    out[#out + 1] = a[4]
+    out[#out + 1] = string.format('%.0f', unband(tonumber(a[4])))
+    out[#out + 1] = redis.call('HGET', KEYS[6], a[2]) or ''
     i = i + 1
   else
     out[#out + 1] = b[3]
     out[#out + 1] = b[4]
     out[#out + 1] = 2
     out[#out + 1] = '0'
+    out[#out + 1] = redis.call('HGET', KEYS[6], b[3]) or ''
     j = j + 1
   end
   n = n + 1

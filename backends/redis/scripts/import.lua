@@ -2,12 +2,15 @@
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] sequence counter
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
--- ARGV[1..] quadruples: id, kind ('p' parked, 'a' attempted, 'n' never
+-- KEYS[7] history hash
+-- ARGV[1..] quintuples: id, kind ('p' parked, 'a' attempted or deferred, 'n' never
 --           attempted and scheduled by NotBefore, 'u' never attempted
 --           and not scheduled), due time in ms, rounded up ('' = now;
 --           ignored when parked),
 --           encoded entry (format 2 with created-at, attempts and last
---           error set; sequence and position zeroed)
+--           error set; sequence and position zeroed), history value
+--           ('' for none; see "History" in lib.lua), written with the
+--           entry
 -- Returns the number of entries added (IDs already present, appended or
 -- imported, are skipped; within one call the first occurrence wins).
 --
@@ -33,7 +36,7 @@
 --     the imported ones among themselves in the order imported, whatever
 --     the clocks said. A scheduled entry takes its position at its due
 --     time, as an appended one does (unmarked: score = position).
-hashes(KEYS[1], KEYS[6])
+hashes(KEYS[1], KEYS[6], KEYS[7])
 zsets(KEYS[2], KEYS[4], KEYS[5])
 local bad = counter(KEYS[3])
 if bad then return bad end
@@ -42,7 +45,7 @@ local now = math.ceil(nowu / 1000)
 local SKEW = 60000
 local since = redis.call('HGET', KEYS[6], 'since')
 local floor = since and tonumber(since) or math.floor(nowu / 1000)
-local cnt = #ARGV / 4
+local cnt = #ARGV / 5
 local seq
 local nxt, last = redis.call('HGET', KEYS[6], 'next'), redis.call('HGET', KEYS[6], 'last')
 -- Front hint invariant (fronthint.go): every script that puts a member
@@ -56,8 +59,8 @@ else
 end
 local pack, sub = struct.pack, string.sub
 local added = 0
-for i = 1, #ARGV, 4 do
-  local id, kind, due, blob = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+for i = 1, #ARGV, 5 do
+  local id, kind, due, blob, hist = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   seq = seq + 1
   local pos, score = 0, 0
   if kind ~= 'p' then
@@ -75,6 +78,7 @@ for i = 1, #ARGV, 4 do
   -- One call decides and writes: an ID already present is skipped.
   if redis.call('HSETNX', KEYS[1], id, v) == 1 then
     local m = s8 .. id
+    if hist ~= '' then redis.call('HSET', KEYS[7], id, hist) end
     if kind == 'p' then
       redis.call('ZADD', KEYS[5], 0, id)
     else

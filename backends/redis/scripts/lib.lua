@@ -349,3 +349,17 @@ end
 local function owner_of(token)
   return string.match(token, '^%-?%d+:(.*)$') or token
 end
+
+-- PAUSE_BAND: a pending score at or above it is that of an entry the
+-- claim set aside while its topic is paused (or held back behind one):
+-- PAUSE_BAND + its score before. Every score a clock gives is far below
+-- (2^50 ms is year 37648), and PAUSE_BAND + any such score is an exact
+-- integer in a double. unpause.lua moves them back; readers of scores
+-- (lookup, stats, scan, export) take PAUSE_BAND off.
+local PAUSE_BAND = 1125899906842624
+
+-- unband returns score s (a number) without PAUSE_BAND.
+local function unband(s)
+  if s >= PAUSE_BAND then return s - PAUSE_BAND end
+  return s
+end

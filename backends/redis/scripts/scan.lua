@@ -7,7 +7,8 @@
 -- Returns {now ms, n, flat}: the server's TIME, the number of members
 -- read (below count: the end was reached) and, per member of ranks
 -- start .. start+count-1 whose value is well formed and of its sequence
--- (others are left for the claim to repair), the nine fields id, score,
+-- (others are left for the claim to repair), the nine fields id, score
+-- (less PAUSE_BAND for an entry set aside while paused),
 -- sequence, position ms, attempts, created-at µs, deferred (1 or 0),
 -- key, topic. Neither payloads nor errors are returned; Go reads the
 -- values of the entries it lists.
@@ -29,7 +30,7 @@ for j = 1, #ids do
       local d = 0
       if history_flags(hs[j] or nil) % 2 == 1 then d = 1 end
       out[#out + 1] = ids[j]
-      out[#out + 1] = r[2 * j]
+      out[#out + 1] = unband(tonumber(r[2 * j]))
       out[#out + 1] = seq_of(m)
       out[#out + 1] = u64(v, 18)
       out[#out + 1] = attempts_of(v)

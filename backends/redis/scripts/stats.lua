@@ -21,6 +21,10 @@
 -- due score is that of the 101st due member, unchecked (-1 when there is
 -- none), so the call stays bounded.
 --
+-- An entry set aside while its topic is paused (score PAUSE_BAND plus its
+-- due time, see claim.lua) is due by that time: the band is counted with
+-- one ZCOUNT, and its first member is a candidate for the oldest.
+--
 -- An entry the claim held back behind a failing entry of its key and
 -- re-scored to that entry's retry time (a marked entry never attempted)
 -- is due by its position, its own next attempt time, not by its score: the
@@ -53,7 +57,7 @@ for _, km in ipairs(redis.call('ZRANGE', KEYS[5], 0, 999)) do
     local pos = u64(km, 5 + kl)
     local pm = string.sub(km, 13 + kl)
     local sc = pos <= now and redis.call('ZSCORE', KEYS[1], pm)
-    if sc and tonumber(sc) > now then
+    if sc and tonumber(sc) > now and tonumber(sc) < PAUSE_BAND then
       local v = redis.call('HGET', KEYS[4], string.sub(pm, 9))
       if v and string.byte(v, 1) == 2 and #v >= 29 and string.sub(v, 2, 9) == string.sub(pm, 1, 8)
           and attempts_of(v) == 0 and history_flags(redis.call('HGET', KEYS[6], string.sub(pm, 9)) or nil) % 2 == 0 then
@@ -67,6 +71,14 @@ for _, km in ipairs(redis.call('ZRANGE', KEYS[5], 0, 999)) do
     end
   end
 end
+-- Entries set aside while paused (see "Pauses" in claim.lua) are due by
+-- their score less PAUSE_BAND.
+local band = redis.call('ZCOUNT', KEYS[1], PAUSE_BAND, PAUSE_BAND + now)
+if band > 0 then
+  local f = redis.call('ZRANGEBYSCORE', KEYS[1], PAUSE_BAND, PAUSE_BAND + now, 'WITHSCORES', 'LIMIT', 0, 1)
+  local s = unband(tonumber(f[2]))
+  if oldest == -1 or s < oldest then oldest, oldestid = s, string.sub(f[1], 9) end
+end
 local lease = redis.call('GET', KEYS[3]) or ''
-return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf', now) + held, redis.call('ZCARD', KEYS[2]), oldest,
+return {redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf', now) + held + band, redis.call('ZCARD', KEYS[2]), oldest,
   now, lease, redis.call('PTTL', KEYS[3]), garbage, oldestid}

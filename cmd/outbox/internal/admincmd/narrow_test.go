@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
+	"github.com/outboxrelay/outbox/internal/ops"
 )
 
 // narrowStore is a store with the Inspector and Canceler of a backend but
@@ -41,8 +42,32 @@ func TestAdminOnANarrowBackend(t *testing.T) {
 	if !strings.Contains(out.String(), "all        3        2    3") || !strings.Contains(out.String(), "does not implement outbox.PartitionInspector") {
 		t.Fatalf("status:\n%s", out.String())
 	}
+	out.Reset()
+	if err := (&StatusCmd{OutputFlags: cli.OutputFlags{Output: "json"}}).report(ctx, app, o, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"paused": null`) || !strings.Contains(out.String(), `"by_partition": null`) {
+		t.Fatalf("status -o json without a Pauser and a PartitionInspector:\n%s", out.String())
+	}
 	if err := (&ShowCmd{ID: "e0"}).show(ctx, app, o); err == nil || !strings.Contains(err.Error(), "does not implement outbox.Looker") {
 		t.Fatalf("show without a Looker: %v", err)
+	}
+	if err := (&EntriesCmd{ListFlags: ListFlags{Limit: 10}}).list(ctx, app, o, outbox.StateDue, ops.Filter{}); err == nil ||
+		!strings.Contains(err.Error(), "this backend (admincmd.narrowStore) does not implement outbox.Lister, which entries needs") {
+		t.Fatalf("entries without a Lister: %v", err)
+	}
+	if err := (&BlockedCmd{ListFlags: ListFlags{Limit: 10}}).list(ctx, app, o, ops.Filter{}, ops.BlockedCursor{}); err == nil ||
+		!strings.Contains(err.Error(), "does not implement outbox.Lister, which blocked needs") {
+		t.Fatalf("blocked without a Lister: %v", err)
+	}
+	if err := (TargetFlags{Topic: "orders"}).apply(ctx, app, o, true); err == nil || !strings.Contains(err.Error(), "does not implement outbox.Pauser, which pause needs") {
+		t.Fatalf("pause without a Pauser: %v", err)
+	}
+	if err := (TargetFlags{Partition: "1"}).apply(ctx, app, o, false); err == nil || !strings.Contains(err.Error(), "does not implement outbox.Pauser, which resume needs") {
+		t.Fatalf("resume without a Pauser: %v", err)
+	}
+	if err := (&RelaysCmd{}).show(ctx, app, o); err == nil || !strings.Contains(err.Error(), "does not implement outbox.MemberLister, which relays needs") {
+		t.Fatalf("relays without a MemberLister: %v", err)
 	}
 	out.Reset()
 	sel := selection{ids: []string{"e1", "e0"}}

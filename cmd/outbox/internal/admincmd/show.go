@@ -48,6 +48,12 @@ type ShowJSON struct {
 	// PayloadCut reports whether the payload shown is cut to --max-bytes;
 	// PayloadBytes holds the full size.
 	PayloadCut bool `json:"payload_cut"`
+	// Deferred reports that an open circuit breaker deferred the entry
+	// (not an attempt): it holds back the later entries of its key.
+	Deferred bool `json:"deferred"`
+	// History is the entry's last attempts, oldest first ([] when it was
+	// never attempted).
+	History []AttemptJSON `json:"history"`
 }
 
 // Run shows the entry.
@@ -81,7 +87,8 @@ func (c *ShowCmd) show(ctx context.Context, app *cli.App, o *cli.Opened) error {
 // showJSON is show -o json of info, its payload cut to maxBytes (0: not cut).
 func showJSON(info outbox.EntryInfo, maxBytes int) ShowJSON {
 	shown, cut := cutPayload(info.Payload, maxBytes)
-	j := ShowJSON{EntryJSON: toEntryJSON(info.Entry), State: state(info), PayloadBase64: base64.StdEncoding.EncodeToString(shown), PayloadCut: cut}
+	j := ShowJSON{EntryJSON: toEntryJSON(info.Entry), State: state(info), PayloadBase64: base64.StdEncoding.EncodeToString(shown), PayloadCut: cut,
+		Deferred: info.Deferred, History: historyJSON(info.History)}
 	if !info.DueAt.IsZero() {
 		t := info.DueAt.UTC()
 		j.DueAt = &t
@@ -145,6 +152,9 @@ func printEntry(out io.Writer, info outbox.EntryInfo, now time.Time, maxBytes in
 	row("key", cli.Cell(info.Key))
 	row("partition", fmt.Sprint(info.Partition))
 	row("attempts", fmt.Sprint(info.Attempts))
+	if info.Deferred {
+		row("deferred", "yes (an open circuit breaker held it back without an attempt; it holds back the later entries of its key)")
+	}
 	row("created", ts(info.CreatedAt))
 	row("not before", ts(info.NotBefore))
 	row("due", due)
@@ -167,6 +177,7 @@ func printEntry(out io.Writer, info outbox.EntryInfo, now time.Time, maxBytes in
 		row("last error", "")
 		b.WriteString(indent(cli.Printable(info.LastError), "  "))
 	}
+	writeHistory(&b, info.History)
 	shown, cut := cutPayload(info.Payload, maxBytes)
 	_, body := renderPayload(shown) // a cut JSON document shows as text
 	kind := payloadKind(info.Payload)
@@ -177,6 +188,24 @@ func printEntry(out io.Writer, info outbox.EntryInfo, now time.Time, maxBytes in
 	}
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// writeHistory writes an entry's attempts, oldest first: when, by which
+// relay, and the error in full, indented.
+func writeHistory(b *strings.Builder, h []outbox.Attempt) {
+	if len(h) == 0 {
+		fmt.Fprintf(b, "%-11s %s\n", "history", "(no attempt recorded)")
+		return
+	}
+	what := fmt.Sprintf("the last %d attempts", len(h))
+	if len(h) == 1 {
+		what = "1 attempt"
+	}
+	fmt.Fprintf(b, "%-11s %s, oldest first (the last %d are kept)\n", "history", what, outbox.MaxAttemptHistory)
+	for i, a := range h {
+		fmt.Fprintf(b, "  %d. %s by %s\n", i+1, a.At.UTC().Format(time.RFC3339Nano), cli.Cell(a.Owner))
+		b.WriteString(indent(cli.Printable(a.Error), "     "))
+	}
 }
 
 // renderPayload shows a payload: pretty-printed when it is a JSON object

@@ -33,9 +33,14 @@ type CLI struct {
 	Relay   relaycmd.RelayCmd   `cmd:"" help:"Relay an outbox to Kafka until SIGTERM or SIGINT, serving /metrics, /healthz and /readyz."`
 	Migrate admincmd.MigrateCmd `cmd:"" help:"Create, upgrade or remove an outbox's tables (Postgres), or store its partition count (Redis)."`
 	Move    movecmd.MoveCmd     `cmd:"" help:"Move a live outbox to another store, backend or partition count: --prepare, then the move; --dry-run, --verify, --release, --unseal."`
-	Status  admincmd.StatusCmd  `cmd:"" help:"Counts of an outbox per partition: pending, due, parked, lag, lease holder."`
+	Status  admincmd.StatusCmd  `cmd:"" help:"Counts of an outbox per partition: pending, due, parked, lag, oldest due entry, blocked keys, lease holder; what is paused."`
+	Entries admincmd.EntriesCmd `cmd:"" help:"List the entries of one state (due, scheduled, retrying, parked), with filters, a page at a time."`
+	Blocked admincmd.BlockedCmd `cmd:"" help:"List the keys held back by their head entry (failing, deferred or paused), the longest blocked first, with how many entries wait behind each."`
 	Parked  admincmd.ParkedCmd  `cmd:"" help:"List parked (dead-letter) entries, with filters, a page at a time."`
-	Show    admincmd.ShowCmd    `cmd:"" help:"Show one entry: payload, headers, attempts, times, the full last error."`
+	Show    admincmd.ShowCmd    `cmd:"" help:"Show one entry: payload, headers, attempts and their errors, times, the full last error."`
+	Pause   admincmd.PauseCmd   `cmd:"" help:"Stop delivery of a topic (--topic) or a partition (--partition) by every relay of the outbox; its entries stay pending."`
+	Resume  admincmd.ResumeCmd  `cmd:"" help:"Restart delivery of a paused topic (--topic) or partition (--partition)."`
+	Relays  admincmd.RelaysCmd  `cmd:"" help:"The fleet: each relay (owner, host, version, start, last heartbeat, partitions held), and partitions no relay holds while entries are pending."`
 	Requeue admincmd.RequeueCmd `cmd:"" help:"Move parked entries back to pending: by ID, by filter or all."`
 	Cancel  admincmd.CancelCmd  `cmd:"" help:"Delete entries: pending or parked ones by ID, parked ones by filter or all."`
 	Purge   admincmd.PurgeCmd   `cmd:"" help:"Delete archived (sent) entries older than a time from the Postgres archive."`

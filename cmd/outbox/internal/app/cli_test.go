@@ -14,7 +14,7 @@ import (
 // get the usage; failures exit 1; flags go before or after arguments.
 func TestCLIBasics(t *testing.T) {
 	t.Parallel()
-	commands := []string{"migrate up", "migrate down", "migrate status", "migrate sql", "status", "parked", "show", "requeue", "cancel", "purge", "demo", "version"}
+	commands := []string{"migrate up", "migrate down", "migrate status", "migrate sql", "status", "entries", "blocked", "parked", "show", "requeue", "cancel", "purge", "pause", "resume", "relays", "demo", "version"}
 	tests := []struct {
 		name   string
 		args   []string
@@ -41,6 +41,16 @@ func TestCLIBasics(t *testing.T) {
 		{name: "FlagsBeforeArguments", args: []string{"requeue", "--all", "--store", "redis://127.0.0.1:1", "e1"}, code: 2, stderr: []string{"give entry IDs, filters or --all"}},
 		{name: "NothingSelected", args: []string{"cancel", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"say which entries"}},
 		{name: "BadTime", args: []string{"parked", "--since", "yesterday", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--since", "is not a time"}},
+		{name: "EntriesWithoutState", args: []string{"entries", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--state"}},
+		{name: "EntriesBadState", args: []string{"entries", "--state", "stuck", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--state:", `"stuck" is not a state: write one of due, scheduled, retrying, parked`}},
+		{name: "EntriesBadLimit", args: []string{"entries", "--state", "due", "--limit", "0", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--limit must be at least 1"}},
+		{name: "BlockedBadAfter", args: []string{"blocked", "--after", "e1", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--after:", "pass on the value the previous page gave"}},
+		{name: "BlockedBadTime", args: []string{"blocked", "--until", "never", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--until", "is not a time"}},
+		{name: "PauseNothing", args: []string{"pause", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"say what to act on: --topic TOPIC or --partition N"}},
+		{name: "ResumeNothing", args: []string{"resume", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"say what to act on: --topic TOPIC or --partition N"}},
+		{name: "PauseBoth", args: []string{"pause", "--topic", "orders", "--partition", "1", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--topic and --partition: give one of them, not both"}},
+		{name: "PausePartitionNotANumber", args: []string{"pause", "--partition", "one", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--partition:", `"one" is not a partition number`}},
+		{name: "PausePartitionNegative", args: []string{"resume", "--partition=-1", "--store", "redis://127.0.0.1:1"}, code: 2, stderr: []string{"--partition: -1 is out of range"}},
 		{name: "Failure", args: []string{"status", "--store", "redis://127.0.0.1:1", "--timeout", "5s"}, code: 1, stderr: []string{"nothing listens at 127.0.0.1:1"}},
 	}
 	for _, tc := range tests {
@@ -80,6 +90,11 @@ func TestCLIHelpOfEveryCommand(t *testing.T) {
 		"cancel":         {"[<id> ...]", "--all", "--dry-run", "--yes", "--error=TEXT"},
 		"purge":          {"--before=TIME", "--batch=1000", "--yes"},
 		"version":        {},
+		"entries":        {"--state=STATE", "--after=ID", "--limit=50", "--full-error", "--topic=TOPIC", "--key=KEY", "--error=TEXT", "--since=TIME", "--until=TIME", "--output=FORMAT"},
+		"blocked":        {"--after=POSITION", "--limit=50", "--full-error", "--topic=TOPIC", "--key=KEY", "--error=TEXT", "--since=TIME", "--until=TIME", "--output=FORMAT"},
+		"pause":          {"--topic=TOPIC", "--partition=N", "--timeout=30s"},
+		"resume":         {"--topic=TOPIC", "--partition=N", "--timeout=30s"},
+		"relays":         {"--output=FORMAT", "--timeout=30s"},
 	}
 	for cmd, flags := range own {
 		t.Run(strings.ReplaceAll(cmd, " ", "_"), func(t *testing.T) {
@@ -108,9 +123,13 @@ func TestJSONHelpListsEveryKey(t *testing.T) {
 	text := cliOK(t, "help", "json")
 	now := time.Now()
 	samples := []any{
-		admincmd.StatusJSON{ByPartition: []admincmd.PartitionJSON{{Lease: &admincmd.LeaseJSON{}}}},
+		admincmd.StatusJSON{ByPartition: []admincmd.PartitionJSON{{Lease: &admincmd.LeaseJSON{}}},
+			Paused: &admincmd.PausedJSON{Topics: []admincmd.PausedTopicJSON{{}}, Partitions: []admincmd.PausedPartitionJSON{{}}}},
+		admincmd.EntriesJSON{Entries: []admincmd.InfoJSON{{History: []admincmd.AttemptJSON{{}}}}},
+		admincmd.BlockedJSON{Blocked: []admincmd.BlockedKeyJSON{{Head: admincmd.InfoJSON{History: []admincmd.AttemptJSON{{}}}}}},
+		admincmd.RelaysJSON{Relays: []admincmd.RelayJSON{{}}, Unheld: []admincmd.UnheldJSON{{}}},
 		admincmd.ParkedJSON{Entries: []admincmd.EntryJSON{{}}},
-		admincmd.ShowJSON{PayloadText: new(string), PayloadJSON: json.RawMessage(`{}`), DueAt: &now},
+		admincmd.ShowJSON{PayloadText: new(string), PayloadJSON: json.RawMessage(`{}`), DueAt: &now, History: []admincmd.AttemptJSON{{}}},
 		admincmd.MigrateStatusJSON{Migrations: []admincmd.MigrationJSON{{}}},
 	}
 	var keys func(v any)

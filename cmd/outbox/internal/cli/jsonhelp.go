@@ -12,10 +12,17 @@ outbox status -o json
   {"store": URL without its password, "kind": "postgres"|"redis",
    "outbox": the outbox's name in the store, "partitions": N,
    "total": COUNTS,
-   "by_partition": [{"partition": P, ...COUNTS, "lease": LEASE|null}, ...]
-                   (null when the backend does not report partitions),
+   "by_partition": [{"partition": P, ...COUNTS, "lease": LEASE|null,
+                     "oldest_due_id": the oldest due entry's ID|null,
+                     "blocked_keys": N|null}, ...]
+                   (null when the backend does not report partitions;
+                   oldest_due_id and blocked_keys are null when the
+                   backend cannot list entries by state),
    "held": HOLD|null (null when not held, or the backend cannot be held),
-   "sealed": true|false|null (null when the backend cannot be sealed)}
+   "sealed": true|false|null (null when the backend cannot be sealed),
+   "paused": {"topics": [{"topic", "since": TIME}, ...],
+              "partitions": [{"partition", "since": TIME}, ...]}|null
+             (null when the backend cannot pause)}
   COUNTS = "pending": N, "due": N, "parked": N,
            "oldest_due": TIME|null, "lag_seconds": seconds the oldest due
            entry has waited, by this host's clock (0 when none is due)
@@ -29,12 +36,41 @@ outbox parked -o json
            "not_before": TIME|null, "last_error" (in full), "headers": {},
            "payload_bytes"}
 
+outbox entries --state STATE -o json
+  {"state": "due"|"scheduled"|"retrying"|"parked",
+   "entries": [INFO, ...], "next_after": the --after of the next page|null}
+  INFO = ENTRY and "due_at": TIME|null (null when parked),
+         "deferred": true when an open breaker deferred it (no attempt),
+         "history": [ATTEMPT, ...] (the last 10 attempts, oldest first)
+  ATTEMPT = {"at": TIME, "owner": the relay that made it, "error"}
+
+outbox blocked -o json
+  {"blocked": [{"key", "topic", "partition",
+                "reason": "failing"|"deferred"|"paused",
+                "head": INFO (the entry that holds the key back),
+                "waiting": entries of the key behind the head,
+                "since": TIME the key became blocked (store's clock),
+                "blocked_seconds": how long, by this host's clock}, ...],
+   "next_after": the --after of the next page|null}
+
 outbox show ID -o json
   ENTRY and "state": "pending"|"parked", "due_at": TIME|null (null when
   parked), "payload_base64" (always), "payload_text" (when the payload is
   UTF-8), "payload_json" (when it is a JSON object or array, not cut),
   "payload_cut" (true when the payload is longer than --max-bytes: then
-  payload_base64 and payload_text hold its first --max-bytes bytes)
+  payload_base64 and payload_text hold its first --max-bytes bytes),
+  "deferred", "history": [ATTEMPT, ...] (as in INFO)
+
+outbox relays -o json
+  {"store", "kind", "outbox", "partitions",
+   "relays": [{"owner", "listed": false for a lease holder without a
+               membership record, "host", "version", "started": TIME|null,
+               "last_heartbeat": TIME|null, "expires": TIME|null,
+               "partitions": the partitions whose lease it holds,
+               "reported_partitions": those its last heartbeat listed,
+               "max_partitions": its cap (0: none)}, ...],
+   "unheld": [{"partition", "pending", "due", "oldest_due": TIME|null}, ...]
+             (partitions no relay holds while entries are pending)}
 
 outbox move --dry-run -o json, outbox move --verify -o json
   {"source": SIDE, "destination": SIDE,
