@@ -23,8 +23,8 @@ import (
 const budgetPageBytes = 160 << 10
 
 // seedBudget fills s with 10,000 parked entries and 100,000 pending ones:
-// 500 keys whose head failed (retrying, each with 4 entries waiting behind
-// it), 88,000 more due and 10,000 scheduled.
+// 500 keys whose head failed (retrying, each with 4 or 5 entries waiting
+// behind it), 89,500 more due and 10,000 scheduled.
 func seedBudget(t *testing.T, s browserStore) {
 	t.Helper()
 	ctx := context.Background()
