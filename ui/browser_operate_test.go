@@ -134,11 +134,12 @@ func waitRows(t *testing.T, tab context.Context, table string, want []string) {
 		fmt.Sprintf(`JSON.stringify(%s) === %s`, idsShownJS(table), jsQuote(jsonString(want))))
 }
 
-// TestBrowserOperator: on PostgreSQL and Redis, the state tabs list what the store
-// lists in each state; the partition with the highest lag links to its
-// blocked keys, whose head opens on its history with only the actions its
-// state allows; pause and resume from the overview and the partitions
-// page change what the store has paused; the relays page shows the fleet
+// TestBrowserOperator: on PostgreSQL and Redis, the state tabs list what
+// the store lists in each state; the partition with the highest lag links
+// to its blocked keys, whose head opens on its history with only the
+// actions its state allows; pause and resume from the overview, an
+// entry's page (its topic) and the partitions page change what the store
+// has paused; the relays page shows the fleet
 // and the partitions no relay holds.
 func TestBrowserOperator(t *testing.T) {
 	t.Parallel()
@@ -267,6 +268,15 @@ func browserPauseAndResume(t *testing.T, browser context.Context, s browserStore
 	shot(t, s, tab, "overview-paused")
 	confirmAction(t, tab, `#paused-table tr[data-topic="shipments.dispatched"] button.resume`, "resumed")
 	waitPage(t, tab, "no paused topic", `document.querySelector('#paused-table tr[data-topic]') === null`)
+	wantPaused(t, s, nil, nil)
+
+	// From an entry's page: its topic.
+	routePage(t, tab, "#/entry/ship-42-1")
+	waitPage(t, tab, "the entry's pause button", visibleJS("pause-entry-topic")+` && `+textJS("pause-entry-topic")+` === "Pause topic shipments.dispatched"`)
+	confirmAction(t, tab, "#pause-entry-topic", "paused")
+	wantPaused(t, s, []string{"shipments.dispatched"}, nil)
+	waitPage(t, tab, "the entry's resume button", textJS("pause-entry-topic")+` === "Resume topic shipments.dispatched"`)
+	confirmAction(t, tab, "#pause-entry-topic", "resumed")
 	wantPaused(t, s, nil, nil)
 
 	routePage(t, tab, "#/partitions")

@@ -309,7 +309,7 @@ func TestBrowserReadOnly(t *testing.T) {
 	}
 	clickPage(t, tab, `#entries-table [data-id="ro-0002"] td:nth-child(2)`)
 	waitPage(t, tab, "the detail of ro-0002", visibleJS("entry-detail")+` && `+textJS("entry-id")+`.trim() === "ro-0002"`)
-	for _, id := range []string{"requeue-one", "cancel-one"} {
+	for _, id := range []string{"requeue-one", "cancel-one", "pause-entry-topic"} {
 		if evalIn[bool](t, tab, visibleJS(id)) {
 			t.Errorf("read-only: %s is shown on an entry", id)
 		}

@@ -136,7 +136,8 @@
 // data-partition=P); entry-detail, entry-back, entry-id, entry-state,
 // entry-attempts, entry-last-error, entry-history, entry-headers,
 // payload-text, payload-json, payload-hex (the three views; tabs
-// view-text, view-json, view-hex), requeue-one, cancel-one;
+// view-text, view-json, view-hex), requeue-one, cancel-one,
+// pause-entry-topic (Pause or Resume topic T);
 // confirm-dialog, confirm-message, confirm-yes, confirm-no; status; toast
 // (the last action's result).
 package ui

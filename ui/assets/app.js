@@ -7,7 +7,7 @@ import {
   setStatus, toast, confirmAction, closeConfirm,
 } from './lib.js';
 import { STATES, showState, showBlocked, loadList, loadBlocked, initLists, applyFilter, describe } from './lists.js';
-import { loadPartitions, loadRelays, paintPaused, initFleet } from './fleet.js';
+import { loadPartitions, loadRelays, paintPaused, initFleet, pauseAction } from './fleet.js';
 import { loadEntry, shown, initEntry } from './entry.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
@@ -152,12 +152,28 @@ async function loadOverview() {
   chart($('chart-parked'), samples, 'parked');
   chart($('chart-lag'), samples, 'lag_seconds');
   paintPaused(ov.paused, loadOverview);
+  if (S.page === 'entry') paintEntryTopic();
   const meta = [];
   if (ov.partitions != null) meta.push(plural(ov.partitions, 'partition', 'partitions'));
   if (st.oldest_due) meta.push('oldest due ' + fmtTime(st.oldest_due));
   if (ov.sample_interval_seconds) meta.push('sampled every ' + ov.sample_interval_seconds + ' s');
   meta.push('updated ' + fmtTime(ov.now || new Date().toISOString()));
   $('overview-meta').textContent = meta.join(' · ');
+}
+
+// topicPaused reports whether the last overview says topic is paused.
+function topicPaused(topic) {
+  return !!(S.ov && S.ov.paused && S.ov.paused.topics.some((t) => t.topic === topic));
+}
+
+// paintEntryTopic labels the entry page's pause button for the topic of
+// the entry shown: Pause or Resume, by the last overview.
+function paintEntryTopic() {
+  const e = shown();
+  const b = $('pause-entry-topic');
+  b.hidden = !e || !S.features.pause || !e.topic;
+  if (b.hidden) return;
+  b.textContent = (topicPaused(e.topic) ? 'Resume topic ' : 'Pause topic ') + e.topic;
 }
 
 // ---- routing ------------------------------------------------------------
@@ -205,7 +221,11 @@ function route() {
     }
     default:
       highlight('entries', null);
-      loadEntry(arg, (state) => { if (S.page === 'entry') highlight('entries', state); });
+      loadEntry(arg, (state) => {
+        if (S.page !== 'entry') return;
+        highlight('entries', state);
+        paintEntryTopic();
+      });
   }
 }
 
@@ -239,6 +259,14 @@ function init() {
     if (!e) return;
     const back = '#/entries/' + (e.status || 'parked');
     act('cancel', { ids: [e.id] }, 'Cancel entry ' + e.id + '? It is deleted for good and never delivered.', ' (' + e.id + ')', () => { location.hash = back; });
+  });
+
+  // Pause (or resume) the topic of the entry shown, from its page.
+  $('pause-entry-topic').addEventListener('click', () => {
+    const e = shown();
+    if (!e) return;
+    const paused = topicPaused(e.topic);
+    pauseAction(!paused, { topic: e.topic }, async () => { await loadOverview(); paintEntryTopic(); });
   });
 
   $('confirm-yes').addEventListener('click', () => closeConfirm(true));
