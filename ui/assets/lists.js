@@ -66,7 +66,7 @@ function errorCell(e) {
   td.append(box);
   td.title = err;
   const cut = e.last_error_bytes > new TextEncoder().encode(err).length;
-  if (cut || err.length > 120) {
+  if (cut || err.length > 80) { // about what two lines of the cell hold
     const b = el('button', 'more', 'more');
     b.type = 'button';
     b.title = cut ? 'show the whole error (' + fmtNum(e.last_error_bytes) + ' bytes)' : 'show the whole error';
