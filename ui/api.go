@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -80,6 +79,8 @@ type overviewJSON struct {
 	Stats          counts       `json:"stats"`
 	Held           *holdJSON    `json:"held"`
 	Sealed         *bool        `json:"sealed"`
+	Paused         *pausedJSON  `json:"paused"`
+	Features       featuresJSON `json:"features"`
 	SampleInterval float64      `json:"sample_interval_seconds"`
 	Samples        []sampleJSON `json:"samples"`
 }
@@ -99,6 +100,7 @@ func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
 		Store: s.opts.StoreName, Kind: s.opts.Kind, Outbox: s.opts.Outbox, ReadOnly: s.opts.ReadOnly,
 		Partitions: s.store.Partitions(), Now: now.UTC(), Stats: toCounts(st, now),
 		SampleInterval: s.opts.SampleInterval.Seconds(), Samples: []sampleJSON{},
+		Features: s.features(),
 	}
 	if h, ok := s.store.(outbox.Holder); ok {
 		hs, err := h.HoldState(ctx)
@@ -116,6 +118,14 @@ func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
 		}
 		o.Sealed = &sealed
 	}
+	if pz, ok := s.store.(outbox.Pauser); ok {
+		p, err := pz.Paused(ctx)
+		if err != nil {
+			s.storeError(w, "reading what is paused", err)
+			return
+		}
+		o.Paused = toPaused(p)
+	}
 	for _, smp := range s.samples() {
 		o.Samples = append(o.Samples, sampleJSON{T: smp.T, counts: toCounts(smp.Stats, smp.T)})
 	}
@@ -131,7 +141,10 @@ type leaseJSON struct {
 type partitionJSON struct {
 	Partition int `json:"partition"`
 	counts
-	Lease *leaseJSON `json:"lease"`
+	Lease       *leaseJSON `json:"lease"`
+	OldestDueID *string    `json:"oldest_due_id"`
+	BlockedKeys *int64     `json:"blocked_keys"`
+	PausedSince *time.Time `json:"paused_since"`
 }
 
 func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) {
@@ -143,17 +156,40 @@ func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"partitions": nil})
 		return
 	}
-	ps, err := pi.PartitionStats(r.Context())
+	ctx := r.Context()
+	ps, err := pi.PartitionStats(ctx)
 	if err != nil {
 		s.storeError(w, "reading the partitions", err)
 		return
 	}
+	paused := map[int]time.Time{}
+	if pz, ok := s.store.(outbox.Pauser); ok {
+		p, err := pz.Paused(ctx)
+		if err != nil {
+			s.storeError(w, "reading what is paused", err)
+			return
+		}
+		for _, pp := range p.Partitions {
+			paused[pp.Partition] = pp.Since
+		}
+	}
+	_, lister := s.store.(outbox.Lister)
 	now := s.opts.Now()
 	out := make([]partitionJSON, 0, len(ps))
 	for _, p := range ps {
 		pj := partitionJSON{Partition: p.Partition, counts: toCounts(p.Stats, now)}
 		if p.Lease.Owner != "" {
 			pj.Lease = &leaseJSON{Owner: p.Lease.Owner, Version: p.Lease.Version, Expires: p.Lease.Expires.UTC()}
+		}
+		if lister { // the backend fills these only then
+			pj.BlockedKeys = &p.BlockedKeys
+			if p.OldestDueID != "" {
+				pj.OldestDueID = &p.OldestDueID
+			}
+		}
+		if since, ok := paused[p.Partition]; ok {
+			since = since.UTC()
+			pj.PausedSince = &since
 		}
 		out = append(out, pj)
 	}
@@ -162,20 +198,24 @@ func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) {
 
 // summaryJSON is SUMMARY of the package documentation.
 type summaryJSON struct {
-	ID           string    `json:"id"`
-	Topic        string    `json:"topic"`
-	Key          string    `json:"key"`
-	Partition    int       `json:"partition"`
-	Attempts     int       `json:"attempts"`
-	CreatedAt    time.Time `json:"created_at"`
-	LastError    string    `json:"last_error"`
-	PayloadBytes int       `json:"payload_bytes"`
+	ID        string    `json:"id"`
+	Topic     string    `json:"topic"`
+	Key       string    `json:"key"`
+	Partition int       `json:"partition"`
+	Attempts  int       `json:"attempts"`
+	CreatedAt time.Time `json:"created_at"`
+	LastError string    `json:"last_error"`
+	// LastErrorBytes is the length of the whole last error: more than
+	// len(LastError) when the summary cut it.
+	LastErrorBytes int `json:"last_error_bytes"`
+	PayloadBytes   int `json:"payload_bytes"`
 }
 
 func toSummary(e outbox.Entry, errLen int) summaryJSON {
 	return summaryJSON{
 		ID: e.ID, Topic: e.Topic, Key: e.Key, Partition: e.Partition, Attempts: e.Attempts,
-		CreatedAt: e.CreatedAt.UTC(), LastError: cut(e.LastError, errLen), PayloadBytes: len(e.Payload),
+		CreatedAt: e.CreatedAt.UTC(), LastError: cut(e.LastError, errLen), LastErrorBytes: len(e.LastError),
+		PayloadBytes: len(e.Payload),
 	}
 }
 
@@ -200,18 +240,15 @@ func (s *Server) handleParked(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	f, err := parseFilter(filterJSON{Topic: q.Get("topic"), Key: q.Get("key"), Error: q.Get("error"), Since: q.Get("since"), Until: q.Get("until")}, s.opts.Now())
+	f, err := s.queryFilter(q)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	limit := defaultLimit
-	if v := q.Get("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("ui: limit=%q is not a positive whole number; give 1 to %d (default %d)", v, maxLimit, defaultLimit))
-			return
-		}
-		limit = min(limit, maxLimit)
+	limit, err := queryLimit(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	entries, next, err := s.scanParked(r.Context(), f, q.Get("after"), limit)
 	if err != nil {
@@ -250,10 +287,43 @@ type payloadJSON struct {
 type entryJSON struct {
 	summaryJSON
 	State     string            `json:"state"`
+	Status    outbox.EntryState `json:"status"`
+	Deferred  bool              `json:"deferred"`
 	NotBefore *time.Time        `json:"not_before"`
 	DueAt     *time.Time        `json:"due_at"`
 	Headers   map[string]string `json:"headers"`
-	Payload   payloadJSON       `json:"payload"`
+	History   []attemptJSON     `json:"history"`
+	Actions   actionsJSON       `json:"actions"`
+	Payload   *payloadJSON      `json:"payload"`
+}
+
+// attemptJSON is one attempt of an entry's history.
+type attemptJSON struct {
+	At    time.Time `json:"at"`
+	Owner string    `json:"owner"`
+	Error string    `json:"error"`
+}
+
+// actionsJSON says which actions the entry's state allows on this
+// dashboard: requeue when parked, cancel when the store can cancel;
+// neither when the dashboard is read-only.
+type actionsJSON struct {
+	Requeue bool `json:"requeue"`
+	Cancel  bool `json:"cancel"`
+}
+
+// stateOf is the state of an entry as [outbox.Lister.Entries] would select
+// it, judged by now.
+func stateOf(info outbox.EntryInfo, now time.Time) outbox.EntryState {
+	switch {
+	case info.Parked:
+		return outbox.StateParked
+	case !info.DueAt.After(now):
+		return outbox.StateDue
+	case info.Attempts > 0:
+		return outbox.StateRetrying
+	}
+	return outbox.StateScheduled
 }
 
 func (s *Server) handleEntry(w http.ResponseWriter, r *http.Request) {
@@ -261,6 +331,15 @@ func (s *Server) handleEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	withPayload := true
+	switch v := r.URL.Query().Get("payload"); v {
+	case "":
+	case "none":
+		withPayload = false
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("ui: payload=%q: give payload=none to leave the payload out, or no payload parameter", v))
+		return
+	}
 	lk, ok := s.store.(outbox.Looker)
 	if !ok {
 		writeError(w, http.StatusNotImplemented, fmt.Sprintf("ui: this backend (%T) does not implement outbox.Looker, which the entry view needs; find the entry in /api/parked", s.store))
@@ -275,19 +354,30 @@ func (s *Server) handleEntry(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "looking the entry up", err)
 		return
 	}
+	_, canCancel := s.store.(outbox.Canceler)
 	e := entryJSON{
 		summaryJSON: toSummary(info.Entry, -1),
 		State:       "pending",
+		Status:      stateOf(info, s.opts.Now()),
+		Deferred:    info.Deferred,
 		NotBefore:   tptr(info.NotBefore),
 		DueAt:       tptr(info.DueAt),
 		Headers:     info.Headers,
-		Payload:     renderPayload(info.Payload),
+		History:     make([]attemptJSON, 0, len(info.History)),
+		Actions:     actionsJSON{Requeue: info.Parked && !s.opts.ReadOnly, Cancel: canCancel && !s.opts.ReadOnly},
+	}
+	if withPayload {
+		p := renderPayload(info.Payload)
+		e.Payload = &p
 	}
 	if info.Parked {
 		e.State = "parked"
 	}
 	if e.Headers == nil {
 		e.Headers = map[string]string{}
+	}
+	for _, a := range info.History {
+		e.History = append(e.History, attemptJSON{At: a.At.UTC(), Owner: a.Owner, Error: a.Error})
 	}
 	writeJSON(w, http.StatusOK, e)
 }

@@ -25,7 +25,7 @@ import (
 
 // browserTimeout bounds one top-level browser test, subtests included:
 // the browser it starts is killed when it runs out.
-const browserTimeout = 30 * time.Second
+const browserTimeout = 3 * time.Minute
 
 // browserWait bounds one wait for the page.
 const browserWait = 10 * time.Second
@@ -167,8 +167,8 @@ func textJS(id string) string {
 	return fmt.Sprintf(`((e) => e ? e.textContent : "")(document.getElementById(%s))`, jsQuote(id))
 }
 
-// rowsJS is a JavaScript expression: the data-id of the parked table's rows.
-const rowsJS = `Array.from(document.querySelectorAll("#parked-table [data-id]")).map((r) => r.getAttribute("data-id"))`
+// rowsJS is a JavaScript expression: the data-id of the entries table's rows.
+const rowsJS = `Array.from(document.querySelectorAll("#entries-table [data-id]")).map((r) => r.getAttribute("data-id"))`
 
 // evalIn evaluates expr in tab and decodes its value.
 func evalIn[T any](t *testing.T, tab context.Context, expr string) T {

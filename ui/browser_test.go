@@ -66,7 +66,7 @@ func overviewReady(parked int64) string {
 }
 
 // rowsReady is a predicate: the parked table shows at least one row.
-const rowsReady = `document.querySelectorAll("#parked-table [data-id]").length > 0`
+const rowsReady = `document.querySelectorAll("#entries-table [data-id]").length > 0`
 
 // TestBrowserOverviewParkedRequeue: on the memory backend, the overview
 // shows the store's counts, the parked list its entries; a row opens the
@@ -146,7 +146,7 @@ func TestBrowserOverviewParkedRequeue(t *testing.T) {
 	}
 	waitPage(t, tab, "the parked rows", rowsReady)
 	const pick = "evt-0007"
-	clickPage(t, tab, fmt.Sprintf(`#parked-table [data-id=%s]`, jsQuote(pick)))
+	clickPage(t, tab, fmt.Sprintf(`#entries-table [data-id=%s] td:nth-child(2)`, jsQuote(pick)))
 	waitPage(t, tab, "the detail of "+pick, visibleJS("entry-detail")+` && `+textJS("entry-id")+`.trim() === `+jsQuote(pick))
 	if st := evalIn[string](t, tab, textJS("entry-state")); !strings.Contains(strings.ToLower(st), "parked") {
 		t.Errorf("entry-state %q, want parked", st)
@@ -282,14 +282,15 @@ func testBrowserPayloads(t *testing.T, browser context.Context, s browserStore) 
 	waitPage(t, tab, "the rows of topic "+topic, fmt.Sprintf(`JSON.stringify(%s.sort()) === %s`, rowsJS, jsQuote(jsonString(odd))))
 	toast := confirmAction(t, tab, "#cancel-filtered", "cancel")
 	t.Logf("%s: toast after cancel-filtered: %q", s.kind, toast)
-	waitPage(t, tab, "the filtered list to empty", `document.querySelectorAll("#parked-table [data-id]").length === 0`)
+	waitPage(t, tab, "the filtered list to empty", `document.querySelectorAll("#entries-table [data-id]").length === 0`)
 	if got := storeParkedIDs(t, s); !reflect.DeepEqual(got, map[string]bool{"keep-1": true, "keep-2": true}) {
 		t.Errorf("after cancel-filtered by topic %s the store's parked entries are %v, want keep-1 and keep-2", topic, got)
 	}
 }
 
-// TestBrowserReadOnly: a read-only dashboard shows no action, on the list
-// or on an entry.
+// TestBrowserReadOnly: a read-only dashboard shows no action, on the list,
+// on an entry, on the overview (pause) or on the partitions (pause,
+// resume).
 func TestBrowserReadOnly(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
@@ -306,12 +307,23 @@ func TestBrowserReadOnly(t *testing.T) {
 			t.Errorf("read-only: %s is shown on the parked list", id)
 		}
 	}
-	clickPage(t, tab, `#parked-table [data-id="ro-0002"]`)
+	clickPage(t, tab, `#entries-table [data-id="ro-0002"] td:nth-child(2)`)
 	waitPage(t, tab, "the detail of ro-0002", visibleJS("entry-detail")+` && `+textJS("entry-id")+`.trim() === "ro-0002"`)
-	for _, id := range []string{"requeue-one", "cancel-one"} {
+	for _, id := range []string{"requeue-one", "cancel-one", "pause-entry-topic"} {
 		if evalIn[bool](t, tab, visibleJS(id)) {
 			t.Errorf("read-only: %s is shown on an entry", id)
 		}
+	}
+	// No pause or resume either, though the store can pause.
+	routePage(t, tab, "#/overview")
+	waitPage(t, tab, "the paused panel", visibleJS("paused-table"))
+	if evalIn[bool](t, tab, visibleJS("pause-form")) {
+		t.Errorf("read-only: the pause form is shown on the overview")
+	}
+	routePage(t, tab, "#/partitions")
+	waitPage(t, tab, "the partitions", `document.querySelectorAll("#partitions-table [data-partition]").length === 1`)
+	if n := evalIn[int](t, tab, `Array.from(document.querySelectorAll("#partitions-table button")).filter((b) => b.getClientRects().length > 0).length`); n != 0 {
+		t.Errorf("read-only: %d buttons are shown on the partitions", n)
 	}
 }
 

@@ -28,11 +28,15 @@
 //	{outbox:0}:leasever  counter last lease version (never expires)
 //	{outbox:0}:seq       counter last append sequence (also bumped when a member moves within pending)
 //	{outbox:0}:keyseq    hash    entry key -> last per-key sequence number (only with Options.KeySequence)
+//	{outbox:0}:history   hash    entry ID -> attempt history and deferred flag (attempted or deferred entries only)
+//	{outbox:0}:paused    hash    paused topic -> since (ms); field "" while the partition is paused (see Pauses)
 //
 // and the outbox as a whole, in the slot of the prefix's own tag:
 //
 //	{outbox}:meta        hash    partitions, created-at (ms): the stored partition count
 //	{outbox}:members     hash    relay owner -> membership record (see Membership)
+//	{outbox}:memberinfo  hash    relay owner -> host, version, start, last heartbeat
+//	{outbox}:pauses      hash    "t:"+topic, "p:"+partition -> since (ms): what is paused (see Pauses)
 //
 // keys.go builds every one of these names. Every key a script touches is
 // passed in KEYS. Wake-ups are published on one sharded pub/sub channel
@@ -70,7 +74,22 @@
 // MaxPartitions and the partitions it holds. Heartbeat (heartbeat.lua)
 // writes the caller's record, deletes up to 100 expired ones and returns
 // the live ones, sorted by owner in Go; Leave (leave.lua) deletes one.
-// Each is one round trip on one slot.
+// Each is one round trip on one slot. The relay's Host, Version and
+// Started, and its last heartbeat (Renewed), are kept beside the record in
+// the memberinfo hash; [Backend.Members] lists them.
+//
+// # Operators
+//
+// [Backend.MarkFailed] keeps each entry's last attempts (time, error,
+// owner) in its partition's history hash, which the claim never reads; a
+// deferral (Failure.Deferred) is not an attempt and marks the entry so it
+// holds back its key. [Backend.PauseTopic] and [Backend.PausePartition]
+// write a record in the pauses hash and each partition's paused hash, which
+// the claim reads once per call. [Backend.Entries] and
+// [Backend.BlockedKeys] list by state and by blocked key, scanning the
+// pending sets in bounded chunks. docs/redis.md ("Attempt history and
+// deferrals", "Pauses", "Listing entries and blocked keys") gives the
+// layouts and costs.
 //
 // # Inspection
 //
