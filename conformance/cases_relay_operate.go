@@ -53,10 +53,46 @@ func relayPausedTopicFleet[Tx any](t *testing.T, s *env[Tx]) {
 	if err := pauser.PauseTopic(s.ctx, pausedTopic); err != nil {
 		t.Fatalf("PauseTopic(%q): %v", pausedTopic, err)
 	}
-	// Keys of one topic each, appended interleaved, and keys whose first
-	// entry is of the paused topic and the next of the live one: those
-	// wait behind it.
-	var paused, live, behind, all []outbox.Entry
+	paused, live, behind, all := pauseFleetEntries()
+	for chunk := range slices.Chunk(all, 7) {
+		if err := s.appendRecorded(s.ctx, rec, false, chunk...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The live topic flows while the paused one waits.
+	deadline := time.Now().Add(relayWait)
+	for !rec.deliveredAll(live) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v the live topic's entries were not all delivered while the other topic is paused: missing %v; %s", relayWait, rec.undelivered(live), stats())
+		}
+		s.sleep(t, pollEvery)
+	}
+	// Ten poll intervals more: nothing of the paused topic, nor behind
+	// it, reaches the sink.
+	s.sleep(t, 10*relayOptions("").PollInterval)
+	s.checkPausedUntouched(t, rec, paused, behind)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	if err := pauser.ResumeTopic(s.ctx, pausedTopic); err != nil {
+		t.Fatalf("ResumeTopic(%q): %v", pausedTopic, err)
+	}
+	rec.waitDone(t, s.ctx, stats)
+	for _, r := range relays {
+		stopRelay(t, r)
+	}
+	dups := rec.check(t)
+	t.Logf("%d entries of the live topic delivered while %d of the paused one (and %d behind them) waited, then all after the resume; %d duplicate deliveries; %s",
+		len(live), len(paused), len(behind), dups, stats())
+}
+
+// pauseFleetEntries builds the entries of relayPausedTopicFleet: keys of
+// one topic each, appended interleaved (paused and live), and keys whose
+// first entry is of the paused topic and the next of the live one (behind:
+// those wait behind it). all is every entry in append order.
+func pauseFleetEntries() (paused, live, behind, all []outbox.Entry) {
 	for i := range 6 {
 		for k := range 4 {
 			p := entry(fmt.Sprintf("p%d-%02d", k, i), fmt.Sprintf("pk%d", k))
@@ -77,23 +113,13 @@ func relayPausedTopicFleet[Tx any](t *testing.T, s *env[Tx]) {
 			}
 		}
 	}
-	for chunk := range slices.Chunk(all, 7) {
-		if err := s.appendRecorded(s.ctx, rec, false, chunk...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return paused, live, behind, all
+}
 
-	// The live topic flows while the paused one waits.
-	deadline := time.Now().Add(relayWait)
-	for !rec.deliveredAll(live) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v the live topic's entries were not all delivered while the other topic is paused: missing %v; %s", relayWait, rec.undelivered(live), stats())
-		}
-		s.sleep(t, pollEvery)
-	}
-	// Ten poll intervals more: nothing of the paused topic, nor behind
-	// it, reaches the sink.
-	s.sleep(t, 10*relayOptions("").PollInterval)
+// checkPausedUntouched fails the test if an entry of the paused topic, or
+// behind one, reached the sink, or if a paused entry counts an attempt.
+func (s *env[Tx]) checkPausedUntouched(t *testing.T, rec *recorder, paused, behind []outbox.Entry) {
+	t.Helper()
 	for _, e := range slices.Concat(paused, behind) {
 		if n := rec.attemptsOf(e.ID); n != 0 {
 			t.Errorf("%s (topic %s, key %s) was handed to the sink %d times while topic %q is paused", e.ID, e.Topic, e.Key, n, pausedTopic)
@@ -110,20 +136,6 @@ func relayPausedTopicFleet[Tx any](t *testing.T, s *env[Tx]) {
 			}
 		}
 	}
-	if t.Failed() {
-		t.FailNow()
-	}
-
-	if err := pauser.ResumeTopic(s.ctx, pausedTopic); err != nil {
-		t.Fatalf("ResumeTopic(%q): %v", pausedTopic, err)
-	}
-	rec.waitDone(t, s.ctx, stats)
-	for _, r := range relays {
-		stopRelay(t, r)
-	}
-	dups := rec.check(t)
-	t.Logf("%d entries of the live topic delivered while %d of the paused one (and %d behind them) waited, then all after the resume; %d duplicate deliveries; %s",
-		len(live), len(paused), len(behind), dups, stats())
 }
 
 // deliveredAll reports whether every entry of es was delivered.
