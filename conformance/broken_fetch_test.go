@@ -35,6 +35,8 @@ func (w *broken) FetchBatch(ctx context.Context, lease outbox.Lease, limit int) 
 	switch w.variant {
 	case "fetch-batch-unfenced":
 		lease = w.current(lease)
+	case "fetch-batch-ignores-pause":
+		return w.fetchIgnoringPause(ctx, lease, limit)
 	}
 	b, err := w.fetchBatch(ctx, lease, limit)
 	if err == nil && w.variant == "fetch-batch-reversed" {

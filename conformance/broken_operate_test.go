@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/outboxrelay/outbox"
@@ -175,4 +176,16 @@ func (w *broken) deferredIn(ctx context.Context, partition int) bool {
 		}
 	}
 	return false
+}
+
+// TestOperatorCasesPassOnTheWrapper runs the operator areas on the broken
+// wrapper with the variant "none" (in TestBrokenChild subprocesses) and
+// requires every case to run and pass: the wrapper's hooks break nothing
+// by themselves, so each variant's failures are its own.
+func TestOperatorCasesPassOnTheWrapper(t *testing.T) {
+	for _, area := range []string{"History", "Deferred", "Lister", "Collation", "Pauser", "MemberLister"} {
+		t.Run(area, func(t *testing.T) {
+			requirePassOnVariantNone(t, area, "the broken wrapper with no variant")
+		})
+	}
 }

@@ -23,6 +23,7 @@ var pauserVariants = []variant{
 	{"pause-partition-unfenced", "a fetch of a paused partition returns nothing without checking the lease", []string{"Pauser/PausedPartitionFetchesNothing"}},
 	{"pause-since-reset", "pausing a paused topic or partition restarts its Since", []string{"Pauser/IdempotentAndSinceKept"}},
 	{"paused-unsorted", "Paused reports topics and partitions in reverse order", []string{"Pauser/IdempotentAndSinceKept"}},
+	{"fetch-batch-ignores-pause", "FetchBatch and FetchNext return the entries of paused topics and partitions (FindPendingBatch leaves them out)", []string{"Pauser/EveryFetchSkipsPaused"}},
 	{"pause-arguments-unchecked", "PauseTopic and ResumeTopic accept an empty topic, PausePartition and ResumePartition a partition out of range (doing nothing)", []string{"Pauser/RejectsBadArguments"}},
 }
 
@@ -170,6 +171,30 @@ func (w *broken) beforeFetchOperate(ctx context.Context, lease outbox.Lease) boo
 	}
 	p, err := w.Backend.Paused(ctx)
 	return err == nil && slices.ContainsFunc(p.Partitions, func(pp outbox.PausedPartition) bool { return pp.Partition == lease.Partition })
+}
+
+// fetchIgnoringPause is the FetchBatch of the fetch-batch-ignores-pause
+// variant: it lifts every pause for the fetch and puts them back after it
+// (with a new Since, which the cases of this variant do not read).
+func (w *broken) fetchIgnoringPause(ctx context.Context, lease outbox.Lease, limit int) (outbox.Batch, error) {
+	p, err := w.Backend.Paused(ctx)
+	if err != nil {
+		return outbox.Batch{}, err
+	}
+	for _, pt := range p.Topics {
+		_ = w.Backend.ResumeTopic(ctx, pt.Topic)
+	}
+	for _, pp := range p.Partitions {
+		_ = w.Backend.ResumePartition(ctx, pp.Partition)
+	}
+	b, err := w.fetchBatch(ctx, lease, limit)
+	for _, pt := range p.Topics {
+		_ = w.Backend.PauseTopic(ctx, pt.Topic)
+	}
+	for _, pp := range p.Partitions {
+		_ = w.Backend.PausePartition(ctx, pp.Partition)
+	}
+	return b, err
 }
 
 // pausedFetch is the fetch of the variants that keep pauses in the

@@ -18,6 +18,7 @@ func pauserCases[Tx any]() []testCase[Tx] {
 	return []testCase[Tx]{
 		{group: "Pauser", name: "PausedTopicNotFetched", run: pauseTopicNotFetched[Tx]},
 		{group: "Pauser", name: "ResumeDeliversInKeyOrder", run: pauseResumeOrder[Tx]},
+		{group: "Pauser", name: "EveryFetchSkipsPaused", partitions: 2, run: pauseEveryFetch[Tx]},
 		{group: "Pauser", name: "PausedPartitionFetchesNothing", partitions: 2, run: pausePartition[Tx]},
 		{group: "Pauser", name: "IdempotentAndSinceKept", partitions: 4, run: pauseIdempotent[Tx]},
 		{group: "Pauser", name: "RejectsBadArguments", partitions: 2, run: pauseBadArguments[Tx]},
@@ -97,6 +98,50 @@ func pauseResumeOrder[Tx any](t *testing.T, s *env[Tx]) {
 		t.Fatalf("Paused after ResumeTopic reports %+v; want nothing paused", got)
 	}
 	expectIDs(t, "fetch after the resume (every entry, each key in append order)", s.fetch(t, l, 100), "p1", "c1", "c2", "p2", "p3", "c3")
+}
+
+// pauseEveryFetch checks what PausedTopicNotFetched and
+// PausedPartitionFetchesNothing check of FindPendingBatch with FetchBatch
+// and FetchNext, where the backend implements them.
+func pauseEveryFetch[Tx any](t *testing.T, s *env[Tx]) {
+	p := s.pauser(t)
+	bf, isBF := s.b.(outbox.BatchFetcher)
+	pf, isPF := s.b.(outbox.Prefetcher)
+	if !isBF && !isPF {
+		t.Skipf("the backend (%T) implements neither outbox.BatchFetcher nor outbox.Prefetcher", s.b)
+	}
+	k, j := keyIn(0, s.parts, "k"), keyIn(0, s.parts, "j")
+	s.appendCommit(t, on(pausedTopic, "p1", k), on(topic, "c1", k), on(topic, "c2", j), on(topic, "e1", keyIn(1, s.parts, "e")))
+	if err := p.PauseTopic(s.ctx, pausedTopic); err != nil {
+		t.Fatalf("PauseTopic(%q): %v", pausedTopic, err)
+	}
+	if err := p.PausePartition(s.ctx, 1); err != nil {
+		t.Fatalf("PausePartition(1): %v", err)
+	}
+	l0 := s.acquire(t, 0, s.owner("relay"), longTTL)
+	l1 := s.acquire(t, 1, s.owner("relay"), longTTL)
+	if isBF {
+		for _, c := range []struct {
+			l    outbox.Lease
+			want []string
+		}{{l0, []string{"c2"}}, {l1, nil}} {
+			b, err := bf.FetchBatch(s.ctx, c.l, 100)
+			if err != nil {
+				t.Fatalf("FetchBatch(%s): %v", fmtLease(c.l), err)
+			}
+			expectIDs(t, fmt.Sprintf("FetchBatch(%s) while topic %q and partition 1 are paused", fmtLease(c.l), pausedTopic), b.Entries, c.want...)
+			if len(b.Entries) > 0 {
+				s.release(t, c.l, ids(b.Entries)...)
+			}
+		}
+	}
+	if isPF {
+		inFlight := s.fetch(t, l0, 1)
+		expectIDs(t, "FindPendingBatch(limit 1) while paused", inFlight, "c2")
+		expectIDs(t, "FetchNext behind c2 while topic "+pausedTopic+" is paused (p1 paused, c1 held back by it)", s.fetchNext(t, pf, l0, 100, inFlight))
+		expectIDs(t, "FetchNext of the paused partition 1", s.fetchNext(t, pf, l1, 100, nil))
+		s.release(t, l0, "c2")
+	}
 }
 
 func pausePartition[Tx any](t *testing.T, s *env[Tx]) {

@@ -83,6 +83,48 @@
 //     sent, cancelled or never appended ID is [outbox.ErrNotFound]; the
 //     entry returned is the caller's. Both refuse a closed backend and
 //     return a cancelled context's error.
+//   - History, Deferred: the attempt history and the breaker's deferral,
+//     read through [outbox.Looker] (skipped, saying so, without it). Each
+//     MarkFailed that is not Deferred adds an attempt with its error, the
+//     lease's owner and the store's time, oldest first, the last
+//     [outbox.MaxAttemptHistory] kept, parks included, kept by Requeue. A
+//     Deferred failure leaves Attempts, LastError and History as they
+//     were, makes the entry due Delay after the store's now and Deferred,
+//     and holds back the later entries of its key (only its key, even
+//     when it was never attempted) until it is sent or parked; a real
+//     failure after it counts; Park with Deferred is refused with
+//     [outbox.ErrInvalidArgument] and nothing of the call is written.
+//   - Lister, Collation: [outbox.Lister] (skipped, saying so, when the
+//     backend does not implement it). Entries selects exactly the entries
+//     of each state (due: claimed, held back and failed with Delay 0
+//     included; scheduled: never attempted, deferred or not; retrying;
+//     parked), each filter field (Topic and Key exact; Error a literal
+//     substring with ASCII letters folded and other bytes, % and _
+//     included, as they are; Since inclusive, Until exclusive), pages by
+//     ID after a given ID, stored or not, and refuses an unknown state, a
+//     limit that is not positive and a closed backend. BlockedKeys lists
+//     the keys whose earliest pending entry was attempted, deferred or is
+//     of a paused topic (not a key whose head is free, not an unkeyed
+//     entry) with the head as Lookup reports it and the count waiting
+//     behind it, the longest blocked first, Since being the head's oldest
+//     attempt or its CreatedAt, pages by (Since, head ID) and filters on
+//     the head; PartitionStats' BlockedKeys and OldestDueID agree with it
+//     and with the due entries. Parked, Entries and BlockedKeys' ties page
+//     in the byte order of IDs with IDs a case-insensitive or locale
+//     collation orders otherwise.
+//   - Pauser: a paused topic's entries are never fetched (by
+//     FindPendingBatch, FetchBatch or FetchNext) nor attempted, and hold
+//     back the later entries of their keys in every topic, other keys
+//     flow; after the resume everything comes, each key in append
+//     order; a paused partition fetches nothing but still refuses a
+//     lease that is not live; pausing again keeps Since, resuming what is
+//     not paused is a no-op, Paused orders topics by bytes and partitions
+//     ascending; an empty topic, a partition out of range and a closed
+//     backend are refused.
+//   - MemberLister: the live members, by Owner, as Heartbeat stored them
+//     (Host and Version cut at 255 bytes, Started to the millisecond),
+//     with Renewed and Expires by the store's clock; an expired or
+//     departed member is not listed; a closed backend is refused.
 //   - PartitionCount: the partition count stored with the outbox. A
 //     backend's constructor opened again (the harness implements
 //     [Reopener]; skipped, saying so, when it does not) accepts the same

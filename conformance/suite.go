@@ -54,9 +54,11 @@ type testCase[Tx any] struct {
 //
 // Cases for the optional interfaces ([outbox.Notifier], [outbox.Canceler],
 // [outbox.Inspector], [outbox.Membership], [outbox.PartitionInspector],
-// [outbox.Looker], and [outbox.Exporter], [outbox.Importer],
-// [outbox.Holder] and [outbox.Sealer] of moving an outbox) are skipped, saying so, when the backend does not
-// implement them, the "PartitionCount" cases when the
+// [outbox.Looker], the operators' [outbox.Lister], [outbox.Pauser] and
+// [outbox.MemberLister], and [outbox.Exporter], [outbox.Importer],
+// [outbox.Holder] and [outbox.Sealer] of moving an outbox) are skipped,
+// saying so, when the backend does not implement them (the History and
+// Deferred cases read entries through [outbox.Looker]), the "PartitionCount" cases when the
 // Harness does not implement [Reopener], and the "Corrupt" cases when it
 // does not implement [Corrupter]. The "Relay" area runs
 // [outbox.Relay] against the backend with a sink under the suite's
