@@ -201,6 +201,13 @@ func testDeferred(t *testing.T, c redis.UniversalClient) {
 	got, err = b.FindPendingBatch(ctx, l, 10)
 	require.NoError(t, err)
 	assert.Empty(t, ids(got), "a2 waits behind its deferred head a1")
+	st, err := b.Stats(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, st.Due, "a1 and b1 are due at their deferral time; a2, held back, by its own")
+	due, err := b.Entries(ctx, outbox.StateDue, outbox.ListFilter{}, "", 10)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	assert.Equal(t, "a2", due[0].ID)
 	for _, st := range []outbox.EntryState{outbox.StateScheduled, outbox.StateRetrying} {
 		es, err := b.Entries(ctx, st, outbox.ListFilter{}, "", 10)
 		require.NoError(t, err)
