@@ -8,11 +8,12 @@
 -- read (below count: the end was reached) and, per member of ranks
 -- start .. start+count-1 whose value is of its sequence and long enough
 -- to hold its key and topic (others are left for the claim to repair or
--- park; Go decodes the values it lists), the nine fields id, score
--- (less PAUSE_BAND for an entry set aside while paused),
--- sequence, position ms, attempts, created-at µs, deferred (1 or 0),
--- key, topic. Neither payloads nor errors are returned; Go reads the
--- values of the entries it lists.
+-- park; Go decodes the values it lists), the six fields id, score
+-- (less PAUSE_BAND for an entry set aside while paused), header (the
+-- value's bytes 2-29: sequence, created-at µs, position ms, attempts, as
+-- encoding.go lays them out), deferred (1 or 0), key, topic. Neither
+-- payloads nor errors are returned; Go reads the values of the entries it
+-- lists.
 local now = now_ms()
 local start, count = tonumber(ARGV[1]), tonumber(ARGV[2])
 local r = redis.call('ZRANGE', KEYS[1], start, start + count - 1, 'WITHSCORES')
@@ -52,13 +53,10 @@ for j = 1, #ids do
       local o = #out
       out[o + 1] = ids[j]
       out[o + 2] = unband(tonumber(r[2 * j]))
-      out[o + 3] = seq_of(m)
-      out[o + 4] = u64(v, 18)
-      out[o + 5] = u32(v, 26)
-      out[o + 6] = u64(v, 10)
-      out[o + 7] = d
-      out[o + 8] = key
-      out[o + 9] = topic
+      out[o + 3] = sub(v, 2, 29)
+      out[o + 4] = d
+      out[o + 5] = key
+      out[o + 6] = topic
     end
   end
 end
