@@ -174,11 +174,17 @@ func (b *Backend) Entries(ctx context.Context, state outbox.EntryState, filter o
 // (ms) of the first call. An ID met twice in a partition (its member moved
 // between two calls) is kept once.
 func (b *Backend) scanPending(ctx context.Context, op string) ([][]pendingRow, int64, error) {
+	return b.scanParts(ctx, op, b.allParts())
+}
+
+// scanParts is scanPending of the partitions ps (the rows of the others
+// are empty).
+func (b *Backend) scanParts(ctx context.Context, op string, ps []int) ([][]pendingRow, int64, error) {
 	rows := make([][]pendingRow, len(b.parts))
 	seen := make([]map[string]bool, len(b.parts))
 	start := make([]int64, len(b.parts))
 	now := int64(-1)
-	for todo := b.allParts(); len(todo) > 0; {
+	for todo := ps; len(todo) > 0; {
 		cmds, err := b.runOn(ctx, op, scriptScan, todo, func(p int) ([]string, []any) {
 			k := &b.parts[p]
 			return []string{k.pending, k.entries, k.history}, []any{start[p], scanChunk}
