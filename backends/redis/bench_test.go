@@ -230,7 +230,8 @@ func BenchmarkBacklog(b *testing.B) {
 }
 
 // BenchmarkInspect times Lookup (of a pending entry, and of an ID no
-// partition has) and PartitionStats with 1, 16 and 64 partitions holding
+// partition has), PartitionStats, a first page of 50 due entries and of
+// 50 blocked keys with 1, 16 and 64 partitions holding
 // 10,000 entries, on a single node and on the Cluster: Lookup runs one
 // script per partition, pipelined (one round trip per node), so its cost
 // grows with the partition count. Run:
@@ -268,6 +269,20 @@ func BenchmarkInspect(b *testing.B) {
 				b.Run("PartitionStats", func(b *testing.B) {
 					for b.Loop() {
 						if _, err := be.PartitionStats(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				b.Run("EntriesDuePage", func(b *testing.B) {
+					for b.Loop() {
+						if _, err := be.Entries(ctx, outbox.StateDue, outbox.ListFilter{}, "", 50); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				b.Run("BlockedKeys", func(b *testing.B) {
+					for b.Loop() {
+						if _, err := be.BlockedKeys(ctx, outbox.ListFilter{}, outbox.BlockedKey{}, 50); err != nil {
 							b.Fatal(err)
 						}
 					}

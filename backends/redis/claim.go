@@ -121,7 +121,7 @@ func (b *Backend) claim(ctx context.Context, op string, lease outbox.Lease, limi
 
 // claimKeys is claim.lua's KEYS for the partition of k.
 func claimKeys(k *keys) []string {
-	return []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq, k.paused}
+	return []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq, k.paused, k.history}
 }
 
 // claimArgs is claim.lua's ARGV, built in one place. The script's header

@@ -30,7 +30,7 @@ func TestClusterPartitionsSpreadWithoutCrossSlot(t *testing.T) {
 	for _, k := range b.parts {
 		slot, err := c.ClusterKeySlot(ctx, k.pending).Result()
 		require.NoError(t, err)
-		for _, key := range []string{k.entries, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.keyseq} {
+		for _, key := range []string{k.entries, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.keyseq, k.history, k.paused} {
 			s, err := c.ClusterKeySlot(ctx, key).Result()
 			require.NoError(t, err)
 			require.Equal(t, slot, s, key)

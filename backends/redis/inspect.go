@@ -188,8 +188,12 @@ func asInt64(v any) (int64, error) {
 // its position (its NotBefore, rounded up, or append time; the requeue time
 // after a requeue), even when it waits behind a failing entry of its key
 // (the claim may have moved its score to that entry's retry time); for a
-// retrying entry, the retry time MarkFailed stored. It is zero for a parked
-// entry. An ID appended under keys of two partitions (possible only across
+// retrying entry, the retry time MarkFailed stored; for a deferred one
+// ([outbox.Failure.Deferred]), its deferral time (Deferred is then true
+// while it is pending). An entry the claim set aside while its topic is
+// paused reports the time it had. It is zero for a parked entry. History
+// is the entry's last attempts, oldest first, from the partition's history
+// hash (read in the same step; nil when it was never attempted). An ID appended under keys of two partitions (possible only across
 // partitions, since idempotency is per partition) reports the lowest one.
 // A quarantined entry (parked by the claim because its stored value could
 // not be used) is reported parked, with the key and topic that could be

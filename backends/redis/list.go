@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -175,11 +174,17 @@ func (b *Backend) Entries(ctx context.Context, state outbox.EntryState, filter o
 // (ms) of the first call. An ID met twice in a partition (its member moved
 // between two calls) is kept once.
 func (b *Backend) scanPending(ctx context.Context, op string) ([][]pendingRow, int64, error) {
+	return b.scanParts(ctx, op, b.allParts())
+}
+
+// scanParts is scanPending of the partitions ps (the rows of the others
+// are empty).
+func (b *Backend) scanParts(ctx context.Context, op string, ps []int) ([][]pendingRow, int64, error) {
 	rows := make([][]pendingRow, len(b.parts))
 	seen := make([]map[string]bool, len(b.parts))
 	start := make([]int64, len(b.parts))
 	now := int64(-1)
-	for todo := b.allParts(); len(todo) > 0; {
+	for todo := ps; len(todo) > 0; {
 		cmds, err := b.runOn(ctx, op, scriptScan, todo, func(p int) ([]string, []any) {
 			k := &b.parts[p]
 			return []string{k.pending, k.entries, k.history}, []any{start[p], scanChunk}
@@ -197,7 +202,7 @@ func (b *Backend) scanPending(ctx context.Context, op string) ([][]pendingRow, i
 			t, err1 := asInt64(res[0])
 			n, err2 := asInt64(res[1])
 			flat, ok := res[2].([]any)
-			if err1 != nil || err2 != nil || !ok || len(flat)%9 != 0 {
+			if err1 != nil || err2 != nil || !ok || len(flat)%scanFields != 0 {
 				return nil, 0, fmt.Errorf("redisoutbox: %s: unexpected result %v of scan.lua on partition %d", op, res, p)
 			}
 			if now < 0 {
@@ -206,8 +211,8 @@ func (b *Backend) scanPending(ctx context.Context, op string) ([][]pendingRow, i
 			if seen[p] == nil {
 				seen[p] = map[string]bool{}
 			}
-			for j := 0; j < len(flat); j += 9 {
-				r, ok := scanRow(p, flat[j:j+9])
+			for j := 0; j < len(flat); j += scanFields {
+				r, ok := scanRow(p, flat[j:j+scanFields])
 				if ok && !seen[p][r.id] {
 					seen[p][r.id] = true
 					rows[p] = append(rows[p], r)
@@ -223,25 +228,31 @@ func (b *Backend) scanPending(ctx context.Context, op string) ([][]pendingRow, i
 	return rows, now, nil
 }
 
-// scanRow reads the nine fields scan.lua reports of one entry.
+// scanFields is how many fields scan.lua reports per entry.
+const scanFields = 6
+
+// scanRow reads the fields scan.lua reports of one entry: id, score,
+// header (sequence, created-at, position, attempts: bytes 1-28 of a
+// format 2 value), deferred, key, topic.
 func scanRow(p int, f []any) (pendingRow, bool) {
 	r := pendingRow{p: p}
 	var ok [4]bool
 	r.id, ok[0] = f[0].(string)
-	score, err := strconv.ParseFloat(fmt.Sprint(f[1]), 64)
-	r.score = int64(score)
-	var ints [5]int64
-	for i := range ints {
-		v, e := asInt64(f[2+i])
-		if e != nil {
-			return r, false
-		}
-		ints[i] = v
+	score, err := asInt64(f[1])
+	r.score = score
+	hdr, ok1 := f[2].(string)
+	d, err2 := asInt64(f[3])
+	r.key, ok[1] = f[4].(string)
+	r.topic, ok[2] = f[5].(string)
+	if !ok1 || len(hdr) != 28 || err != nil || err2 != nil {
+		return r, false
 	}
-	r.seq, r.pos, r.attempts, r.created, r.deferred = ints[0], ints[1], ints[2], ints[3], ints[4] == 1
-	r.key, ok[1] = f[7].(string)
-	r.topic, ok[2] = f[8].(string)
-	return r, ok[0] && ok[1] && ok[2] && err == nil
+	r.seq = int64(beUint64(hdr[0:8]))
+	r.created = int64(beUint64(hdr[8:16]))
+	r.pos = int64(beUint64(hdr[16:24]))
+	r.attempts = int64(uint32(hdr[24])<<24 | uint32(hdr[25])<<16 | uint32(hdr[26])<<8 | uint32(hdr[27]))
+	r.deferred = d == 1
+	return r, ok[0] && ok[1] && ok[2]
 }
 
 // readValues reads the values and histories of ids of partition p...

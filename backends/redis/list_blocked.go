@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/outboxrelay/outbox"
 )
 
@@ -18,8 +20,12 @@ type blockedHead struct {
 // them back (see [Backend.BlockedKeys]): every pending entry is read with
 // scan.lua, the keyed ones are grouped by key, the head of each key is the
 // first in its key's order (position, then append sequence), and it
-// blocks when it was attempted, deferred or its topic is paused (by the
-// partition's paused hash, read in the same call as Paused reads it).
+// blocks when it was attempted, deferred or its topic is paused (as
+// Paused reports it). A partition whose key-order set and paused hash do
+// not exist has no blocked key (an attempted or deferred keyed entry is
+// marked while pending, and only a paused topic blocks an unmarked one),
+// so it is not scanned: while nothing fails and nothing is paused, this
+// costs one pipeline of EXISTS.
 func (b *Backend) blockedHeads(ctx context.Context, op string) ([][]blockedHead, error) {
 	paused, err := b.Paused(ctx)
 	if err != nil {
@@ -29,7 +35,11 @@ func (b *Backend) blockedHeads(ctx context.Context, op string) ([][]blockedHead,
 	for _, t := range paused.Topics {
 		topics[t.Topic] = true
 	}
-	rows, _, err := b.scanPending(ctx, op)
+	ps, err := b.mayBlock(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	rows, _, err := b.scanParts(ctx, op, ps)
 	if err != nil {
 		return nil, err
 	}
@@ -134,4 +144,27 @@ func blockedAfter(k, after *outbox.BlockedKey) bool {
 		return k.Since.After(after.Since)
 	}
 	return k.Head.ID > after.Head.ID
+}
+
+// mayBlock returns the partitions whose key-order set or paused hash
+// exists (one pipeline of EXISTS): the only ones that can have blocked
+// keys.
+func (b *Backend) mayBlock(ctx context.Context, op string) ([]int, error) {
+	cmds := make([]*redis.IntCmd, len(b.parts))
+	_, err := b.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for p := range b.parts {
+			cmds[p] = pipe.Exists(ctx, b.parts[p].keyorder, b.parts[p].paused)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, b.mapErr(ctx, op, err)
+	}
+	var ps []int
+	for p, c := range cmds {
+		if c.Val() > 0 {
+			ps = append(ps, p)
+		}
+	}
+	return ps, nil
 }

@@ -222,6 +222,24 @@ func appendUint32(b []byte, v uint32) []byte {
 	return append(b, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 }
 
+// importArgs is import.lua's quintuple for e: ID, kind, due time, value
+// and history.
+func importArgs(e *outbox.EntryInfo) []any {
+	kind, due := "u", ""
+	switch {
+	case e.Parked:
+		kind = "p"
+	case e.Attempts > 0 || e.Deferred:
+		kind = "a" // marked: it holds back its key
+	case !e.NotBefore.IsZero():
+		kind = "n"
+	}
+	if !e.Parked && !e.DueAt.IsZero() {
+		due = strconv.FormatInt(ceilMillis(e.DueAt), 10)
+	}
+	return []any{e.ID, kind, due, encodeImported(e), encodeHistory(e.History, e.Deferred && !e.Parked)}
+}
+
 // Import adds entries exported from another outbox (see
 // [outbox.Importer]): each goes to PartitionOf(Key, Partitions()) here,
 // with its ID, topic, key, payload, headers, NotBefore, created-at,
@@ -269,20 +287,7 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 		if _, ok := byPart[p]; !ok {
 			order = append(order, p)
 		}
-		kind, due := "u", ""
-		switch {
-		case e.Parked:
-			kind = "p"
-		case e.Attempts > 0 || e.Deferred:
-			kind = "a" // marked: it holds back its key
-		case !e.NotBefore.IsZero():
-			kind = "n"
-		}
-		if !e.Parked && !e.DueAt.IsZero() {
-			due = strconv.FormatInt(ceilMillis(e.DueAt), 10)
-		}
-		hist := encodeHistory(e.History, e.Deferred && !e.Parked)
-		byPart[p] = append(byPart[p], e.ID, kind, due, encodeImported(e), hist)
+		byPart[p] = append(byPart[p], importArgs(e)...)
 	}
 	cmds := make([]*redis.Cmd, len(order))
 	kss := make([][]string, len(order))

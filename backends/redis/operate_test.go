@@ -28,6 +28,7 @@ func TestOperate(t *testing.T) {
 			t.Run("HistoryKeepsTheLastAttempts", func(t *testing.T) { t.Parallel(); testHistory(t, c) })
 			t.Run("SentAndCancelledLeaveNoHistory", func(t *testing.T) { t.Parallel(); testHistoryNoLeak(t, c) })
 			t.Run("DeferredIsNotAnAttemptAndHoldsBackItsKey", func(t *testing.T) { t.Parallel(); testDeferred(t, c) })
+			t.Run("DeferredDueAgainStopsItsKey", func(t *testing.T) { t.Parallel(); testDeferredStopsItsKey(t, c) })
 			t.Run("RequeueKeepsHistoryClearsDeferred", func(t *testing.T) { t.Parallel(); testRequeueHistory(t, c) })
 			t.Run("PauseTopicSkipsItAndHoldsBackItsKeys", func(t *testing.T) { t.Parallel(); testPauseTopic(t, c) })
 			t.Run("PausedCrowdIsSetAside", func(t *testing.T) { t.Parallel(); testPausedCrowd(t, c) })
@@ -200,6 +201,13 @@ func testDeferred(t *testing.T, c redis.UniversalClient) {
 	got, err = b.FindPendingBatch(ctx, l, 10)
 	require.NoError(t, err)
 	assert.Empty(t, ids(got), "a2 waits behind its deferred head a1")
+	st, err := b.Stats(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, st.Due, "a1 and b1 are due at their deferral time; a2, held back, by its own")
+	due, err := b.Entries(ctx, outbox.StateDue, outbox.ListFilter{}, "", 10)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	assert.Equal(t, "a2", due[0].ID)
 	for _, st := range []outbox.EntryState{outbox.StateScheduled, outbox.StateRetrying} {
 		es, err := b.Entries(ctx, st, outbox.ListFilter{}, "", 10)
 		require.NoError(t, err)
@@ -226,13 +234,13 @@ func testDeferred(t *testing.T, c redis.UniversalClient) {
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 
 	// Deferred and due again before any claim held a later entry back: the
-	// head comes first and the later entries of its key after it, in one
-	// batch.
+	// head comes, and the later entries of its key once it is sent (see
+	// testDeferredStopsItsKey).
 	require.NoError(t, b.Append(ctx, outbox.Entry{ID: "k1", Topic: "t", Key: "key"}, outbox.Entry{ID: "k2", Topic: "t", Key: "key"}))
 	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "k1", Delay: -time.Second, Deferred: true}}))
 	got, err = b.FindPendingBatch(ctx, l, 10)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"k1", "k2"}, ids(got))
+	assert.Equal(t, []string{"k1"}, ids(got))
 }
 
 func testRequeueHistory(t *testing.T, c redis.UniversalClient) {
@@ -564,4 +572,27 @@ func TestPauseBandMatchesLib(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^local PAUSE_BAND = (\d+)$`).FindSubmatch(lib)
 	require.NotNil(t, m)
 	assert.Equal(t, fmt.Sprint(pauseBand), string(m[1]))
+}
+
+// testDeferredStopsItsKey: a deferred entry due again is returned, but
+// not the later entries of its key in the same call (as for an attempted
+// one); after it is sent they come.
+func testDeferredStopsItsKey(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{})
+	require.NoError(t, b.Append(ctx,
+		outbox.Entry{ID: "a1", Topic: "t", Key: "a"}, outbox.Entry{ID: "a2", Topic: "t", Key: "a"},
+		outbox.Entry{ID: "b1", Topic: "t", Key: "b"}, outbox.Entry{ID: "b2", Topic: "t", Key: "b"}))
+	l := lease(t, b, 0, "me")
+	got, err := b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "a2", "b1", "b2"}, ids(got))
+	require.NoError(t, b.MarkFailed(ctx, l, []outbox.Failure{{ID: "a1", Deferred: true}, {ID: "b1", Deferred: true}}))
+	got, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1", "b1"}, ids(got))
+	require.NoError(t, b.MarkSent(ctx, l, []string{"a1", "b1"}))
+	got, err = b.FindPendingBatch(ctx, l, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a2", "b2"}, ids(got))
 }

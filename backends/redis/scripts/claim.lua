@@ -5,6 +5,8 @@
 -- KEYS[7] sequence counter (the generation of the front hint)
 -- KEYS[8] paused hash (Pauser: paused topic -> since; field '' while the
 --         partition is paused)
+-- KEYS[9] history hash (read only for marked entries never attempted: is
+--         it deferred?)
 --
 -- ARGV, as claimArgs in claim.go builds it (claimargs_test.go checks the
 -- two against each other):
@@ -71,8 +73,8 @@
 -- Per-key order. A key's order is its pending entries by (position,
 -- sequence). An entry with a non-empty key is returned only when every
 -- entry before it in its key's order was returned earlier in this call
--- and was never attempted. So a failing entry holds back the rest of its
--- key, even within one batch, and a pending entry that is not returned
+-- and was never attempted nor deferred. So a failing (or deferred) entry
+-- holds back the rest of its key, even within one batch, and a pending entry that is not returned
 -- (held back itself, or not due) holds back everything after it.
 --
 -- The key-order set holds only the entries whose score is not their
@@ -247,9 +249,10 @@ local function precedes(a, b, at)
 end
 
 -- blocker returns false when no marked entry before km (in its key's
--- order) is still to be returned, else true and that entry's pending
--- score (nil when it is an attempted entry returned in this call). Stale
--- members met on the way are removed.
+-- order) is still to be returned (and, third, whether km itself is
+-- marked), else true and that entry's pending score (nil when it is an
+-- attempted entry returned in this call). Stale members met on the way
+-- are removed.
 local function blocker(key, pfx, km)
   local at = #pfx + 1
   while true do
@@ -262,7 +265,7 @@ local function blocker(key, pfx, km)
       -- script writes. Remove it rather than fail on it.
       redis.call('ZREM', KEYS[4], b)
     elseif not b or b == km or not precedes(b, km, at) then
-      return false
+      return false, nil, b == km
     elseif returned[b] then
       open[key] = b
     else
@@ -383,7 +386,7 @@ while got < limit and scanned < budget do
               end
             end
             if converted then redis.call('HSET', KEYS[3], id, v) end
-            local ok, bs, pz = true, nil, false
+            local ok, bs, pz, self = true, nil, false, false
             if pausing and pausedtopics[p.topic] then
               ok, pz = false, true -- paused: set aside, it holds back its key
             elseif key ~= '' and not km then
@@ -395,14 +398,21 @@ while got < limit and scanned < budget do
                 ok, bs = false, heldat[key]
               elseif marked then
                 local blocked
-                blocked, bs = blocker(key, pfx, km)
+                blocked, bs, self = blocker(key, pfx, km)
                 ok = not blocked
               end
             end
             if ok then
               skipped = skipped + 1 -- it stays in pending, in front of the next chunk
               if km then
-                if attempts_of(v) > 0 then stop[key], anyheld = true, true else returned[km] = true end
+                -- A deferred entry (marked, never attempted, its history
+                -- flagged: see mark_failed.lua) stops its key as an
+                -- attempted one does.
+                if attempts_of(v) > 0 or self and history_flags(redis.call('HGET', KEYS[9], id) or nil) % 2 == 1 then
+                  stop[key], anyheld = true, true
+                else
+                  returned[km] = true
+                end
               end
               got = got + 1
               if not first then first = m end
