@@ -60,6 +60,11 @@
 //   - [PartitionInspector]: the counts and the lease holder of every
 //     partition.
 //   - [Looker]: one entry by ID, whatever its state.
+//   - [Lister]: the entries by state (due, scheduled, retrying, parked)
+//     and the keys held back by a failing, deferred or paused head entry.
+//   - [Pauser]: pauses and resumes delivery by topic or partition for
+//     every relay of the fleet.
+//   - [MemberLister]: lists the fleet's relays without joining it.
 //   - [Exporter]: reads a partition's unsent entries and removes them once
 //     moved (the source side of a move).
 //   - [Importer]: adds exported entries ahead of the appended ones (the
@@ -67,8 +72,11 @@
 //   - [Holder]: holds an outbox's relays back, so nothing is delivered.
 //   - [Sealer]: seals an outbox, so every append to it fails.
 //
-// The first eight are in backend_optional.go, the last four (the
-// migration SPI, see docs/migration.md) in backend_move.go. A [Sink] may
+// The first eight are in backend_optional.go, the next three (the
+// operator SPI) in backend_operate.go, the last four (the migration SPI,
+// see docs/migration.md) in backend_move.go. Every backend keeps each
+// entry's last [MaxAttemptHistory] attempts ([Attempt]), written by
+// [Store.MarkFailed]. A [Sink] may
 // implement two: [LandingBounder] (how long after a cancelled publish a
 // message can still land) and [KeyOrderer] (it keeps a key's order within
 // one call).
@@ -81,6 +89,7 @@
 // (relay_coordinator.go), the partition worker (relay_worker.go), lease
 // keeping (relay_lease.go), publish rounds (relay_rounds.go), recording
 // their outcomes (relay_outcomes.go), the circuit breakers
-// (relay_breaker.go), the outbox gauges (relay_stats.go) and the metrics
-// and spans (relay_metrics.go).
+// (relay_breaker.go), the pauses of a [Pauser] (relay_pause.go), the
+// summaries of store failures in the log (relay_storelog.go), the outbox
+// gauges (relay_stats.go) and the metrics and spans (relay_metrics.go).
 package outbox
