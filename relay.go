@@ -184,6 +184,7 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	}
 	r.coord.init(store, o, r.log, r.served, explicit)
 	r.coord.stores = stores
+	r.coord.pauses.stores = stores
 	if !r.coord.balancing() && o.MaxPartitions > 0 && o.MaxPartitions < len(o.Partitions) {
 		cfg.slots = make(chan struct{}, o.MaxPartitions)
 	}

@@ -25,10 +25,11 @@ type pauses struct {
 	// one of the partition for a partition).
 	wake func(partition int)
 
+	// stores summarises the failures of Paused with the relay's other
+	// store failures.
+	stores *storeLog
+
 	now atomic.Pointer[pausedSet]
-	// failing is set while Paused fails, so that the failure is logged
-	// once (coordinator's goroutine only).
-	failing bool
 }
 
 // pausedSet is one reading of [Pauser.Paused], by topic and partition,
@@ -108,24 +109,20 @@ func (ps *pauses) current() *pausedSet { return ps.now.Load() }
 // reading: a topic or partition paused or resumed, each once, at INFO.
 // After a resume it wakes the workers concerned, so delivery restarts at
 // once rather than at the next poll. When Paused fails the relay keeps
-// what it knew, and logs the failure once (at WARN) until a reading
-// succeeds again.
+// what it knew; the failures are summarised with the relay's other store
+// failures (see storeLog: one WARN when they start, a count while they
+// last, one INFO when a reading succeeds again).
 func (ps *pauses) read(ctx context.Context) {
 	if ps.store == nil {
 		return
 	}
+	began := ps.stores.now()
 	p, err := ps.store.Paused(ctx)
 	if err != nil {
-		if ctx.Err() == nil && !ps.failing {
-			ps.log.Warn("outbox relay: reading the paused topics and partitions failed; keeping the last known pauses until it works again", "err", err)
-		}
-		ps.failing = true
+		ps.stores.failed(ctx, opPauses, noPartition, began, err)
 		return
 	}
-	if ps.failing {
-		ps.log.Info("outbox relay: reading the paused topics and partitions works again")
-		ps.failing = false
-	}
+	ps.stores.ok(opPauses, noPartition)
 	next := newPausedSet(p)
 	prev := ps.now.Swap(next)
 	if prev == nil {

@@ -22,6 +22,7 @@ const (
 	opLeave                        // Membership.Leave
 	opStats                        // Inspector.Stats for the outbox gauges
 	opSubscribe                    // Notifier.Notifications
+	opPauses                       // Pauser.Paused
 	numStoreOps
 )
 
@@ -39,6 +40,7 @@ var storeOps = [numStoreOps]struct{ name, doing, meaning string }{
 	opLeave:         {"leave", "deleting the relay's heartbeat record", "; it expires after LeaseTTL"},
 	opStats:         {"stats", "sampling the outbox's stats", "; the outbox gauges go stale"},
 	opSubscribe:     {"subscribe", "subscribing to notifications", "; polling meanwhile"},
+	opPauses:        {"pauses", "reading the paused topics and partitions", "; keeping the last known pauses until it works again"},
 }
 
 // noPartition is the partition of the store calls made for the relay as a
