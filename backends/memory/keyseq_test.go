@@ -184,10 +184,8 @@ func (b keySeqStripped) Entries(ctx context.Context, state outbox.EntryState, f 
 
 func (b keySeqStripped) BlockedKeys(ctx context.Context, f outbox.ListFilter, after outbox.BlockedKey, limit int) ([]outbox.BlockedKey, error) {
 	keys, err := b.Backend.BlockedKeys(ctx, f, after, limit)
-	for i := 0; err == nil && i < len(keys); i++ {
-		es := []outbox.Entry{keys[i].Head.Entry}
-		err = stripKeySeq(es)
-		keys[i].Head.Entry = es[0]
+	if err == nil {
+		err = keyseqtest.StripBlocked(keys, stripKeySeq)
 	}
 	return keys, err
 }

@@ -49,6 +49,19 @@ func StripInfos(infos []outbox.EntryInfo, strip func([]outbox.Entry) error) erro
 	return nil
 }
 
+// StripBlocked applies strip to the head entry of each blocked key, in
+// place.
+func StripBlocked(keys []outbox.BlockedKey, strip func([]outbox.Entry) error) error {
+	for i := range keys {
+		es := []outbox.Entry{keys[i].Head.Entry}
+		if err := strip(es); err != nil {
+			return err
+		}
+		keys[i].Head.Entry = es[0]
+	}
+	return nil
+}
+
 // NumberImports returns a copy of infos in which each keyed entry without
 // an outbox.HeaderKeySeq header has one ("1"): the header an entry
 // exported from a numbering outbox carries. Import keeps headers as they
