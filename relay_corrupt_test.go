@@ -138,17 +138,10 @@ func TestRelayLogsAndCountsParksOfUndecodableEntries(t *testing.T) {
 		if n != 2 {
 			t.Errorf("%d WARN records of store parks, want 2 (one each)", n)
 		}
-		logs.mu.Lock()
 		seen := map[string]map[string]string{}
-		for _, rec := range logs.records {
-			if !strings.Contains(rec.Message, "the store parked an entry") {
-				continue
-			}
-			attrs := map[string]string{}
-			rec.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+		for _, attrs := range logs.Attrs(slog.LevelWarn, func(m string) bool { return strings.Contains(m, "the store parked an entry") }) {
 			seen[attrs["id"]] = attrs
 		}
-		logs.mu.Unlock()
 		for id, reason := range s.corrupt {
 			a := seen[id]
 			if a == nil || a["reason"] != reason || a["topic"] != "t" || a["key"] != id[:1] {

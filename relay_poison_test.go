@@ -16,40 +16,20 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
 	"github.com/outboxrelay/outbox/backoff"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // logCapture keeps the records a relay logs.
-type logCapture struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *logCapture) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logCapture) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, r.Clone())
-	return nil
-}
-func (h *logCapture) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logCapture) WithGroup(string) slog.Handler      { return h }
+type logCapture struct{ testenv.LogCapture }
 
 // count returns how many records of level have a message containing msg,
 // and the attributes of the first.
 func (h *logCapture) count(level slog.Level, msg string) (int, map[string]string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n, attrs := 0, map[string]string{}
-	for _, r := range h.records {
-		if r.Level != level || !strings.Contains(r.Message, msg) {
-			continue
-		}
-		if n == 0 {
-			r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
-		}
-		n++
+	all := h.Attrs(level, func(m string) bool { return strings.Contains(m, msg) })
+	if len(all) == 0 {
+		return 0, map[string]string{}
 	}
-	return n, attrs
+	return len(all), all[0]
 }
 
 var errPoison = backoff.Permanent(errors.New("rejected by the broker: poison"))

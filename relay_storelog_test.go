@@ -48,32 +48,10 @@ func (s *storeDown) FetchNext(ctx context.Context, l outbox.Lease, n int, inFlig
 	return s.Backend.FetchNext(ctx, l, n, inFlight)
 }
 
-// records returns the records of level whose message is msg, each as its
-// attributes.
+// recordsOf returns the records of level whose message is msg, each as
+// its attributes.
 func (h *logCapture) recordsOf(level slog.Level, msg string) []map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []map[string]string
-	for _, r := range h.records {
-		if r.Level == level && r.Message == msg {
-			attrs := map[string]string{}
-			r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
-			out = append(out, attrs)
-		}
-	}
-	return out
-}
-
-func (h *logCapture) dump() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var b strings.Builder
-	for _, r := range h.records {
-		fmt.Fprintf(&b, "%s %s %s", r.Time.Format("15:04:05.000"), r.Level, r.Message)
-		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
-		b.WriteByte('\n')
-	}
-	return b.String()
+	return h.Attrs(level, func(m string) bool { return m == msg })
 }
 
 // A store outage of three minutes on three partitions, in which every
@@ -141,7 +119,7 @@ func TestRelaySummarisesStoreFailures(t *testing.T) {
 			}
 		}
 		if t.Failed() {
-			t.Logf("logs:\n%s", logs.dump())
+			t.Logf("logs:\n%s", logs.String())
 		}
 	})
 }
@@ -172,7 +150,7 @@ func TestRelaySummarisesFailedOutcomeWrites(t *testing.T) {
 			t.Errorf("INFOs that recording outcomes works again: %v; want one counting 1 failure", back)
 		}
 		if t.Failed() {
-			t.Logf("logs:\n%s", logs.dump())
+			t.Logf("logs:\n%s", logs.String())
 		}
 	})
 }

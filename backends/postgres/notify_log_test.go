@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,48 +16,9 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
-// listenLog keeps the listener's records.
-type listenLog struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *listenLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *listenLog) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, r.Clone())
-	return nil
-}
-func (h *listenLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *listenLog) WithGroup(string) slog.Handler      { return h }
-
-// withMessage returns the attributes of each record of level whose message
-// starts with prefix.
-func (h *listenLog) withMessage(level slog.Level, prefix string) []map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []map[string]string
-	for _, r := range h.records {
-		if r.Level == level && strings.HasPrefix(r.Message, prefix) {
-			a := map[string]string{}
-			r.Attrs(func(at slog.Attr) bool { a[at.Key] = at.Value.String(); return true })
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-func (h *listenLog) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var b strings.Builder
-	for _, r := range h.records {
-		fmt.Fprintf(&b, "%s %s %s", r.Time.Format("15:04:05.000"), r.Level, r.Message)
-		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
-		b.WriteByte('\n')
-	}
-	return b.String()
+// withPrefix matches a message that starts with prefix.
+func withPrefix(prefix string) func(string) bool {
+	return func(m string) bool { return strings.HasPrefix(m, prefix) }
 }
 
 // TestListenerSummarisesAnOutage cuts the listener's connection and keeps
@@ -90,7 +50,7 @@ func TestListenerSummarisesAnOutage(t *testing.T) {
 	cfg.RuntimeParams["application_name"] = role
 
 	const every = 300 * time.Millisecond
-	logs := &listenLog{}
+	logs := &testenv.LogCapture{}
 	lctx, stop := context.WithCancel(ctx)
 	l := newListener(lctx, cfg, Options{Channel: role, Partitions: 2, Logger: slog.New(logs)}, every)
 	defer func() {
@@ -113,7 +73,7 @@ func TestListenerSummarisesAnOutage(t *testing.T) {
 	// Long enough for several failed reconnects (their backoff doubles
 	// from 50 ms) and several intervals.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if len(logs.withMessage(slog.LevelWarn, "pgoutbox: LISTEN connection still down")) >= 2 {
+		if len(logs.Attrs(slog.LevelWarn, withPrefix("pgoutbox: LISTEN connection still down"))) >= 2 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -131,9 +91,9 @@ func TestListenerSummarisesAnOutage(t *testing.T) {
 	}
 	downFor := time.Since(began)
 
-	lost := logs.withMessage(slog.LevelWarn, "pgoutbox: LISTEN connection lost")
-	still := logs.withMessage(slog.LevelWarn, "pgoutbox: LISTEN connection still down")
-	back := logs.withMessage(slog.LevelInfo, "pgoutbox: LISTEN connection back")
+	lost := logs.Attrs(slog.LevelWarn, withPrefix("pgoutbox: LISTEN connection lost"))
+	still := logs.Attrs(slog.LevelWarn, withPrefix("pgoutbox: LISTEN connection still down"))
+	back := logs.Attrs(slog.LevelInfo, withPrefix("pgoutbox: LISTEN connection back"))
 	if len(lost) != 1 || len(back) != 1 {
 		t.Fatalf("%d WARNs that the connection was lost and %d INFOs that it is back, want 1 and 1:\n%s", len(lost), len(back), logs)
 	}
