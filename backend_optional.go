@@ -256,8 +256,9 @@ type EntryInfo struct {
 	// for a parked entry.
 	DueAt time.Time
 	// Deferred reports that an open breaker deferred the entry
-	// ([Failure.Deferred]) and it is still pending, so it holds back its
-	// key.
+	// ([Failure.Deferred]) and it was not attempted since: it is pending
+	// and holds back its key by the deferral. A later failed attempt (a
+	// retry or a park), a requeue or its delivery clears it.
 	Deferred bool
 	// History is the entry's last attempts ([MaxAttemptHistory] at most),
 	// oldest first (kept across Requeue); nil when it was never attempted.

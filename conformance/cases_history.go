@@ -227,6 +227,9 @@ func deferredThenFailed[Tx any](t *testing.T, s *env[Tx]) {
 	if info.Attempts != 1 || info.LastError != "broker said no" {
 		t.Fatalf("Lookup(a1) after a deferral and a failure returned %s; want Attempts 1 and the failure's error", fmtInfo(info))
 	}
+	if info.Deferred {
+		t.Errorf("Lookup(a1) after a deferral and then a failed attempt reports Deferred; want it cleared by the attempt (EntryInfo.Deferred)")
+	}
 	s.failAs(t, owner, "a1", outbox.Failure{Error: "breaker open", Deferred: true})
 	w2 := s.failAs(t, owner, "a1", outbox.Failure{Error: "broker said no again"})
 	info = s.lookup(t, lk, "a1")

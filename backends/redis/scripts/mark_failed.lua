@@ -17,18 +17,17 @@
 -- ID in KEYS[7], see "History" in lib.lua), which keeps the last
 -- MAX_HISTORY. A parked entry leaves pending for the parked zset (score 0,
 -- so it pages by ID with ZRANGEBYLEX), leaves the key-order set, so it
--- stops holding back its key, and loses its deferred flag; a retried one
--- goes back to pending at its retry time and, when it has a key, joins
+-- stops holding back its key; a retried one goes back to pending at its retry time and, when it has a key, joins
 -- the key-order set (it is marked: attempted), so it holds back the
--- entries after it.
+-- entries after it. Either way the entry loses its deferred flag.
 --
 -- A deferral (the relay's breaker was open: Failure.Deferred) is not an
 -- attempt: the stored value (attempts, last error) and the attempts of
 -- the history stay as they are; the entry is re-scored as a retry is,
 -- joins the key-order set when it has a key (marked, so the claim holds
 -- back the later entries of its key behind it: see claim.lua, blocker)
--- and its history gets the deferred flag, which stays until it is sent,
--- cancelled, parked or requeued.
+-- and its history gets the deferred flag, which stays until the entry is
+-- attempted (a park or a retry), sent, cancelled or requeued.
 --
 -- The retry time is the server's TIME plus the delay: for a positive
 -- delay, TIME rounded up to the ms (so a retry is never due early,
@@ -59,9 +58,9 @@ for i = 2, #ARGV, 4 do
         redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, err))
         local recs = history_records(h)
         recs[#recs + 1] = attempt_record(floor, owner, err)
-        local flags = history_flags(h)
-        if mode == '1' then flags = 0 end
-        history_write(KEYS[7], id, history_value(flags, recs))
+        -- An attempt ends a deferral: the entry now holds back its key
+        -- by its attempts (or leaves the key-order set when parked).
+        history_write(KEYS[7], id, history_value(0, recs))
       elseif history_flags(h) == 0 then
         history_write(KEYS[7], id, history_value(1, history_records(h)))
       end
