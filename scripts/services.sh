@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Services the tests need: PostgreSQL and Redis on 127.0.0.1, and a Chromium
-# for the dashboard's browser tests (ui/browser_test.go).
+# Services the tests need: PostgreSQL, Redis, NATS with JetStream and RabbitMQ
+# on 127.0.0.1, and a Chromium for the dashboard's browser tests
+# (ui/browser_test.go).
 #
 #   ./scripts/services.sh check    say what is reachable (and which Chromium is found),
 #                                  and how to get what is not
-#   ./scripts/services.sh start    start local PostgreSQL / Redis servers that are
-#                                  installed but not running (Debian layout)
+#   ./scripts/services.sh start    start local PostgreSQL / Redis / NATS / RabbitMQ
+#                                  servers that are installed but not running (Debian layout)
 #   ./scripts/services.sh install  apt-get install them, pgbouncer and chromium (root,
 #                                  Debian/Ubuntu; each only when missing), then start
-#                                  PostgreSQL and Redis (scripts/test.sh starts a private
+#                                  the servers (scripts/test.sh starts a private
 #                                  PgBouncer with scripts/pgbouncer.sh)
 #   ./scripts/services.sh redact   copy standard input to standard output with
 #                                  passwords in URLs and password= settings
@@ -16,13 +17,16 @@
 #
 # Everything this script prints, from every command and from the tools it
 # runs, passes through redact: the URLs come from OUTBOX_POSTGRES_URL and
-# OUTBOX_REDIS_URL, may carry passwords, and this output lands in CI logs.
+# OUTBOX_REDIS_URL (and OUTBOX_NATS_URL, OUTBOX_AMQP_URL), may carry passwords,
+# and this output lands in CI logs.
 #
 # The Redis Cluster (127.0.0.1:7000-7002) is scripts/redis-cluster.sh's job.
 set -uo pipefail
 
 pg_url="${OUTBOX_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
 redis_url="${OUTBOX_REDIS_URL:-redis://127.0.0.1:6379/0}"
+nats_url="${OUTBOX_NATS_URL:-nats://127.0.0.1:4222}"
+amqp_url="${OUTBOX_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 
 # redact keeps a URL's scheme, user, host, port, database and options, and
 # replaces with xxxxx
@@ -55,6 +59,29 @@ redis_ok() {
 	# -u reads the user, password, database and rediss:// (TLS) from the URL.
 	[ "$(bounded redis-cli -u "$redis_url" ping </dev/null 2>/dev/null)" = PONG ]
 }
+# hostport URL DEFAULT_PORT prints the URL's host:port (127.0.0.1 and the
+# default port when it names none).
+hostport() {
+	local rest="${1#*://}"
+	rest="${rest%%/*}"
+	rest="${rest##*@}"
+	local host="${rest%:*}" port="${rest##*:}"
+	[ "$host" = "$rest" ] && port="$2"
+	[ -n "$host" ] || host=127.0.0.1
+	echo "$host:$port"
+}
+# first_byte HOST:PORT [HELLO] connects with bash's /dev/tcp, writes HELLO
+# (printf format) and prints the first byte the server sends, in hex.
+first_byte() {
+	local hp="$1"
+	bounded bash -c 'exec 3<>"/dev/tcp/${1%:*}/${1##*:}" || exit 1
+		[ -n "$2" ] && printf "$2" >&3
+		head -c1 <&3 | od -An -tx1 | tr -d " \n"' _ "$hp" "${2:-}" 2>/dev/null
+}
+# A NATS server greets with INFO; RabbitMQ answers the AMQP 0-9-1 header
+# with a method frame (type 1).
+nats_ok() { [ "$(first_byte "$(hostport "$nats_url" 4222)")" = 49 ]; }
+amqp_ok() { [ "$(first_byte "$(hostport "$amqp_url" 5672)" 'AMQP\000\000\011\001')" = 01 ]; }
 bounded() { if command -v timeout >/dev/null; then timeout 5 "$@"; else "$@"; fi; }
 
 # chromium_path prints the Chromium the browser tests use, as they look for
@@ -90,6 +117,18 @@ check() {
 		echo "  Get it: apt-get install redis-server (Redis >= 6.2) and start it, or point OUTBOX_REDIS_URL at yours."
 		[ -n "${OUTBOX_REDIS_URL:-}" ] ||
 			echo "  Or run a Docker engine: with OUTBOX_REDIS_URL unset, the tests start a Redis container."
+	fi
+	if nats_ok; then echo "services: NATS ok ($nats_url)"; else
+		rc=1
+		echo "services: NATS NOT reachable at $nats_url."
+		echo "  Get it: apt-get install nats-server and run it with JetStream: nats-server -a 127.0.0.1 -p 4222 -js -sd DIR"
+		echo "  (./scripts/services.sh install does both as root); or point OUTBOX_NATS_URL at yours."
+	fi
+	if amqp_ok; then echo "services: RabbitMQ ok ($amqp_url)"; else
+		rc=1
+		echo "services: RabbitMQ NOT reachable at $amqp_url."
+		echo "  Get it: apt-get install rabbitmq-server and start it (rabbitmq-server -detached; guest/guest works from"
+		echo "  127.0.0.1), as ./scripts/services.sh install does as root; or point OUTBOX_AMQP_URL at yours."
 	fi
 	local chromium
 	if chromium="$(chromium_path)"; then
@@ -132,6 +171,19 @@ start() {
 			--dir /tmp/outbox-redis --logfile /tmp/outbox-redis/redis.log
 		for _ in $(seq 1 30); do redis_ok && break; sleep 0.2; done
 	fi
+	if ! nats_ok && command -v nats-server >/dev/null; then
+		echo "services: starting nats-server with JetStream on 127.0.0.1:4222 (store in /tmp/outbox-nats)"
+		mkdir -p /tmp/outbox-nats
+		nohup nats-server -a 127.0.0.1 -p 4222 -js -sd /tmp/outbox-nats -l /tmp/outbox-nats/nats.log \
+			</dev/null >/dev/null 2>&1 &
+		for _ in $(seq 1 50); do nats_ok && break; sleep 0.2; done
+	fi
+	if ! amqp_ok && command -v rabbitmq-server >/dev/null; then
+		echo "services: starting RabbitMQ on 127.0.0.1:5672"
+		RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 rabbitmq-server -detached >/dev/null 2>&1 || true
+		# The node takes a few seconds (more on a busy machine) to boot.
+		for _ in $(seq 1 120); do amqp_ok && break; sleep 0.5; done
+	fi
 	check
 }
 
@@ -143,6 +195,10 @@ install() {
 	local need=()
 	command -v psql >/dev/null && [ -d /etc/postgresql ] || need+=(postgresql)
 	command -v redis-server >/dev/null || need+=(redis-server)
+	# For the NATS and RabbitMQ sinks' tests (and their chaos scenarios,
+	# which run private servers from the same binaries).
+	command -v nats-server >/dev/null || need+=(nats-server)
+	command -v rabbitmq-server >/dev/null || need+=(rabbitmq-server)
 	# For the PgBouncer tests (scripts/pgbouncer.sh runs a private one;
 	# the package's own service is left as Debian configures it).
 	command -v pgbouncer >/dev/null || need+=(pgbouncer)

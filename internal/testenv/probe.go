@@ -27,8 +27,20 @@ func pingRedis(ctx context.Context, url string) error {
 	return probe(ctx, url, "6379", []byte("*1\r\n$4\r\nPING\r\n"), func(b byte) bool { return b == '+' || b == '-' })
 }
 
+// pingNATS reads the INFO line a NATS server sends first, before any
+// authentication.
+func pingNATS(ctx context.Context, url string) error {
+	return probe(ctx, url, "4222", nil, func(b byte) bool { return b == 'I' })
+}
+
+// pingAMQP sends the AMQP 0-9-1 protocol header; a RabbitMQ server answers
+// with a method frame (type 1, Connection.Start).
+func pingAMQP(ctx context.Context, url string) error {
+	return probe(ctx, url, "5672", []byte("AMQP\x00\x00\x09\x01"), func(b byte) bool { return b == 1 })
+}
+
 // probe dials url's host (port defaultPort when it names none), writes
-// hello and reads one byte, which answered must accept.
+// hello (if any) and reads one byte, which answered must accept.
 func probe(ctx context.Context, url, defaultPort string, hello []byte, answered func(byte) bool) error {
 	u, err := neturl.Parse(url)
 	if err != nil {
@@ -50,8 +62,10 @@ func probe(ctx context.Context, url, defaultPort string, hello []byte, answered 
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(deadline)
 	}
-	if _, err := c.Write(hello); err != nil {
-		return err
+	if len(hello) > 0 {
+		if _, err := c.Write(hello); err != nil {
+			return err
+		}
 	}
 	var b [1]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil {

@@ -31,6 +31,8 @@ func TestProbes(t *testing.T) {
 	}{
 		{"PostgreSQL", pingPostgres, PostgresURL(), RedisURL(), "OUTBOX_POSTGRES_URL"},
 		{"Redis", pingRedis, RedisURL(), PostgresURL(), "OUTBOX_REDIS_URL"},
+		{"NATS", pingNATS, NATSURL(), RedisURL(), "OUTBOX_NATS_URL"},
+		{"RabbitMQ", pingAMQP, AMQPURL(), NATSURL(), "OUTBOX_AMQP_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

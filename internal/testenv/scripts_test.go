@@ -94,9 +94,12 @@ func TestServicesScriptPrintsNoPassword(t *testing.T) {
 			env: []string{
 				"OUTBOX_POSTGRES_URL=postgres://postgres:PgSecret-q1W@127.0.0.1:1/postgres?sslmode=disable&password=PgQuerySecret-e2R",
 				"OUTBOX_REDIS_URL=redis://:RedisSecret-t3Y@127.0.0.1:1/0",
+				"OUTBOX_NATS_URL=nats://relay:NatsSecret-h5J@127.0.0.1:1",
+				"OUTBOX_AMQP_URL=amqp://relay:AmqpSecret-k6L@127.0.0.1:1/outbox",
 			},
-			secrets: []string{"PgSecret-q1W", "PgQuerySecret-e2R", "RedisSecret-t3Y"},
-			shown:   []string{"postgres://postgres:xxxxx@127.0.0.1:1/postgres", "redis://:xxxxx@127.0.0.1:1/0"},
+			secrets: []string{"PgSecret-q1W", "PgQuerySecret-e2R", "RedisSecret-t3Y", "NatsSecret-h5J", "AmqpSecret-k6L"},
+			shown: []string{"postgres://postgres:xxxxx@127.0.0.1:1/postgres", "redis://:xxxxx@127.0.0.1:1/0",
+				"NATS NOT reachable at nats://relay:xxxxx@127.0.0.1:1", "RabbitMQ NOT reachable at amqp://relay:xxxxx@127.0.0.1:1/outbox"},
 		},
 		{
 			name: "RedisUserAndKeywordDSN",

@@ -22,6 +22,8 @@ type service struct {
 	// start starts a container and returns its URL; it returns
 	// errNoDocker (wrapped) when no Docker engine is reachable.
 	start func() (string, error)
+	// containerless: start always fails; no container is ever tried.
+	containerless bool
 
 	mu       sync.Mutex
 	decided  bool
@@ -56,11 +58,33 @@ var (
 		ping:     pingRedis,
 		start:    func() (string, error) { return startContainer("redis") },
 	}
+	// The brokers have no container fallback: start returns errNoContainer.
+	natsService = &service{
+		name:          "NATS",
+		variable:      "OUTBOX_NATS_URL",
+		fallback:      DefaultNATSURL,
+		ping:          pingNATS,
+		start:         noContainer,
+		containerless: true,
+	}
+	amqpService = &service{
+		name:          "RabbitMQ",
+		variable:      "OUTBOX_AMQP_URL",
+		fallback:      DefaultAMQPURL,
+		ping:          pingAMQP,
+		start:         noContainer,
+		containerless: true,
+	}
 )
+
+// errNoContainer is what a service without a container fallback reports.
+var errNoContainer = errors.New("the tests start no container for it")
+
+func noContainer() (string, error) { return "", errNoContainer }
 
 // serviceFor returns the service configured by variable, or nil.
 func serviceFor(variable string) *service {
-	for _, s := range []*service{postgresService, redisService} {
+	for _, s := range []*service{postgresService, redisService, natsService, amqpService} {
 		if s.variable == variable {
 			return s
 		}
@@ -101,6 +125,9 @@ func (s *service) decide() (string, origin, error) {
 func (s *service) remedy() string {
 	msg := "set " + s.variable + ", start local services with ./scripts/services.sh start, " +
 		"or run a Docker engine so that the tests start a " + s.name + " container"
+	if s.containerless {
+		return "set " + s.variable + ", or install and start one with ./scripts/services.sh install (root, Debian) or ./scripts/services.sh start"
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.decided {

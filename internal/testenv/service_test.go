@@ -112,6 +112,14 @@ func TestOnlyPostgresAndRedisHaveAContainerFallback(t *testing.T) {
 	if s := serviceFor("OUTBOX_REDIS_CLUSTER_ADDRS"); s != nil {
 		t.Fatalf("the Redis Cluster has no container fallback, but serviceFor found %q", s.name)
 	}
+	for _, s := range []*service{natsService, amqpService} {
+		if !s.containerless {
+			t.Errorf("%s has a container fallback", s.name)
+		}
+		if r := s.remedy(); strings.Contains(r, "Docker") || !strings.Contains(r, s.variable) {
+			t.Errorf("%s's remedy %q talks of Docker or does not name %s", s.name, r, s.variable)
+		}
+	}
 	for _, v := range []string{"OUTBOX_POSTGRES_URL", "OUTBOX_REDIS_URL"} {
 		if s := serviceFor(v); s == nil || s.variable != v {
 			t.Errorf("serviceFor(%q) = %v", v, s)

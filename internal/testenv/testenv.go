@@ -49,6 +49,11 @@ import (
 const (
 	DefaultPostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+	// DefaultNATSURL is a nats-server with JetStream (-js).
+	DefaultNATSURL = "nats://127.0.0.1:4222"
+	// DefaultAMQPURL is a RabbitMQ server with its default guest user
+	// (which RabbitMQ lets in from loopback only).
+	DefaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
 )
 
 // Required reports whether OUTBOX_REQUIRE_SERVICES=1: a missing service
@@ -84,6 +89,18 @@ func PostgresURL() string { return postgresService.url() }
 // RedisURL returns the URL of the Redis server the tests use, decided as
 // [PostgresURL] decides with OUTBOX_REDIS_URL.
 func RedisURL() string { return redisService.url() }
+
+// NATSURL returns the URL of the NATS server (with JetStream) the tests
+// use: OUTBOX_NATS_URL when set, else [DefaultNATSURL] when a server answers
+// there, else the default, which the caller then fails to reach and
+// reports with [Unavailable]. There is no container fallback: nats-server
+// is one Debian package (./scripts/services.sh install), and the NATS sink's
+// tests also run an embedded server of their own.
+func NATSURL() string { return natsService.url() }
+
+// AMQPURL returns the URL of the RabbitMQ server the tests use, decided as
+// [NATSURL] decides with OUTBOX_AMQP_URL and [DefaultAMQPURL].
+func AMQPURL() string { return amqpService.url() }
 
 // RedisClusterAddrs returns the addresses in OUTBOX_REDIS_CLUSTER_ADDRS
 // (comma-separated), or nil when it is unset: the cluster has no default
