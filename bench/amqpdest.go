@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
+	amqpsink "github.com/outboxrelay/outbox/sinks/amqp"
 )
 
 // RabbitMQ as a destination of the broker workloads: each run publishes
@@ -141,7 +142,7 @@ func (d *amqpDest) rawPublish(ctx context.Context, m *messages, ids []string, tr
 				return err
 			}
 		}
-		pending[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, d.exchange, m.keys[i], true, false, amqpPublishing(ids[i], m.payload[i]))
+		pending[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, d.exchange, m.keys[i], true, false, amqpPublishing(ids[i], m.payload[i], time.Now()))
 		if err != nil {
 			return fmt.Errorf("publish %d: %w", i, err)
 		}
@@ -155,9 +156,16 @@ func (d *amqpDest) rawPublish(ctx context.Context, m *messages, ids []string, tr
 }
 
 // amqpPublishing is what the raw client publishes: what our sink
-// publishes for an entry without headers of its own.
-func amqpPublishing(id string, body []byte) amqp.Publishing {
-	return amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: id, Body: body}
+// publishes for an entry without headers of its own (the ID header, and
+// the entry's creation time as the timestamp).
+func amqpPublishing(id string, body []byte, at time.Time) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:      amqp.Table{amqpsink.DefaultIDHeader: id},
+		DeliveryMode: amqp.Persistent,
+		MessageId:    id,
+		Timestamp:    at,
+		Body:         body,
+	}
 }
 
 // readBack checks the queue holds exactly n messages and reads them.
@@ -208,7 +216,12 @@ func (d *amqpDest) consume(_ context.Context, m *messages, tr *tracker) (func(),
 	return func() { ch.Close(); <-done }, nil
 }
 
-// sink is our sink into the exchange, as amqpsink.Dial builds it.
-func (d *amqpDest) sink(ctx context.Context) (outbox.Sink, func(), error) {
-	return newAMQPSink(ctx, d.t.url)
+// sink is our sink into the exchange, as amqpsink.Dial builds it (its
+// default exchange mapping is the entry's topic, the routing key its key).
+func (d *amqpDest) sink(context.Context) (outbox.Sink, func(), error) {
+	s, err := amqpsink.Dial(d.t.url, amqpsink.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() { s.Close() }, nil
 }

@@ -32,13 +32,14 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/lib/pq v1.10.9 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
-	github.com/nats-io/nats.go v1.55.0 // indirect
+	github.com/nats-io/nats.go v1.55.0
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/outboxrelay/outbox/sinks/amqp v0.0.0-00010101000000-000000000000
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/riverqueue/river/riverdriver v0.51.1 // indirect
 	github.com/riverqueue/river/rivershared v0.51.1 // indirect
 	github.com/riverqueue/river/rivertype v0.51.1 // indirect
@@ -73,6 +74,8 @@ replace (
 	github.com/outboxrelay/outbox/internal/ops => ../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../move
+	github.com/outboxrelay/outbox/sinks/amqp => ../sinks/amqp
 	github.com/outboxrelay/outbox/sinks/kafka => ../sinks/kafka
+	github.com/outboxrelay/outbox/sinks/nats => ../sinks/nats
 	github.com/outboxrelay/outbox/ui => ../ui
 )

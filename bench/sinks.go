@@ -13,7 +13,3 @@ const natsKeyHeader = "Outbox-Key"
 func newNATSSink(context.Context, string) (outbox.Sink, func(), error) {
 	return nil, nil, errors.New("bench: natssink not merged yet")
 }
-
-func newAMQPSink(context.Context, string) (outbox.Sink, func(), error) {
-	return nil, nil, errors.New("bench: amqpsink not merged yet")
-}
