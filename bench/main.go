@@ -63,6 +63,7 @@ func main() {
 		runs  = flag.Int("runs", 0, "runs per figure (default 3, 1 with -quick)")
 		big   = flag.Int("big", 0, "W4's big backlog (default 1000000, 20000 with -quick)")
 		rend  = flag.String("render", "", "rewrite the markdown report from this results.json (after editing analysis.md) and exit; measures nothing")
+		mrg   = flag.String("merge", "", "put the figures of this results.json (of a run of some workloads: -only … -out DIR) into results.json in place of the same figures, rewrite the markdown report and exit; measures nothing")
 		redDB = flag.Int("redis-db", 15, "Redis logical database for every Redis workload (only the harness's own keys are touched)")
 	)
 	flag.BoolVar(&cfg.Quick, "quick", false, "small N, one run each: check that the harness works and the counts are right (under two minutes)")
@@ -122,6 +123,14 @@ func main() {
 		cfg.JSONPath = "results.json"
 	}
 
+	if *mrg != "" {
+		if err := merge(cfg, *mrg); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Println("bench: wrote", cfg.JSONPath, "and", cfg.DocPath)
+		return
+	}
 	if *rend != "" {
 		if err := render(cfg, *rend); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

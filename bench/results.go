@@ -349,16 +349,68 @@ type report struct {
 // render rewrites the markdown report from a saved results.json (flag
 // -render), e.g. after editing analysis.md, without measuring again.
 func render(cfg Config, path string) error {
-	b, err := os.ReadFile(path)
+	r, err := readReport(path)
 	if err != nil {
 		return err
 	}
-	var r report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	cfg.N = r.Machine.N
 	s := &Suite{cfg: cfg, info: r.Machine, results: r.Results, failures: r.Failures}
+	return s.writeDoc()
+}
+
+func readReport(path string) (report, error) {
+	var r report
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+// merge puts the figures of the results.json of a run of some workloads
+// (from, e.g. written by -only … -out DIR) into cfg.JSONPath in place of
+// the figures of the same keys, each noted with the date of its run, and
+// rewrites the markdown report (flag -merge). A quick run, a run of
+// another N or a run with failures is refused.
+func merge(cfg Config, from string) error {
+	pub, err := readReport(cfg.JSONPath)
+	if err != nil {
+		return err
+	}
+	add, err := readReport(from)
+	if err != nil {
+		return err
+	}
+	switch {
+	case add.Machine.Quick:
+		return fmt.Errorf("%s is a -quick run's: its figures are not meaningful; run without -quick", from)
+	case add.Machine.N != pub.Machine.N:
+		return fmt.Errorf("%s measured N=%d, %s N=%d: run with -n %d", from, add.Machine.N, cfg.JSONPath, pub.Machine.N, pub.Machine.N)
+	case len(add.Failures) > 0:
+		return fmt.Errorf("%s has %d failure(s) (%s): fix them and run again", from, len(add.Failures), add.Failures[0])
+	}
+	when := fmt.Sprintf("measured %s, %d rounds, in a run of its own", add.Machine.Date, add.Machine.Runs)
+	for _, r := range add.Results {
+		r.Note = strings.TrimPrefix(r.Note+"; "+when, "; ")
+		if i := slices.IndexFunc(pub.Results, func(o *Result) bool { return o.Key == r.Key }); i >= 0 {
+			pub.Results[i] = r
+		} else {
+			pub.Results = append(pub.Results, r)
+		}
+	}
+	for k, v := range add.Machine.Peers {
+		if _, ok := pub.Machine.Peers[k]; !ok {
+			pub.Machine.Peers[k] = v
+		}
+	}
+	cfg.N = pub.Machine.N
+	s := &Suite{cfg: cfg, info: pub.Machine, results: pub.Results, failures: pub.Failures}
+	if err := s.writeJSON(); err != nil {
+		return err
+	}
 	return s.writeDoc()
 }
 
