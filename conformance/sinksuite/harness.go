@@ -39,13 +39,19 @@ type Harness interface {
 	// Read returns every message the broker holds for the destination,
 	// waiting until it holds at least n or ctx ends; when ctx ends first
 	// it returns what it has and a nil error (an error means the
-	// destination could not be read at all). Each call returns everything
-	// written so far, not only what is new since the last call: it must
-	// not consume destructively in a way that hides a message from a
-	// later Read (the suite reads again to check that nothing landed
-	// later, and counts duplicates). The messages of one Key are in the
-	// order the broker holds them (a consumer's order); messages of
-	// different keys may be interleaved in any way.
+	// destination could not be read at all). What it returns is complete
+	// up to the moment it returns: every message written before Read was
+	// called is in it, so Read(ctx, 0) is a snapshot of the destination
+	// now (the suite takes one, waits, and takes another to check that
+	// nothing landed in between). Each call returns everything written so
+	// far, not only what is new since the last call: it must not consume
+	// destructively in a way that hides a message from a later Read, and
+	// it returns each copy of a message the broker holds twice (the suite
+	// counts duplicates). The messages of one Key are in the order the
+	// broker holds them (a consumer's order); messages of different keys
+	// may be interleaved in any way. Read must keep working after the
+	// sink is closed, while a PerEntry fault is on, and after any fault is
+	// healed (the suite does not read while another fault is on).
 	Read(ctx context.Context, n int) ([]Message, error)
 
 	// Faults lists the faults the harness can inject (none is fine: the
