@@ -133,4 +133,3 @@ func closeWhilePublishing(t *testing.T, s *env) {
 	wg.Wait()
 	s.expectReadable(t, all, errs)
 }
-
