@@ -172,6 +172,7 @@ type memSink struct {
 	buffer []outbox.Entry // close-drops-buffered: written later
 	timer  *time.Timer    // close-drops-buffered: the flush
 	count  atomic.Int64   // drops-every-7th: entries written
+	sticky atomic.Bool    // sticky-failure: a write failed
 }
 
 var (
@@ -227,6 +228,8 @@ func (s *memSink) writeOne(ctx context.Context, e outbox.Entry) error {
 		return nil
 	case s.is("drops-every-7th") && s.count.Add(1)%7 == 0:
 		return nil
+	case s.sticky.Load():
+		return backoff.Transient(errors.New("memsink: the connection is broken"))
 	}
 	e = s.damage(e)
 	err := s.b.write(ctx, e, s.is("ignores-ctx"))
@@ -263,6 +266,9 @@ func (s *memSink) laterOfKey(e outbox.Entry) error {
 }
 
 func (s *memSink) classify(err error) error {
+	if s.is("sticky-failure") {
+		s.sticky.Store(true)
+	}
 	err = fmt.Errorf("memsink: %w", err)
 	permanent := backoff.ClassOf(err) == backoff.ClassPermanent
 	switch {
