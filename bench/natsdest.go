@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxrelay/outbox"
+	natssink "github.com/outboxrelay/outbox/sinks/nats"
 )
 
 // NATS JetStream as a destination of the broker workloads: each run
@@ -79,7 +81,7 @@ func (d *natsDest) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := d.t.js.DeleteStream(ctx, d.stream); err != nil {
-		fmt.Printf("cleanup: deleting stream %s: %v\n", d.stream, err)
+		fmt.Fprintf(os.Stderr, "cleanup: deleting stream %s: %v\n", d.stream, err)
 	}
 }
 
@@ -101,7 +103,7 @@ func (d *natsDest) rawPublish(ctx context.Context, m *messages, ids []string, tr
 	for i := range ids {
 		msg := nats.NewMsg(d.subject)
 		msg.Data = m.payload[i]
-		natsHeaders(msg, m.keys[i])
+		natsHeaders(msg, ids[i], m.keys[i])
 		if futs[i], err = js.PublishMsgAsync(msg, jetstream.WithMsgID(ids[i]), jetstream.WithStallWait(natsStallWait)); err != nil {
 			return fmt.Errorf("publish %d: %w", i, err)
 		}
@@ -129,8 +131,9 @@ func (d *natsDest) rawPublish(ctx context.Context, m *messages, ids []string, tr
 
 // natsHeaders sets what the raw client sends besides Nats-Msg-Id: the
 // headers our sink sends for an entry without headers of its own.
-func natsHeaders(msg *nats.Msg, key string) {
-	msg.Header.Set(natsKeyHeader, key)
+func natsHeaders(msg *nats.Msg, id, key string) {
+	msg.Header[natssink.DefaultIDHeader] = []string{id}
+	msg.Header[natssink.DefaultKeyHeader] = []string{key}
 }
 
 // readBack checks the stream holds exactly n messages and reads them with
@@ -165,7 +168,7 @@ func (d *natsDest) consume(ctx context.Context, m *messages, tr *tracker) (func(
 		tr.markOrdered(keyFrom(m, msg.Data()), msg.Data())
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			fmt.Printf("nats consumer: %v\n", err)
+			fmt.Fprintf(os.Stderr, "nats consumer: %v\n", err)
 		}
 	}))
 	if err != nil {
@@ -174,7 +177,12 @@ func (d *natsDest) consume(ctx context.Context, m *messages, tr *tracker) (func(
 	return cc.Stop, nil
 }
 
-// sink is our sink into the stream's subject, as natssink.Dial builds it.
-func (d *natsDest) sink(ctx context.Context) (outbox.Sink, func(), error) {
-	return newNATSSink(ctx, d.t.url)
+// sink is our sink into the stream's subject, as natssink.Dial builds it
+// (its default subject mapping is the entry's topic).
+func (d *natsDest) sink(context.Context) (outbox.Sink, func(), error) {
+	s, err := natssink.Dial(d.t.url, natssink.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() { s.Close() }, nil
 }
