@@ -142,7 +142,7 @@ func (s *Suite) brokerWorkload(ctx context.Context, name string) error {
 }
 
 // brokerSubs are the workloads of a broker as -only and -skip see them.
-var brokerSubs = []string{"raw publish", "postgres drain", "redis drain", "hot key", "W3 latency"}
+var brokerSubs = []string{"raw publish", "sink alone", "postgres drain", "redis drain", "hot key", "W3 latency"}
 
 // brokerSelected reports whether any workload of broker name runs.
 func (s *Suite) brokerSelected(name string) bool {
@@ -186,6 +186,7 @@ func (s *Suite) broker(ctx context.Context, b brokerTarget) error {
 	}
 	msgs := newMessages(s.cfg.N, 12)
 	step("raw publish", func() error { return s.brokerRaw(ctx, b, msgs) })
+	step("sink alone", func() error { return s.brokerSinkAlone(ctx, b, msgs) })
 	for _, t := range []target{s.postgresTarget(), s.redisTarget()} {
 		step(t.name+" drain", func() error { return s.brokerDrain(ctx, b, t, msgs) })
 	}
@@ -228,6 +229,55 @@ func (s *Suite) brokerRaw(ctx context.Context, b brokerTarget, msgs *messages) e
 	}
 	s.sr("raw."+b.key+".publish").add(rate(n, el), &c)
 	s.record("raw."+b.key+".publish", fmt.Sprintf("%s publish, %s records", b.title, human(n)), b.raw, "entries/s", true, s.sr("raw."+b.key+".publish"), "first publish to last acknowledgement; read back and checked")
+	return nil
+}
+
+// brokerSinkAlone: our sink alone, with no store and no relay, publishes
+// the N messages as the relay hands them over (Publish calls of
+// DefaultMaxInFlight entries, one after the other, as one relay worker
+// does); timed from the first call to the last one's return; then read
+// back. Between the raw client and the drains, it tells the sink's share
+// of a gap from the store's and the relay's.
+func (s *Suite) brokerSinkAlone(ctx context.Context, b brokerTarget, msgs *messages) error {
+	n := len(msgs.keys)
+	d, err := b.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	sink, closeSink, err := d.sink(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeSink()
+	es := make([]outbox.Entry, n)
+	for i := range es {
+		es[i] = outbox.Entry{ID: outbox.NewID(), Topic: d.topic(), Key: msgs.keys[i], Payload: msgs.payload[i], CreatedAt: time.Now()}
+	}
+	tr := newTracker(n)
+	as := ackSink{inner: sink, tr: tr}
+	c0 := readCPU(b.server)
+	start := time.Now()
+	for lo := 0; lo < n; lo += outbox.DefaultMaxInFlight {
+		batch := es[lo:min(lo+outbox.DefaultMaxInFlight, n)]
+		if err := errors.Join(as.Publish(ctx, batch)...); err != nil {
+			return fmt.Errorf("publish of entries %d-%d: %w", lo, lo+len(batch)-1, err)
+		}
+	}
+	el := time.Since(start)
+	if self, srv, ok := perEntry(c0, readCPU(b.server), n); ok {
+		s.logf("%s sink alone CPU per entry: this process %v, %s %v, wall %v", b.name, self, b.server, srv, el/time.Duration(n))
+	}
+	c := tr.counts_()
+	if err := c.check(false); err != nil {
+		return fmt.Errorf("acknowledged: %w", err)
+	}
+	if err := s.readBackChecked(ctx, d, msgs, n); err != nil {
+		return err
+	}
+	key := "ours.sink." + b.key + ".alone"
+	s.sr(key).add(rate(n, el), &c)
+	s.record(key, fmt.Sprintf("%s publish, %s records", b.title, human(n)), b.sink+" alone, Publish calls of "+strconv.Itoa(outbox.DefaultMaxInFlight)+" one after the other", "entries/s", true, s.sr(key), "no store, no relay: the sink's share of the drain; read back and checked")
 	return nil
 }
 
@@ -422,6 +472,8 @@ func brokerComparisons() []comparison {
 				ours: "ours." + t.key + ".drain." + b.key, other: "raw." + b.key + ".publish", target: 0.8})
 		}
 		out = append(out,
+			comparison{group: fmt.Sprintf("%s: our sink alone (no store, no relay) vs the raw client", b.title), ours: "ours.sink." + b.key + ".alone", other: "raw." + b.key + ".publish"},
+			comparison{group: fmt.Sprintf("%s: the Postgres drain vs our sink alone (what the store and the relay add)", b.title), ours: "ours.pg.drain." + b.key, other: "ours.sink." + b.key + ".alone"},
 			comparison{group: fmt.Sprintf("Postgres to %s, one key vs %s keys", b.title, human(hotKeys)), ours: "ours.pg.hot." + b.key + ".one", other: "ours.pg.hot." + b.key + ".many", target: 0.3},
 			comparison{group: fmt.Sprintf("Postgres sustainable end-to-end rate to %s (32 callers, 1 relay, a consumer)", b.title), ours: "ours.pg.lat." + b.key + ".sustainable"},
 			comparison{group: fmt.Sprintf("Postgres commit-to-%s-consumer p99, half of that rate, wake-ups", strings.ToLower(strings.Fields(b.title)[0])), ours: "ours.pg.lat." + b.key + ".p99"},

@@ -21,11 +21,11 @@ func TestBrokerWorkloadSelection(t *testing.T) {
 		only, skip string
 		want       []string // "broker sub" that run
 	}{
-		{"", "", []string{"nats raw publish", "nats postgres drain", "nats redis drain", "nats hot key", "nats W3 latency", "rabbitmq raw publish", "rabbitmq postgres drain", "rabbitmq redis drain", "rabbitmq hot key", "rabbitmq W3 latency"}},
-		{"nats", "", []string{"nats raw publish", "nats postgres drain", "nats redis drain", "nats hot key", "nats W3 latency"}},
+		{"", "", []string{"nats raw publish", "nats sink alone", "nats postgres drain", "nats redis drain", "nats hot key", "nats W3 latency", "rabbitmq raw publish", "rabbitmq sink alone", "rabbitmq postgres drain", "rabbitmq redis drain", "rabbitmq hot key", "rabbitmq W3 latency"}},
+		{"nats", "", []string{"nats raw publish", "nats sink alone", "nats postgres drain", "nats redis drain", "nats hot key", "nats W3 latency"}},
 		{"rabbitmq (raw publish|postgres drain)", "", []string{"rabbitmq raw publish", "rabbitmq postgres drain"}},
 		{"drain", "rabbitmq", []string{"nats postgres drain", "nats redis drain"}},
-		{"", "W3|hot key|nats", []string{"rabbitmq raw publish", "rabbitmq postgres drain", "rabbitmq redis drain"}},
+		{"", "W3|hot key|nats", []string{"rabbitmq raw publish", "rabbitmq sink alone", "rabbitmq postgres drain", "rabbitmq redis drain"}},
 		{"postgres W3", "", nil}, // our no-op W3 only
 	} {
 		s := &Suite{}
