@@ -11,8 +11,9 @@ import (
 // faultProxy forwards TCP connections from a port of its own to a server,
 // to inject network faults between a sink and a real server: Stall stops
 // forwarding (what was read waits, in both directions: a partition),
-// Down closes every connection and refuses new ones (a server gone), and
-// Heal undoes either.
+// HoldReplies stops forwarding from the server only (the server stores
+// what it gets, its acknowledgements wait), Down closes every connection
+// and refuses new ones (a server gone), and Heal undoes them.
 type faultProxy struct {
 	ln     net.Listener
 	target string
@@ -20,8 +21,14 @@ type faultProxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]bool
 	down    bool
-	stalled chan struct{} // non-nil while stalled; closed by Heal
+	stalled [2]chan struct{} // [toServer, toClient]: non-nil while stalled; closed by Heal
 }
+
+// Directions of forwarding.
+const (
+	toServer = 0
+	toClient = 1
+)
 
 // newFaultProxy forwards a port of 127.0.0.1 to target (host:port), until
 // the test ends.
@@ -63,20 +70,20 @@ func (p *faultProxy) accept() {
 		p.mu.Lock()
 		p.conns[c], p.conns[s] = true, true
 		p.mu.Unlock()
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		go p.pipe(c, s, toServer)
+		go p.pipe(s, c, toClient)
 	}
 }
 
 // pipe copies src to dst, holding what it read while the proxy is
 // stalled.
-func (p *faultProxy) pipe(src, dst net.Conn) {
+func (p *faultProxy) pipe(src, dst net.Conn, dir int) {
 	defer func() { _ = src.Close(); _ = dst.Close() }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			p.waitUnstalled()
+			p.waitUnstalled(dir)
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -87,9 +94,9 @@ func (p *faultProxy) pipe(src, dst net.Conn) {
 	}
 }
 
-func (p *faultProxy) waitUnstalled() {
+func (p *faultProxy) waitUnstalled(dir int) {
 	p.mu.Lock()
-	ch := p.stalled
+	ch := p.stalled[dir]
 	p.mu.Unlock()
 	if ch != nil {
 		<-ch
@@ -100,8 +107,19 @@ func (p *faultProxy) waitUnstalled() {
 func (p *faultProxy) Stall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stalled == nil {
-		p.stalled = make(chan struct{})
+	for dir := range p.stalled {
+		if p.stalled[dir] == nil {
+			p.stalled[dir] = make(chan struct{})
+		}
+	}
+}
+
+// HoldReplies stops forwarding what the server sends until Heal.
+func (p *faultProxy) HoldReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled[toClient] == nil {
+		p.stalled[toClient] = make(chan struct{})
 	}
 }
 
@@ -118,9 +136,11 @@ func (p *faultProxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.down = false
-	if p.stalled != nil {
-		close(p.stalled)
-		p.stalled = nil
+	for dir, ch := range p.stalled {
+		if ch != nil {
+			close(ch)
+			p.stalled[dir] = nil
+		}
 	}
 }
 
