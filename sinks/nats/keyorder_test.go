@@ -35,7 +35,9 @@ func TestKeysNextEntryWaitsForTheAck(t *testing.T) {
 			require.NoError(t, err)
 			defer sink.Close()
 
-			e := func(id, key string) outbox.Entry { return outbox.Entry{ID: id, Topic: subj, Key: key, Payload: []byte(id)} }
+			e := func(id, key string) outbox.Entry {
+				return outbox.Entry{ID: id, Topic: subj, Key: key, Payload: []byte(id)}
+			}
 			msgs := []outbox.Entry{e("a1", "a"), e("a2", "a"), e("b1", "b"), e("a3", "a"), e("b2", "b"), e("c1", "c"), e("n1", ""), e("n2", "")}
 			proxy.HoldReplies()
 			done := make(chan []error, 1)
@@ -102,7 +104,9 @@ func TestRetryableFailureFailsTheKeysLaterEntries(t *testing.T) {
 			require.NoError(t, err)
 			defer sink.Close()
 
-			e := func(id, key string) outbox.Entry { return outbox.Entry{ID: id, Topic: subj, Key: key, Payload: []byte(id)} }
+			e := func(id, key string) outbox.Entry {
+				return outbox.Entry{ID: id, Topic: subj, Key: key, Payload: []byte(id)}
+			}
 			proxy.HoldReplies()
 			errs := sink.Publish(context.Background(), []outbox.Entry{e("a1", "a"), e("a2", "a"), e("a3", "a")})
 			proxy.Heal()
