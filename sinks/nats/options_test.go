@@ -2,7 +2,6 @@ package natssink_test
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -94,33 +93,16 @@ func TestDialErrorHidesThePassword(t *testing.T) {
 // anything published after the reconnect).
 func TestDialDoesNotBufferWhileDisconnected(t *testing.T) {
 	t.Parallel()
-	server := embeddedURL(t)
-	sfx := suffix()
-	subj := "nobuf." + sfx
-	st := newStream(t, connect(t, server), "NOBUF_"+sfx, []string{subj})
-	u, err := url.Parse(server)
-	require.NoError(t, err)
-	proxy := newFaultProxy(t, u.Host)
-	sink, err := natssink.Dial(proxy.URL(), natssink.Options{})
-	require.NoError(t, err)
-	defer sink.Close()
-	proxy.Down()
-	for sink.Conn().IsConnected() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	start := time.Now()
-	errs := sink.Publish(context.Background(), []outbox.Entry{{ID: "d1", Topic: subj}, {ID: "d2", Topic: subj, Key: "k"}})
+	p := newProxied(t, embeddedURL(t), "NOBUF", natssink.Options{})
+	p.down(t)
+	errs := p.sink.Publish(context.Background(), []outbox.Entry{p.entry("d1", ""), p.entry("d2", "k")})
 	for _, err := range errs {
 		require.Equal(t, backoff.ClassTransient, backoff.ClassOf(err), "%v", err)
 		require.ErrorIs(t, err, nats.ErrReconnectBufExceeded)
 	}
-	t.Logf("failed in %v while disconnected", time.Since(start))
-	proxy.Heal()
-	for !sink.Conn().IsConnected() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	require.NoError(t, publishOne(t, sink, outbox.Entry{ID: "marker", Topic: subj}))
-	require.Equal(t, []string{"marker"}, ids(readAll(t, st)))
+	p.heal(t)
+	require.NoError(t, publishOne(t, p.sink, p.entry("marker", "")))
+	require.Equal(t, []string{"marker"}, ids(readAll(t, p.st)))
 }
 
 // TestMaxPendingBoundsWhatIsInFlight: with MaxPending 2 and the server's
@@ -128,36 +110,22 @@ func TestDialDoesNotBufferWhileDisconnected(t *testing.T) {
 // (distinct keys) and no more until acknowledgements come back; then all.
 func TestMaxPendingBoundsWhatIsInFlight(t *testing.T) {
 	t.Parallel()
-	server := embeddedURL(t)
-	sfx := suffix()
-	subj := "pending." + sfx
-	st := newStream(t, connect(t, server), "PENDING_"+sfx, []string{subj})
-	u, err := url.Parse(server)
-	require.NoError(t, err)
-	proxy := newFaultProxy(t, u.Host)
-	sink, err := natssink.Dial(proxy.URL(), natssink.Options{MaxPending: 2, PublishTimeout: time.Minute})
-	require.NoError(t, err)
-	defer sink.Close()
+	p := newProxied(t, embeddedURL(t), "PENDING", natssink.Options{MaxPending: 2, PublishTimeout: time.Minute})
 	var msgs []outbox.Entry
 	for _, id := range []string{"p1", "p2", "p3", "p4", "p5", "p6"} {
-		msgs = append(msgs, outbox.Entry{ID: id, Topic: subj, Key: id})
+		msgs = append(msgs, p.entry(id, id))
 	}
-	proxy.HoldReplies()
+	p.proxy.HoldReplies()
 	done := make(chan []error, 1)
-	go func() { done <- sink.Publish(context.Background(), msgs) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for len(readAll(t, st)) < 2 {
-		require.NoError(t, ctx.Err())
-		time.Sleep(10 * time.Millisecond)
-	}
+	go func() { done <- p.sink.Publish(context.Background(), msgs) }()
+	p.waitStored(t, 2)
 	time.Sleep(time.Second) // a third message, wrongly sent, would land by now
-	require.Len(t, readAll(t, st), 2, "in flight with MaxPending 2")
-	proxy.Heal()
+	require.Len(t, readAll(t, p.st), 2, "in flight with MaxPending 2")
+	p.proxy.Heal()
 	for i, err := range <-done {
 		require.NoError(t, err, msgs[i].ID)
 	}
-	require.Len(t, readAll(t, st), 6)
+	require.Len(t, readAll(t, p.st), 6)
 }
 
 // TestFailingAndPing: Failing reports a sink whose every publish fails
@@ -165,52 +133,38 @@ func TestMaxPendingBoundsWhatIsInFlight(t *testing.T) {
 // acknowledged one; Ping fails while the server is unreachable.
 func TestFailingAndPing(t *testing.T) {
 	t.Parallel()
-	server := embeddedURL(t)
-	sfx := suffix()
-	subj := "failing." + sfx
-	newStream(t, connect(t, server), "FAILING_"+sfx, []string{subj})
-	u, err := url.Parse(server)
-	require.NoError(t, err)
-	proxy := newFaultProxy(t, u.Host)
 	var mu sync.Mutex
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	sink, err := natssink.Dial(proxy.URL(), natssink.Options{Now: clock, PublishTimeout: time.Second})
-	require.NoError(t, err)
-	defer sink.Close()
+	p := newProxied(t, embeddedURL(t), "FAILING", natssink.Options{Now: clock, PublishTimeout: time.Second})
+	sink := p.sink
 	ctx := context.Background()
 	require.NoError(t, sink.Ping(ctx))
-	require.NoError(t, publishOne(t, sink, outbox.Entry{ID: "ok1", Topic: subj}))
+	require.NoError(t, publishOne(t, sink, p.entry("ok1", "")))
 	since, last := sink.Failing()
 	require.True(t, since.IsZero())
 	require.NoError(t, last)
 
-	proxy.Down()
-	for sink.Conn().IsConnected() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	p.down(t)
 	require.ErrorContains(t, sink.Ping(ctx), "natssink: ping")
-	require.Error(t, publishOne(t, sink, outbox.Entry{ID: "f1", Topic: subj}))
+	require.Error(t, publishOne(t, sink, p.entry("f1", "")))
 	first := clock()
 	mu.Lock()
 	now = now.Add(time.Minute)
 	mu.Unlock()
-	require.Error(t, publishOne(t, sink, outbox.Entry{ID: "f2", Topic: subj}))
+	require.Error(t, publishOne(t, sink, p.entry("f2", "")))
 	since, last = sink.Failing()
 	require.Equal(t, first, since)
 	require.ErrorContains(t, last, "f2")
 	// A call ended by its own context is not a failure of publishing.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	sink.Publish(cctx, []outbox.Entry{{ID: "c1", Topic: subj}})
+	sink.Publish(cctx, []outbox.Entry{p.entry("c1", "")})
 	since2, _ := sink.Failing()
 	require.Equal(t, first, since2)
 
-	proxy.Heal()
-	for !sink.Conn().IsConnected() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	require.NoError(t, publishOne(t, sink, outbox.Entry{ID: "ok2", Topic: subj}))
+	p.heal(t)
+	require.NoError(t, publishOne(t, sink, p.entry("ok2", "")))
 	since, last = sink.Failing()
 	require.True(t, since.IsZero())
 	require.NoError(t, last)

@@ -2,10 +2,17 @@ package natssink_test
 
 import (
 	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outbox"
+	natssink "github.com/outboxrelay/outbox/sinks/nats"
 )
 
 // faultProxy forwards TCP connections from a port of its own to a server,
@@ -150,5 +157,73 @@ func (p *faultProxy) closeAll() {
 	for c := range p.conns {
 		_ = c.Close()
 		delete(p.conns, c)
+	}
+}
+
+// proxied is a stream capturing a subject of its own on a server, and a
+// sink Dial built connected to the server through a fault proxy.
+type proxied struct {
+	subj  string
+	st    jetstream.Stream
+	proxy *faultProxy
+	sink  *natssink.Sink
+}
+
+// newProxied makes a proxied for the test: stream name prefix_SUFFIX,
+// subject prefix.suffix (prefix in lower case).
+func newProxied(t *testing.T, server, prefix string, opts natssink.Options) *proxied {
+	t.Helper()
+	sfx := suffix()
+	p := &proxied{subj: strings.ToLower(prefix) + "." + sfx}
+	p.st = newStream(t, connect(t, server), prefix+"_"+sfx, []string{p.subj})
+	u, err := url.Parse(server)
+	require.NoError(t, err)
+	p.proxy = newFaultProxy(t, u.Host)
+	p.sink, err = natssink.Dial(p.proxy.URL(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.sink.Close() })
+	return p
+}
+
+// entry is an entry of the proxied subject whose payload is its ID.
+func (p *proxied) entry(id, key string) outbox.Entry {
+	return outbox.Entry{ID: id, Topic: p.subj, Key: key, Payload: []byte(id)}
+}
+
+// down cuts the sink off the server and waits until its connection knows.
+func (p *proxied) down(t *testing.T) {
+	t.Helper()
+	p.proxy.Down()
+	p.waitConnected(t, false)
+}
+
+// heal lets the sink reach the server again and waits until it has
+// reconnected.
+func (p *proxied) heal(t *testing.T) {
+	t.Helper()
+	p.proxy.Heal()
+	p.waitConnected(t, true)
+}
+
+func (p *proxied) waitConnected(t *testing.T, want bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.sink.Conn().IsConnected() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sink's connection is not connected=%v after 30s (%v)", want, p.sink.Conn().Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitStored waits until the stream holds at least n messages.
+func (p *proxied) waitStored(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(readAll(t, p.st)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream does not hold %d messages after 30s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
