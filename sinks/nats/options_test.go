@@ -193,3 +193,24 @@ func TestCloseKeepsTheCallersConnection(t *testing.T) {
 	require.NoError(t, d.Close())
 	require.True(t, d.Conn().IsClosed())
 }
+
+// TestDialDefaults: the connection Dial builds does not buffer while
+// reconnecting, bounds a blocked write by 5s, reconnects every 250ms for
+// ever, and is named; options given to Dial override them.
+func TestDialDefaults(t *testing.T) {
+	t.Parallel()
+	s, err := natssink.Dial(embeddedURL(t), natssink.Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	o := s.Conn().Opts
+	require.Equal(t, -1, o.ReconnectBufSize)
+	require.Equal(t, 5*time.Second, o.FlusherTimeout)
+	require.Equal(t, -1, o.MaxReconnect)
+	require.Equal(t, 250*time.Millisecond, o.ReconnectWait)
+	require.Equal(t, "outbox-relay", o.Name)
+	s2, err := natssink.Dial(embeddedURL(t), natssink.Options{}, nats.Name("mine"), nats.MaxReconnects(3))
+	require.NoError(t, err)
+	defer s2.Close()
+	require.Equal(t, "mine", s2.Conn().Opts.Name)
+	require.Equal(t, 3, s2.Conn().Opts.MaxReconnect)
+}
