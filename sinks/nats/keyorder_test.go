@@ -111,3 +111,19 @@ func TestRetryableFailureFailsTheKeysLaterEntries(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelledContextPublishesNothing: Publish with a context already
+// cancelled publishes nothing and fails every entry with the context's
+// error, as it is (the relay stopping is not a failure of the entries).
+func TestCancelledContextPublishesNothing(t *testing.T) {
+	t.Parallel()
+	p := newProxied(t, embeddedURL(t), "CANCEL", natssink.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	errs := p.sink.Publish(ctx, []outbox.Entry{p.entry("c1", "a"), p.entry("c2", "b"), p.entry("c3", "")})
+	for _, err := range errs {
+		require.Equal(t, context.Canceled, err)
+	}
+	require.NoError(t, publishOne(t, p.sink, p.entry("marker", "")))
+	require.Equal(t, []string{"marker"}, ids(readAll(t, p.st)))
+}
