@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outbox"
-	amqpsink "github.com/outboxrelay/outbox/sinks/amqp"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	amqpsink "github.com/outboxrelay/outbox/sinks/amqp"
 )
 
 // brokerURL returns the shared server's URL, or skips (fails under

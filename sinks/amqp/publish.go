@@ -2,7 +2,7 @@ package amqpsink
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"hash/maphash"
 	"maps"
 	"slices"
