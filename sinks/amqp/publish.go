@@ -138,7 +138,7 @@ func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbo
 	exchange, key := s.opts.Exchange(*e), s.opts.RoutingKey(*e)
 	msg := s.message(e)
 	p := &pending{exchange: exchange, key: key, id: e.ID, size: len(e.Payload), res: make(chan error, 1)}
-	pc, err := sl.publish(sess, exchange, key, msg, p)
+	pc, err := sl.publish(ctx, sess, exchange, key, msg, p)
 	if err != nil {
 		<-s.pending
 		return nil, nil, s.classified(err)
