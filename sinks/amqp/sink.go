@@ -50,7 +50,7 @@ type Sink struct {
 	closed    bool
 	dialErr   error         // of the last failed attempt, nil after a success
 	dialing   chan struct{} // closed when the attempt under way ends; nil: none
-	nextDial  time.Time // no attempt before it
+	nextDial  time.Time     // no attempt before it
 	dialDelay time.Duration
 }
 
