@@ -253,6 +253,11 @@ func (pc *pubChan) fail(why *amqp.Error) {
 		}
 	}
 	for _, p := range left {
+		if p.returned != nil { // its basic.return came before the channel closed
+			p.result(pc.sink.classified(unroutable(p.returned)))
+			<-pc.sink.pending
+			continue
+		}
 		p.result(pc.sink.classified(closeError(why, p)))
 		<-pc.sink.pending
 	}
