@@ -9,11 +9,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -96,6 +98,25 @@ func stopPrivateNode() {
 	for _, d := range nodeDirs {
 		_ = os.RemoveAll(d)
 	}
+}
+
+// closeConnection closes, from the broker (320 CONNECTION_FORCED), the
+// client connection made from the local address local.
+func (n *privNode) closeConnection(local string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := n.Ctl(ctx, "list_connections", "pid", "name", "-q", "--no-table-headers")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		pid, name, ok := strings.Cut(strings.TrimSpace(line), "\t")
+		if ok && strings.HasPrefix(name, local+" ->") {
+			_, err := n.Ctl(ctx, "close_connection", pid, "closed by a test")
+			return err
+		}
+	}
+	return fmt.Errorf("no connection from %s in %q", local, out)
 }
 
 // tlsURL is the node's amqps URL, and the TLS configuration that trusts it.
