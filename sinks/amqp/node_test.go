@@ -77,6 +77,9 @@ func startPrivateNode() (*privNode, error) {
 	defer cancel()
 	r, err := brokerproc.StartRabbitMQ(ctx, dir,
 		"max_message_size = "+strconv.Itoa(nodeMaxMessageSize),
+		// The broker asks for no heartbeat, so a client asking for none
+		// (heartbeat=0) gets none; the sink's default (3s) still applies.
+		"heartbeat = 0",
 		"listeners.ssl.default = 127.0.0.1:"+strconv.Itoa(tlsPort),
 		"ssl_options.cacertfile = "+filepath.Join(dir, "ca.pem"),
 		"ssl_options.certfile = "+filepath.Join(dir, "cert.pem"),
