@@ -26,7 +26,7 @@ import (
 
 // nodeMaxMessageSize is the max_message_size of the private node, so that
 // a too large message is cheap to make.
-const nodeMaxMessageSize = 65536
+const nodeMaxMessageSize = 1 << 20
 
 // privNode is the test binary's private RabbitMQ node (started on first
 // use, stopped by TestMain): for the faults that need the node's own
