@@ -173,6 +173,23 @@ func (s *Sink) Ping(ctx context.Context) error {
 	return err
 }
 
+// Blocked reports whether the broker has blocked the sink's connection
+// (connection.blocked, sent on a memory or disk alarm) and the reason it
+// gave. While blocked, Publish holds its messages until the broker
+// unblocks the connection or the publish's deadline passes (then they
+// fail with [ErrBlocked], transient).
+func (s *Sink) Blocked() (reason string, blocked bool) {
+	s.mu.Lock()
+	sess := s.sess
+	s.mu.Unlock()
+	if sess == nil {
+		return "", false
+	}
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.blocked, sess.blocked != ""
+}
+
 // Close closes the connection; the messages not yet confirmed fail. Publish
 // after Close fails every message with an error wrapping
 // [outbox.ErrClosed]. Close is idempotent and safe for concurrent use.
