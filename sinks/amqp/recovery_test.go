@@ -134,3 +134,89 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestReconnectWaitsBetweenAttempts: while the broker is unreachable,
+// Ping fails (transient), and the sink makes no connection attempt sooner
+// than ReconnectDelay after a failed one, the delay doubling up to
+// MaxReconnectDelay; once the broker is back, Ping and Publish succeed.
+// (The bound on attempts holds however slow the machine: slower means
+// fewer attempts.)
+func TestReconnectWaitsBetweenAttempts(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	tp := newTopo(t, url)
+	u, err := amqp.ParseURI(url)
+	require.NoError(t, err)
+	proxy := newFaultProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
+	var attempts atomic.Int64
+	dial := func(network, addr string) (net.Conn, error) {
+		attempts.Add(1)
+		return net.DialTimeout(network, addr, 5*time.Second)
+	}
+	s, err := amqpsink.Dial("amqp://guest:guest@"+proxy.addr()+"/", amqpsink.Options{ReconnectDelay: 50 * time.Millisecond, MaxReconnectDelay: 400 * time.Millisecond},
+		amqp.Config{Dial: dial, Heartbeat: time.Second})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Ping(ctxT(t)))
+
+	proxy.refuse()
+	attempts.Store(0)
+	start := time.Now()
+	for time.Since(start) < 2*time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := s.Ping(ctx)
+		cancel()
+		if err != nil {
+			assert.NotEqual(t, backoff.ClassPermanent, amqpsink.Classify(err))
+		}
+	}
+	// 50, 100, 200, 400, 400, ... ms apart: at most about 8 attempts in
+	// 2s (a fixed 50ms delay would allow 40).
+	assert.LessOrEqual(t, attempts.Load(), int64(10), "connection attempts while the broker was unreachable")
+	assert.Positive(t, attempts.Load())
+	t.Logf("%d connection attempts in %v", attempts.Load(), time.Since(start).Round(time.Millisecond))
+
+	proxy.heal()
+	waitFor(t, func() bool { return s.Ping(ctxT(t)) == nil }, "a new connection")
+	require.NoError(t, s.Publish(ctxT(t), entries(tp.exchange, 1, func(int) string { return "k" }))[0])
+}
+
+// TestPublishTimeoutDuringStall: with the broker stalled (no byte goes
+// through), Publish gives up at PublishTimeout (plus CloseTimeout, its
+// wait for the channel's close), failing its entries semi-transient with
+// context.DeadlineExceeded; after the stall, the sink publishes again, and
+// the entries it gave up on did not land.
+func TestPublishTimeoutDuringStall(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	tp := newTopo(t, url)
+	u, err := amqp.ParseURI(url)
+	require.NoError(t, err)
+	proxy := newFaultProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
+	s, err := amqpsink.Dial("amqp://guest:guest@"+proxy.addr()+"/?heartbeat=1", amqpsink.Options{
+		PublishTimeout: 300 * time.Millisecond, CloseTimeout: 200 * time.Millisecond, ReconnectDelay: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Publish(ctxT(t), entries(tp.exchange, 1, func(int) string { return "warm" }))[0])
+	tp.read(1)
+
+	proxy.stall()
+	stalled := entries(tp.exchange, 3, func(i int) string { return fmt.Sprint(i) })
+	errs := s.Publish(context.Background(), stalled)
+	for _, err := range errs {
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, backoff.ClassSemiTransient, backoff.ClassOf(err))
+		assert.Contains(t, err.Error(), "PublishTimeout")
+	}
+	proxy.heal()
+	waitFor(t, func() bool { return s.Ping(ctxT(t)) == nil }, "a new connection")
+	after := entries(tp.exchange, 1, func(int) string { return "after" })
+	require.NoError(t, s.Publish(ctxT(t), after)[0])
+	// Wait past the landing bound: none of the stalled entries lands.
+	time.Sleep(s.LandingBound())
+	got := tp.read(1)
+	got = append(got, tp.drain()...)
+	require.Len(t, got, 1, "only the entry published after the stall is in the queue")
+	assert.Equal(t, after[0].ID, got[0].MessageId)
+}
