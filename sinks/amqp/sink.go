@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -329,9 +330,10 @@ func (s *Sink) dial() (*session, error) {
 
 // session is one connection and what the sink knows of its state.
 type session struct {
-	conn *amqp.Connection
-	raw  net.Conn
-	dead chan struct{} // closed when the connection is closed
+	conn    *amqp.Connection
+	raw     net.Conn
+	dead    chan struct{} // closed when the connection is closed
+	aborted atomic.Bool   // dropped by the sink: dead, whether or not the client noticed yet
 
 	mu        sync.Mutex
 	err       error         // why the connection closed
@@ -340,6 +342,9 @@ type session struct {
 }
 
 func (c *session) isDead() bool {
+	if c.aborted.Load() {
+		return true
+	}
 	select {
 	case <-c.dead:
 		return true
@@ -406,6 +411,7 @@ func (c *session) waitUnblocked(ctx context.Context) error {
 // abort drops the TCP connection at once: the broker can no longer send a
 // confirm for it, and the client stops writing to it.
 func (c *session) abort() {
+	c.aborted.Store(true)
 	if c.raw == nil {
 		return
 	}
