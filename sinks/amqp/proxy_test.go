@@ -2,9 +2,12 @@ package amqpsink_test
 
 import (
 	"net"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // faultProxy forwards TCP connections to a broker and can cut or stall
@@ -46,6 +49,16 @@ func newFaultProxy(t testing.TB, target string) *faultProxy {
 		p.mu.Unlock()
 	})
 	return p
+}
+
+// proxyTo returns a fault proxy to the broker of an AMQP URL.
+func proxyTo(t testing.TB, url string) *faultProxy {
+	t.Helper()
+	u, err := amqp.ParseURI(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newFaultProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
 }
 
 func (p *faultProxy) addr() string { return p.ln.Addr().String() }

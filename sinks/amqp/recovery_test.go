@@ -145,9 +145,7 @@ func TestReconnectWaitsBetweenAttempts(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	tp := newTopo(t, url)
-	u, err := amqp.ParseURI(url)
-	require.NoError(t, err)
-	proxy := newFaultProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
+	proxy := proxyTo(t, url)
 	var attempts atomic.Int64
 	dial := func(network, addr string) (net.Conn, error) {
 		attempts.Add(1)
@@ -190,9 +188,7 @@ func TestPublishTimeoutDuringStall(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	tp := newTopo(t, url)
-	u, err := amqp.ParseURI(url)
-	require.NoError(t, err)
-	proxy := newFaultProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
+	proxy := proxyTo(t, url)
 	s, err := amqpsink.Dial("amqp://guest:guest@"+proxy.addr()+"/?heartbeat=1", amqpsink.Options{
 		PublishTimeout: 300 * time.Millisecond, CloseTimeout: 200 * time.Millisecond, ReconnectDelay: 20 * time.Millisecond,
 	})

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/sinkhealth"
 )
 
 // landingMargin is added to the computed landing bound: the time a broker
@@ -45,7 +46,7 @@ type Sink struct {
 	landing  time.Duration
 	slots    []*slot
 	pending  chan struct{} // one token per unconfirmed message (MaxPending)
-	health   publishHealth
+	health   sinkhealth.Health
 	closedCh chan struct{}
 
 	mu        sync.Mutex // guards the fields below
