@@ -34,8 +34,8 @@ import (
 // with a semi-transient error. A message already published may still be
 // stored, up to [Sink.LandingBound] later, as a duplicate that the
 // stream's duplicate window drops when the entry is published again.
-// Publish does not retain msgs; it is safe for concurrent use, and must
-// not be called after Close.
+// Publish does not retain msgs and is safe for concurrent use. After
+// Close it fails every entry it has not published, with a transient error.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
@@ -115,6 +115,12 @@ func newCall(s *Sink, ctx, pctx context.Context, msgs []outbox.Entry, errs []err
 // until every entry is done or pctx ends.
 func (c *call) run() {
 	for c.left > 0 {
+		if c.pctx.Err() != nil {
+			// Checked first: a select below would pick a free slot as
+			// readily as an ended context, and publish after it.
+			c.abandon()
+			return
+		}
 		var slot chan<- struct{}
 		if len(c.ready) > 0 {
 			slot = c.s.slots // nil (never ready) when nothing can be published
@@ -129,6 +135,9 @@ func (c *call) run() {
 		case <-c.pctx.Done():
 			c.abandon()
 			return
+		case <-c.s.closed:
+			c.abandonClosed()
+			return
 		}
 	}
 }
@@ -141,10 +150,7 @@ func (c *call) send(i int) {
 	if err == nil {
 		c.subjects[i] = m.Subject
 		var paf jetstream.PubAckFuture
-		// No retries of "no responders" inside nats.go: they would send
-		// the message again later, out of the sink's sight; the sink
-		// finds out itself whether the subject has a stream.
-		paf, err = c.s.js.PublishMsgAsync(m, jetstream.WithMsgID(e.ID), jetstream.WithRetryAttempts(0))
+		paf, err = c.s.publishAsync(m, e.ID)
 		if err == nil {
 			c.state[i] = sent
 			go c.s.await(paf, i, c.results)
@@ -153,6 +159,21 @@ func (c *call) send(i int) {
 	}
 	<-c.s.slots
 	c.answer(result{i, err})
+}
+
+// publishAsync hands m to nats.go, unless the sink is closed.
+func (s *Sink) publishAsync(m *nats.Msg, id string) (jetstream.PubAckFuture, error) {
+	s.closing.RLock()
+	defer s.closing.RUnlock()
+	select {
+	case <-s.closed:
+		return nil, errClosed
+	default:
+	}
+	// No retries of "no responders" inside nats.go: they would send the
+	// message again later, out of the sink's sight; the sink finds out
+	// itself whether the subject has a stream (see noResponders).
+	return s.js.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
 }
 
 // await waits for the answer to the message of entry i, gives its slot
@@ -171,7 +192,9 @@ func (s *Sink) await(paf jetstream.PubAckFuture, i int, results chan<- result) {
 	results <- result{i, err}
 }
 
-var errClosed = errors.New("natssink: the sink was closed; create a new one")
+// errClosed fails what Publish does not publish, or is not answered,
+// because the sink was closed.
+var errClosed = backoff.Transient(errors.New("natssink: the sink was closed; entries are published by a new sink"))
 
 // answer records the answer to entry i and lets the key's next entry go,
 // or fails the key's later entries when i failed with a retryable error.
@@ -229,12 +252,25 @@ func (c *call) abandon() {
 	c.left = 0
 }
 
+// abandonClosed fails the entries not done when the sink was closed.
+func (c *call) abandonClosed() {
+	for i := range c.msgs {
+		if c.state[i] != done {
+			c.errs[i], c.state[i] = errClosed, done
+		}
+	}
+	c.left = 0
+}
+
 // message builds the message of e, or returns the permanent error of an
 // entry that cannot become one.
 func (s *Sink) message(e *outbox.Entry) (*nats.Msg, error) {
 	subj := s.opts.Subject(*e)
 	if why := badSubject(subj); why != "" {
 		return nil, backoff.Permanent(fmt.Errorf("natssink: entry %s (topic %q) maps to subject %q, which %s; map its topic to a literal NATS subject with %s", e.ID, e.Topic, subj, why, s.opts.name("Subject")))
+	}
+	if strings.ContainsAny(e.ID, "\r\n") {
+		return nil, backoff.Permanent(fmt.Errorf("natssink: entry %q has a line break in its ID, which headers %q and %s cannot carry; append it again with another ID", e.ID, s.opts.IDHeader, jetstream.MsgIDHeader))
 	}
 	h := make(nats.Header, len(e.Headers)+2)
 	for k, v := range e.Headers {
