@@ -60,10 +60,8 @@ type destination interface {
 	// each with its entry ID ids[i], waits for every acknowledgement and
 	// marks each acknowledged message in tr.
 	rawPublish(ctx context.Context, m *messages, ids []string, tr *tracker) error
-	// readBack checks the destination holds exactly n messages, then
-	// reads them and marks them in tr (keys from m) until every one
-	// arrived.
-	readBack(ctx context.Context, m *messages, n int, tr *tracker) error
+	// held is how many messages the destination holds.
+	held(ctx context.Context) (int, error)
 	// consume marks every message that arrives from now on in tr (keys
 	// from m), until stop.
 	consume(ctx context.Context, m *messages, tr *tracker) (stop func(), err error)
@@ -281,11 +279,29 @@ func (s *Suite) brokerSinkAlone(ctx context.Context, b brokerTarget, msgs *messa
 	return nil
 }
 
+// readBack checks d holds exactly n messages, then reads them and marks
+// them in tr (keys from m) until every one arrived.
+func readBack(ctx context.Context, d destination, m *messages, n int, tr *tracker) error {
+	held, err := d.held(ctx)
+	if err != nil {
+		return err
+	}
+	if held != n {
+		return fmt.Errorf("count wrong: the broker holds %d messages, want %d", held, n)
+	}
+	stop, err := d.consume(ctx, m, tr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return tr.wait(ctx, drainTimeout(n))
+}
+
 // readBackChecked reads a destination's n messages back and checks them:
 // each message once, each key's messages in order.
 func (s *Suite) readBackChecked(ctx context.Context, d destination, msgs *messages, n int) error {
 	back := newTracker(n)
-	if err := d.readBack(ctx, msgs, n, back); err != nil {
+	if err := readBack(ctx, d, msgs, n, back); err != nil {
 		return fmt.Errorf("read-back: %w", err)
 	}
 	if err := back.counts_().check(false); err != nil {

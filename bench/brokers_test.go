@@ -167,7 +167,7 @@ func destinationRoundTrip(t *testing.T, b brokerTarget) {
 	defer d.close()
 	publish(d)
 	back := newTracker(n)
-	if err := d.readBack(ctx, m, n, back); err != nil {
+	if err := readBack(ctx, d, m, n, back); err != nil {
 		t.Fatal(err)
 	}
 	if c := back.counts_(); c.check(false) != nil || c.Delivered != n {
@@ -191,7 +191,7 @@ func destinationRoundTrip(t *testing.T, b brokerTarget) {
 	if err := d2.rawPublish(ctx, m.head(1), []string{outbox.NewID()}, newTracker(1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d2.readBack(ctx, m, n, newTracker(n)); err == nil || !strings.Contains(err.Error(), "count wrong") {
+	if err := readBack(ctx, d2, m, n, newTracker(n)); err == nil || !strings.Contains(err.Error(), "count wrong") {
 		t.Fatalf("read-back of a destination with a message too many: %v, want a wrong count", err)
 	}
 }

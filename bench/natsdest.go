@@ -136,26 +136,17 @@ func natsHeaders(msg *nats.Msg, id, key string) {
 	msg.Header[natssink.DefaultKeyHeader] = []string{key}
 }
 
-// readBack checks the stream holds exactly n messages and reads them with
-// an ordered consumer.
-func (d *natsDest) readBack(ctx context.Context, m *messages, n int, tr *tracker) error {
+// held is the stream's message count.
+func (d *natsDest) held(ctx context.Context) (int, error) {
 	st, err := d.t.js.Stream(ctx, d.stream)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if info.State.Msgs != uint64(n) {
-		return fmt.Errorf("count wrong: the stream holds %d messages, want %d", info.State.Msgs, n)
-	}
-	stop, err := d.consume(ctx, m, tr)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	return tr.wait(ctx, drainTimeout(n))
+	return int(info.State.Msgs), nil
 }
 
 // consume marks every message of the stream, from its first, in tr.

@@ -434,7 +434,9 @@ func (s *Suite) writeDoc() error {
 	b.WriteString("Reproduce: `cd bench && go run .` (about 16 minutes on a 2-core machine, the W5 fleet and W3's sustainable-rate searches included; `-only REGEXP` / `-skip REGEXP` pick systems,\n")
 	b.WriteString("`-n`, `-runs` change the size). `go run . -quick` runs every workload at small N in well under\n")
 	b.WriteString("two minutes and only checks that the harness works and that every count is right; it writes its\n")
-	b.WriteString("report to a temporary directory (or `-out DIR`), never to this file, so CI leaves the tree clean.\n\n")
+	b.WriteString("report to a temporary directory (or `-out DIR`), never to this file, so CI leaves the tree clean.\n")
+	b.WriteString("`go run . -merge DIR/results.json` puts the figures of a run of some workloads (`-only … -out DIR`) into this\n")
+	b.WriteString("report in place of the same figures, each noted with the date of its run; the machine table stays the full run's.\n\n")
 	mode := "full run"
 	if s.info.Quick {
 		mode = "QUICK run (small N; the figures are not meaningful)"
