@@ -379,7 +379,8 @@ func machineInfo(ctx context.Context, s *Suite) MachineInfo {
 			switch d.Path {
 			case "github.com/riverqueue/river", "github.com/ThreeDotsLabs/watermill-sql/v4",
 				"github.com/ThreeDotsLabs/watermill", "github.com/hibiken/asynq",
-				"github.com/jackc/pgx/v5", "github.com/redis/go-redis/v9", "github.com/twmb/franz-go":
+				"github.com/jackc/pgx/v5", "github.com/redis/go-redis/v9", "github.com/twmb/franz-go",
+				"github.com/nats-io/nats.go", "github.com/rabbitmq/amqp091-go":
 				mi.Peers[d.Path] = d.Version
 			}
 		}
