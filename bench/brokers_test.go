@@ -213,3 +213,34 @@ func TestAMQPDestinationRoundTrip(t *testing.T) {
 	}
 	destinationRoundTrip(t, b)
 }
+
+func TestUnreachableBrokerIsSkippedOrFailsWithoutItsPassword(t *testing.T) {
+	// Not parallel: it sets environment variables.
+	t.Setenv("OUTBOX_AMQP_URL", "amqp://bench:s3cret-pw@127.0.0.1:1/")
+	t.Setenv("OUTBOX_REQUIRE_SERVICES", "")
+	s := &Suite{keep: map[string]any{}}
+	if err := s.brokerWorkload(context.Background(), "rabbitmq"); err != nil {
+		t.Fatalf("an unreachable broker failed the run without OUTBOX_REQUIRE_SERVICES: %v", err)
+	}
+	if b, ok := s.keep["broker.rabbitmq"].(brokerTarget); !ok || b.open != nil {
+		t.Fatalf("the unreachable broker is not remembered as skipped: %#v", s.keep["broker.rabbitmq"])
+	}
+	if err := s.brokerWorkload(context.Background(), "rabbitmq"); err != nil {
+		t.Fatalf("second round: %v", err)
+	}
+
+	t.Setenv("OUTBOX_REQUIRE_SERVICES", "1")
+	s = &Suite{keep: map[string]any{}}
+	err := s.brokerWorkload(context.Background(), "rabbitmq")
+	if err == nil {
+		t.Fatal("an unreachable broker did not fail the run under OUTBOX_REQUIRE_SERVICES=1")
+	}
+	for _, want := range []string{"OUTBOX_AMQP_URL", "127.0.0.1:1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "s3cret-pw") {
+		t.Errorf("error %q shows the password", err)
+	}
+}

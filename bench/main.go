@@ -14,6 +14,14 @@
 // Redis workloads use logical database -redis-db (default 15) and only
 // their own key prefixes, deleted afterwards (never FLUSHDB).
 //
+// The broker workloads (nats, rabbitmq: issue 29's sinks against each
+// broker's raw client) use OUTBOX_NATS_URL and OUTBOX_AMQP_URL (defaults:
+// nats://127.0.0.1:4222, a server with JetStream, and
+// amqp://guest:guest@127.0.0.1:5672/), each run in a stream, or an
+// exchange and queue, of its own, deleted afterwards; a broker that cannot
+// be reached has its workloads skipped, or fails the run under
+// OUTBOX_REQUIRE_SERVICES=1.
+//
 // Every workload counts what was really delivered; a lost entry, an
 // unexpected duplicate or a per-key order violation fails the run (exit
 // status 1).
