@@ -66,15 +66,8 @@ func keyOrderConcurrent(t *testing.T, s *env) {
 					keys = append(keys, es)
 				}
 				entries := interleave(keys)
-				errs, panicked := s.tryPublish(s.ctx, entries)
-				if panicked != nil {
-					t.Errorf("Publish panicked: %v", panicked)
+				if !s.publishNoFault(t, entries) {
 					return
-				}
-				for i, err := range errs {
-					if err != nil {
-						t.Errorf("entry %s failed with no fault injected: %v", entries[i].ID, err)
-					}
 				}
 				mu.Lock()
 				all = append(all, entries...)
@@ -131,11 +124,7 @@ func failMidKey(t *testing.T, s *env, f Fault) {
 	clean1 := s.keyed(s.prefix+"-clean1", n)
 	clean2 := s.keyed(s.prefix+"-clean2", n)
 	orig := cloneAll(hot)
-	heal, err := f.Apply(s.ctx, &hot[broken])
-	if err != nil {
-		t.Fatalf("fault %q: Apply: %v", f.Name, err)
-	}
-	t.Cleanup(func() { _ = heal(context.WithoutCancel(s.ctx)) })
+	heal := s.apply(t, f, &hot[broken])
 	entries := interleave([][]outbox.Entry{clean1, hot, clean2})
 	ctx, cancel := context.WithTimeout(s.ctx, faultPublishTimeout)
 	errs := s.publish(t, ctx, entries)
@@ -167,9 +156,7 @@ func failMidKey(t *testing.T, s *env, f Fault) {
 	expectKeyOrder(t, msgs, entries)
 	expectAbsent(t, msgs, later, "an earlier entry of its key failed with a retryable error in the same call")
 
-	if err := heal(s.ctx); err != nil {
-		t.Fatalf("fault %q: heal: %v", f.Name, err)
-	}
+	heal()
 	// Publish again, in order, every entry of the key from the first
 	// that failed (the relay's retry), from the original copies.
 	first := n

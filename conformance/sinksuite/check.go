@@ -55,6 +55,44 @@ func (s *env) publishOK(t *testing.T, msgs []outbox.Entry) {
 	}
 }
 
+// publishNoFault publishes entries with the case's context from any
+// goroutine (it reports with t.Errorf, never t.Fatal): a panic or a
+// failed entry fails the case. It returns false on a panic.
+func (s *env) publishNoFault(t *testing.T, entries []outbox.Entry) bool {
+	errs, panicked := s.tryPublish(s.ctx, entries)
+	if panicked != nil {
+		t.Errorf("concurrent Publish panicked: %v", panicked)
+		return false
+	}
+	if len(errs) != len(entries) {
+		t.Errorf("Publish of %d entries returned %d errors; want one per entry", len(entries), len(errs))
+		return true
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Publish: entry %s failed with no fault injected: %v", entries[i].ID, err)
+		}
+	}
+	return true
+}
+
+// apply turns f on (for e; nil for a destination-wide fault), registers
+// its heal with t.Cleanup and returns the heal for the case to call.
+func (s *env) apply(t *testing.T, f Fault, e *outbox.Entry) (heal func()) {
+	t.Helper()
+	h, err := f.Apply(s.ctx, e)
+	if err != nil {
+		t.Fatalf("fault %q: Apply: %v", f.Name, err)
+	}
+	t.Cleanup(func() { _ = h(context.WithoutCancel(s.ctx)) })
+	return func() {
+		t.Helper()
+		if err := h(s.ctx); err != nil {
+			t.Fatalf("fault %q: heal: %v", f.Name, err)
+		}
+	}
+}
+
 // read reads the destination, waiting up to wait for at least n messages.
 func (s *env) read(t *testing.T, n int, wait time.Duration) []Message {
 	t.Helper()
