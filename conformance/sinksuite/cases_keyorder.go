@@ -3,7 +3,6 @@ package sinksuite
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/outboxrelay/outbox"
@@ -49,33 +48,19 @@ func keyOrderInterleaved(t *testing.T, s *env) {
 // order across and within the calls.
 func keyOrderConcurrent(t *testing.T, s *env) {
 	requireKeyOrder(t, s)
-	const workers, rounds, keysPer, perKey = 4, 3, 6, 8
-	var mu sync.Mutex
-	var all []outbox.Entry
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for r := range rounds {
-				var keys [][]outbox.Entry
-				for k := range keysPer {
-					key := fmt.Sprintf("%s-w%d-k%d", s.prefix, w, k)
-					es := make([]outbox.Entry, perKey)
-					for i := range es {
-						es[i] = s.entry(key, r*perKey+i+1)
-					}
-					keys = append(keys, es)
-				}
-				entries := interleave(keys)
-				if !s.publishNoFault(t, entries) {
-					return
-				}
-				mu.Lock()
-				all = append(all, entries...)
-				mu.Unlock()
+	const keysPer, perKey = 6, 8
+	all := s.concurrently(t, 4, 3, func(w, c int) []outbox.Entry {
+		var keys [][]outbox.Entry
+		for k := range keysPer {
+			key := fmt.Sprintf("%s-w%d-k%d", s.prefix, w, k)
+			es := make([]outbox.Entry, perKey)
+			for i := range es {
+				es[i] = s.entry(key, c*perKey+i+1)
 			}
-		})
-	}
-	wg.Wait()
+			keys = append(keys, es)
+		}
+		return interleave(keys)
+	})
 	// Calls of one worker ran in sequence, so a key's entries of all its
 	// calls are in order: all holds them in the order they were published.
 	msgs := s.expectReadable(t, all, nil)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,6 +75,32 @@ func (s *env) publishNoFault(t *testing.T, entries []outbox.Entry) bool {
 		}
 	}
 	return true
+}
+
+// concurrently runs workers goroutines that each publish calls calls in
+// a row, the entries of call c of worker w made by entries(w, c), and
+// returns every entry published, each worker's in its order.
+func (s *env) concurrently(t *testing.T, workers, calls int, entries func(w, c int) []outbox.Entry) []outbox.Entry {
+	var (
+		mu  sync.Mutex
+		all []outbox.Entry
+		wg  sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for c := range calls {
+				es := entries(w, c)
+				if !s.publishNoFault(t, es) {
+					return
+				}
+				mu.Lock()
+				all = append(all, es...)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return all
 }
 
 // apply turns f on (for e; nil for a destination-wide fault), registers
