@@ -98,6 +98,7 @@ func TestSuiteRejectsBrokenSinks(t *testing.T) {
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("inside a TestBrokenChild subprocess")
 	}
+	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatalf("os.Executable: %v", err)
@@ -154,6 +155,7 @@ func TestReferenceChild(t *testing.T) {
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("inside a TestBrokenChild subprocess")
 	}
+	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatalf("os.Executable: %v", err)

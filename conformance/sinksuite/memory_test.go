@@ -337,18 +337,21 @@ func (s *memSink) landLate(e outbox.Entry) {
 		}
 		<-st
 	}
-	time.Sleep(300 * time.Millisecond)
+	// A second after the heal: the suite's first look is at once
+	// (LandingBound 0), its second landingSlack (2s) later.
+	time.Sleep(time.Second)
 	_ = s.b.write(context.Background(), e, false)
 }
 
 // bufferEntry is close-drops-buffered's write: it reports the entry
-// published and writes it 200ms later, unless Close comes first.
+// published and writes it a second later, unless Close comes first
+// (Close/KeepsPublished closes right after Publish returns).
 func (s *memSink) bufferEntry(e outbox.Entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.buffer = append(s.buffer, e.Clone())
 	if s.timer == nil {
-		s.timer = time.AfterFunc(200*time.Millisecond, s.flush)
+		s.timer = time.AfterFunc(time.Second, s.flush)
 	}
 }
 
@@ -423,5 +426,6 @@ func (s retainingSink) Publish(_ context.Context, msgs []outbox.Entry) []error {
 // TestMemory runs the suite against the reference sink: every case must
 // pass.
 func TestMemory(t *testing.T) {
+	t.Parallel()
 	sinksuite.Run(t, newMemHarness(""))
 }
