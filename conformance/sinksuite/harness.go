@@ -56,7 +56,10 @@ type Harness interface {
 
 	// Faults lists the faults the harness can inject (none is fine: the
 	// cases that need one are skipped, saying so). A harness should offer
-	// every fault its broker makes easy to cause; see [Fault].
+	// every fault its broker makes easy to cause; see [Fault]. Every
+	// harness the NewHarness makes must return the same faults, in the
+	// same order (the suite runs one subtest per fault, each with a
+	// harness of its own).
 	Faults() []Fault
 }
 
@@ -87,10 +90,10 @@ type Fault struct {
 
 	// PerEntry faults hit the one entry Apply is given (Apply may change
 	// the entry, such as making its payload too large, or arrange with the
-	// broker that only this entry's message fails, by its ID); the
-	// entry's neighbours in the call, other keys, must not fail because of
-	// it, except those the sink itself fails to keep a key's order.
-	// Other faults hit the whole destination: Apply gets a nil entry.
+	// broker that only this entry's message fails, by its ID). Entries of
+	// other keys may fail with it (a broker that refuses a batch whole
+	// fails its other messages too), but never permanently because of
+	// it. Other faults hit the whole destination: Apply gets a nil entry.
 	PerEntry bool
 
 	// Permanent is the class the sink must report for the entries the
@@ -104,11 +107,12 @@ type Fault struct {
 	// Ignored when Permanent is false.
 	Mentions []string
 
-	// Stalls reports that while the fault is on, the broker takes no
-	// message and answers nothing (a network partition, a stopped
-	// server): a Publish during it can only end by its context or the
-	// sink's own timeout. The cancellation and LandingBound cases need
-	// such a fault; Permanent must be false.
+	// Stalls reports that while the fault is on, the broker acknowledges
+	// nothing (a network partition, a paused server, requests held
+	// unanswered): a Publish during it can only end by its context or the
+	// sink's own timeout. What was sent during the stall may be written
+	// when it heals (it was in flight) or never. The Cancel and
+	// LandingBound cases need such a fault; Permanent must be false.
 	Stalls bool
 
 	// Apply turns the fault on and returns heal, which turns it off; heal
