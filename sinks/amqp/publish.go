@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -82,6 +83,44 @@ func (s *Sink) slotOf(e *outbox.Entry) int {
 func (s *Sink) publishOn(ctx context.Context, sess *session, sl *slot, msgs []outbox.Entry, idx []int, errs []error) {
 	ps := make([]*pending, len(idx))
 	chans := map[*pubChan]bool{}
+	s.writeAll(ctx, sess, sl, msgs, idx, errs, ps, chans)
+	if waitAll(ctx, ps, errs, idx) {
+		return
+	}
+	// Given up: close the channels still holding messages of this call so
+	// that none of them is routed later than the landing bound, then fail
+	// what is left with ctx's error.
+	var wg sync.WaitGroup
+	for pc := range chans {
+		wg.Go(func() { pc.abort(s.opts.CloseTimeout) })
+	}
+	wg.Wait()
+	for j, p := range ps {
+		if p == nil {
+			continue
+		}
+		<-p.res // the channel's end gave it one
+		errs[idx[j]] = s.gaveUp(ctx, msgs[idx[j]].ID)
+	}
+}
+
+// writeAll writes the messages msgs[idx...] on sl, in order, into ps and
+// chans. A write blocks while the socket is full (a broker that stopped
+// reading); should it still block CloseTimeout after ctx ended, the
+// connection is dropped, which ends the write.
+func (s *Sink) writeAll(ctx context.Context, sess *session, sl *slot, msgs []outbox.Entry, idx []int, errs []error, ps []*pending, chans map[*pubChan]bool) {
+	written := make(chan struct{})
+	defer close(written)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(s.opts.CloseTimeout)
+		defer t.Stop()
+		select {
+		case <-written:
+		case <-t.C:
+			sess.abort()
+		}
+	})
+	defer stop()
 	var failedKeys map[string]bool // keys of this group with a failure known
 	for j, i := range idx {
 		e := &msgs[i]
@@ -102,24 +141,6 @@ func (s *Sink) publishOn(ctx context.Context, sess *session, sl *slot, msgs []ou
 		}
 		ps[j] = p
 		chans[pc] = true
-	}
-	if waitAll(ctx, ps, errs, idx) {
-		return
-	}
-	// Given up: close the channels still holding messages of this call so
-	// that none of them is routed later than the landing bound, then fail
-	// what is left with ctx's error.
-	var wg sync.WaitGroup
-	for pc := range chans {
-		wg.Go(func() { pc.abort(s.opts.CloseTimeout) })
-	}
-	wg.Wait()
-	for j, p := range ps {
-		if p == nil {
-			continue
-		}
-		<-p.res // the channel's end gave it one
-		errs[idx[j]] = s.gaveUp(ctx, msgs[idx[j]].ID)
 	}
 }
 
