@@ -94,7 +94,9 @@
 // # Deadlines
 //
 // Publish returns by its context's end or [Options.PublishTimeout],
-// whichever comes first, plus at most CloseTimeout. When it gives up on
+// whichever comes first, plus about CloseTimeout (a write that blocks on a
+// full socket, because the broker stopped reading, is ended by dropping
+// the connection CloseTimeout after the deadline). When it gives up on
 // messages not confirmed, it closes their channel and waits up to
 // [Options.CloseTimeout] for the broker's close-ok: the broker handles a
 // channel's commands in order, so by then it has routed or dropped every
@@ -111,7 +113,7 @@
 // it: the bound runs from the moment Publish gives up, whatever made it.
 // Without heartbeats (neither side asks for one) nothing bounds it and
 // LandingBound is [LandingUnbounded]. The bound assumes the broker is not
-// stalled (a paused VM, a stopped process) past it with a publish read
-// and not yet routed; declare a larger [Options.LandingBound] where that
-// can happen.
+// stalled (a paused VM, a stopped process) past it with a publish read and
+// not yet routed, or still unread in its socket buffer; declare a larger
+// [Options.LandingBound] where that can happen.
 package amqpsink
