@@ -70,8 +70,10 @@
 // at once and retries the others): no exchange (404 NOT_FOUND), access
 // refused (403 ACCESS_REFUSED: no write permission, or an internal
 // exchange), a message over the broker's max_message_size (406
-// PRECONDITION_FAILED) and an unroutable message are permanent, each with
-// a reason that says what to configure. The channel errors are given only
+// PRECONDITION_FAILED), an unroutable message, and an exchange name,
+// routing key, entry ID or header name over AMQP's 255 bytes (checked
+// before publishing) are permanent, each with a reason that says what to
+// configure. The channel errors are given only
 // to the entry they are about; the other entries pending on that channel
 // fail with [ErrConnectionLost]. A lost connection, a broker restart (320
 // CONNECTION_FORCED, a reset), a nack and a connection blocked by a

@@ -187,3 +187,27 @@ func TestNackIsTransient(t *testing.T) {
 	requireClass(t, backoff.ClassTransient, errs[0])
 	assert.True(t, errors.Is(errs[0], amqpsink.ErrNacked), "%v", errs[0])
 }
+
+// TestRoutingKeyOverAMQPLimitIsPermanent: AMQP carries routing keys and
+// header names of up to 255 bytes (an entry key may be longer): such an
+// entry fails permanently, naming the option that maps keys, and the
+// connection stays usable.
+func TestRoutingKeyOverAMQPLimitIsPermanent(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	tp := newTopo(t, url)
+	s := dialSink(t, url, amqpsink.Options{Channels: 1})
+	es := entries(tp.exchange, 2, func(int) string { return "k" })
+	es[0].Key = strings.Repeat("k", 256)
+	errs := s.Publish(ctxT(t), es)
+	requireClass(t, backoff.ClassPermanent, errs[0])
+	assert.Contains(t, errs[0].Error(), "255")
+	assert.Contains(t, errs[0].Error(), "Options.RoutingKey")
+	require.NoError(t, errs[1])
+	assert.Equal(t, es[1].ID, tp.read(1)[0].MessageId)
+
+	es[1].Headers = map[string]string{strings.Repeat("h", 256): "v"}
+	err := s.Publish(ctxT(t), es[1:])[0]
+	requireClass(t, backoff.ClassPermanent, err)
+	assert.Contains(t, err.Error(), "header name")
+}

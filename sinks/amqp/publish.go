@@ -147,6 +147,10 @@ func (s *Sink) writeAll(ctx context.Context, sess *session, sl *slot, msgs []out
 // publishOne waits for room (MaxPending) and for the connection to be
 // unblocked, then writes e on sl.
 func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbox.Entry) (*pending, *pubChan, error) {
+	exchange, key := s.opts.Exchange(*e), s.opts.RoutingKey(*e)
+	if err := s.checkNames(e, exchange, key); err != nil {
+		return nil, nil, err
+	}
 	select {
 	case s.pending <- struct{}{}:
 	case <-ctx.Done():
@@ -156,7 +160,6 @@ func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbo
 		<-s.pending
 		return nil, nil, s.classified(err)
 	}
-	exchange, key := s.opts.Exchange(*e), s.opts.RoutingKey(*e)
 	msg := s.message(e)
 	p := &pending{exchange: exchange, key: key, id: e.ID, size: len(e.Payload), res: make(chan error, 1)}
 	pc, err := sl.publish(ctx, sess, exchange, key, msg, p)
@@ -165,6 +168,36 @@ func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbo
 		return nil, nil, s.classified(err)
 	}
 	return p, pc, nil
+}
+
+// maxShortstr is the longest AMQP short string: exchange names, routing
+// keys, message IDs and header names.
+const maxShortstr = 255
+
+// checkNames fails permanently an entry whose exchange, routing key or ID
+// AMQP cannot carry.
+func (s *Sink) checkNames(e *outbox.Entry, exchange, key string) error {
+	var what, option string
+	switch {
+	case len(exchange) > maxShortstr:
+		what, option = "exchange name", "Exchange"
+	case len(key) > maxShortstr:
+		what, option = "routing key", "RoutingKey"
+	case len(e.ID) > maxShortstr:
+		what, option = "entry ID (the message_id)", ""
+	default:
+		for k := range e.Headers {
+			if len(k) > maxShortstr {
+				return backoff.Permanent(fmt.Errorf("amqpsink: entry %s: its header name %.40q... is over AMQP's %d bytes; shorten it, then requeue the parked entry", e.ID, k, maxShortstr))
+			}
+		}
+		return nil
+	}
+	fix := "shorten it"
+	if option != "" {
+		fix = "map it to a shorter one with " + s.opts.name(option)
+	}
+	return backoff.Permanent(fmt.Errorf("amqpsink: entry %s: its %s is over AMQP's %d bytes; %s, then requeue the parked entry", e.ID, what, maxShortstr, fix))
 }
 
 // gaveUp is the error of a message Publish stopped waiting for.
