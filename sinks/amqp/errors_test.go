@@ -71,7 +71,7 @@ func TestMissingExchangeIsPermanentOthersRetryable(t *testing.T) {
 	es[4].Topic = missing
 	errs := s.Publish(ctxT(t), es)
 	requireClass(t, backoff.ClassPermanent, errs[4])
-	for _, want := range []string{missing, "does not exist", "declare it", "Exchange option", "NOT_FOUND"} {
+	for _, want := range []string{missing, "does not exist", "declare it", "Options.Exchange", "NOT_FOUND"} {
 		assert.Contains(t, errs[4].Error(), want)
 	}
 	var ok, retry []outbox.Entry
@@ -107,12 +107,15 @@ func TestInternalExchangeIsPermanent(t *testing.T) {
 	tp := newTopo(t, url)
 	internal := uniq("internal")
 	require.NoError(t, tp.ch.ExchangeDeclare(internal, "topic", false, true, true, false, nil))
-	s := dialSink(t, url, amqpsink.Options{})
+	s := dialSink(t, url, amqpsink.Options{OptionName: func(o string) string {
+		return map[string]string{"Exchange": "--exchange-map"}[o]
+	}})
 	err := s.Publish(ctxT(t), []outbox.Entry{{ID: outbox.NewID(), Topic: internal, Key: "k"}})[0]
 	requireClass(t, backoff.ClassPermanent, err)
 	assert.Contains(t, err.Error(), internal)
 	assert.Contains(t, err.Error(), "ACCESS_REFUSED")
 	assert.Contains(t, err.Error(), "permission")
+	assert.Contains(t, err.Error(), "--exchange-map", "the option as OptionName names it")
 }
 
 // TestWriteRefusedIsPermanent: a user without write permission on the
