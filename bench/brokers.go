@@ -25,6 +25,9 @@ import (
 //     awaited; RabbitMQ: persistent, mandatory publishes with publisher
 //     confirms into a durable queue). Both sides are read back from the
 //     broker and checked.
+//   - sink alone: our sink with no store and no relay, Publish calls of
+//     the relay's size one after the other: between the raw client and
+//     the drains, the sink's share of a gap.
 //   - hot key: one key against 1,000 keys, through our sink (Postgres).
 //   - latency: the sustainable end-to-end rate with the broker in the
 //     path and a consumer reading from it, then commit-to-arrival at half
