@@ -146,7 +146,7 @@ func (c *RelayCmd) natsURLs() string {
 // natsOptions are the nats.go options from the flags: authentication and
 // TLS. The URL's own user and password or token are nats.go's to use.
 func (c *RelayCmd) natsOptions() []nats.Option {
-	opts := []nats.Option{nats.Name("outbox-relay")}
+	var opts []nats.Option
 	switch {
 	case c.NATSPassword != "":
 		user := c.NATSUser
@@ -247,7 +247,7 @@ func topicMapping(prefix string, mapped map[string]string) func(outbox.Entry) st
 func (c *RelayCmd) natsSink() (*relaySink, error) {
 	sink, err := natssink.Dial(c.SinkURL, c.NATSOptions(), c.natsOptions()...)
 	if err != nil {
-		return nil, fmt.Errorf("relay: connecting to NATS at %s: %w (check --sink-url, the NATS authentication flags and that the server runs)", c.natsURLs(), err)
+		return nil, fmt.Errorf("relay: %w (check --sink-url and the --nats-* authentication flags)", err)
 	}
 	return &relaySink{
 		Sink: sink, name: "NATS", timeoutFlag: "--nats-publish-timeout", timeout: c.NATSPublishTimeout,
