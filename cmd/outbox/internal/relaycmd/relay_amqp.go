@@ -162,7 +162,7 @@ func (c *RelayCmd) amqpSink() (*relaySink, error) {
 	}
 	return &relaySink{
 		Sink: sink, name: "RabbitMQ", timeoutFlag: "--amqp-publish-timeout", timeout: c.AMQPPublishTimeout,
-		landing: "the RabbitMQ sink's landing bound (its channel close timeout plus 1s)",
+		landing: "the RabbitMQ sink's landing bound",
 		failing: sink.Failing, probe: sink.Ping, close: sink.Close,
 		attrs: []any{"amqp_url", redacted, "amqp_tls", tlsOn},
 	}, nil
