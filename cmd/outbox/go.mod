@@ -20,8 +20,10 @@ replace (
 require (
 	github.com/alecthomas/kong v1.17.0
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/nats-io/jwt/v2 v2.8.3
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
+	github.com/nats-io/nkeys v0.4.17
 	github.com/outboxrelay/outbox v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/postgres v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/redis v0.0.0-00010101000000-000000000000
@@ -62,8 +64,6 @@ require (
 	github.com/mattn/go-runewidth v0.0.30 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/nats-io/jwt/v2 v2.8.3 // indirect
-	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
