@@ -45,13 +45,13 @@ type pubChan struct {
 // publish writes msg on the slot's channel, opening one when needed, and
 // registers p for its confirm. It returns the channel p waits on, or an
 // error when the message was not written.
-func (sl *slot) publish(sess *session, exchange, key string, msg amqp.Publishing, p *pending) (*pubChan, error) {
+func (sl *slot) publish(ctx context.Context, sess *session, exchange, key string, msg amqp.Publishing, p *pending) (*pubChan, error) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	pc := sl.pc
 	if pc == nil || pc.isDead() || pc.sess != sess {
 		var err error
-		pc, err = sl.open(sess)
+		pc, err = sl.open(ctx, sess)
 		if err != nil {
 			return nil, err
 		}
@@ -71,15 +71,42 @@ func (sl *slot) publish(sess *session, exchange, key string, msg amqp.Publishing
 }
 
 // open opens a channel in confirm mode on sess and starts its dispatcher.
-func (sl *slot) open(sess *session) (*pubChan, error) {
-	ch, err := sess.conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("%w: opening a channel: %w", ErrConnectionLost, err)
+// A broker that does not answer by ctx's end gets its connection dropped.
+func (sl *slot) open(ctx context.Context, sess *session) (*pubChan, error) {
+	type opened struct {
+		ch  *amqp.Channel
+		err error
 	}
-	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("amqpsink: the broker refused publisher confirms on a channel (confirm.select): %w", err)
+	res := make(chan opened, 1)
+	go func() {
+		ch, err := sess.conn.Channel()
+		if err != nil {
+			res <- opened{nil, fmt.Errorf("%w: opening a channel: %w", ErrConnectionLost, err)}
+			return
+		}
+		if err := ch.Confirm(false); err != nil {
+			_ = ch.Close()
+			res <- opened{nil, fmt.Errorf("amqpsink: the broker refused publisher confirms on a channel (confirm.select): %w", err)}
+			return
+		}
+		res <- opened{ch, nil}
+	}()
+	var o opened
+	select {
+	case o = <-res:
+	case <-ctx.Done():
+		sess.abort()
+		o = <-res
+		if o.err == nil {
+			_ = o.ch.Close()
+		}
+		return nil, fmt.Errorf("amqpsink: the broker did not open a channel before the publish ended (%s %v, or the caller's deadline); the connection was dropped: %w",
+			sl.sink.opts.name("PublishTimeout"), sl.sink.opts.PublishTimeout, ctx.Err())
 	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	ch := o.ch
 	// The client drops a notification its listener does not take within
 	// 5s: the buffers hold one per message that can be pending, so the
 	// client never waits on them.
@@ -227,6 +254,11 @@ func (pc *pubChan) fail(why *amqp.Error) {
 		}
 	}
 	for _, p := range left {
+		if p.returned != nil { // its basic.return came before the channel closed
+			p.result(pc.sink.classified(unroutable(p.returned)))
+			<-pc.sink.pending
+			continue
+		}
 		p.result(pc.sink.classified(closeError(why, p)))
 		<-pc.sink.pending
 	}

@@ -84,7 +84,7 @@ func unroutable(r *amqp.Return) error {
 
 var (
 	noExchange = regexp.MustCompile(`no exchange '([^']*)'`)
-	refusedTo  = regexp.MustCompile(`access to exchange '([^']*)'`)
+	refusedTo  = regexp.MustCompile(`exchange '([^']*)'`)
 	maxSize    = regexp.MustCompile(`larger than configured max size (\d+)`)
 )
 
@@ -103,7 +103,7 @@ func closeError(why *amqp.Error, p *pending) error {
 		}
 	case amqp.AccessRefused:
 		if m := refusedTo.FindStringSubmatch(why.Reason); m != nil && m[1] == p.exchange {
-			return fmt.Errorf("amqpsink: entry %s: the broker refused access to exchange %q; grant the relay's user write permission on it (rabbitmqctl set_permissions), then requeue the parked entry: %w", p.id, p.exchange, why)
+			return fmt.Errorf("amqpsink: entry %s: the broker refused access to exchange %q (the user may not write to it, or it is an internal exchange); grant the relay's user write permission on it (rabbitmqctl set_permissions), or map the topic to an exchange that is not internal with the Exchange option, then requeue the parked entry: %w", p.id, p.exchange, why)
 		}
 	case amqp.PreconditionFailed:
 		if m := maxSize.FindStringSubmatch(why.Reason); m != nil {

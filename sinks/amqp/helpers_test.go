@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outbox"
-	amqpsink "github.com/outboxrelay/outbox/sinks/amqp"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	amqpsink "github.com/outboxrelay/outbox/sinks/amqp"
 )
 
 // brokerURL returns the shared server's URL, or skips (fails under
@@ -87,6 +87,20 @@ func (tp *topo) read(n int) []amqp.Delivery {
 	}
 	require.Len(tp.t, got, n, "messages in queue %s", tp.queue)
 	return got
+}
+
+// drain takes whatever the queue holds now.
+func (tp *topo) drain() []amqp.Delivery {
+	tp.t.Helper()
+	var got []amqp.Delivery
+	for {
+		d, ok, err := tp.ch.Get(tp.queue, true)
+		require.NoError(tp.t, err)
+		if !ok {
+			return got
+		}
+		got = append(got, d)
+	}
 }
 
 // count is the number of messages ready in the queue.

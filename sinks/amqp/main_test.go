@@ -14,6 +14,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	examplesNeedRabbitMQ()
 	code := m.Run()
+	stopPrivateNode()
 	os.Exit(code)
 }
 

@@ -2,7 +2,7 @@ package amqpsink
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"hash/maphash"
 	"maps"
 	"slices"
@@ -33,7 +33,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	if len(msgs) == 0 {
 		return errs
 	}
-	defer func() { s.health.record(ctx, s.opts.Now(), errs) }()
+	defer func() { s.health.Record(ctx, s.opts.Now(), errs) }()
 	pctx := ctx
 	if s.opts.PublishTimeout > 0 {
 		var cancel context.CancelFunc
@@ -138,7 +138,7 @@ func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbo
 	exchange, key := s.opts.Exchange(*e), s.opts.RoutingKey(*e)
 	msg := s.message(e)
 	p := &pending{exchange: exchange, key: key, id: e.ID, size: len(e.Payload), res: make(chan error, 1)}
-	pc, err := sl.publish(sess, exchange, key, msg, p)
+	pc, err := sl.publish(ctx, sess, exchange, key, msg, p)
 	if err != nil {
 		<-s.pending
 		return nil, nil, s.classified(err)

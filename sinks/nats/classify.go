@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -119,13 +120,20 @@ type streamLookup struct {
 	err  error
 }
 
+// streamLookupTimeout bounds a lookup of the stream of a subject: a
+// JetStream that does not answer within it is not available (restarting,
+// or electing a leader), which is all the sink needs to know.
+const streamLookupTimeout = time.Second
+
 // stream looks up (once per call and subject) the stream that captures
 // subj.
 func (c *call) stream(subj string) streamLookup {
 	if l, ok := c.streams[subj]; ok {
 		return l
 	}
-	name, err := c.s.js.StreamNameBySubject(c.pctx, subj)
+	ctx, cancel := context.WithTimeout(c.pctx, streamLookupTimeout)
+	defer cancel()
+	name, err := c.s.js.StreamNameBySubject(ctx, subj)
 	l := streamLookup{name, err}
 	if c.streams == nil {
 		c.streams = map[string]streamLookup{}
@@ -155,6 +163,10 @@ func (c *call) failure(i int, err error) error {
 		hint = fmt.Sprintf(" (the message is over the %s of stream %s: raise that limit (or set Discard: old) or shrink the entry, then requeue it)", setting, c.streamName(subj))
 	case errors.Is(err, nats.ErrMaxPayload):
 		hint = fmt.Sprintf(" (the message is over the server's max_payload of %d bytes, headers included: raise max_payload in the server's configuration or shrink the entry, then requeue it)", c.s.nc.MaxPayload())
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		// The JetStream context's timer (PublishTimeout from the
+		// publish) fired before the call's own: the same timeout.
+		return backoff.Mark(fmt.Errorf("%s: %w", o.notAcknowledged(e.ID), err), o.Classify(err))
 	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
 		hint = " (the connection to the server was lost; it reconnects, and the entry is published again: a copy the server stored is dropped by the stream's duplicate window)"
 	}

@@ -115,6 +115,12 @@ func newCall(s *Sink, ctx, pctx context.Context, msgs []outbox.Entry, errs []err
 // until every entry is done or pctx ends.
 func (c *call) run() {
 	for c.left > 0 {
+		if c.pctx.Err() != nil {
+			// Checked first: a select below would pick a free slot as
+			// readily as an ended context, and publish after it.
+			c.abandon()
+			return
+		}
 		var slot chan<- struct{}
 		if len(c.ready) > 0 {
 			slot = c.s.slots // nil (never ready) when nothing can be published
@@ -235,8 +241,7 @@ func (c *call) abandon() {
 		case ctxErr != nil:
 			c.errs[i] = ctxErr
 		case c.state[i] == sent:
-			c.errs[i] = backoff.SemiTransient(fmt.Errorf("natssink: entry %s not acknowledged within %s %v (the server is unreachable or slow, or the stream has no leader; it may still be stored, and the stream's duplicate window drops it when it is published again): %w",
-				c.msgs[i].ID, c.s.opts.name("PublishTimeout"), c.s.opts.PublishTimeout, context.DeadlineExceeded))
+			c.errs[i] = backoff.SemiTransient(fmt.Errorf("%s: %w", c.s.opts.notAcknowledged(c.msgs[i].ID), context.DeadlineExceeded))
 		default:
 			c.errs[i] = backoff.SemiTransient(fmt.Errorf("natssink: entry %s not published within %s %v: it waited for an earlier entry of its key, or for one of the %d slots of %s (the server is slow): %w",
 				c.msgs[i].ID, c.s.opts.name("PublishTimeout"), c.s.opts.PublishTimeout, c.s.opts.MaxPending, c.s.opts.name("MaxPending"), context.DeadlineExceeded))
@@ -244,6 +249,13 @@ func (c *call) abandon() {
 		c.state[i] = done
 	}
 	c.left = 0
+}
+
+// notAcknowledged is the text of the error of entry id when its
+// acknowledgement did not come within PublishTimeout.
+func (o Options) notAcknowledged(id string) string {
+	return fmt.Sprintf("natssink: entry %s not acknowledged within %s %v (the server is unreachable or slow, or the stream has no leader; it may still be stored, and the stream's duplicate window drops it when it is published again)",
+		id, o.name("PublishTimeout"), o.PublishTimeout)
 }
 
 // abandonClosed fails the entries not done when the sink was closed.
@@ -262,6 +274,9 @@ func (s *Sink) message(e *outbox.Entry) (*nats.Msg, error) {
 	subj := s.opts.Subject(*e)
 	if why := badSubject(subj); why != "" {
 		return nil, backoff.Permanent(fmt.Errorf("natssink: entry %s (topic %q) maps to subject %q, which %s; map its topic to a literal NATS subject with %s", e.ID, e.Topic, subj, why, s.opts.name("Subject")))
+	}
+	if strings.ContainsAny(e.ID, "\r\n") {
+		return nil, backoff.Permanent(fmt.Errorf("natssink: entry %q has a line break in its ID, which headers %q and %s cannot carry; append it again with another ID", e.ID, s.opts.IDHeader, jetstream.MsgIDHeader))
 	}
 	h := make(nats.Header, len(e.Headers)+2)
 	for k, v := range e.Headers {
