@@ -81,7 +81,7 @@ const (
 	// relayOpenTimeout bounds opening the store at start.
 	relayOpenTimeout = cli.OpenTimeout
 	// relayShutdownGrace bounds what follows Relay.Stop: the metrics
-	// server's shutdown and closing the Kafka clients and the store.
+	// server's shutdown and closing the sink's clients and the store.
 	relayShutdownGrace = time.Second
 )
 

@@ -157,6 +157,9 @@ func setFlags(v reflect.Value) []setFlag {
 // isDefault reports whether v holds the value of the default tag def (the
 // zero value when def is empty).
 func isDefault(v reflect.Value, def string) bool {
+	if k := v.Kind(); k == reflect.Map || k == reflect.Slice {
+		return v.Len() == 0
+	}
 	if def == "" {
 		return v.IsZero()
 	}
