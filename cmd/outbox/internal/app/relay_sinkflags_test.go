@@ -151,8 +151,9 @@ func TestRelaySinkConfigKeys(t *testing.T) {
 // TestRelayLeaseCheckPerSink: --lease-ttl must exceed 1.5 times the
 // landing bound of whichever sink runs, and the error names what the bound
 // comes from: NATS's is --nats-publish-timeout plus 5s (10s by default),
-// RabbitMQ's its channel close timeout plus 1s (3s). Against the real
-// servers, as both sinks connect at once.
+// RabbitMQ's is the sink's own (from its close timeout and the
+// connection's heartbeat; 9s by default). Against the real servers, as
+// both sinks connect at once.
 func TestRelayLeaseCheckPerSink(t *testing.T) {
 	clearSinkEnv(t)
 	t.Run("NATS", func(t *testing.T) {
@@ -166,10 +167,10 @@ func TestRelayLeaseCheckPerSink(t *testing.T) {
 	})
 	t.Run("RabbitMQ", func(t *testing.T) {
 		requireReachable(t, "RabbitMQ", "OUTBOX_AMQP_URL", testenv.AMQPURL(), "5672")
-		cliFails(t, 2, []string{"--lease-ttl (4s) is too short for the RabbitMQ sink's landing bound (3s)"},
+		cliFails(t, 2, []string{"--lease-ttl (4s) is too short for the RabbitMQ sink's landing bound (", "raise --lease-ttl to"},
 			"relay", "--store", "redis://127.0.0.1:1/0", "--sink-url", testenv.AMQPURL(), "--lease-ttl", "4s")
 		cliFails(t, 1, []string{"relay: opening the outbox"},
-			"relay", "--store", "redis://127.0.0.1:1/0", "--sink-url", testenv.AMQPURL(), "--lease-ttl", "5s")
+			"relay", "--store", "redis://127.0.0.1:1/0", "--sink-url", testenv.AMQPURL(), "--lease-ttl", "1m")
 	})
 }
 
