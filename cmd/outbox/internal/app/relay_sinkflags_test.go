@@ -72,6 +72,7 @@ func TestRelaySinkUsageErrors(t *testing.T) {
 		{"AMQPEmptyMapping", []string{"--sink-url", "amqp://u@mq/v", "--amqp-exchange-map", "orders="}, []string{"--amqp-exchange-map"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // the parent's environment stays set until they end
 			r := cliFails(t, 2, tc.want, append(store, tc.args...)...)
 			if strings.Contains(r.stdout+r.stderr, secret) {
 				t.Errorf("the output shows the secret:\n%v", r)
