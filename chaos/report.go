@@ -199,7 +199,7 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 	if c.short {
 		mode = "short (-short)"
 	}
-	fmt.Fprintf(&b, "## The run\n\n%s run of %s, %d scenarios in %s on this repository's 2-core CI machine, %d at a time. Each scenario: %d appender processes (%d keys each, %d transactions/s each, one entry per transaction), %d outbox partitions and a Kafka topic of %d partitions on a kfake broker process, `outbox relay` processes with `--lease-ttl %s --kafka-publish-timeout %s --batch %d --poll-interval 250ms`. Targets: nothing lost and no order violation inside the guarantees; at most one batch per partition duplicated per fault (%d); recovery within a lease plus a second (%s).\n\n",
+	fmt.Fprintf(&b, "## The run\n\n%s run of %s, %d scenarios in %s on this repository's 2-core CI machine, %d at a time. Each scenario: %d appender processes (%d keys each, %d transactions/s each, one entry per transaction), %d outbox partitions and a Kafka topic of %d partitions on a kfake broker process, `outbox relay` processes with `--lease-ttl %s --kafka-publish-timeout %s --batch %d --poll-interval 250ms`; the nats/ and amqp/ scenarios publish instead to a private nats-server or RabbitMQ node through `--sink-url` (a stream, or a durable queue, instead of the topic; the same publish timeout). Targets: nothing lost and no order violation inside the guarantees; at most one batch per partition duplicated per fault (%d); recovery within a lease plus a second (%s).\n\n",
 		mode, time.Now().UTC().Format("2006-01-02"), len(rs), took.Round(time.Second), c.parallel,
 		c.appenders, c.keys, c.rate, c.partitions, c.partitions, c.leaseTTL, c.publish, c.batch,
 		c.batch*c.partitions, c.leaseTTL+time.Second)
@@ -213,7 +213,7 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 	}
 	b.WriteString("\n## Scenarios\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "\n### %s\n\n%s, on %s.\n\n%s\n", r.sc.name, r.sc.title, r.sc.backend, r.sc.notes)
+		fmt.Fprintf(&b, "\n### %s\n\n%s, on %s, publishing to %s.\n\n%s\n", r.sc.name, r.sc.title, r.sc.backend, r.sc.broker.describe(), r.sc.notes)
 		if r.sc.outside != "" {
 			fmt.Fprintf(&b, "\n**Outside the guarantees.** %s\n", r.sc.outside)
 		}
@@ -288,8 +288,9 @@ The outbox promises at least once delivery, per-key order, duplicates
 bounded by one batch per incident and recovery within a lease. The harness
 checks those promises across real process crashes: it runs appenders,
 ` + "`outbox relay`" + ` processes, a Kafka broker (franz-go's kfake as a process of
-its own) and, for the server faults, private PostgreSQL and Redis servers,
-all on 127.0.0.1; it injects one kind of fault per scenario, again and
+its own) and, for the server faults, private PostgreSQL and Redis servers
+and, for the NATS and RabbitMQ sinks, a private ` + "`nats-server -js`" + ` or
+RabbitMQ node, all on 127.0.0.1; it injects one kind of fault per scenario, again and
 again, while the appenders write and the relays relay; then it stops the
 appenders, waits until the outbox is drained, reads every record the
 broker holds and checks the histories (package chaos/history):

@@ -45,7 +45,9 @@ type run struct {
 	storeArgs []string // --schema / --prefix
 	cleanup   []func()
 
-	broker *broker.Broker
+	broker *broker.Broker // the kfake broker, in Kafka scenarios
+	target target         // where the relays publish
+	server server         // the private NATS or RabbitMQ server, else nil
 	faults *history.Writer
 	log    *os.File
 
@@ -146,15 +148,9 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	bdir := filepath.Join(r.dir, "broker")
-	if err := os.MkdirAll(bdir, 0o755); err != nil {
+	if err := r.startTarget(ctx, r.brokerDir()); err != nil {
 		return nil, err
 	}
-	r.broker, err = broker.Start(ctx, r.h.kfake, bdir, broker.Options{Partitions: cfg.partitions, Topics: []string{topic}})
-	if err != nil {
-		return nil, fmt.Errorf("broker: %w", err)
-	}
-	r.cleanup = append(r.cleanup, func() { _ = r.broker.Close() })
 
 	relays := r.sc.relays
 	if relays == 0 {
@@ -237,7 +233,7 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 
 // check reads what the broker holds and checks it against the histories.
 func (r *run) check(ctx context.Context) (*history.Report, error) {
-	ds, err := r.broker.Consume(ctx, topic)
+	ds, err := r.target.consume(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("consuming %s: %w", topic, err)
 	}
@@ -368,9 +364,7 @@ func (r *run) startRelay(slot int) error {
 	owner := fmt.Sprintf("%s.%d", name, gen)
 	args := append([]string{"relay",
 		"--store", r.withAppName(r.appName() + name),
-		"--kafka-brokers", r.broker.Brokers(),
 		"--lease-ttl", cfg.leaseTTL.String(),
-		"--kafka-publish-timeout", cfg.publish.String(),
 		"--poll-interval", "250ms",
 		"--batch", strconv.Itoa(cfg.batch),
 		"--max-in-flight", strconv.Itoa(cfg.batch),
@@ -379,6 +373,7 @@ func (r *run) startRelay(slot int) error {
 		"--owner", owner,
 		"--log-format", "json",
 	}, r.storeArgs...)
+	args = append(args, r.target.relayArgs()...)
 	bin := r.h.outbox
 	if r.sc.control != "" {
 		bin = r.h.self

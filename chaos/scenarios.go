@@ -25,6 +25,9 @@ type scenario struct {
 	name    string
 	title   string // what is injected, one line
 	backend backendKind
+	// broker is what the relays publish to (default: kfake, the Kafka
+	// sink).
+	broker brokerKind
 	// relays started at first (default 2); maxRelays bounds the slots a
 	// scenario may fill later.
 	relays, maxRelays int
@@ -77,6 +80,8 @@ func scenarios() []*scenario {
 		brokerFaults(),
 		clusterFailover(),
 		fleetChurn(),
+		sinkRestart("nats/relay-kill+broker-restart", brokerNATS),
+		sinkRestart("amqp/relay-kill+broker-restart", brokerAMQP),
 		negativeControl("control/unordered", "unordered",
 			"negative control: a relay that publishes each batch in a shuffled order (no fault injected)",
 			"The relay hands the entries of a batch to the Kafka sink shuffled, keys included: the checker must report order violations, or it could not see one."),
@@ -103,19 +108,7 @@ func relayKill(name string, b backendKind) *scenario {
 		title: "a relay SIGKILLed and restarted every 4-6 s",
 		every: 4 * time.Second, jitter: 2 * time.Second,
 		full: 150 * time.Second, short: 12 * time.Second,
-		inject: func(ctx context.Context, r *run, i int) error {
-			live := r.liveRelays()
-			if len(live) == 0 {
-				return errNoRelay
-			}
-			slot := live[r.rng.IntN(len(live))]
-			rp := r.relay(slot)
-			r.fault("relay SIGKILLed", "relay-%d (%s, PID %d)", slot, rp.owner, rp.p.PID())
-			if err := rp.kill(); err != nil {
-				return err
-			}
-			return r.startRelay(slot)
-		},
+		inject: func(ctx context.Context, r *run, i int) error { return killRelay(r) },
 		notes: "Three relays share the partitions. A killed relay's batches in flight may have been published and not marked sent: they are published again by the relay that takes the partition over, once the lease expires (duplicates, at most a batch per partition it held). Its partitions deliver nothing until then, so recovery is about the lease TTL.",
 	}
 }
