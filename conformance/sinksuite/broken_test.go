@@ -1,0 +1,219 @@
+package sinksuite_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/outbox/conformance/sinksuite"
+)
+
+// The suite proves itself on deliberately broken sinks: each variant is
+// the memory sink (memory_test.go) with one contract broken.
+// TestSuiteRejectsBrokenSinks runs the cases that pin the broken contract
+// against each variant in a subprocess (Run takes a *testing.T, so a
+// failing run needs a test binary of its own) and asserts that each of
+// them fails.
+
+// brokenEnv names the variant a TestBrokenChild subprocess runs.
+const brokenEnv = "OUTBOX_SINKSUITE_BROKEN"
+
+// variant is one deliberately broken sink.
+type variant struct {
+	name string
+	// breaks says which contract is broken, and how.
+	breaks string
+	// caughtBy lists the subtests ("Area/Case" or
+	// "Area/Case/Fault") that must fail on it.
+	caughtBy []string
+}
+
+var variants = []variant{
+	{"drops-every-7th", "reports every 7th entry published without writing it",
+		[]string{"Publish/NilMeansReadable", "KeyOrder/InterleavedKeys", "Close/KeepsPublished"}},
+	{"loses-headers", "writes no header of the entry",
+		[]string{"Publish/RoundTrip"}},
+	{"loses-traceparent", "drops the traceparent header",
+		[]string{"Publish/RoundTrip"}},
+	{"writes-twice", "writes every message twice",
+		[]string{"Publish/RoundTrip", "Publish/NilMeansReadable", "Publish/Concurrent", "Close/KeepsPublished"}},
+	{"short-errors", "returns one error too few",
+		[]string{"Publish/OneErrorPerEntry", "Publish/RoundTrip"}},
+	{"empty-writes", "writes a message for an empty call",
+		[]string{"Publish/EmptyInput"}},
+	{"retains-input", "stores the caller's payload and headers instead of copies",
+		[]string{"Publish/InputNotRetained"}},
+	{"reorders-key", "writes a call's entries in reverse order while reporting KeepsKeyOrder",
+		[]string{"KeyOrder/InterleavedKeys", "KeyOrder/ConcurrentCalls", "Publish/RoundTrip"}},
+	{"keeps-key-after-failure", "goes on writing a key's entries after one failed with a retryable error",
+		[]string{"KeyOrder/FailureMidKey/TransientErrorForOneEntry"}},
+	{"reports-later-published", "reports a key's entries after a retryable failure published, without writing them",
+		[]string{"KeyOrder/FailureMidKey/TransientErrorForOneEntry"}},
+	{"permanent-as-transient", "reports permanent broker errors as transient",
+		[]string{"Errors/Classified/MessageOverSizeLimit", "Errors/Classified/NoDestination", "KeyOrder/FailureMidKey/MessageOverSizeLimit"}},
+	{"transient-as-permanent", "reports retryable broker errors as permanent",
+		[]string{"Errors/Classified/BrokerDown", "Errors/Classified/TransientErrorForOneEntry", "KeyOrder/FailureMidKey/TransientErrorForOneEntry"}},
+	{"no-mention", "a permanent error does not say what to configure",
+		[]string{"Errors/Classified/MessageOverSizeLimit", "Errors/Classified/NoDestination"}},
+	{"sticky-failure", "keeps failing after a fault is healed",
+		[]string{"Errors/Classified/BrokerDown", "Errors/Classified/NoDestination"}},
+	{"ignores-ctx", "waits for a stalled broker whatever its context says",
+		[]string{"Cancel/CancelledWhileStalled", "Errors/Classified/Stalled"}},
+	{"cancel-permanent", "fails entries permanently when the context is cancelled",
+		[]string{"Cancel/CancelledBeforeCall", "Cancel/CancelledWhileStalled"}},
+	{"lands-late", "writes a message it gave up on after the broker heals, later than its LandingBound (0)",
+		[]string{"LandingBound/NothingLandsLater"}},
+	{"writes-after-close", "Publish after Close writes and reports success",
+		[]string{"Close/PublishAfterClose"}},
+	{"panics-after-close", "Publish after Close panics",
+		[]string{"Close/PublishAfterClose", "Close/WhilePublishing"}},
+	{"close-twice-panics", "a second Close panics",
+		[]string{"Close/Twice"}},
+	{"close-drops-buffered", "reports entries published while they wait in a buffer that Close drops",
+		[]string{"Close/KeepsPublished"}},
+}
+
+// TestBrokenChild runs the suite against the variant named by
+// OUTBOX_SINKSUITE_BROKEN. It is the subprocess of
+// TestSuiteRejectsBrokenSinks and expected to fail.
+func TestBrokenChild(t *testing.T) {
+	name := os.Getenv(brokenEnv)
+	if name == "" {
+		t.Skip("runs only as a subprocess of TestSuiteRejectsBrokenSinks, with " + brokenEnv + " set")
+	}
+	sinksuite.Run(t, newMemHarness(name))
+}
+
+func TestSuiteRejectsBrokenSinks(t *testing.T) {
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("inside a TestBrokenChild subprocess")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("os.Executable: %v", err)
+	}
+	slots := make(chan struct{}, 4*runtime.NumCPU())
+	type result struct {
+		out    []byte
+		err    error
+		failed []string
+	}
+	results := make([]result, len(variants))
+	var wg sync.WaitGroup
+	for i, v := range variants {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, exe, "-test.run="+runPattern(v.caughtBy), "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+v.name)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			results[i] = result{out: out.Bytes(), err: err, failed: failingSubtests(out.Bytes())}
+		})
+	}
+	wg.Wait()
+	for i, v := range variants {
+		r := results[i]
+		t.Run(v.name, func(t *testing.T) {
+			var exit *exec.ExitError
+			if !errors.As(r.err, &exit) {
+				t.Fatalf("the suite PASSED against variant %q (%s), or could not run (%v); it must fail.\n%s", v.name, v.breaks, r.err, tail(string(r.out), 40))
+			}
+			for _, want := range v.caughtBy {
+				if !slices.Contains(r.failed, want) {
+					t.Errorf("variant %q (%s) was not caught by %s; failing subtests: %v\n%s", v.name, v.breaks, want, r.failed, tail(string(r.out), 40))
+				}
+			}
+		})
+	}
+	var b strings.Builder
+	b.WriteString("broken sink → the subtests of sinksuite.Run that pin its contract, as they failed on it\n")
+	for i, v := range variants {
+		fmt.Fprintf(&b, "  %-24s (%s)\n      → %s\n", v.name, v.breaks, strings.Join(results[i].failed, ", "))
+	}
+	t.Log(b.String())
+}
+
+// TestReferenceChild runs the child's command line on the reference sink
+// (no variant): it must pass, so a variant's failures come from what it
+// breaks, not from the way the children are run.
+func TestReferenceChild(t *testing.T) {
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("inside a TestBrokenChild subprocess")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("os.Executable: %v", err)
+	}
+	var all []string
+	for _, v := range variants {
+		all = append(all, v.caughtBy...)
+	}
+	cmd := exec.CommandContext(t.Context(), exe, "-test.run="+runPattern(all), "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
+	cmd.Env = append(os.Environ(), brokenEnv+"=none")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the suite failed on the reference sink run as a child: %v\n%s", err, tail(string(out), 40))
+	}
+	if !strings.Contains(string(out), "--- PASS: TestBrokenChild/") {
+		t.Fatalf("the child ran no case:\n%s", tail(string(out), 40))
+	}
+}
+
+// runPattern is the -test.run pattern of TestBrokenChild that selects the
+// given subtests (and, as -run matches level by level, others of the
+// same areas with one of those names).
+func runPattern(names []string) string {
+	levels := [3][]string{}
+	for _, n := range names {
+		parts := strings.SplitN(n, "/", 3)
+		for i, p := range parts {
+			if !slices.Contains(levels[i], p) {
+				levels[i] = append(levels[i], p)
+			}
+		}
+	}
+	pat := "^TestBrokenChild$/^(" + strings.Join(levels[0], "|") + ")$/^(" + strings.Join(levels[1], "|") + ")$"
+	return pat
+}
+
+// failingSubtests returns the names below TestBrokenChild/ of the failing
+// subtests in go test -v output.
+func failingSubtests(out []byte) []string {
+	var names []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		rest, ok := strings.CutPrefix(line, "--- FAIL: TestBrokenChild/")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, " ")
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,35 @@
+module github.com/outboxrelay/outbox/sinks/amqp
+
+go 1.26.8
+
+replace (
+	github.com/outboxrelay/outbox => ../..
+	github.com/outboxrelay/outbox/backends/postgres => ../../backends/postgres
+	github.com/outboxrelay/outbox/backends/redis => ../../backends/redis
+	github.com/outboxrelay/outbox/chaos => ../../chaos
+	github.com/outboxrelay/outbox/cmd/outbox => ../../cmd/outbox
+	github.com/outboxrelay/outbox/internal/cmd/kfakebroker => ../../internal/cmd/kfakebroker
+	github.com/outboxrelay/outbox/internal/ops => ../../internal/ops
+	github.com/outboxrelay/outbox/internal/testenv/containers => ../../internal/testenv/containers
+	github.com/outboxrelay/outbox/move => ../../move
+	github.com/outboxrelay/outbox/ui => ../../ui
+)
+
+require (
+	github.com/outboxrelay/outbox v0.0.0-00010101000000-000000000000
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

@@ -1,0 +1,280 @@
+package natssink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backoff"
+)
+
+// Publish implements [outbox.Sink]: it publishes the entries of msgs
+// asynchronously to JetStream, each with Nats-Msg-Id set to its ID, waits
+// until each is acknowledged or has failed, and returns one error per
+// entry, nil for acknowledged ones (a message the stream dropped as a
+// duplicate within its duplicate window is acknowledged too). Each error
+// is marked with its [backoff.Class] (see [Classify]); the errors of ctx
+// itself come back as they are.
+//
+// Entries of one non-empty Key are published one at a time, in slice
+// order: an entry is published only once the previous entry of its key is
+// acknowledged or failed permanently. When one fails with a retryable
+// error, the key's later entries fail (transient) without being
+// published. Entries of other keys, and entries without a key, are
+// published concurrently, at most [Options.MaxPending] at a time over all
+// concurrent calls.
+//
+// Publish returns by the earlier of ctx's end and PublishTimeout: entries
+// not acknowledged by then fail, with ctx's error when ctx ended, else
+// with a semi-transient error. A message already published may still be
+// stored, up to [Sink.LandingBound] later, as a duplicate that the
+// stream's duplicate window drops when the entry is published again.
+// Publish does not retain msgs; it is safe for concurrent use, and must
+// not be called after Close.
+func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	defer func() { s.health.note(ctx, s.opts.Now(), errs) }()
+	pctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
+	defer cancel()
+	c := newCall(s, ctx, pctx, msgs, errs)
+	c.run()
+	return errs
+}
+
+// Entry states in a call.
+const (
+	waiting uint8 = iota // not published yet
+	sent                 // published, not answered yet
+	done                 // errs holds its outcome
+)
+
+// call is the state of one Publish call. Only the goroutine running
+// Publish touches it, except results, which the goroutines awaiting the
+// acknowledgements send to (buffered for every entry, so they never
+// block, even after Publish returned).
+type call struct {
+	s         *Sink
+	ctx, pctx context.Context // the caller's; bounded by PublishTimeout
+	msgs      []outbox.Entry
+	errs      []error
+	subjects  []string
+	state     []uint8
+	next      []int // the next entry of the same key, or -1
+	ready     []int // entries that may be published now, in order
+	left      int   // entries not done
+	results   chan result
+	streams   map[string]streamLookup // by subject, looked up on failures
+}
+
+// result is the answer to a published message: nil, or its error.
+type result struct {
+	i   int
+	err error
+}
+
+func newCall(s *Sink, ctx, pctx context.Context, msgs []outbox.Entry, errs []error) *call {
+	c := &call{
+		s: s, ctx: ctx, pctx: pctx, msgs: msgs, errs: errs,
+		subjects: make([]string, len(msgs)),
+		state:    make([]uint8, len(msgs)),
+		next:     make([]int, len(msgs)),
+		ready:    make([]int, 0, len(msgs)),
+		left:     len(msgs),
+		results:  make(chan result, len(msgs)),
+	}
+	var last map[string]int // the latest entry of each key so far
+	for i := range msgs {
+		c.next[i] = -1
+		k := msgs[i].Key
+		if k == "" {
+			c.ready = append(c.ready, i)
+			continue
+		}
+		if last == nil {
+			last = make(map[string]int)
+		}
+		if prev, ok := last[k]; ok {
+			c.next[prev] = i
+		} else {
+			c.ready = append(c.ready, i)
+		}
+		last[k] = i
+	}
+	return c
+}
+
+// run publishes the entries as their keys allow and collects the answers,
+// until every entry is done or pctx ends.
+func (c *call) run() {
+	for c.left > 0 {
+		var slot chan<- struct{}
+		if len(c.ready) > 0 {
+			slot = c.s.slots // nil (never ready) when nothing can be published
+		}
+		select {
+		case slot <- struct{}{}:
+			i := c.ready[0]
+			c.ready = c.ready[1:]
+			c.send(i)
+		case r := <-c.results:
+			c.answer(r)
+		case <-c.pctx.Done():
+			c.abandon()
+			return
+		}
+	}
+}
+
+// send publishes entry i, holding a slot, which it gives back when the
+// message is not published.
+func (c *call) send(i int) {
+	e := &c.msgs[i]
+	m, err := c.s.message(e)
+	if err == nil {
+		c.subjects[i] = m.Subject
+		var paf jetstream.PubAckFuture
+		// No retries of "no responders" inside nats.go: they would send
+		// the message again later, out of the sink's sight; the sink
+		// finds out itself whether the subject has a stream.
+		paf, err = c.s.js.PublishMsgAsync(m, jetstream.WithMsgID(e.ID), jetstream.WithRetryAttempts(0))
+		if err == nil {
+			c.state[i] = sent
+			go c.s.await(paf, i, c.results)
+			return
+		}
+	}
+	<-c.s.slots
+	c.answer(result{i, err})
+}
+
+// await waits for the answer to the message of entry i, gives its slot
+// back and reports the answer on results. The JetStream context's
+// PublishAsyncTimeout (PublishTimeout) fails a message that gets no
+// answer, so it returns by then; Close fails the others.
+func (s *Sink) await(paf jetstream.PubAckFuture, i int, results chan<- result) {
+	var err error
+	select {
+	case <-paf.Ok():
+	case err = <-paf.Err():
+	case <-s.closed:
+		err = errClosed
+	}
+	<-s.slots
+	results <- result{i, err}
+}
+
+var errClosed = errors.New("natssink: the sink was closed; create a new one")
+
+// answer records the answer to entry i and lets the key's next entry go,
+// or fails the key's later entries when i failed with a retryable error.
+func (c *call) answer(r result) {
+	i := r.i
+	if c.state[i] == done {
+		return
+	}
+	c.state[i] = done
+	c.left--
+	if r.err != nil {
+		c.errs[i] = c.failure(i, r.err)
+		if backoff.ClassOf(c.errs[i]) != backoff.ClassPermanent {
+			c.failLater(i)
+			return
+		}
+	}
+	if n := c.next[i]; n >= 0 {
+		c.ready = append(c.ready, n)
+	}
+}
+
+// failLater fails the entries of i's key after i, unpublished: publishing
+// one of them now would put it ahead of i's retry.
+func (c *call) failLater(i int) {
+	for j := c.next[i]; j >= 0; j = c.next[j] {
+		if c.state[j] == done {
+			continue
+		}
+		c.state[j] = done
+		c.left--
+		c.errs[j] = backoff.Transient(fmt.Errorf("natssink: entry %s not published: entry %s of its key failed first, and publishing this one now would put it ahead of that one's retry", c.msgs[j].ID, c.msgs[i].ID))
+	}
+}
+
+// abandon fails the entries not done when pctx ended: with ctx's error
+// when the caller's context ended, else semi-transient.
+func (c *call) abandon() {
+	ctxErr := c.ctx.Err()
+	for i := range c.msgs {
+		switch {
+		case c.state[i] == done:
+			continue
+		case ctxErr != nil:
+			c.errs[i] = ctxErr
+		case c.state[i] == sent:
+			c.errs[i] = backoff.SemiTransient(fmt.Errorf("natssink: entry %s not acknowledged within %s %v (the server is unreachable or slow, or the stream has no leader; it may still be stored, and the stream's duplicate window drops it when it is published again): %w",
+				c.msgs[i].ID, c.s.opts.name("PublishTimeout"), c.s.opts.PublishTimeout, context.DeadlineExceeded))
+		default:
+			c.errs[i] = backoff.SemiTransient(fmt.Errorf("natssink: entry %s not published within %s %v: it waited for an earlier entry of its key, or for one of the %d slots of %s (the server is slow): %w",
+				c.msgs[i].ID, c.s.opts.name("PublishTimeout"), c.s.opts.PublishTimeout, c.s.opts.MaxPending, c.s.opts.name("MaxPending"), context.DeadlineExceeded))
+		}
+		c.state[i] = done
+	}
+	c.left = 0
+}
+
+// message builds the message of e, or returns the permanent error of an
+// entry that cannot become one.
+func (s *Sink) message(e *outbox.Entry) (*nats.Msg, error) {
+	subj := s.opts.Subject(*e)
+	if why := badSubject(subj); why != "" {
+		return nil, backoff.Permanent(fmt.Errorf("natssink: entry %s (topic %q) maps to subject %q, which %s; map its topic to a literal NATS subject with %s", e.ID, e.Topic, subj, why, s.opts.name("Subject")))
+	}
+	h := make(nats.Header, len(e.Headers)+2)
+	for k, v := range e.Headers {
+		if k == s.opts.IDHeader || k == s.opts.KeyHeader || k == jetstream.MsgIDHeader {
+			continue
+		}
+		if strings.ContainsAny(k, ":\r\n ") || k == "" || strings.ContainsAny(v, "\r\n") {
+			return nil, backoff.Permanent(fmt.Errorf("natssink: entry %s has header %q, which NATS cannot carry (a header name must be non-empty without ':', spaces or line breaks, and a value without line breaks); remove or rename it, then requeue", e.ID, k))
+		}
+		h[k] = []string{v}
+	}
+	h[s.opts.IDHeader] = []string{e.ID}
+	if e.Key != "" {
+		if strings.ContainsAny(e.Key, "\r\n") {
+			return nil, backoff.Permanent(fmt.Errorf("natssink: entry %s has a key with a line break, which header %q cannot carry; change the key, then requeue", e.ID, s.opts.KeyHeader))
+		}
+		h[s.opts.KeyHeader] = []string{e.Key}
+	}
+	// The payload is not copied: nats.go writes it to its buffer in
+	// PublishMsgAsync and never reads it again (nothing is retried inside
+	// nats.go, see send).
+	return &nats.Msg{Subject: subj, Header: h, Data: e.Payload}, nil
+}
+
+// badSubject says what is wrong with subj as a subject to publish to, or
+// "" when nothing is.
+func badSubject(subj string) string {
+	switch {
+	case subj == "":
+		return "is empty"
+	case strings.ContainsAny(subj, " \t\r\n"):
+		return "contains whitespace"
+	}
+	for tok := range strings.SplitSeq(subj, ".") {
+		switch tok {
+		case "":
+			return "has an empty token"
+		case "*", ">":
+			return "has a wildcard token"
+		}
+	}
+	return ""
+}
