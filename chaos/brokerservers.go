@@ -4,73 +4,69 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/outboxrelay/outbox/chaos/internal/servers"
 	"github.com/outboxrelay/outbox/internal/brokerproc"
 )
 
-// natsServer is a private nats-server -js with file storage in its dir.
-type natsServer struct {
-	bin, dir string
-	port     int
-	mu       sync.Mutex
-	p        *brokerproc.Proc
-}
+// The private broker servers come from internal/brokerproc: a
+// nats-server -js with file storage, and a RabbitMQ node, each on ports
+// and a data directory of its own, which Kill SIGKILLs and Start starts
+// again on the same port and data.
+
+// serverStartTimeout bounds a server's start (a RabbitMQ node takes
+// several seconds on a busy machine).
+const serverStartTimeout = 90 * time.Second
+
+type natsServer struct{ *brokerproc.NATS }
 
 func startNATSServer(ctx context.Context, dir string) (server, error) {
-	bin, err := servers.LookPath("nats-server", "nats-server")
-	if err != nil {
-		return nil, err
+	if _, err := brokerproc.NATSBinary(); err != nil {
+		return nil, fmt.Errorf("%w (%v)", missingBinary("nats-server", "nats-server"), err)
 	}
-	port, err := brokerproc.PickPort()
-	if err != nil {
-		return nil, err
-	}
-	s := &natsServer{bin: bin, dir: dir, port: port}
-	return s, s.Restart(ctx)
-}
-
-func (s *natsServer) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
-
-func (s *natsServer) Restart(ctx context.Context) error {
-	p, err := brokerproc.Start("nats-server", filepath.Join(s.dir, "nats-server.log"), s.bin,
-		[]string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "store")}, nil)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.p = p
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)
 	defer cancel()
-	if err := p.WaitTCP(ctx, s.port); err != nil {
-		p.Kill()
-		return fmt.Errorf("nats-server: %w", err)
+	n, err := brokerproc.StartNATS(ctx, filepath.Join(dir, "nats"))
+	if err != nil {
+		return nil, fmt.Errorf("nats-server: %w", err)
 	}
-	return nil
+	return natsServer{n}, nil
 }
 
-func (s *natsServer) proc() *brokerproc.Proc {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.p
+func (s natsServer) Restart(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)
+	defer cancel()
+	return s.Start(ctx)
 }
 
-func (s *natsServer) Kill() {
-	if p := s.proc(); p != nil {
-		p.Kill()
-	}
-}
+func (s natsServer) Close() { s.Stop(5 * time.Second) }
 
-func (s *natsServer) Close() {
-	if p := s.proc(); p != nil {
-		p.Stop(5 * time.Second)
-	}
-}
+type rabbitNode struct{ *brokerproc.RabbitMQ }
 
 func startRabbitNode(ctx context.Context, dir string) (server, error) {
-	return nil, fmt.Errorf("RabbitMQ node: not yet")
+	if _, _, err := brokerproc.RabbitMQServerBin(); err != nil {
+		return nil, fmt.Errorf("%w (%v)", missingBinary("rabbitmq-server", "rabbitmq-server"), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)
+	defer cancel()
+	n, err := brokerproc.StartRabbitMQ(ctx, filepath.Join(dir, "rabbitmq"))
+	if err != nil {
+		return nil, fmt.Errorf("RabbitMQ node: %w", err)
+	}
+	return rabbitNode{n}, nil
+}
+
+func (s rabbitNode) Restart(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)
+	defer cancel()
+	return s.Start(ctx)
+}
+
+func (s rabbitNode) Close() { s.Stop(15 * time.Second) }
+
+// missingBinary is the error of a server program not installed: it wraps
+// servers.ErrNotInstalled and names the Debian package.
+func missingBinary(bin, pkg string) error {
+	return fmt.Errorf("chaos: %s %w (Debian: apt-get install %s, or ./scripts/services.sh install)", bin, servers.ErrNotInstalled, pkg)
 }

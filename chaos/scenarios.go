@@ -109,7 +109,7 @@ func relayKill(name string, b backendKind) *scenario {
 		every: 4 * time.Second, jitter: 2 * time.Second,
 		full: 150 * time.Second, short: 12 * time.Second,
 		inject: func(ctx context.Context, r *run, i int) error { return killRelay(r) },
-		notes: "Three relays share the partitions. A killed relay's batches in flight may have been published and not marked sent: they are published again by the relay that takes the partition over, once the lease expires (duplicates, at most a batch per partition it held). Its partitions deliver nothing until then, so recovery is about the lease TTL.",
+		notes:  "Three relays share the partitions. A killed relay's batches in flight may have been published and not marked sent: they are published again by the relay that takes the partition over, once the lease expires (duplicates, at most a batch per partition it held). Its partitions deliver nothing until then, so recovery is about the lease TTL.",
 	}
 }
 

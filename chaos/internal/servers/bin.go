@@ -15,10 +15,6 @@ import (
 // is missing.
 var ErrNotInstalled = errors.New("not installed")
 
-// LookPath finds bin on PATH, or fails with an error that wraps
-// [ErrNotInstalled] and names the Debian package pkg that provides it.
-func LookPath(bin, pkg string) (string, error) { return lookPath(bin, pkg) }
-
 // lookPath finds bin on PATH, or says which Debian package provides it.
 func lookPath(bin, pkg string) (string, error) {
 	p, err := exec.LookPath(bin)
