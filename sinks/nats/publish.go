@@ -34,8 +34,8 @@ import (
 // with a semi-transient error. A message already published may still be
 // stored, up to [Sink.LandingBound] later, as a duplicate that the
 // stream's duplicate window drops when the entry is published again.
-// Publish does not retain msgs; it is safe for concurrent use, and must
-// not be called after Close.
+// Publish does not retain msgs and is safe for concurrent use. After
+// Close it fails every entry it has not published, with a transient error.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
@@ -129,6 +129,9 @@ func (c *call) run() {
 		case <-c.pctx.Done():
 			c.abandon()
 			return
+		case <-c.s.closed:
+			c.abandonClosed()
+			return
 		}
 	}
 }
@@ -141,10 +144,7 @@ func (c *call) send(i int) {
 	if err == nil {
 		c.subjects[i] = m.Subject
 		var paf jetstream.PubAckFuture
-		// No retries of "no responders" inside nats.go: they would send
-		// the message again later, out of the sink's sight; the sink
-		// finds out itself whether the subject has a stream.
-		paf, err = c.s.js.PublishMsgAsync(m, jetstream.WithMsgID(e.ID), jetstream.WithRetryAttempts(0))
+		paf, err = c.s.publishAsync(m, e.ID)
 		if err == nil {
 			c.state[i] = sent
 			go c.s.await(paf, i, c.results)
@@ -153,6 +153,21 @@ func (c *call) send(i int) {
 	}
 	<-c.s.slots
 	c.answer(result{i, err})
+}
+
+// publishAsync hands m to nats.go, unless the sink is closed.
+func (s *Sink) publishAsync(m *nats.Msg, id string) (jetstream.PubAckFuture, error) {
+	s.closing.RLock()
+	defer s.closing.RUnlock()
+	select {
+	case <-s.closed:
+		return nil, errClosed
+	default:
+	}
+	// No retries of "no responders" inside nats.go: they would send the
+	// message again later, out of the sink's sight; the sink finds out
+	// itself whether the subject has a stream (see noResponders).
+	return s.js.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
 }
 
 // await waits for the answer to the message of entry i, gives its slot
@@ -171,7 +186,9 @@ func (s *Sink) await(paf jetstream.PubAckFuture, i int, results chan<- result) {
 	results <- result{i, err}
 }
 
-var errClosed = errors.New("natssink: the sink was closed; create a new one")
+// errClosed fails what Publish does not publish, or is not answered,
+// because the sink was closed.
+var errClosed = backoff.Transient(errors.New("natssink: the sink was closed; entries are published by a new sink"))
 
 // answer records the answer to entry i and lets the key's next entry go,
 // or fails the key's later entries when i failed with a retryable error.
@@ -225,6 +242,16 @@ func (c *call) abandon() {
 				c.msgs[i].ID, c.s.opts.name("PublishTimeout"), c.s.opts.PublishTimeout, c.s.opts.MaxPending, c.s.opts.name("MaxPending"), context.DeadlineExceeded))
 		}
 		c.state[i] = done
+	}
+	c.left = 0
+}
+
+// abandonClosed fails the entries not done when the sink was closed.
+func (c *call) abandonClosed() {
+	for i := range c.msgs {
+		if c.state[i] != done {
+			c.errs[i], c.state[i] = errClosed, done
+		}
 	}
 	c.left = 0
 }

@@ -31,6 +31,10 @@ type Sink struct {
 	// its token back, also after the Publish that sent it has returned.
 	slots chan struct{}
 
+	// closing is held for reading while a message is handed to nats.go,
+	// and for writing by Close, so that nothing is published once Close
+	// has begun.
+	closing   sync.RWMutex
 	closeOnce sync.Once
 	closed    chan struct{}
 
@@ -228,11 +232,15 @@ func (s *Sink) serverName() string {
 
 // Close stops the sink: its JetStream publisher is cleaned up (messages
 // still awaiting an acknowledgement fail), and the connection [Dial]
-// built is closed (a connection given to [New] stays open). Publish must
-// not be called after Close. Close is idempotent and returns nil.
+// built is closed (a connection given to [New] stays open). Publish calls
+// under way fail their entries not acknowledged yet, and Publish after
+// Close fails every entry (transient), publishing nothing. Close is
+// idempotent and returns nil.
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
+		s.closing.Lock()
 		close(s.closed)
+		s.closing.Unlock()
 		s.js.CleanupPublisher()
 		if s.owned {
 			s.nc.Close()
