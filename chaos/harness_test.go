@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,9 @@ func TestScenarioNamesAreUniqueAndDescribed(t *testing.T) {
 			t.Errorf("scenario %q: slug %q taken (it names schemas, prefixes and directories)", sc.name, sc.slug())
 		}
 		slugs[sc.slug()] = true
+		if !regexp.MustCompile(`^[a-z0-9-]+$`).MatchString(sc.slug()) {
+			t.Errorf("scenario %q: slug %q has more than letters, digits and '-'", sc.name, sc.slug())
+		}
 		if sc.title == "" || sc.notes == "" || sc.inject == nil {
 			t.Errorf("scenario %q lacks a title, notes or inject", sc.name)
 		}

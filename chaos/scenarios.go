@@ -53,7 +53,14 @@ type scenario struct {
 }
 
 func (sc *scenario) slug() string {
-	s := strings.NewReplacer("/", "-", " ", "-").Replace(sc.name)
+	// It names schemas, prefixes, directories and application names:
+	// letters, digits and '-' only.
+	s := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, sc.name)
 	if len(s) > 24 {
 		s = s[:24]
 	}
