@@ -66,6 +66,8 @@ func TestVerdicts(t *testing.T) {
 	inside := &scenario{name: "in"}
 	outside := &scenario{name: "out", outside: "asynchronous replication"}
 	control := &scenario{name: "c", control: "lossy"}
+	dedupe := &scenario{name: "dedupe", noDuplicates: "the stream drops them"}
+	dup := &history.Report{Appended: 10, Delivered: 11, Duplicates: 1}
 	for _, c := range []struct {
 		r       result
 		passed  bool
@@ -78,6 +80,9 @@ func TestVerdicts(t *testing.T) {
 		{result{sc: control, report: ok}, false, "NOT CAUGHT"},
 		{result{sc: inside, err: errNoRelay}, false, "ERROR"},
 		{result{sc: inside, skipped: "no redis-server"}, true, "skipped"},
+		{result{sc: inside, report: dup}, true, "ok"},
+		{result{sc: dedupe, report: dup}, false, "FAIL"},
+		{result{sc: dedupe, report: ok}, true, "ok"},
 	} {
 		if got := c.r.passed(); got != c.passed {
 			t.Errorf("%s %v: passed %v, want %v", c.r.sc.name, c.r.verdict(), got, c.passed)

@@ -41,7 +41,13 @@ func (r *result) passed() bool {
 	if r.sc.control != "" {
 		return !r.report.OK()
 	}
-	return r.report.OK() || r.sc.outside != ""
+	return r.ok() || r.sc.outside != ""
+}
+
+// ok: nothing lost, reordered or made up, and no duplicate where the
+// broker drops them.
+func (r *result) ok() bool {
+	return r.report.OK() && (r.sc.noDuplicates == "" || r.report.Duplicates == 0)
 }
 
 func (r *result) verdict() string {
@@ -54,7 +60,7 @@ func (r *result) verdict() string {
 		return "caught"
 	case r.sc.control != "":
 		return "NOT CAUGHT"
-	case r.report.OK():
+	case r.ok():
 		return "ok"
 	case r.sc.outside != "":
 		return "outside the guarantees"
@@ -216,6 +222,9 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 		fmt.Fprintf(&b, "\n### %s\n\n%s, on %s, publishing to %s.\n\n%s\n", r.sc.name, r.sc.title, r.sc.backend, r.sc.broker.describe(), r.sc.notes)
 		if r.sc.outside != "" {
 			fmt.Fprintf(&b, "\n**Outside the guarantees.** %s\n", r.sc.outside)
+		}
+		if r.sc.noDuplicates != "" {
+			fmt.Fprintf(&b, "\n**No duplicate.** %s A duplicate fails the run.\n", r.sc.noDuplicates)
 		}
 		if r.skipped != "" {
 			fmt.Fprintf(&b, "\nSkipped: %s\n", oneLine(r.skipped))

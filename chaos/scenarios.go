@@ -45,6 +45,10 @@ type scenario struct {
 	// what it found is reported but does not fail the run; "" means
 	// inside: a loss, an order violation or an unexpected delivery fails.
 	outside string
+	// noDuplicates says why the broker drops every re-publish (the NATS
+	// stream's duplicate window): a duplicate then fails the run as a
+	// loss does. "" means duplicates are only counted.
+	noDuplicates string
 	// notes are what the report says about the scenario.
 	notes string
 	// control names the broken relay of a negative control (`chaos

@@ -9,12 +9,13 @@ import (
 // sinkRestart: on the NATS or the RabbitMQ sink, relays SIGKILLed and the
 // private broker server SIGKILLed and started again, in turn.
 func sinkRestart(name string, b brokerKind) *scenario {
-	server, notes := "nats-server", natsRestartNotes
+	server, notes, dedupe := "nats-server", natsRestartNotes, natsNoDuplicates
 	if b == brokerAMQP {
-		server, notes = "RabbitMQ node", amqpRestartNotes
+		server, notes, dedupe = "RabbitMQ node", amqpRestartNotes, ""
 	}
 	return &scenario{
-		name: name, backend: backendPostgres, broker: b, relays: 3,
+		noDuplicates: dedupe,
+		name:         name, backend: backendPostgres, broker: b, relays: 3,
 		title: fmt.Sprintf("a relay SIGKILLed and restarted, and the %s SIGKILLed and started again on its port and data, in turn, every 4-6 s", server),
 		every: 4 * time.Second, jitter: 2 * time.Second,
 		full: 150 * time.Second, short: 14 * time.Second,
@@ -61,5 +62,7 @@ func restartServer(ctx context.Context, r *run, what string) error {
 }
 
 const natsRestartNotes = "Three relays share the partitions and publish through the NATS sink to a private `nats-server -js` with file storage, on a stream with a duplicate window of 10 minutes (longer than the run). A killed relay's batches in flight may have been published and not marked sent: the relay that takes the partition over publishes them again once the lease expires, with the same Nats-Msg-Id, and the stream drops them. A killed server loses its connections and every publish awaiting an acknowledgement, which the sink fails as transient: the relay retries them after the server is back, and the stream drops those it had stored (it rebuilds its duplicate window from the stored messages at start). So the stream holds every committed entry, each key in order, and no duplicate: a duplicate here is one the duplicate window failed to drop, and the run reports it."
+
+const natsNoDuplicates = "Every re-publish of an entry carries its Nats-Msg-Id and falls inside the stream's duplicate window (10 minutes, longer than the run), so the stream must drop it."
 
 const amqpRestartNotes = "Three relays share the partitions and publish through the RabbitMQ sink (publisher confirms, mandatory, persistent messages) to a private RabbitMQ node, on a durable fanout exchange with a durable classic queue, which is read at the end in queue order. A killed relay's batches in flight may have been confirmed and not marked sent: the relay that takes the partition over publishes them again once the lease expires (duplicates, at most a batch per partition it held). A killed node loses its connections and every publish awaiting a confirm, which the sink fails as transient: the relay retries them once the node is back, and those the node had already written are duplicates. A confirmed message is on disk, so nothing confirmed is lost across the kill. RabbitMQ drops no duplicate itself: consumers deduplicate by message_id. Arrival times (for recovery) come from a second queue on the exchange that the harness consumes during the run."

@@ -73,7 +73,7 @@ func TestReportNamesTheBroker(t *testing.T) {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Contains(t, string(b), "publishing to a private nats-server -js (file storage; the NATS sink)")
-	require.Contains(t, string(b), "duplicate window")
+	require.Contains(t, string(b), "**No duplicate.** Every re-publish")
 }
 
 // TestTargetsSurviveAServerKill starts each private server as a scenario
