@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outbox/chaos/history"
+	"github.com/outboxrelay/outbox/chaos/internal/checktest"
 	"github.com/outboxrelay/outbox/chaos/internal/rabbitqueue"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
@@ -139,36 +140,13 @@ func TestConsumeOfAMissingQueueFailsWhenCtxEnds(t *testing.T) {
 func TestCheckerCatchesALostAndAReorderedMessage(t *testing.T) {
 	t.Parallel()
 	exchange, queue, _, ch := topology(t)
-	var h history.History
-	for i := 1; i <= 6; i++ {
-		h.Append(history.Entry{ID: fmt.Sprintf("e%d", i), Key: "k", Seq: int64(i), At: time.Now()})
-	}
 	// e2 never published; e5 before e4.
-	for _, id := range []string{"e1", "e3", "e5", "e4", "e6"} {
-		publish(t, ch, exchange, id, "k")
+	for _, id := range checktest.Published {
+		publish(t, ch, exchange, id, checktest.Key)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ds, err := rabbitqueue.Consume(ctx, testenv.AMQPURL(), queue)
 	require.NoError(t, err)
-	for _, d := range ds {
-		h.Delivered(d)
-	}
-	r := h.Check()
-	require.False(t, r.OK())
-	require.Len(t, r.Lost, 1)
-	require.Equal(t, "e2", r.Lost[0].ID)
-	require.Len(t, r.OrderViolations, 1)
-	require.Equal(t, "e4", r.OrderViolations[0].ID)
-	require.Zero(t, r.Duplicates)
-
-	// The same queue without the faults passes.
-	var ok history.History
-	for i, id := range []string{"e1", "e3", "e5", "e4", "e6"} {
-		ok.Append(history.Entry{ID: id, Key: "k", Seq: int64(i + 1)})
-	}
-	for _, d := range ds {
-		ok.Delivered(d)
-	}
-	require.True(t, ok.Check().OK(), "%v", ok.Check())
+	checktest.RequireCaught(t, ds)
 }
