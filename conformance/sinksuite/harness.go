@@ -56,7 +56,10 @@ type Harness interface {
 
 	// Faults lists the faults the harness can inject (none is fine: the
 	// cases that need one are skipped, saying so). A harness should offer
-	// every fault its broker makes easy to cause; see [Fault].
+	// every fault its broker makes easy to cause; see [Fault]. Every
+	// harness the NewHarness makes must return the same faults, in the
+	// same order (the suite runs one subtest per fault, each with a
+	// harness of its own).
 	Faults() []Fault
 }
 
@@ -104,11 +107,12 @@ type Fault struct {
 	// Ignored when Permanent is false.
 	Mentions []string
 
-	// Stalls reports that while the fault is on, the broker takes no
-	// message and answers nothing (a network partition, a stopped
-	// server): a Publish during it can only end by its context or the
-	// sink's own timeout. The cancellation and LandingBound cases need
-	// such a fault; Permanent must be false.
+	// Stalls reports that while the fault is on, the broker acknowledges
+	// nothing (a network partition, a paused server, requests held
+	// unanswered): a Publish during it can only end by its context or the
+	// sink's own timeout. What was sent during the stall may be written
+	// when it heals (it was in flight) or never. The Cancel and
+	// LandingBound cases need such a fault; Permanent must be false.
 	Stalls bool
 
 	// Apply turns the fault on and returns heal, which turns it off; heal

@@ -100,7 +100,8 @@ func (sl *slot) open(ctx context.Context, sess *session) (*pubChan, error) {
 		if o.err == nil {
 			_ = o.ch.Close()
 		}
-		return nil, fmt.Errorf("%w: the broker did not open a channel before the publish ended: %w", ErrConnectionLost, ctx.Err())
+		return nil, fmt.Errorf("amqpsink: the broker did not open a channel before the publish ended (%s %v, or the caller's deadline); the connection was dropped: %w",
+			sl.sink.opts.name("PublishTimeout"), sl.sink.opts.PublishTimeout, ctx.Err())
 	}
 	if o.err != nil {
 		return nil, o.err
@@ -253,6 +254,11 @@ func (pc *pubChan) fail(why *amqp.Error) {
 		}
 	}
 	for _, p := range left {
+		if p.returned != nil { // its basic.return came before the channel closed
+			p.result(pc.sink.classified(unroutable(p.returned)))
+			<-pc.sink.pending
+			continue
+		}
 		p.result(pc.sink.classified(closeError(why, p)))
 		<-pc.sink.pending
 	}

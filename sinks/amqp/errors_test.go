@@ -3,6 +3,7 @@ package amqpsink_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -153,7 +154,7 @@ func TestTooLargeIsPermanent(t *testing.T) {
 	es[1].Payload = make([]byte, nodeMaxMessageSize+1)
 	errs := s.Publish(ctxT(t), es)
 	requireClass(t, backoff.ClassPermanent, errs[1])
-	for _, want := range []string{"max_message_size", "65536", "shrink the payload", "PRECONDITION_FAILED"} {
+	for _, want := range []string{"max_message_size", strconv.Itoa(nodeMaxMessageSize), "shrink the payload", "PRECONDITION_FAILED"} {
 		assert.Contains(t, errs[1].Error(), want)
 	}
 	for _, i := range []int{0, 2} {

@@ -89,6 +89,20 @@ func (tp *topo) read(n int) []amqp.Delivery {
 	return got
 }
 
+// drain takes whatever the queue holds now.
+func (tp *topo) drain() []amqp.Delivery {
+	tp.t.Helper()
+	var got []amqp.Delivery
+	for {
+		d, ok, err := tp.ch.Get(tp.queue, true)
+		require.NoError(tp.t, err)
+		if !ok {
+			return got
+		}
+		got = append(got, d)
+	}
+}
+
 // count is the number of messages ready in the queue.
 func (tp *topo) count() int {
 	tp.t.Helper()

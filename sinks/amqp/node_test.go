@@ -9,11 +9,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +26,7 @@ import (
 
 // nodeMaxMessageSize is the max_message_size of the private node, so that
 // a too large message is cheap to make.
-const nodeMaxMessageSize = 65536
+const nodeMaxMessageSize = 1 << 20
 
 // privNode is the test binary's private RabbitMQ node (started on first
 // use, stopped by TestMain): for the faults that need the node's own
@@ -75,6 +77,9 @@ func startPrivateNode() (*privNode, error) {
 	defer cancel()
 	r, err := brokerproc.StartRabbitMQ(ctx, dir,
 		"max_message_size = "+strconv.Itoa(nodeMaxMessageSize),
+		// The broker asks for no heartbeat, so a client asking for none
+		// (heartbeat=0) gets none; the sink's default (3s) still applies.
+		"heartbeat = 0",
 		"listeners.ssl.default = 127.0.0.1:"+strconv.Itoa(tlsPort),
 		"ssl_options.cacertfile = "+filepath.Join(dir, "ca.pem"),
 		"ssl_options.certfile = "+filepath.Join(dir, "cert.pem"),
@@ -96,6 +101,25 @@ func stopPrivateNode() {
 	for _, d := range nodeDirs {
 		_ = os.RemoveAll(d)
 	}
+}
+
+// closeConnection closes, from the broker (320 CONNECTION_FORCED), the
+// client connection made from the local address local.
+func (n *privNode) closeConnection(local string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := n.Ctl(ctx, "list_connections", "pid", "name", "-q", "--no-table-headers")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		pid, name, ok := strings.Cut(strings.TrimSpace(line), "\t")
+		if ok && strings.HasPrefix(name, local+" ->") {
+			_, err := n.Ctl(ctx, "close_connection", pid, "closed by a test")
+			return err
+		}
+	}
+	return fmt.Errorf("no connection from %s in %q", local, out)
 }
 
 // tlsURL is the node's amqps URL, and the TLS configuration that trusts it.

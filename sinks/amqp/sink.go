@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +22,8 @@ const landingMargin = time.Second
 
 // LandingUnbounded is what [Sink.LandingBound] reports when nothing bounds
 // how long a message can still land after Publish gave up on it: the
-// connection has no heartbeat (heartbeat=0 in the URL). It is negative.
+// connection has no heartbeat (neither the client nor the broker asked for
+// one). It is negative.
 const LandingUnbounded time.Duration = -1
 
 // DefaultHeartbeat is the heartbeat interval the sink asks for when the
@@ -88,7 +90,7 @@ func Dial(rawURL string, opts Options, cfg ...amqp.Config) (*Sink, error) {
 		return nil, errors.New("amqpsink: the amqp.Config sets Recovery; leave it nil, the sink reconnects by itself and keeps track of unconfirmed messages across reconnections")
 	}
 	if _, err := amqp.ParseURI(rawURL); err != nil {
-		return nil, fmt.Errorf("amqpsink: bad URL %s: %w (want amqp://user:pass@host:5672/vhost or amqps://...)", s.url, err)
+		return nil, fmt.Errorf("amqpsink: bad URL %s: %s (want amqp://user:pass@host:5672/vhost or amqps://...)", s.url, scrub(err.Error(), rawURL))
 	}
 	if s.cfg.Heartbeat == 0 {
 		s.cfg.Heartbeat = DefaultHeartbeat
@@ -124,16 +126,37 @@ func (s *Sink) landingBound(heartbeat time.Duration) time.Duration {
 func redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "(unparsable URL)"
+		return scrub(raw, raw)
 	}
 	return u.Redacted()
+}
+
+// scrub replaces the password of rawURL in msg with xxxxx, also when
+// rawURL does not parse (the client's parse errors quote the URL).
+func scrub(msg, rawURL string) string {
+	rest, ok := strings.CutPrefix(rawURL, "amqp://")
+	if !ok {
+		rest, ok = strings.CutPrefix(rawURL, "amqps://")
+	}
+	if !ok {
+		return msg
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return msg
+	}
+	if _, pass, found := strings.Cut(rest[:at], ":"); found && pass != "" {
+		return strings.ReplaceAll(msg, pass, "xxxxx")
+	}
+	return msg
 }
 
 // LandingBound implements [outbox.LandingBounder]: how long after
 // Publish's context ends (or PublishTimeout passes) a message given to
 // that Publish can still be routed to a queue. It is [Options.LandingBound]
 // when set; else CloseTimeout + 2 x the negotiated heartbeat interval +
-// 1s (2s + 6s + 1s = 9s with the defaults), or [LandingUnbounded] for a
+// 1s (2s + 6s + 1s = 9s with the defaults; heartbeat=0 in the URL takes the
+// broker's interval, 60s by default), or [LandingUnbounded] for a
 // connection without heartbeats. See the package documentation,
 // "Deadlines", for why. It is fixed when the sink is built.
 func (s *Sink) LandingBound() time.Duration { return s.landing }
@@ -148,6 +171,23 @@ func (s *Sink) KeepsKeyOrder() bool { return true }
 func (s *Sink) Ping(ctx context.Context) error {
 	_, err := s.session(ctx)
 	return err
+}
+
+// Blocked reports whether the broker has blocked the sink's connection
+// (connection.blocked, sent on a memory or disk alarm) and the reason it
+// gave. While blocked, Publish holds its messages until the broker
+// unblocks the connection or the publish's deadline passes (then they
+// fail with [ErrBlocked], transient).
+func (s *Sink) Blocked() (reason string, blocked bool) {
+	s.mu.Lock()
+	sess := s.sess
+	s.mu.Unlock()
+	if sess == nil {
+		return "", false
+	}
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.blocked, sess.blocked != ""
 }
 
 // Close closes the connection; the messages not yet confirmed fail. Publish
@@ -275,6 +315,9 @@ func (s *Sink) dial() (*session, error) {
 	}
 	conn, err := amqp.DialConfig(s.dialURL, cfg)
 	if err != nil {
+		if msg := scrub(err.Error(), s.dialURL); msg != err.Error() {
+			return nil, fmt.Errorf("amqpsink: connecting to %s: %s", s.url, msg)
+		}
 		return nil, fmt.Errorf("amqpsink: connecting to %s: %w", s.url, err)
 	}
 	sess.conn = conn

@@ -2,6 +2,7 @@ package amqpsink_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -14,7 +15,7 @@ func TestPublishCarriesIDKeyPayloadAndHeaders(t *testing.T) {
 	url := brokerURL(t)
 	tp := newTopo(t, url)
 	s := dialSink(t, url, amqpsink.Options{})
-	e := outbox.Entry{ID: outbox.NewID(), Topic: tp.exchange, Key: "order-7", Payload: []byte(`{"n":7}`),
+	e := outbox.Entry{ID: outbox.NewID(), Topic: tp.exchange, Key: "order-7", Payload: []byte(`{"n":7}`), CreatedAt: time.Unix(1767225600, 0),
 		Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "outbox-key-seq": "3", "outbox-id": "forged"}}
 	errs := s.Publish(ctxT(t), []outbox.Entry{e})
 	require.NoError(t, errs[0])
@@ -27,4 +28,5 @@ func TestPublishCarriesIDKeyPayloadAndHeaders(t *testing.T) {
 	require.Equal(t, e.ID, d.Headers["outbox-id"], "the ID header carries the entry ID, not an entry header of that name")
 	require.Equal(t, e.Headers["traceparent"], d.Headers["traceparent"])
 	require.Equal(t, "3", d.Headers["outbox-key-seq"])
+	require.True(t, e.CreatedAt.Equal(d.Timestamp), "timestamp = CreatedAt: %v", d.Timestamp)
 }

@@ -59,6 +59,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 		recs[i], errs[i] = s.record(&msgs[i])
 	}
 	produceAll(pctx, s.client, recs, errs)
+	s.retryOrphaned(ctx, pctx, msgs, recs, errs)
 	s.isolateTooLarge(pctx, s.client, recs, errs)
 	var recreated []string
 	// behind holds the Kafka partitions in which a record of this call
@@ -179,6 +180,86 @@ func produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, err
 			errs[i] = ctx.Err()
 		}
 	}
+}
+
+// orphanRetries is how many times Publish produces again the records kgo
+// failed with another call's context (see retryOrphaned).
+const orphanRetries = 3
+
+// retryOrphaned produces again the records that kgo failed with the
+// context of a record of another Publish call: kgo fails a Kafka
+// partition's buffered records together with the batch in flight before
+// them, and when that batch's first record belongs to a call that has
+// returned (its context ended), the records of this call fail with that
+// context's error though neither this call's context nor PublishTimeout
+// ended. That happens to the first call after one that gave up on a
+// slow or unreachable broker, once the broker is back; without the
+// retry its entries would fail (an attempt counted, a retry delayed) for
+// a fault that is over (the sink conformance suite's Errors and Cancel
+// cases publish right after a heal). A record is produced again only if
+// no later record of its key and topic in this call was written, so the
+// retry cannot overtake; it may write a duplicate of a record that was
+// written in the failed batch, as any retry may. At most orphanRetries
+// rounds, within PublishTimeout.
+func (s *Sink) retryOrphaned(ctx, pctx context.Context, msgs []outbox.Entry, recs []*kgo.Record, errs []error) {
+	for range orphanRetries {
+		if ctx.Err() != nil || pctx.Err() != nil {
+			return
+		}
+		idx := orphans(recs, errs)
+		if len(idx) == 0 {
+			return
+		}
+		again := make([]*kgo.Record, len(idx))
+		aerrs := make([]error, len(idx))
+		for j, i := range idx {
+			again[j], aerrs[j] = s.record(&msgs[i])
+		}
+		produceAll(pctx, s.client, again, aerrs)
+		for j, i := range idx {
+			if again[j] != nil {
+				recs[i] = again[j]
+			}
+			errs[i] = aerrs[j]
+		}
+	}
+}
+
+// orphaned reports whether err is a context's error that kgo gave a
+// record (the caller checks that it is not this call's context).
+func orphaned(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// orphans returns the indexes of the records that failed with a
+// context's error and were not overtaken: no later record of their key
+// and topic was written.
+func orphans(recs []*kgo.Record, errs []error) []int {
+	var idx []int
+	for i, err := range errs {
+		if recs[i] != nil && orphaned(err) {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	lastOK := map[[2]string]int{} // topic and key -> last written index
+	for i, err := range errs {
+		if err == nil && recs[i] != nil && recs[i].Key != nil {
+			lastOK[[2]string{recs[i].Topic, string(recs[i].Key)}] = i
+		}
+	}
+	out := idx[:0]
+	for _, i := range idx {
+		if recs[i].Key != nil {
+			if j, ok := lastOK[[2]string{recs[i].Topic, string(recs[i].Key)}]; ok && j > i {
+				continue
+			}
+		}
+		out = append(out, i)
+	}
+	return out
 }
 
 // batchRefused reports whether err is a broker's refusal of a Kafka batch

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -119,13 +120,20 @@ type streamLookup struct {
 	err  error
 }
 
+// streamLookupTimeout bounds a lookup of the stream of a subject: a
+// JetStream that does not answer within it is not available (restarting,
+// or electing a leader), which is all the sink needs to know.
+const streamLookupTimeout = time.Second
+
 // stream looks up (once per call and subject) the stream that captures
 // subj.
 func (c *call) stream(subj string) streamLookup {
 	if l, ok := c.streams[subj]; ok {
 		return l
 	}
-	name, err := c.s.js.StreamNameBySubject(c.pctx, subj)
+	ctx, cancel := context.WithTimeout(c.pctx, streamLookupTimeout)
+	defer cancel()
+	name, err := c.s.js.StreamNameBySubject(ctx, subj)
 	l := streamLookup{name, err}
 	if c.streams == nil {
 		c.streams = map[string]streamLookup{}

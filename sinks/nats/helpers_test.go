@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -172,4 +173,24 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(sharedDir)
 	}
 	os.Exit(code)
+}
+
+// ids are the entry IDs (ID header) of msgs, in order.
+func ids(msgs []*jetstream.RawStreamMsg) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Header.Get("outbox-id")
+	}
+	return out
+}
+
+// only is the IDs of got that are among want, in got's order.
+func only(got []string, want ...string) []string {
+	var out []string
+	for _, g := range got {
+		if slices.Contains(want, g) {
+			out = append(out, g)
+		}
+	}
+	return out
 }

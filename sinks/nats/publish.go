@@ -115,6 +115,12 @@ func newCall(s *Sink, ctx, pctx context.Context, msgs []outbox.Entry, errs []err
 // until every entry is done or pctx ends.
 func (c *call) run() {
 	for c.left > 0 {
+		if c.pctx.Err() != nil {
+			// Checked first: a select below would pick a free slot as
+			// readily as an ended context, and publish after it.
+			c.abandon()
+			return
+		}
 		var slot chan<- struct{}
 		if len(c.ready) > 0 {
 			slot = c.s.slots // nil (never ready) when nothing can be published

@@ -152,3 +152,35 @@ func consumeAll(t testing.TB, st jetstream.Stream) []jetstream.Msg {
 	}
 	return out
 }
+
+// TestDuplicateWindowSurvivesAServerRestart: an entry published, then
+// published again after nats-server was SIGKILLed and started again on
+// its store, is acknowledged and stored once: the stream rebuilds its
+// duplicate window from the stored messages.
+func TestDuplicateWindowSurvivesAServerRestart(t *testing.T) {
+	t.Parallel()
+	if _, err := brokerproc.NATSBinary(); err != nil {
+		testenv.Unavailable(t, "nats-server", "OUTBOX_NATS_SERVER", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := brokerproc.StartNATS(ctx, t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(srv.Kill)
+	admin := connect(t, srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	st := newStream(t, admin, "WINDOW", []string{"window"})
+	sink, err := natssink.Dial(srv.URL(), natssink.Options{})
+	require.NoError(t, err)
+	defer sink.Close()
+	e := outbox.Entry{ID: "once", Topic: "window", Key: "k", Payload: []byte("x")}
+	require.NoError(t, publishOne(t, sink, e))
+	srv.Kill()
+	require.NoError(t, srv.Start(ctx))
+	for !sink.Conn().IsConnected() {
+		require.NoError(t, ctx.Err(), "the sink did not reconnect")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, publishOne(t, sink, e))
+	require.NoError(t, publishOne(t, sink, outbox.Entry{ID: "after", Topic: "window", Key: "k"}))
+	require.Equal(t, []string{"once", "after"}, ids(readAll(t, st)))
+}

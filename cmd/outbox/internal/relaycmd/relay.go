@@ -1,6 +1,7 @@
 package relaycmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,7 +119,7 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	}
 	defer func() { _ = sink.close() }()
 	// The library checks the options; its error names the flags.
-	if err := c.relayOptions(nil, nil).Validate(sink); err != nil {
+	if err := c.relayOptions(nil, nil).Validate(sink.Sink); err != nil {
 		return c.optionsError(err, sink)
 	}
 	mp, metrics, err := newPrometheus()
@@ -163,7 +164,7 @@ func (c *RelayCmd) Run(app *cli.App) error {
 		defer stopUI()
 	}
 
-	relay, err := outbox.NewRelay(opened.Store, sink, c.relayOptions(log, mp))
+	relay, err := outbox.NewRelay(opened.Store, sink.Sink, c.relayOptions(log, mp))
 	if err != nil {
 		return c.optionsError(err, sink)
 	}
@@ -459,7 +460,7 @@ func (c *RelayCmd) optionsError(err error, sink *relaySink) error {
 	if errors.As(err, &oe) {
 		name := func(o string) string {
 			if o == outbox.OptionLandingBound {
-				return "the landing bound of " + sink.timeoutFlag
+				return cmp.Or(sink.landing, "the landing bound of "+sink.timeoutFlag)
 			}
 			return optionFlags[o]
 		}

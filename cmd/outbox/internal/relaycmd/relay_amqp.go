@@ -12,7 +12,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/cmd/outbox/internal/cli"
 	amqpsink "github.com/outboxrelay/outbox/sinks/amqp"
 )
@@ -27,8 +26,8 @@ type AMQPFlags struct {
 	AMQPTLSServerName  string            `name:"amqp-tls-server-name" placeholder:"NAME" group:"RabbitMQ" help:"Name to verify the broker's certificate against (default: the URL's host; amqps:// only)."`
 	AMQPExchangePrefix string            `name:"amqp-exchange-prefix" placeholder:"PREFIX" group:"RabbitMQ" help:"Prefix added to an entry's topic to make its exchange (entries the map names excepted)."`
 	AMQPExchangeMap    map[string]string `name:"amqp-exchange-map" mapsep:"," placeholder:"TOPIC=EXCHANGE,..." group:"RabbitMQ" help:"Exchange of the entries of these topics, comma-separated; the prefix is not added to them."`
-	AMQPRoutingKey     string            `name:"amqp-routing-key" placeholder:"TEMPLATE" group:"RabbitMQ" help:"Routing key of each message, where {key} stands for the entry's key and {topic} for its topic, such as 'orders.{key}' (default: the entry's key)."`
-	AMQPPublishTimeout time.Duration     `name:"amqp-publish-timeout" default:"5s" placeholder:"DURATION" group:"RabbitMQ" help:"Bound on one publish round; messages the broker has not confirmed by then are retried later. It is part of the sink's landing bound, and --lease-ttl must exceed 1.5 times that bound. /readyz reports not ready once every publish has failed for twice this. Default: ${default}."`
+	AMQPRoutingKey     string            `name:"amqp-routing-key" placeholder:"TEMPLATE" group:"RabbitMQ" help:"Routing key of each message, where {key} stands for the entry's key, {topic} for its topic and {id} for its ID, such as 'orders.{key}' (default: the entry's key)."`
+	AMQPPublishTimeout time.Duration     `name:"amqp-publish-timeout" default:"5s" placeholder:"DURATION" group:"RabbitMQ" help:"Bound on one publish round; messages the broker has not confirmed by then are retried later (the sink then closes their channel, so they land within its landing bound of 3s, and --lease-ttl must exceed 1.5 times that bound). /readyz reports not ready once every publish has failed for twice this. Default: ${default}."`
 	AMQPChannels       int               `name:"amqp-channels" default:"0" placeholder:"N" group:"RabbitMQ" help:"Channels publishing in parallel, keys spread over them (0: the sink's default)."`
 	AMQPMaxPending     int               `name:"amqp-max-pending" default:"0" placeholder:"N" group:"RabbitMQ" help:"Most publishes awaiting the broker's confirmation at once (0: the sink's default)."`
 }
@@ -66,9 +65,12 @@ func (c *RelayCmd) amqpProblems() []string {
 		}
 	}
 	for _, f := range routingKeyField.FindAllString(c.AMQPRoutingKey, -1) {
-		if f != "{key}" && f != "{topic}" {
-			bad("--amqp-routing-key %q: %s is not a field: use {key} (the entry's key) and {topic} (its topic)", c.AMQPRoutingKey, f)
+		if f != "{key}" && f != "{topic}" && f != "{id}" {
+			bad("--amqp-routing-key %q: %s is not a field: use {key} (the entry's key), {topic} (its topic) and {id} (its ID)", c.AMQPRoutingKey, f)
 		}
+	}
+	if c.AMQPRoutingKey != "" && !routingKeyField.MatchString(c.AMQPRoutingKey) {
+		bad("--amqp-routing-key %q has no field: every message would get that one key; use {key}, {topic} or {id}", c.AMQPRoutingKey)
 	}
 	if c.AMQPPublishTimeout <= 0 {
 		bad("--amqp-publish-timeout must be positive (it is %v)", c.AMQPPublishTimeout)
@@ -121,29 +123,24 @@ func (c *RelayCmd) amqpTLS() (*tls.Config, error) {
 // amqpOptionFlags names the flags of amqpsink's options, for the sink's
 // messages; the others keep their Go names.
 var amqpOptionFlags = map[string]string{
-	"Exchange":       "--amqp-exchange-prefix or --amqp-exchange-map",
-	"RoutingKey":     "--amqp-routing-key",
-	"PublishTimeout": "--amqp-publish-timeout",
-	"Channels":       "--amqp-channels",
-	"MaxPending":     "--amqp-max-pending",
+	"Exchange":           "--amqp-exchange-prefix or --amqp-exchange-map",
+	"RoutingKeyTemplate": "--amqp-routing-key",
+	"PublishTimeout":     "--amqp-publish-timeout",
+	"Channels":           "--amqp-channels",
+	"MaxPending":         "--amqp-max-pending",
 }
 
 // AMQPOptions maps the exchange, routing key and publishing flags onto
 // the RabbitMQ sink's options.
 func (c *RelayCmd) AMQPOptions() amqpsink.Options {
-	o := amqpsink.Options{
-		Exchange:       topicMapping(c.AMQPExchangePrefix, c.AMQPExchangeMap),
-		PublishTimeout: c.AMQPPublishTimeout,
-		Channels:       c.AMQPChannels,
-		MaxPending:     c.AMQPMaxPending,
-		OptionName:     func(o string) string { return amqpOptionFlags[o] },
+	return amqpsink.Options{
+		Exchange:           topicMapping(c.AMQPExchangePrefix, c.AMQPExchangeMap),
+		RoutingKeyTemplate: c.AMQPRoutingKey,
+		PublishTimeout:     c.AMQPPublishTimeout,
+		Channels:           c.AMQPChannels,
+		MaxPending:         c.AMQPMaxPending,
+		OptionName:         func(o string) string { return amqpOptionFlags[o] },
 	}
-	if tmpl := c.AMQPRoutingKey; tmpl != "" {
-		o.RoutingKey = func(e outbox.Entry) string {
-			return strings.NewReplacer("{key}", e.Key, "{topic}", e.Topic).Replace(tmpl)
-		}
-	}
-	return o
 }
 
 // amqpSink connects the RabbitMQ sink (amqpsink.Dial connects at once).
@@ -165,6 +162,7 @@ func (c *RelayCmd) amqpSink() (*relaySink, error) {
 	}
 	return &relaySink{
 		Sink: sink, name: "RabbitMQ", timeoutFlag: "--amqp-publish-timeout", timeout: c.AMQPPublishTimeout,
+		landing: "the RabbitMQ sink's landing bound",
 		failing: sink.Failing, probe: sink.Ping, close: sink.Close,
 		attrs: []any{"amqp_url", redacted, "amqp_tls", tlsOn},
 	}, nil

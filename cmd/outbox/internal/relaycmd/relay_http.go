@@ -274,4 +274,3 @@ func relayStoreProbe(o *cli.Opened) func(context.Context) error {
 	}
 	return func(context.Context) error { return nil }
 }
-

@@ -16,9 +16,9 @@ import (
 // NATSFlags are the relay's flags for NATS JetStream (--sink-url nats://
 // or tls://), mapped onto natssink.Options and nats.go's options.
 type NATSFlags struct {
-	NATSUser           string            `name:"nats-user" env:"OUTBOX_NATS_USER" placeholder:"USER" group:"NATS" help:"User name, with --nats-password; instead of the user in the URL."`
-	NATSPassword       string            `name:"nats-password" env:"OUTBOX_NATS_PASSWORD" placeholder:"PASSWORD" group:"NATS" help:"Password of the URL's user (or --nats-user); prefer the environment variable, as other users of the host can read command lines. Never printed."`
-	NATSToken          string            `name:"nats-token" env:"OUTBOX_NATS_TOKEN" placeholder:"TOKEN" group:"NATS" help:"Authentication token (nats://TOKEN@HOST in a URL); prefer the environment variable. Never printed."`
+	NATSUser           string            `name:"nats-user" env:"OUTBOX_NATS_USER" placeholder:"USER" group:"NATS" help:"User name, with --nats-password (instead of nats://USER:PASSWORD@HOST in the URL)."`
+	NATSPassword       string            `name:"nats-password" env:"OUTBOX_NATS_PASSWORD" placeholder:"PASSWORD" group:"NATS" help:"Password of --nats-user; prefer the environment variable, as other users of the host can read command lines. Never printed."`
+	NATSToken          string            `name:"nats-token" env:"OUTBOX_NATS_TOKEN" placeholder:"TOKEN" group:"NATS" help:"Authentication token (instead of nats://TOKEN@HOST in the URL: a user without a password in a NATS URL is a token); prefer the environment variable. Never printed."`
 	NATSCreds          string            `name:"nats-creds" placeholder:"FILE" group:"NATS" help:"Chained credentials file (a user JWT and its NKEY seed, as nsc writes it) for decentralized authentication."`
 	NATSNKey           string            `name:"nats-nkey" placeholder:"FILE" group:"NATS" help:"File holding a user NKEY seed (SU...) to sign the server's challenge with."`
 	NATSTLSCA          string            `name:"nats-tls-ca" placeholder:"FILE" group:"NATS" help:"PEM file of the CA certificates to verify the servers with, instead of the system's roots; implies TLS."`
@@ -38,7 +38,7 @@ var natsSchemes = []string{"nats", "tls"}
 func (c *RelayCmd) natsProblems() []string {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	userInURL, passInURL, tokenInURL := false, false, false
+	passInURL, tokenInURL := false, false
 	for _, raw := range strings.Split(c.SinkURL, ",") {
 		u, err := url.Parse(strings.TrimSpace(raw))
 		switch {
@@ -52,32 +52,27 @@ func (c *RelayCmd) natsProblems() []string {
 		case (u.Path != "" && u.Path != "/") || u.RawQuery != "":
 			bad("--sink-url: %s: a NATS URL has no path or query: write nats://[USER:PASSWORD@]HOST:PORT", redactNATS(u))
 		}
-		if u.User != nil {
+		if u.User != nil { // a lone user info is a token, as nats.go takes it
 			_, hasPass := u.User.Password()
 			passInURL = passInURL || hasPass
-			userInURL = userInURL || hasPass
 			tokenInURL = tokenInURL || !hasPass
 		}
 	}
-	methods := []string{}
-	switch {
-	case userInURL || c.NATSUser != "" || c.NATSPassword != "":
-		methods = append(methods, "a user and password")
-		if c.NATSPassword == "" && !passInURL {
-			bad("--nats-user needs a password: --nats-password or OUTBOX_NATS_PASSWORD")
-		}
-		if c.NATSPassword != "" && passInURL {
-			bad("the password is given twice, in --sink-url and --nats-password (or OUTBOX_NATS_PASSWORD): give one")
-		}
-		if c.NATSUser != "" && userInURL {
-			bad("the user is given twice, in --sink-url and --nats-user: give one")
+	var methods []string
+	if passInURL {
+		methods = append(methods, "a user and password in --sink-url")
+	}
+	if tokenInURL {
+		methods = append(methods, "a token in --sink-url (nats://TOKEN@HOST)")
+	}
+	if c.NATSUser != "" || c.NATSPassword != "" {
+		methods = append(methods, "--nats-user and --nats-password")
+		if c.NATSUser == "" || c.NATSPassword == "" {
+			bad("--nats-user and --nats-password (or OUTBOX_NATS_PASSWORD) go together")
 		}
 	}
-	if tokenInURL || c.NATSToken != "" {
-		methods = append(methods, "a token")
-		if tokenInURL && c.NATSToken != "" {
-			bad("the token is given twice, in --sink-url (nats://TOKEN@HOST) and --nats-token (or OUTBOX_NATS_TOKEN): give one")
-		}
+	if c.NATSToken != "" {
+		methods = append(methods, "--nats-token")
 	}
 	if c.NATSCreds != "" {
 		methods = append(methods, "--nats-creds")
@@ -146,14 +141,10 @@ func (c *RelayCmd) natsURLs() string {
 // natsOptions are the nats.go options from the flags: authentication and
 // TLS. The URL's own user and password or token are nats.go's to use.
 func (c *RelayCmd) natsOptions() []nats.Option {
-	opts := []nats.Option{nats.Name("outbox-relay")}
+	var opts []nats.Option
 	switch {
 	case c.NATSPassword != "":
-		user := c.NATSUser
-		if user == "" {
-			user = natsURLUser(c.SinkURL)
-		}
-		opts = append(opts, nats.UserInfo(user, c.NATSPassword))
+		opts = append(opts, nats.UserInfo(c.NATSUser, c.NATSPassword))
 	case c.NATSToken != "":
 		opts = append(opts, nats.Token(c.NATSToken))
 	case c.NATSCreds != "":
@@ -174,16 +165,6 @@ func (c *RelayCmd) natsOptions() []nats.Option {
 		opts = append(opts, nats.ClientCert(c.NATSTLSCert, c.NATSTLSKey))
 	}
 	return opts
-}
-
-// natsURLUser is the user of the first URL of list that names one.
-func natsURLUser(list string) string {
-	for _, raw := range strings.Split(list, ",") {
-		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil && u.User != nil {
-			return u.User.Username()
-		}
-	}
-	return ""
 }
 
 // natsAuth names the NATS authentication in use, for the start log line.
@@ -247,7 +228,7 @@ func topicMapping(prefix string, mapped map[string]string) func(outbox.Entry) st
 func (c *RelayCmd) natsSink() (*relaySink, error) {
 	sink, err := natssink.Dial(c.SinkURL, c.NATSOptions(), c.natsOptions()...)
 	if err != nil {
-		return nil, fmt.Errorf("relay: connecting to NATS at %s: %w (check --sink-url, the NATS authentication flags and that the server runs)", c.natsURLs(), err)
+		return nil, fmt.Errorf("relay: %w (check --sink-url and the --nats-* authentication flags)", err)
 	}
 	return &relaySink{
 		Sink: sink, name: "NATS", timeoutFlag: "--nats-publish-timeout", timeout: c.NATSPublishTimeout,

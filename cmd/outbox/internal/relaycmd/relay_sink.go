@@ -36,7 +36,9 @@ var sinkSchemes = map[string]string{
 // relaySink is the sink the relay publishes to, with what the relay needs
 // of it besides Publish: readiness, closing, and how to name it.
 type relaySink struct {
-	outbox.Sink
+	// Sink is the sink itself, with its optional interfaces
+	// (outbox.KeyOrderer, outbox.LandingBounder), for the relay.
+	Sink outbox.Sink
 	// name is the broker as the log lines and /readyz name it: "Kafka",
 	// "NATS" or "RabbitMQ".
 	name string
@@ -45,6 +47,9 @@ type relaySink struct {
 	// twice it, and the lease check names it.
 	timeoutFlag string
 	timeout     time.Duration
+	// landing names what the sink's landing bound comes from, for the
+	// lease check's error; default "the landing bound of " timeoutFlag.
+	landing string
 	// failing is the sink's Failing (since when every publish has failed).
 	failing func() (time.Time, error)
 	// probe is the readiness check of the broker: a cheap round trip.
