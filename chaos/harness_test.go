@@ -101,6 +101,11 @@ func TestTargets(t *testing.T) {
 	if got := r.targets(c); got != "met" {
 		t.Errorf("recovery of a lease: %q, want met", got)
 	}
+	// A scenario's own lease sets its recovery target.
+	long := result{sc: &scenario{name: "long", leaseTTL: 3 * c.leaseTTL}, report: &history.Report{RecoveryMax: 2 * c.leaseTTL}}
+	if got := long.targets(c); got != "met" {
+		t.Errorf("recovery of two config leases under a scenario lease of three: %q, want met", got)
+	}
 	r.report.RecoveryMax = c.leaseTTL + 2*time.Second
 	r.report.Faults = []history.FaultReport{{Duplicates: c.batch*c.partitions + 1}}
 	got := r.targets(c)

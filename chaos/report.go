@@ -90,7 +90,7 @@ func (r *result) targets(c config) string {
 		return ""
 	}
 	var miss []string
-	if lim := c.leaseTTL + time.Second; r.report.RecoveryMax > lim {
+	if lim := r.sc.lease(c) + time.Second; r.report.RecoveryMax > lim {
 		miss = append(miss, fmt.Sprintf("recovery max %s > %s", dur(r.report.RecoveryMax), dur(lim)))
 	}
 	if lim := c.batch * c.partitions; r.report.MaxDuplicatesPerFault() > lim {
@@ -205,7 +205,7 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 	if c.short {
 		mode = "short (-short)"
 	}
-	fmt.Fprintf(&b, "## The run\n\n%s run of %s, %d scenarios in %s on this repository's 2-core CI machine, %d at a time. Each scenario: %d appender processes (%d keys each, %d transactions/s each, one entry per transaction), %d outbox partitions and a Kafka topic of %d partitions on a kfake broker process, `outbox relay` processes with `--lease-ttl %s --kafka-publish-timeout %s --batch %d --poll-interval 250ms`; the nats/ and amqp/ scenarios publish instead to a private nats-server or RabbitMQ node through `--sink-url` (a stream, or a durable queue, instead of the topic; the same publish timeout). Targets: nothing lost and no order violation inside the guarantees; at most one batch per partition duplicated per fault (%d); recovery within a lease plus a second (%s).\n\n",
+	fmt.Fprintf(&b, "## The run\n\n%s run of %s, %d scenarios in %s on this repository's 2-core CI machine, %d at a time. Each scenario: %d appender processes (%d keys each, %d transactions/s each, one entry per transaction), %d outbox partitions and a Kafka topic of %d partitions on a kfake broker process, `outbox relay` processes with `--lease-ttl %s --kafka-publish-timeout %s --batch %d --poll-interval 250ms`; the nats/ and amqp/ scenarios publish instead to a private nats-server or RabbitMQ node through `--sink-url` (a stream, or a durable queue, instead of the topic; the same publish timeout; amqp/ with `--lease-ttl 15s`, above 1.5 times the RabbitMQ sink's landing bound). Targets: nothing lost and no order violation inside the guarantees; at most one batch per partition duplicated per fault (%d); recovery within a lease plus a second (%s).\n\n",
 		mode, time.Now().UTC().Format("2006-01-02"), len(rs), took.Round(time.Second), c.parallel,
 		c.appenders, c.keys, c.rate, c.partitions, c.partitions, c.leaseTTL, c.publish, c.batch,
 		c.batch*c.partitions, c.leaseTTL+time.Second)

@@ -214,14 +214,14 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 	}
 	// Let the last fault's recovery show in the history before the
 	// appenders stop: at least a lease and a bit.
-	if err := sleep(ctx, min(phase/4, cfg.leaseTTL+2*time.Second)); err != nil {
+	if err := sleep(ctx, min(phase/4, r.sc.lease(cfg)+2*time.Second)); err != nil {
 		return nil, err
 	}
 	r.stopAppenders()
 	if err := r.checkAlive(); err != nil {
 		return nil, err
 	}
-	if err := r.waitDrained(ctx, 2*cfg.leaseTTL+60*time.Second); err != nil {
+	if err := r.waitDrained(ctx, 2*r.sc.lease(cfg)+60*time.Second); err != nil {
 		return nil, err
 	}
 	r.stopRelays()
@@ -364,7 +364,7 @@ func (r *run) startRelay(slot int) error {
 	owner := fmt.Sprintf("%s.%d", name, gen)
 	args := append([]string{"relay",
 		"--store", r.withAppName(r.appName() + name),
-		"--lease-ttl", cfg.leaseTTL.String(),
+		"--lease-ttl", r.sc.lease(cfg).String(),
 		"--poll-interval", "250ms",
 		"--batch", strconv.Itoa(cfg.batch),
 		"--max-in-flight", strconv.Itoa(cfg.batch),

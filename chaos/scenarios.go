@@ -28,6 +28,9 @@ type scenario struct {
 	// broker is what the relays publish to (default: kfake, the Kafka
 	// sink).
 	broker brokerKind
+	// leaseTTL overrides the config's relay --lease-ttl (0: keep it), for
+	// a sink whose landing bound needs a longer lease.
+	leaseTTL time.Duration
 	// relays started at first (default 2); maxRelays bounds the slots a
 	// scenario may fill later.
 	relays, maxRelays int
@@ -69,6 +72,14 @@ func (sc *scenario) slug() string {
 		s = s[:24]
 	}
 	return s
+}
+
+// lease is the relays' --lease-ttl in this scenario.
+func (sc *scenario) lease(c config) time.Duration {
+	if sc.leaseTTL > 0 {
+		return sc.leaseTTL
+	}
+	return c.leaseTTL
 }
 
 func (sc *scenario) phase(c config) time.Duration {

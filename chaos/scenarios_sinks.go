@@ -9,13 +9,16 @@ import (
 // sinkRestart: on the NATS or the RabbitMQ sink, relays SIGKILLed and the
 // private broker server SIGKILLed and started again, in turn.
 func sinkRestart(name string, b brokerKind) *scenario {
-	server, notes, dedupe := "nats-server", natsRestartNotes, natsNoDuplicates
+	server, notes, dedupe, lease := "nats-server", natsRestartNotes, natsNoDuplicates, time.Duration(0)
 	if b == brokerAMQP {
-		server, notes, dedupe = "RabbitMQ node", amqpRestartNotes, ""
+		// The RabbitMQ sink's landing bound with its defaults is 9s
+		// (CloseTimeout 2s, two heartbeats of 3s, 1s), and the relay
+		// wants a lease above 1.5 times it.
+		server, notes, dedupe, lease = "RabbitMQ node", amqpRestartNotes, "", 15*time.Second
 	}
 	return &scenario{
-		noDuplicates: dedupe,
-		name:         name, backend: backendPostgres, broker: b, relays: 3,
+		noDuplicates: dedupe, leaseTTL: lease,
+		name: name, backend: backendPostgres, broker: b, relays: 3,
 		title: fmt.Sprintf("a relay SIGKILLed and restarted, and the %s SIGKILLed and started again on its port and data, in turn, every 4-6 s", server),
 		every: 4 * time.Second, jitter: 2 * time.Second,
 		full: 150 * time.Second, short: 14 * time.Second,
@@ -65,4 +68,4 @@ const natsRestartNotes = "Three relays share the partitions and publish through 
 
 const natsNoDuplicates = "Every re-publish of an entry carries its Nats-Msg-Id and falls inside the stream's duplicate window (10 minutes, longer than the run), so the stream must drop it."
 
-const amqpRestartNotes = "Three relays share the partitions and publish through the RabbitMQ sink (publisher confirms, mandatory, persistent messages) to a private RabbitMQ node, on a durable fanout exchange with a durable classic queue, which is read at the end in queue order. A killed relay's batches in flight may have been confirmed and not marked sent: the relay that takes the partition over publishes them again once the lease expires (duplicates, at most a batch per partition it held). A killed node loses its connections and every publish awaiting a confirm, which the sink fails as transient: the relay retries them once the node is back, and those the node had already written are duplicates. A confirmed message is on disk, so nothing confirmed is lost across the kill. RabbitMQ drops no duplicate itself: consumers deduplicate by message_id. Arrival times (for recovery) come from a second queue on the exchange that the harness consumes during the run. Recovery after a node kill is the node's start (5-8 s on this machine), the sink's reconnection (its backoff doubles up to 5 s while the node is down) and the relay's circuit-breaker cooldown (5 s), so it exceeds the lease-plus-a-second target, which is about the relays: the broker itself was down."
+const amqpRestartNotes = "Three relays share the partitions and publish through the RabbitMQ sink (publisher confirms, mandatory, persistent messages; its default timeouts, so a landing bound of 9 s and `--lease-ttl 15s`) to a private RabbitMQ node, on a durable fanout exchange with a durable classic queue, which is read at the end in queue order. A killed relay's batches in flight may have been confirmed and not marked sent: the relay that takes the partition over publishes them again once the lease expires (duplicates, at most a batch per partition it held). A killed node loses its connections and every publish awaiting a confirm, which the sink fails as transient: the relay retries them once the node is back, and those the node had already written are duplicates. A confirmed message is on disk, so nothing confirmed is lost across the kill. RabbitMQ drops no duplicate itself: consumers deduplicate by message_id. Arrival times (for recovery) come from a second queue on the exchange that the harness consumes during the run. Recovery after a node kill is the node's start (5-8 s on this machine), the sink's reconnection (its backoff doubles up to 5 s while the node is down) and the relay's circuit-breaker cooldown (5 s), so it can exceed the lease-plus-a-second target, which is about the relays: the broker itself was down."
