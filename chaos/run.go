@@ -24,7 +24,8 @@ import (
 	"github.com/outboxrelay/outbox/chaos/internal/servers"
 )
 
-// topic is the entries' topic and the Kafka topic they land on.
+// topic is the entries' topic and what they land on: the Kafka topic, the
+// NATS stream (and its subject), the RabbitMQ exchange and checked queue.
 const topic = "chaos"
 
 // run is one scenario's run: its store, broker, relays and appenders.
