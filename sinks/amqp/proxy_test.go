@@ -2,8 +2,12 @@ package amqpsink_test
 
 import (
 	"net"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // faultProxy forwards TCP connections to a broker and can cut or stall
@@ -22,6 +26,7 @@ type faultProxy struct {
 	stalled  bool
 	refusing bool
 	conns    map[net.Conn]bool
+	clients  map[net.Conn]*flow // client connections and what they sent
 }
 
 func newFaultProxy(t testing.TB, target string) *faultProxy {
@@ -30,7 +35,7 @@ func newFaultProxy(t testing.TB, target string) *faultProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p := &faultProxy{ln: ln, target: target, conns: map[net.Conn]bool{}, clients: map[net.Conn]*flow{}}
 	p.cond = sync.NewCond(&p.mu)
 	go p.accept()
 	t.Cleanup(func() {
@@ -44,6 +49,16 @@ func newFaultProxy(t testing.TB, target string) *faultProxy {
 		p.mu.Unlock()
 	})
 	return p
+}
+
+// proxyTo returns a fault proxy to the broker of an AMQP URL.
+func proxyTo(t testing.TB, url string) *faultProxy {
+	t.Helper()
+	u, err := amqp.ParseURI(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newFaultProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
 }
 
 func (p *faultProxy) addr() string { return p.ln.Addr().String() }
@@ -66,10 +81,11 @@ func (p *faultProxy) accept() {
 			_ = c.Close()
 			continue
 		}
+		up, down := &flow{}, &flow{}
 		p.mu.Lock()
 		p.conns[c], p.conns[u] = true, true
+		p.clients[c] = up
 		p.mu.Unlock()
-		up, down := &flow{}, &flow{}
 		go p.read(c, up, true)
 		go p.write(u, up)
 		go p.read(u, down, false)
@@ -147,7 +163,39 @@ func (p *faultProxy) refuse() {
 
 func (p *faultProxy) heal() {
 	p.mu.Lock()
+	if p.stalled {
+		// A client that dropped its connection during the stall: what it
+		// sent is lost with it, even if the reader has not seen the reset
+		// yet (the kernel has).
+		for c, f := range p.clients {
+			if !established(c) {
+				f.buf, f.eof = nil, true
+			}
+		}
+	}
 	p.stalled, p.refusing = false, false
 	p.cond.Broadcast()
 	p.mu.Unlock()
+}
+
+// established reports whether c's TCP state is still ESTABLISHED (the
+// first byte of Linux's tcp_info); a peer's reset or FIN moves it on.
+func established(c net.Conn) bool {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return true
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	state := -1
+	_ = rc.Control(func(fd uintptr) {
+		v, err := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_INFO)
+		if err == nil {
+			state = v & 0xff
+		}
+	})
+	const tcpEstablished = 1
+	return state == tcpEstablished
 }

@@ -145,9 +145,7 @@ func TestReconnectWaitsBetweenAttempts(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	tp := newTopo(t, url)
-	u, err := amqp.ParseURI(url)
-	require.NoError(t, err)
-	proxy := newFaultProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
+	proxy := proxyTo(t, url)
 	var attempts atomic.Int64
 	dial := func(network, addr string) (net.Conn, error) {
 		attempts.Add(1)
@@ -182,7 +180,7 @@ func TestReconnectWaitsBetweenAttempts(t *testing.T) {
 }
 
 // TestPublishTimeoutDuringStall: with the broker stalled (no byte goes
-// through), Publish gives up at PublishTimeout (plus CloseTimeout, its
+// through), Publish of messages written and waiting for confirms gives up at PublishTimeout (plus CloseTimeout, its
 // wait for the channel's close), failing its entries semi-transient with
 // context.DeadlineExceeded; after the stall, the sink publishes again, and
 // the entries it gave up on did not land.
@@ -190,9 +188,7 @@ func TestPublishTimeoutDuringStall(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	tp := newTopo(t, url)
-	u, err := amqp.ParseURI(url)
-	require.NoError(t, err)
-	proxy := newFaultProxy(t, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
+	proxy := proxyTo(t, url)
 	s, err := amqpsink.Dial("amqp://guest:guest@"+proxy.addr()+"/?heartbeat=1", amqpsink.Options{
 		PublishTimeout: 300 * time.Millisecond, CloseTimeout: 200 * time.Millisecond, ReconnectDelay: 20 * time.Millisecond,
 	})
@@ -202,7 +198,9 @@ func TestPublishTimeoutDuringStall(t *testing.T) {
 	tp.read(1)
 
 	proxy.stall()
-	stalled := entries(tp.exchange, 3, func(i int) string { return fmt.Sprint(i) })
+	// Of the warm key: on the channel that is open, so each is written
+	// (into the stall) and waits for its confirm.
+	stalled := entries(tp.exchange, 3, func(int) string { return "warm" })
 	errs := s.Publish(context.Background(), stalled)
 	for _, err := range errs {
 		require.ErrorIs(t, err, context.DeadlineExceeded)

@@ -8,11 +8,13 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/sinkhealth"
 )
 
 // landingMargin is added to the computed landing bound: the time a broker
@@ -44,7 +46,7 @@ type Sink struct {
 	landing  time.Duration
 	slots    []*slot
 	pending  chan struct{} // one token per unconfirmed message (MaxPending)
-	health   publishHealth
+	health   sinkhealth.Health
 	closedCh chan struct{}
 
 	mu        sync.Mutex // guards the fields below
@@ -329,9 +331,10 @@ func (s *Sink) dial() (*session, error) {
 
 // session is one connection and what the sink knows of its state.
 type session struct {
-	conn *amqp.Connection
-	raw  net.Conn
-	dead chan struct{} // closed when the connection is closed
+	conn    *amqp.Connection
+	raw     net.Conn
+	dead    chan struct{} // closed when the connection is closed
+	aborted atomic.Bool   // dropped by the sink: dead, whether or not the client noticed yet
 
 	mu        sync.Mutex
 	err       error         // why the connection closed
@@ -340,6 +343,9 @@ type session struct {
 }
 
 func (c *session) isDead() bool {
+	if c.aborted.Load() {
+		return true
+	}
 	select {
 	case <-c.dead:
 		return true
@@ -406,6 +412,7 @@ func (c *session) waitUnblocked(ctx context.Context) error {
 // abort drops the TCP connection at once: the broker can no longer send a
 // confirm for it, and the client stops writing to it.
 func (c *session) abort() {
+	c.aborted.Store(true)
 	if c.raw == nil {
 		return
 	}

@@ -3,7 +3,6 @@ package amqpsink_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -86,7 +85,7 @@ func newSuiteHarness(t *testing.T, cfg sinksuite.Config) sinksuite.Harness {
 	must(err)
 	go h.consume(deliveries)
 
-	h.proxy = newFaultProxy(t, "127.0.0.1:"+strconv.Itoa(n.Port))
+	h.proxy = proxyTo(t, n.URL())
 	h.sink, err = amqpsink.Dial("amqp://guest:guest@"+h.proxy.addr()+"/?heartbeat=1", amqpsink.Options{
 		Exchange: func(e outbox.Entry) string {
 			h.mu.Lock()

@@ -39,7 +39,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	if len(msgs) == 0 {
 		return errs
 	}
-	defer func() { s.health.record(ctx, s.opts.Now(), errs) }()
+	defer func() { s.health.Record(ctx, s.opts.Now(), errs) }()
 	var (
 		pctx   context.Context
 		cancel context.CancelFunc

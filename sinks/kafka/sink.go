@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/sinkhealth"
 )
 
 // Sink publishes outbox entries to Kafka. It implements [outbox.Sink] and
@@ -21,8 +22,8 @@ type Sink struct {
 
 	txn    *txnClients // transactional mode only
 	solo   soloProducer
-	topics topicWatch    // topics found unknown, for UnknownTopicTimeout
-	health publishHealth // whether every publish fails, for Failing
+	topics topicWatch        // topics found unknown, for UnknownTopicTimeout
+	health sinkhealth.Health // whether every publish fails, for Failing
 }
 
 var _ outbox.Sink = (*Sink)(nil)

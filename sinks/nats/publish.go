@@ -269,6 +269,9 @@ func (s *Sink) message(e *outbox.Entry) (*nats.Msg, error) {
 	if why := badSubject(subj); why != "" {
 		return nil, backoff.Permanent(fmt.Errorf("natssink: entry %s (topic %q) maps to subject %q, which %s; map its topic to a literal NATS subject with %s", e.ID, e.Topic, subj, why, s.opts.name("Subject")))
 	}
+	if strings.ContainsAny(e.ID, "\r\n") {
+		return nil, backoff.Permanent(fmt.Errorf("natssink: entry %q has a line break in its ID, which headers %q and %s cannot carry; append it again with another ID", e.ID, s.opts.IDHeader, jetstream.MsgIDHeader))
+	}
 	h := make(nats.Header, len(e.Headers)+2)
 	for k, v := range e.Headers {
 		if k == s.opts.IDHeader || k == s.opts.KeyHeader || k == jetstream.MsgIDHeader {

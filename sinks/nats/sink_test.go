@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backoff"
 	natssink "github.com/outboxrelay/outbox/sinks/nats"
 )
 
@@ -70,4 +71,29 @@ func TestPublishCarriesEverything(t *testing.T) {
 			require.Equal(t, []string{"a3"}, got[byID["a3"]].Header.Values(natssink.DefaultIDHeader), "an entry header cannot forge the ID header")
 		})
 	}
+}
+
+// TestEntriesNATSCannotCarry: an entry whose ID or key has a line break
+// fails permanently, naming the header, and is not published; its
+// neighbours are.
+func TestEntriesNATSCannotCarry(t *testing.T) {
+	t.Parallel()
+	url := embeddedURL(t)
+	sfx := suffix()
+	subj := "carrynot." + sfx
+	st := newStream(t, connect(t, url), "CARRYNOT_"+sfx, []string{subj})
+	sink, err := natssink.Dial(url, natssink.Options{})
+	require.NoError(t, err)
+	defer sink.Close()
+	errs := sink.Publish(context.Background(), []outbox.Entry{
+		{ID: "bad\r\nid", Topic: subj},
+		{ID: "ok1", Topic: subj},
+		{ID: "badkey", Topic: subj, Key: "a\nb"},
+	})
+	require.Equal(t, backoff.ClassPermanent, backoff.ClassOf(errs[0]), "%v", errs[0])
+	require.ErrorContains(t, errs[0], "outbox-id")
+	require.NoError(t, errs[1])
+	require.Equal(t, backoff.ClassPermanent, backoff.ClassOf(errs[2]), "%v", errs[2])
+	require.ErrorContains(t, errs[2], "outbox-key")
+	require.Equal(t, []string{"ok1"}, ids(readAll(t, st)))
 }

@@ -236,3 +236,19 @@ func TestRelaySinkSecretsNotPrinted(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayRabbitMQRefusesCredentials: a relay whose password the
+// RabbitMQ refuses exits 1 at start, saying so, without the password.
+func TestRelayRabbitMQRefusesCredentials(t *testing.T) {
+	clearSinkEnv(t)
+	requireReachable(t, "RabbitMQ", "OUTBOX_AMQP_URL", testenv.AMQPURL(), "5672")
+	u, err := url.Parse(testenv.AMQPURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wrong = "Wrong-Amqp-Pa55-77"
+	u.User = url.UserPassword(u.User.Username(), wrong)
+	r := cliFails(t, 1, []string{"relay: ", "check --sink-url, --amqp-password"}, "relay", "--store", "redis://127.0.0.1:1/0", "--sink-url", u.String())
+	checkNoSecret(t, []string{wrong}, nil, r)
+	t.Logf("%s", r.stderr)
+}

@@ -158,7 +158,7 @@ func (c *RelayCmd) amqpSink() (*relaySink, error) {
 	}
 	sink, err := amqpsink.Dial(full, c.AMQPOptions(), cfg)
 	if err != nil {
-		return nil, fmt.Errorf("relay: connecting to RabbitMQ at %s: %w (check --sink-url, --amqp-password and that the broker runs)", redacted, cli.Redact(err, full))
+		return nil, fmt.Errorf("relay: %w (check --sink-url, --amqp-password and that the broker runs)", cli.Redact(err, full))
 	}
 	return &relaySink{
 		Sink: sink, name: "RabbitMQ", timeoutFlag: "--amqp-publish-timeout", timeout: c.AMQPPublishTimeout,
