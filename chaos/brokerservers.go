@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -22,7 +23,12 @@ const serverStartTimeout = 90 * time.Second
 type natsServer struct{ *brokerproc.NATS }
 
 func startNATSServer(ctx context.Context, dir string) (server, error) {
-	if _, err := brokerproc.NATSBinary(); err != nil {
+	bin, err := brokerproc.NATSBinary()
+	if err == nil {
+		// OUTBOX_NATS_SERVER is taken as it is: check it.
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", missingBinary("nats-server", "nats-server"), err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)

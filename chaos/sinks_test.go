@@ -163,3 +163,13 @@ func publisher(t *testing.T, kind brokerKind, url string) func(id string) {
 		require.True(t, ok)
 	}
 }
+
+// Not parallel: it sets OUTBOX_NATS_SERVER for the whole binary.
+func TestMissingNATSServerIsAMissingService(t *testing.T) {
+	t.Setenv("OUTBOX_NATS_SERVER", filepath.Join(t.TempDir(), "nats-server"))
+	_, err := startNATSServer(context.Background(), t.TempDir())
+	var m *missingError
+	require.ErrorAs(t, notInstalled(err), &m)
+	require.Contains(t, err.Error(), "apt-get install nats-server")
+	t.Log(err)
+}
