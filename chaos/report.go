@@ -21,7 +21,9 @@ type result struct {
 	elapsed time.Duration
 	dir     string
 	events  []string
-	skipped string // why the scenario did not run (a missing service)
+	// observed is what the harness saw of the broker beside the check.
+	observed []string
+	skipped  string // why the scenario did not run (a missing service)
 	// relayLog counts the warnings and errors the relays logged.
 	relayLog []logCount
 	// appenders are the appenders' summary lines.
@@ -240,6 +242,9 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 			for _, k := range kinds {
 				fmt.Fprintf(&b, "| %s | %d | %d | %d | %s / %s |\n", k.kind, k.n, k.lost, k.dups, dur(k.p50), dur(k.max))
 			}
+		}
+		for _, o := range r.observed {
+			fmt.Fprintf(&b, "\n%s\n", o)
 		}
 		if len(r.report.Faults) > 0 {
 			b.WriteString("\nFaults, with the lost entries, duplicates and recovery attributed to each (first 12)")

@@ -47,11 +47,12 @@ type run struct {
 	faults *history.Writer
 	log    *os.File
 
-	mu      sync.Mutex
-	relays  []*relayProc // by slot; nil: slot empty
-	apps    []*proc.Proc
-	nFaults int
-	events  []string // timeline lines for the report (fleet)
+	mu       sync.Mutex
+	relays   []*relayProc // by slot; nil: slot empty
+	apps     []*proc.Proc
+	nFaults  int
+	events   []string // timeline lines for the report (fleet)
+	observed []string // what the harness saw of the broker, for the report
 
 	// Private servers, when the scenario runs on one.
 	pg      *servers.Postgres
@@ -112,6 +113,7 @@ func (h *harness) runScenario(ctx context.Context, sc *scenario) (res *result) {
 	}
 	r.mu.Lock()
 	res.events = r.events
+	res.observed = r.observed
 	r.mu.Unlock()
 	if err != nil {
 		r.logf("FAILED: %v", err)
@@ -123,6 +125,16 @@ func (h *harness) runScenario(ctx context.Context, sc *scenario) (res *result) {
 
 func (r *run) logf(format string, args ...any) {
 	fmt.Fprintf(r.log, "%s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// observe records what the harness saw of the broker (kept for the
+// report).
+func (r *run) observe(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.observed = append(r.observed, line)
+	r.mu.Unlock()
+	r.logf("observed: %s", line)
 }
 
 // event records a line of the scenario's timeline (kept for the report).

@@ -84,7 +84,11 @@ func (r *run) startTarget(ctx context.Context, dir string) error {
 		if err := natsstream.Setup(sctx, srv.URL(), natsstream.Stream{Name: topic, Duplicates: natsDuplicates}); err != nil {
 			return err
 		}
-		r.target = natsTarget{r: r, srv: srv}
+		tap, err := natsstream.StartTap(srv.URL(), topic)
+		if err != nil {
+			return fmt.Errorf("nats-server: subscribing to %s: %w", topic, err)
+		}
+		r.target = natsTarget{r: r, srv: srv, tap: tap}
 	case brokerAMQP:
 		srv, err := startRabbitNode(ctx, dir)
 		if err != nil {
@@ -132,6 +136,7 @@ func (k kafkaTarget) close() { _ = k.b.Close() }
 type natsTarget struct {
 	r   *run
 	srv server
+	tap *natsstream.Tap // counts publishes on the wire
 }
 
 func (n natsTarget) relayArgs() []string {
@@ -141,10 +146,16 @@ func (n natsTarget) relayArgs() []string {
 func (n natsTarget) consume(ctx context.Context) ([]history.Delivery, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return natsstream.Consume(ctx, n.srv.URL(), topic)
+	ds, err := natsstream.Consume(ctx, n.srv.URL(), topic)
+	if err != nil {
+		return nil, err
+	}
+	pubs, re := n.tap.Published()
+	n.r.observe("On the wire (a core NATS subscriber, which misses what is published while it reconnects after a server kill): %d publishes, %d of them re-publishes of an entry already published; the stream holds %d messages.", pubs, re, len(ds))
+	return ds, nil
 }
 
-func (n natsTarget) close() {}
+func (n natsTarget) close() { n.tap.Close() }
 
 type amqpTarget struct {
 	r   *run
@@ -174,8 +185,8 @@ func (a *amqpTarget) consume(ctx context.Context) ([]history.Delivery, error) {
 		}
 		guessed = a.tap.Stamp(ds)
 	}
-	a.r.logf("%d deliveries read from queue %s; %d of them timed from a neighbour (the tap did not see them arrive); the tap reconnected %d times",
-		len(ds), topic, guessed, a.tap.Reconnects())
+	a.r.observe("Arrival times: %d of the %d messages of queue %s were seen arriving by the harness's consumer of the second queue, %d timed from a neighbour; that consumer's connection failed %d times (each node kill, and every 200ms while the node was down).",
+		len(ds)-guessed, len(ds), topic, guessed, a.tap.Reconnects())
 	return ds, nil
 }
 

@@ -67,13 +67,14 @@ func TestReportNamesTheBroker(t *testing.T) {
 	t.Parallel()
 	h := &harness{cfg: defaultConfig(true)}
 	sc := sinkRestart("nats/relay-kill+broker-restart", brokerNATS)
-	rs := []*result{{sc: sc, report: &history.Report{Appended: 2, Delivered: 2}}}
+	rs := []*result{{sc: sc, report: &history.Report{Appended: 2, Delivered: 2}, observed: []string{"On the wire: 3 publishes, 1 of them re-publishes"}}}
 	path := filepath.Join(t.TempDir(), "r.md")
 	require.NoError(t, writeReport(path, h, rs, time.Minute))
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Contains(t, string(b), "publishing to a private nats-server -js (file storage; the NATS sink)")
 	require.Contains(t, string(b), "**No duplicate.** Every re-publish")
+	require.Contains(t, string(b), "\nOn the wire: 3 publishes, 1 of them re-publishes\n")
 }
 
 // TestTargetsSurviveAServerKill starts each private server as a scenario
@@ -114,6 +115,8 @@ func TestTargetsSurviveAServerKill(t *testing.T) {
 			pub("b1")
 			ds, err := r.target.consume(ctx)
 			require.NoError(t, err)
+			require.Len(t, r.observed, 1, "what the harness saw of the broker, for the report")
+			t.Log(r.observed[0])
 			var ids []string
 			for _, d := range ds {
 				ids = append(ids, d.ID)

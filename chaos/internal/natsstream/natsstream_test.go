@@ -64,6 +64,9 @@ func TestConsumeReturnsTheStreamInOrder(t *testing.T) {
 	ds, err := natsstream.Consume(ctx, testenv.NATSURL(), name)
 	require.NoError(t, err)
 	require.Empty(t, ds, "an empty stream")
+	tap, err := natsstream.StartTap(testenv.NATSURL(), name)
+	require.NoError(t, err)
+	defer tap.Close()
 
 	before := time.Now()
 	for i := range 2500 {
@@ -91,6 +94,11 @@ func TestConsumeReturnsTheStreamInOrder(t *testing.T) {
 		}
 	}
 	require.Equal(t, "only-msg-id", ds[2500].ID)
+	// The tap saw every publish, the one the stream dropped included.
+	require.Eventually(t, func() bool {
+		n, re := tap.Published()
+		return n == 2502 && re == 1
+	}, 20*time.Second, 20*time.Millisecond)
 
 	// Messages published after the call are not waited for; a second call
 	// sees them.
