@@ -95,13 +95,7 @@ func TestBrokenChild(t *testing.T) {
 }
 
 func TestSuiteRejectsBrokenSinks(t *testing.T) {
-	if os.Getenv(brokenEnv) != "" {
-		t.Skip("inside a TestBrokenChild subprocess")
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatalf("os.Executable: %v", err)
-	}
+	exe := childExe(t)
 	slots := make(chan struct{}, 4*runtime.NumCPU())
 	type result struct {
 		out    []byte
@@ -114,14 +108,8 @@ func TestSuiteRejectsBrokenSinks(t *testing.T) {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, exe, "-test.run="+runPattern(v.caughtBy), "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+v.name)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			results[i] = result{out: out.Bytes(), err: err, failed: failingSubtests(out.Bytes())}
+			out, err := runChild(t, exe, v.name, v.caughtBy)
+			results[i] = result{out: out, err: err, failed: failingSubtests(out)}
 		})
 	}
 	wg.Wait()
@@ -151,26 +139,46 @@ func TestSuiteRejectsBrokenSinks(t *testing.T) {
 // (no variant): it must pass, so a variant's failures come from what it
 // breaks, not from the way the children are run.
 func TestReferenceChild(t *testing.T) {
-	if os.Getenv(brokenEnv) != "" {
-		t.Skip("inside a TestBrokenChild subprocess")
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatalf("os.Executable: %v", err)
-	}
+	exe := childExe(t)
 	var all []string
 	for _, v := range variants {
 		all = append(all, v.caughtBy...)
 	}
-	cmd := exec.CommandContext(t.Context(), exe, "-test.run="+runPattern(all), "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
-	cmd.Env = append(os.Environ(), brokenEnv+"=none")
-	out, err := cmd.CombinedOutput()
+	out, err := runChild(t, exe, "none", all)
 	if err != nil {
 		t.Fatalf("the suite failed on the reference sink run as a child: %v\n%s", err, tail(string(out), 40))
 	}
 	if !strings.Contains(string(out), "--- PASS: TestBrokenChild/") {
 		t.Fatalf("the child ran no case:\n%s", tail(string(out), 40))
 	}
+}
+
+// childExe returns the test binary for the children, skipping t inside a
+// child and marking it parallel.
+func childExe(t *testing.T) string {
+	t.Helper()
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("inside a TestBrokenChild subprocess")
+	}
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("os.Executable: %v", err)
+	}
+	return exe
+}
+
+// runChild runs TestBrokenChild's cases named (see runPattern) on the
+// variant in a subprocess and returns its output.
+func runChild(t *testing.T, exe, variant string, names []string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run="+runPattern(names), "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
+	cmd.Env = append(os.Environ(), brokenEnv+"="+variant)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
 }
 
 // runPattern is the -test.run pattern of TestBrokenChild that selects the

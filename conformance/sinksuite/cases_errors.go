@@ -56,11 +56,7 @@ func errorsClassified(t *testing.T, s *env) {
 func classifyPerEntry(t *testing.T, s *env, f Fault) {
 	entries := s.distinct(3)
 	orig := entries[1].Clone()
-	heal, err := f.Apply(s.ctx, &entries[1])
-	if err != nil {
-		t.Fatalf("fault %q: Apply: %v", f.Name, err)
-	}
-	t.Cleanup(func() { _ = heal(context.WithoutCancel(s.ctx)) })
+	heal := s.apply(t, f, &entries[1])
 	ctx, cancel := context.WithTimeout(s.ctx, faultPublishTimeout)
 	errs := s.publish(t, ctx, entries)
 	cancel()
@@ -71,9 +67,7 @@ func classifyPerEntry(t *testing.T, s *env, f Fault) {
 		}
 	}
 	s.expectReadable(t, entries, errs)
-	if err := heal(s.ctx); err != nil {
-		t.Fatalf("fault %q: heal: %v", f.Name, err)
-	}
+	heal()
 	again := []outbox.Entry{orig}
 	s.publishOK(t, again)
 	s.expectReadable(t, again, nil)
@@ -83,11 +77,7 @@ func classifyPerEntry(t *testing.T, s *env, f Fault) {
 // every one must fail with the fault's class.
 func classifyDestination(t *testing.T, s *env, f Fault) {
 	entries := s.distinct(3)
-	heal, err := f.Apply(s.ctx, nil)
-	if err != nil {
-		t.Fatalf("fault %q: Apply: %v", f.Name, err)
-	}
-	t.Cleanup(func() { _ = heal(context.WithoutCancel(s.ctx)) })
+	heal := s.apply(t, f, nil)
 	timeout := faultPublishTimeout
 	if f.Stalls {
 		timeout = stallPublishTimeout
@@ -98,9 +88,7 @@ func classifyDestination(t *testing.T, s *env, f Fault) {
 	for i, err := range errs {
 		expectClass(t, f, "entry "+entries[i].ID, err)
 	}
-	if err := heal(s.ctx); err != nil {
-		t.Fatalf("fault %q: heal: %v", f.Name, err)
-	}
+	heal()
 	s.expectReadable(t, entries, errs)
 	// The sink must recover by itself: the same entries publish now.
 	s.publishOK(t, entries)
@@ -141,11 +129,7 @@ func cancelBeforeCall(t *testing.T, s *env) {
 func cancelWhileStalled(t *testing.T, s *env) {
 	f := stallFault(t, s)
 	entries := s.distinct(10)
-	heal, err := f.Apply(s.ctx, nil)
-	if err != nil {
-		t.Fatalf("fault %q: Apply: %v", f.Name, err)
-	}
-	t.Cleanup(func() { _ = heal(context.WithoutCancel(s.ctx)) })
+	heal := s.apply(t, f, nil)
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	// The entries are handed to the broker before the cancel, as far as
 	// the broker lets them: it takes no message while stalled.
@@ -160,9 +144,7 @@ func cancelWhileStalled(t *testing.T, s *env) {
 			t.Errorf("entry %s failed permanently when its context was cancelled: %v; want retryable", entries[i].ID, err)
 		}
 	}
-	if err := heal(s.ctx); err != nil {
-		t.Fatalf("fault %q: heal: %v", f.Name, err)
-	}
+	heal()
 	s.publishOK(t, entries)
 	s.expectReadable(t, entries, nil)
 }
@@ -183,18 +165,12 @@ func landingNothingLater(t *testing.T, s *env) {
 	}
 	f := stallFault(t, s)
 	entries := s.distinct(10)
-	heal, err := f.Apply(s.ctx, nil)
-	if err != nil {
-		t.Fatalf("fault %q: Apply: %v", f.Name, err)
-	}
-	t.Cleanup(func() { _ = heal(context.WithoutCancel(s.ctx)) })
+	heal := s.apply(t, f, nil)
 	ctx, cancel := context.WithTimeout(s.ctx, stallPublishTimeout)
 	errs := s.publishWithin(t, ctx, entries, waitLimit)
 	returned := time.Now()
 	cancel()
-	if err := heal(s.ctx); err != nil {
-		t.Fatalf("fault %q: heal: %v", f.Name, err)
-	}
+	heal()
 	time.Sleep(time.Until(returned.Add(bound)))
 	before := s.read(t, 0, waitLimit)
 	time.Sleep(landingSlack)

@@ -3,7 +3,6 @@ package sinksuite
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/outboxrelay/outbox"
@@ -49,40 +48,19 @@ func keyOrderInterleaved(t *testing.T, s *env) {
 // order across and within the calls.
 func keyOrderConcurrent(t *testing.T, s *env) {
 	requireKeyOrder(t, s)
-	const workers, rounds, keysPer, perKey = 4, 3, 6, 8
-	var mu sync.Mutex
-	var all []outbox.Entry
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for r := range rounds {
-				var keys [][]outbox.Entry
-				for k := range keysPer {
-					key := fmt.Sprintf("%s-w%d-k%d", s.prefix, w, k)
-					es := make([]outbox.Entry, perKey)
-					for i := range es {
-						es[i] = s.entry(key, r*perKey+i+1)
-					}
-					keys = append(keys, es)
-				}
-				entries := interleave(keys)
-				errs, panicked := s.tryPublish(s.ctx, entries)
-				if panicked != nil {
-					t.Errorf("Publish panicked: %v", panicked)
-					return
-				}
-				for i, err := range errs {
-					if err != nil {
-						t.Errorf("entry %s failed with no fault injected: %v", entries[i].ID, err)
-					}
-				}
-				mu.Lock()
-				all = append(all, entries...)
-				mu.Unlock()
+	const keysPer, perKey = 6, 8
+	all := s.concurrently(t, 4, 3, func(w, c int) []outbox.Entry {
+		var keys [][]outbox.Entry
+		for k := range keysPer {
+			key := fmt.Sprintf("%s-w%d-k%d", s.prefix, w, k)
+			es := make([]outbox.Entry, perKey)
+			for i := range es {
+				es[i] = s.entry(key, c*perKey+i+1)
 			}
-		})
-	}
-	wg.Wait()
+			keys = append(keys, es)
+		}
+		return interleave(keys)
+	})
 	// Calls of one worker ran in sequence, so a key's entries of all its
 	// calls are in order: all holds them in the order they were published.
 	msgs := s.expectReadable(t, all, nil)
@@ -131,11 +109,7 @@ func failMidKey(t *testing.T, s *env, f Fault) {
 	clean1 := s.keyed(s.prefix+"-clean1", n)
 	clean2 := s.keyed(s.prefix+"-clean2", n)
 	orig := cloneAll(hot)
-	heal, err := f.Apply(s.ctx, &hot[broken])
-	if err != nil {
-		t.Fatalf("fault %q: Apply: %v", f.Name, err)
-	}
-	t.Cleanup(func() { _ = heal(context.WithoutCancel(s.ctx)) })
+	heal := s.apply(t, f, &hot[broken])
 	entries := interleave([][]outbox.Entry{clean1, hot, clean2})
 	ctx, cancel := context.WithTimeout(s.ctx, faultPublishTimeout)
 	errs := s.publish(t, ctx, entries)
@@ -167,9 +141,7 @@ func failMidKey(t *testing.T, s *env, f Fault) {
 	expectKeyOrder(t, msgs, entries)
 	expectAbsent(t, msgs, later, "an earlier entry of its key failed with a retryable error in the same call")
 
-	if err := heal(s.ctx); err != nil {
-		t.Fatalf("fault %q: heal: %v", f.Name, err)
-	}
+	heal()
 	// Publish again, in order, every entry of the key from the first
 	// that failed (the relay's retry), from the original copies.
 	first := n

@@ -3,7 +3,6 @@ package sinksuite
 import (
 	"bytes"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/outboxrelay/outbox"
@@ -112,32 +111,10 @@ func publishInputNotRetained(t *testing.T, s *env) {
 // relay's partitions do); every entry is published once, each key in
 // order.
 func publishConcurrent(t *testing.T, s *env) {
-	const workers, calls = 8, 5
-	var mu sync.Mutex
-	var all []outbox.Entry
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for c := range calls {
-				key := fmt.Sprintf("%s-w%d", s.prefix, w)
-				entries := []outbox.Entry{s.entry(key, 2*c+1), s.entry(key, 2*c+2), s.entry("", 0)}
-				errs, panicked := s.tryPublish(s.ctx, entries)
-				if panicked != nil {
-					t.Errorf("concurrent Publish panicked: %v", panicked)
-					return
-				}
-				for i, err := range errs {
-					if err != nil {
-						t.Errorf("concurrent Publish: entry %s failed with no fault injected: %v", entries[i].ID, err)
-					}
-				}
-				mu.Lock()
-				all = append(all, entries...)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	all := s.concurrently(t, 8, 5, func(w, c int) []outbox.Entry {
+		key := fmt.Sprintf("%s-w%d", s.prefix, w)
+		return []outbox.Entry{s.entry(key, 2*c+1), s.entry(key, 2*c+2), s.entry("", 0)}
+	})
 	msgs := s.expectReadable(t, all, nil)
 	expectOnce(t, msgs, all)
 	expectKeyOrder(t, msgs, all)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +52,70 @@ func (s *env) publishOK(t *testing.T, msgs []outbox.Entry) {
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("Publish: entry %d (%s, key %q) failed with no fault injected: %v", i, msgs[i].ID, msgs[i].Key, err)
+		}
+	}
+}
+
+// publishNoFault publishes entries with the case's context from any
+// goroutine (it reports with t.Errorf, never t.Fatal): a panic or a
+// failed entry fails the case. It returns false on a panic.
+func (s *env) publishNoFault(t *testing.T, entries []outbox.Entry) bool {
+	errs, panicked := s.tryPublish(s.ctx, entries)
+	if panicked != nil {
+		t.Errorf("concurrent Publish panicked: %v", panicked)
+		return false
+	}
+	if len(errs) != len(entries) {
+		t.Errorf("Publish of %d entries returned %d errors; want one per entry", len(entries), len(errs))
+		return true
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Publish: entry %s failed with no fault injected: %v", entries[i].ID, err)
+		}
+	}
+	return true
+}
+
+// concurrently runs workers goroutines that each publish calls calls in
+// a row, the entries of call c of worker w made by entries(w, c), and
+// returns every entry published, each worker's in its order.
+func (s *env) concurrently(t *testing.T, workers, calls int, entries func(w, c int) []outbox.Entry) []outbox.Entry {
+	var (
+		mu  sync.Mutex
+		all []outbox.Entry
+		wg  sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for c := range calls {
+				es := entries(w, c)
+				if !s.publishNoFault(t, es) {
+					return
+				}
+				mu.Lock()
+				all = append(all, es...)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return all
+}
+
+// apply turns f on (for e; nil for a destination-wide fault), registers
+// its heal with t.Cleanup and returns the heal for the case to call.
+func (s *env) apply(t *testing.T, f Fault, e *outbox.Entry) (heal func()) {
+	t.Helper()
+	h, err := f.Apply(s.ctx, e)
+	if err != nil {
+		t.Fatalf("fault %q: Apply: %v", f.Name, err)
+	}
+	t.Cleanup(func() { _ = h(context.WithoutCancel(s.ctx)) })
+	return func() {
+		t.Helper()
+		if err := h(s.ctx); err != nil {
+			t.Fatalf("fault %q: heal: %v", f.Name, err)
 		}
 	}
 }

@@ -11,15 +11,50 @@ import (
 	"github.com/outboxrelay/outbox/conformance/sinksuite"
 )
 
+// msgLog holds the messages of a test broker and reads them the way
+// Harness.Read asks: everything so far, waiting for at least n.
+type msgLog struct {
+	mu      sync.Mutex
+	msgs    []sinksuite.Message
+	changed chan struct{} // closed and replaced when msgs grows; nil until then
+}
+
+func (l *msgLog) add(m sinksuite.Message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, m)
+	if l.changed != nil {
+		close(l.changed)
+	}
+	l.changed = make(chan struct{})
+}
+
+// Read implements Harness.Read.
+func (l *msgLog) Read(ctx context.Context, n int) ([]sinksuite.Message, error) {
+	for {
+		l.mu.Lock()
+		if l.changed == nil {
+			l.changed = make(chan struct{})
+		}
+		msgs, changed := slices.Clone(l.msgs), l.changed
+		l.mu.Unlock()
+		if len(msgs) >= n {
+			return msgs, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return msgs, nil
+		}
+	}
+}
+
 // chanHarness is a Harness for outbox.ChannelSink: the "broker" is a
 // goroutine that takes every message off the channel and keeps it.
 // TestChannelSink runs the suite on it.
 type chanHarness struct {
+	msgLog
 	sink outbox.ChannelSink
-
-	mu      sync.Mutex
-	msgs    []sinksuite.Message
-	changed chan struct{} // closed and replaced when msgs grows
 }
 
 func newChanHarness(t *testing.T, _ sinksuite.Config) sinksuite.Harness {
@@ -32,38 +67,18 @@ func newChanHarness(t *testing.T, _ sinksuite.Config) sinksuite.Harness {
 // the channel and waits for it.
 func startChanHarness() (h *chanHarness, stop func()) {
 	ch := make(chan outbox.Entry)
-	h = &chanHarness{sink: ch, changed: make(chan struct{})}
+	h = &chanHarness{sink: ch}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for e := range ch {
-			h.mu.Lock()
-			h.msgs = append(h.msgs, sinksuite.Message{ID: e.ID, Key: e.Key, Payload: e.Payload, Headers: e.Headers})
-			close(h.changed)
-			h.changed = make(chan struct{})
-			h.mu.Unlock()
+			h.add(sinksuite.Message{ID: e.ID, Key: e.Key, Payload: e.Payload, Headers: e.Headers})
 		}
 	}()
 	return h, func() { close(ch); <-done }
 }
 
 func (h *chanHarness) Sink() outbox.Sink { return h.sink }
-
-func (h *chanHarness) Read(ctx context.Context, n int) ([]sinksuite.Message, error) {
-	for {
-		h.mu.Lock()
-		msgs, changed := slices.Clone(h.msgs), h.changed
-		h.mu.Unlock()
-		if len(msgs) >= n {
-			return msgs, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return msgs, nil
-		}
-	}
-}
 
 // Faults: none. The cases that need a fault are skipped.
 func (h *chanHarness) Faults() []sinksuite.Fault { return nil }

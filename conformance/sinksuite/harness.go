@@ -90,10 +90,10 @@ type Fault struct {
 
 	// PerEntry faults hit the one entry Apply is given (Apply may change
 	// the entry, such as making its payload too large, or arrange with the
-	// broker that only this entry's message fails, by its ID); the
-	// entry's neighbours in the call, other keys, must not fail because of
-	// it, except those the sink itself fails to keep a key's order.
-	// Other faults hit the whole destination: Apply gets a nil entry.
+	// broker that only this entry's message fails, by its ID). Entries of
+	// other keys may fail with it (a broker that refuses a batch whole
+	// fails its other messages too), but never permanently because of
+	// it. Other faults hit the whole destination: Apply gets a nil entry.
 	PerEntry bool
 
 	// Permanent is the class the sink must report for the entries the

@@ -24,9 +24,8 @@ import (
 // memBroker is an in-memory broker with one destination. Its faults are
 // what memHarness offers.
 type memBroker struct {
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every write
-	msgs     []sinksuite.Message
+	msgLog
+	mu       sync.Mutex // guards the faults
 	maxBytes int
 	failIDs  map[string]error // per-entry faults
 	down     bool             // every write fails, transient
@@ -35,7 +34,7 @@ type memBroker struct {
 }
 
 func newMemBroker() *memBroker {
-	return &memBroker{changed: make(chan struct{}), maxBytes: 1 << 20, failIDs: map[string]error{}}
+	return &memBroker{maxBytes: 1 << 20, failIDs: map[string]error{}}
 }
 
 // memIDHeader is the header the memory sink puts the entry ID in.
@@ -59,7 +58,16 @@ func (b *memBroker) write(ctx context.Context, e outbox.Entry, ignoreCtx bool) e
 		}
 		b.mu.Lock()
 	}
-	defer b.mu.Unlock()
+	err := b.faultLocked(e)
+	b.mu.Unlock()
+	if err == nil {
+		b.store(e)
+	}
+	return err
+}
+
+// faultLocked returns the error the faults give e, or nil.
+func (b *memBroker) faultLocked(e outbox.Entry) error {
 	switch {
 	case b.failIDs[e.ID] != nil:
 		return b.failIDs[e.ID]
@@ -70,37 +78,18 @@ func (b *memBroker) write(ctx context.Context, e outbox.Entry, ignoreCtx bool) e
 	case len(e.Payload) > b.maxBytes:
 		return backoff.Permanent(fmt.Errorf("membroker: message of %d bytes is over the broker's limit of %d; raise Options.MaxMessageBytes", len(e.Payload), b.maxBytes))
 	}
-	b.appendLocked(e)
 	return nil
 }
 
-// appendLocked stores e as a message, sharing nothing with it.
-func (b *memBroker) appendLocked(e outbox.Entry) {
+// store stores e as a message, sharing nothing with it.
+func (b *memBroker) store(e outbox.Entry) {
 	e = e.Clone()
 	h := maps.Clone(e.Headers)
 	if h == nil {
 		h = map[string]string{}
 	}
 	h[memIDHeader] = e.ID
-	b.msgs = append(b.msgs, sinksuite.Message{ID: e.ID, Key: e.Key, Payload: e.Payload, Headers: h})
-	close(b.changed)
-	b.changed = make(chan struct{})
-}
-
-func (b *memBroker) Read(ctx context.Context, n int) ([]sinksuite.Message, error) {
-	for {
-		b.mu.Lock()
-		msgs, changed := slices.Clone(b.msgs), b.changed
-		b.mu.Unlock()
-		if len(msgs) >= n {
-			return msgs, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return msgs, nil
-		}
-	}
+	b.add(sinksuite.Message{ID: e.ID, Key: e.Key, Payload: e.Payload, Headers: h})
 }
 
 func (b *memBroker) set(f func()) error {
@@ -236,9 +225,7 @@ func (s *memSink) writeOne(ctx context.Context, e outbox.Entry) error {
 	switch {
 	case err == nil:
 		if s.is("writes-twice") {
-			s.b.mu.Lock()
-			s.b.appendLocked(e)
-			s.b.mu.Unlock()
+			s.b.store(e)
 		}
 		return nil
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
@@ -285,9 +272,7 @@ func (s *memSink) classify(err error) error {
 // publishNone answers an empty call.
 func (s *memSink) publishNone() []error {
 	if s.is("empty-writes") {
-		s.b.mu.Lock()
-		s.b.appendLocked(outbox.Entry{ID: "empty-call"})
-		s.b.mu.Unlock()
+		s.b.store(outbox.Entry{ID: "empty-call"})
 	}
 	return nil
 }
@@ -352,18 +337,21 @@ func (s *memSink) landLate(e outbox.Entry) {
 		}
 		<-st
 	}
-	time.Sleep(300 * time.Millisecond)
+	// A second after the heal: the suite's first look is at once
+	// (LandingBound 0), its second landingSlack (2s) later.
+	time.Sleep(time.Second)
 	_ = s.b.write(context.Background(), e, false)
 }
 
 // bufferEntry is close-drops-buffered's write: it reports the entry
-// published and writes it 200ms later, unless Close comes first.
+// published and writes it a second later, unless Close comes first
+// (Close/KeepsPublished closes right after Publish returns).
 func (s *memSink) bufferEntry(e outbox.Entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.buffer = append(s.buffer, e.Clone())
 	if s.timer == nil {
-		s.timer = time.AfterFunc(200*time.Millisecond, s.flush)
+		s.timer = time.AfterFunc(time.Second, s.flush)
 	}
 }
 
@@ -427,21 +415,17 @@ func newMemHarness(variant string) sinksuite.NewHarness {
 // instead of copies (the retains-input variant).
 type retainingSink struct{ *memSink }
 
-func (s retainingSink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
-	errs := make([]error, len(msgs))
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
+func (s retainingSink) Publish(_ context.Context, msgs []outbox.Entry) []error {
 	for _, e := range msgs {
 		e.Headers[memIDHeader] = e.ID
-		s.b.msgs = append(s.b.msgs, sinksuite.Message{ID: e.ID, Key: e.Key, Payload: e.Payload, Headers: e.Headers})
+		s.b.add(sinksuite.Message{ID: e.ID, Key: e.Key, Payload: e.Payload, Headers: e.Headers})
 	}
-	close(s.b.changed)
-	s.b.changed = make(chan struct{})
-	return errs
+	return make([]error, len(msgs))
 }
 
 // TestMemory runs the suite against the reference sink: every case must
 // pass.
 func TestMemory(t *testing.T) {
+	t.Parallel()
 	sinksuite.Run(t, newMemHarness(""))
 }

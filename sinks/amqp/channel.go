@@ -259,7 +259,7 @@ func (pc *pubChan) fail(why *amqp.Error) {
 			<-pc.sink.pending
 			continue
 		}
-		p.result(pc.sink.classified(closeError(why, p)))
+		p.result(pc.sink.classified(closeError(why, p, pc.sink.opts.name("Exchange"))))
 		<-pc.sink.pending
 	}
 	close(pc.done)

@@ -89,21 +89,21 @@ var (
 )
 
 // closeError is the error of pending message p when its channel closed
-// with why (nil: closed by the client, or with its connection): the
+// with why (exchangeOption names the option that maps exchanges) (nil: closed by the client, or with its connection): the
 // channel error itself when it is about p (p's exchange is the missing or
 // refused one, p is over the size limit), else [ErrConnectionLost].
-func closeError(why *amqp.Error, p *pending) error {
+func closeError(why *amqp.Error, p *pending, exchangeOption string) error {
 	if why == nil {
 		return fmt.Errorf("%w: entry %s (exchange %q, routing key %q); it may have been written, a duplicate on retry", ErrConnectionLost, p.id, p.exchange, p.key)
 	}
 	switch why.Code {
 	case amqp.NotFound:
 		if m := noExchange.FindStringSubmatch(why.Reason); m != nil && m[1] == p.exchange {
-			return fmt.Errorf("amqpsink: entry %s: exchange %q does not exist; declare it (or map the entry's topic to an existing exchange with the Exchange option), then requeue the parked entry: %w", p.id, p.exchange, why)
+			return fmt.Errorf("amqpsink: entry %s: exchange %q does not exist; declare it (or map the entry's topic to an existing exchange with %s), then requeue the parked entry: %w", p.id, p.exchange, exchangeOption, why)
 		}
 	case amqp.AccessRefused:
 		if m := refusedTo.FindStringSubmatch(why.Reason); m != nil && m[1] == p.exchange {
-			return fmt.Errorf("amqpsink: entry %s: the broker refused access to exchange %q (the user may not write to it, or it is an internal exchange); grant the relay's user write permission on it (rabbitmqctl set_permissions), or map the topic to an exchange that is not internal with the Exchange option, then requeue the parked entry: %w", p.id, p.exchange, why)
+			return fmt.Errorf("amqpsink: entry %s: the broker refused access to exchange %q (the user may not write to it, or it is an internal exchange); grant the relay's user write permission on it (rabbitmqctl set_permissions), or map the topic to an exchange that is not internal with %s, then requeue the parked entry: %w", p.id, p.exchange, exchangeOption, why)
 		}
 	case amqp.PreconditionFailed:
 		if m := maxSize.FindStringSubmatch(why.Reason); m != nil {

@@ -70,8 +70,10 @@
 // at once and retries the others): no exchange (404 NOT_FOUND), access
 // refused (403 ACCESS_REFUSED: no write permission, or an internal
 // exchange), a message over the broker's max_message_size (406
-// PRECONDITION_FAILED) and an unroutable message are permanent, each with
-// a reason that says what to configure. The channel errors are given only
+// PRECONDITION_FAILED), an unroutable message, and an exchange name,
+// routing key, entry ID or header name over AMQP's 255 bytes (checked
+// before publishing) are permanent, each with a reason that says what to
+// configure. The channel errors are given only
 // to the entry they are about; the other entries pending on that channel
 // fail with [ErrConnectionLost]. A lost connection, a broker restart (320
 // CONNECTION_FORCED, a reset), a nack and a connection blocked by a
@@ -94,7 +96,9 @@
 // # Deadlines
 //
 // Publish returns by its context's end or [Options.PublishTimeout],
-// whichever comes first, plus at most CloseTimeout. When it gives up on
+// whichever comes first, plus about CloseTimeout (a write that blocks on a
+// full socket, because the broker stopped reading, is ended by dropping
+// the connection CloseTimeout after the deadline). When it gives up on
 // messages not confirmed, it closes their channel and waits up to
 // [Options.CloseTimeout] for the broker's close-ok: the broker handles a
 // channel's commands in order, so by then it has routed or dropped every
@@ -111,7 +115,7 @@
 // it: the bound runs from the moment Publish gives up, whatever made it.
 // Without heartbeats (neither side asks for one) nothing bounds it and
 // LandingBound is [LandingUnbounded]. The bound assumes the broker is not
-// stalled (a paused VM, a stopped process) past it with a publish read
-// and not yet routed; declare a larger [Options.LandingBound] where that
-// can happen.
+// stalled (a paused VM, a stopped process) past it with a publish read and
+// not yet routed, or still unread in its socket buffer; declare a larger
+// [Options.LandingBound] where that can happen.
 package amqpsink

@@ -2,13 +2,16 @@ package amqpsink_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backoff"
 	amqpsink "github.com/outboxrelay/outbox/sinks/amqp"
 )
 
@@ -54,4 +57,37 @@ func Example() {
 	// errors: [<nil> <nil>]
 	// e1 order-1 created e1
 	// e2 order-1 paid e2
+}
+
+// An entry whose message no queue takes (an exchange with no binding for
+// its routing key) comes back from the broker and fails permanently: the
+// relay parks it, with a reason that says what to configure.
+func Example_unroutable() {
+	url := os.Getenv("OUTBOX_AMQP_URL")
+	exchange := uniq("nobody-listens")
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	_ = ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil)
+
+	sink, err := amqpsink.Dial(url, amqpsink.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sink.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = sink.Publish(ctx, []outbox.Entry{{ID: "e1", Topic: exchange, Key: "order-1"}})[0]
+	fmt.Println("class:", backoff.ClassOf(err))
+	fmt.Println("unroutable:", errors.Is(err, amqpsink.ErrUnroutable))
+	fmt.Println("says what to do:", strings.Contains(err.Error(), "bind a queue to the exchange"))
+	// Output:
+	// class: permanent
+	// unroutable: true
+	// says what to do: true
 }

@@ -26,7 +26,11 @@ import (
 //     the later entries fail with [ErrConnectionLost] too; an earlier
 //     message routed but not confirmed also fails, retryably, and may be
 //     delivered again later: a duplicate, which consumers drop by
-//     message_id, not a reordering of first deliveries;
+//     message_id, not a reordering of first deliveries. Such messages
+//     were written before the failure (the channel's end), in order, and
+//     nothing of the key is written on that channel after it, which is
+//     what the contract asks (TestKeyOrderAcrossChannelFailure checks
+//     both);
 //   - a basic.nack of one message followed by an ack of a later one (a
 //     queue with x-overflow reject-publish that had room again), or a
 //     basic.return (unroutable, permanent: allowed by the contract):

@@ -12,9 +12,10 @@ import (
 
 // faultProxy forwards TCP connections to a broker and can cut or stall
 // them, as a network would: the sink under test connects through it, the
-// broker is real. Stalled, it forwards nothing either way (a partition);
-// bytes a client sent during the stall are delivered at the heal, unless
-// the client dropped its connection meanwhile (its kernel would not
+// broker is real. Stalled, it reads and forwards nothing either way (a
+// partition: the senders' writes block once their socket buffers are
+// full); bytes a client sent during the stall are delivered at the heal,
+// unless the client dropped its connection meanwhile (its kernel would not
 // retransmit them then). Refusing, it closes every connection and every
 // new one (a broker gone).
 type faultProxy struct {
@@ -95,22 +96,30 @@ func (p *faultProxy) accept() {
 
 // flow is one direction of a connection: what was read and not written yet.
 type flow struct {
-	buf [][]byte
-	eof bool
+	buf  [][]byte
+	eof  bool
+	gone bool // the client dropped the connection during a stall: what it sent is lost
 }
 
 func (p *faultProxy) read(src net.Conn, f *flow, fromClient bool) {
 	b := make([]byte, 64<<10)
 	for {
+		// Stalled, nothing is read: the sender's socket fills up and its
+		// writes block, as with a broker that stopped reading.
+		p.mu.Lock()
+		for p.stalled {
+			p.cond.Wait()
+		}
+		p.mu.Unlock()
 		n, err := src.Read(b)
 		p.mu.Lock()
-		if n > 0 {
+		if n > 0 && !f.gone {
 			f.buf = append(f.buf, append([]byte(nil), b[:n]...))
 		}
 		if err != nil {
 			f.eof = true
 			if fromClient && p.stalled {
-				f.buf = nil // the client reset its connection: nothing more comes
+				f.buf, f.gone = nil, true // the client reset its connection: nothing more comes
 			}
 		}
 		p.cond.Broadcast()
@@ -169,7 +178,7 @@ func (p *faultProxy) heal() {
 		// yet (the kernel has).
 		for c, f := range p.clients {
 			if !established(c) {
-				f.buf, f.eof = nil, true
+				f.buf, f.eof, f.gone = nil, true, true
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -82,6 +83,44 @@ func (s *Sink) slotOf(e *outbox.Entry) int {
 func (s *Sink) publishOn(ctx context.Context, sess *session, sl *slot, msgs []outbox.Entry, idx []int, errs []error) {
 	ps := make([]*pending, len(idx))
 	chans := map[*pubChan]bool{}
+	s.writeAll(ctx, sess, sl, msgs, idx, errs, ps, chans)
+	if waitAll(ctx, ps, errs, idx) {
+		return
+	}
+	// Given up: close the channels still holding messages of this call so
+	// that none of them is routed later than the landing bound, then fail
+	// what is left with ctx's error.
+	var wg sync.WaitGroup
+	for pc := range chans {
+		wg.Go(func() { pc.abort(s.opts.CloseTimeout) })
+	}
+	wg.Wait()
+	for j, p := range ps {
+		if p == nil {
+			continue
+		}
+		<-p.res // the channel's end gave it one
+		errs[idx[j]] = s.gaveUp(ctx, msgs[idx[j]].ID)
+	}
+}
+
+// writeAll writes the messages msgs[idx...] on sl, in order, into ps and
+// chans. A write blocks while the socket is full (a broker that stopped
+// reading); should it still block CloseTimeout after ctx ended, the
+// connection is dropped, which ends the write.
+func (s *Sink) writeAll(ctx context.Context, sess *session, sl *slot, msgs []outbox.Entry, idx []int, errs []error, ps []*pending, chans map[*pubChan]bool) {
+	written := make(chan struct{})
+	defer close(written)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(s.opts.CloseTimeout)
+		defer t.Stop()
+		select {
+		case <-written:
+		case <-t.C:
+			sess.abort()
+		}
+	})
+	defer stop()
 	var failedKeys map[string]bool // keys of this group with a failure known
 	for j, i := range idx {
 		e := &msgs[i]
@@ -103,29 +142,15 @@ func (s *Sink) publishOn(ctx context.Context, sess *session, sl *slot, msgs []ou
 		ps[j] = p
 		chans[pc] = true
 	}
-	if waitAll(ctx, ps, errs, idx) {
-		return
-	}
-	// Given up: close the channels still holding messages of this call so
-	// that none of them is routed later than the landing bound, then fail
-	// what is left with ctx's error.
-	var wg sync.WaitGroup
-	for pc := range chans {
-		wg.Go(func() { pc.abort(s.opts.CloseTimeout) })
-	}
-	wg.Wait()
-	for j, p := range ps {
-		if p == nil {
-			continue
-		}
-		<-p.res // the channel's end gave it one
-		errs[idx[j]] = s.gaveUp(ctx, msgs[idx[j]].ID)
-	}
 }
 
 // publishOne waits for room (MaxPending) and for the connection to be
 // unblocked, then writes e on sl.
 func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbox.Entry) (*pending, *pubChan, error) {
+	exchange, key := s.opts.Exchange(*e), s.opts.RoutingKey(*e)
+	if err := s.checkNames(e, exchange, key); err != nil {
+		return nil, nil, err
+	}
 	select {
 	case s.pending <- struct{}{}:
 	case <-ctx.Done():
@@ -135,7 +160,6 @@ func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbo
 		<-s.pending
 		return nil, nil, s.classified(err)
 	}
-	exchange, key := s.opts.Exchange(*e), s.opts.RoutingKey(*e)
 	msg := s.message(e)
 	p := &pending{exchange: exchange, key: key, id: e.ID, size: len(e.Payload), res: make(chan error, 1)}
 	pc, err := sl.publish(ctx, sess, exchange, key, msg, p)
@@ -144,6 +168,36 @@ func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbo
 		return nil, nil, s.classified(err)
 	}
 	return p, pc, nil
+}
+
+// maxShortstr is the longest AMQP short string: exchange names, routing
+// keys, message IDs and header names.
+const maxShortstr = 255
+
+// checkNames fails permanently an entry whose exchange, routing key or ID
+// AMQP cannot carry.
+func (s *Sink) checkNames(e *outbox.Entry, exchange, key string) error {
+	var what, option string
+	switch {
+	case len(exchange) > maxShortstr:
+		what, option = "exchange name", "Exchange"
+	case len(key) > maxShortstr:
+		what, option = "routing key", "RoutingKey"
+	case len(e.ID) > maxShortstr:
+		what, option = "entry ID (the message_id)", ""
+	default:
+		for k := range e.Headers {
+			if len(k) > maxShortstr {
+				return backoff.Permanent(fmt.Errorf("amqpsink: entry %s: its header name %.40q... is over AMQP's %d bytes; shorten it, then requeue the parked entry", e.ID, k, maxShortstr))
+			}
+		}
+		return nil
+	}
+	fix := "shorten it"
+	if option != "" {
+		fix = "map it to a shorter one with " + s.opts.name(option)
+	}
+	return backoff.Permanent(fmt.Errorf("amqpsink: entry %s: its %s is over AMQP's %d bytes; %s, then requeue the parked entry", e.ID, what, maxShortstr, fix))
 }
 
 // gaveUp is the error of a message Publish stopped waiting for.

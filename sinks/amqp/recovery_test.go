@@ -218,3 +218,49 @@ func TestPublishTimeoutDuringStall(t *testing.T) {
 	require.Len(t, got, 1, "only the entry published after the stall is in the queue")
 	assert.Equal(t, after[0].ID, got[0].MessageId)
 }
+
+// TestPublishReturnsWhenAWriteBlocks: with the broker stalled and large
+// messages, the client's write blocks once the socket buffers are full;
+// Publish still returns (it drops the connection CloseTimeout after its
+// deadline), failing the entries retryably, and after the stall none of
+// them lands while the next publish succeeds.
+func TestPublishReturnsWhenAWriteBlocks(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	tp := newTopo(t, url)
+	proxy := proxyTo(t, url)
+	s, err := amqpsink.Dial("amqp://guest:guest@"+proxy.addr()+"/?heartbeat=1", amqpsink.Options{
+		PublishTimeout: 300 * time.Millisecond, CloseTimeout: 200 * time.Millisecond, ReconnectDelay: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Publish(ctxT(t), entries(tp.exchange, 1, func(int) string { return "big" }))[0])
+	tp.read(1)
+
+	proxy.stall()
+	big := entries(tp.exchange, 64, func(int) string { return "big" })
+	for i := range big {
+		big[i].Payload = make([]byte, 512<<10) // 32 MiB in all: more than the socket buffers hold
+	}
+	done := make(chan []error, 1)
+	go func() { done <- s.Publish(context.Background(), big) }()
+	var errs []error
+	select {
+	case errs = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Publish did not return while its write was blocked")
+	}
+	for i, err := range errs {
+		require.Error(t, err, "entry %d", i)
+		assert.NotEqual(t, backoff.ClassPermanent, backoff.ClassOf(err), "entry %d: %v", i, err)
+	}
+	proxy.heal()
+	waitFor(t, func() bool { return s.Ping(ctxT(t)) == nil }, "a new connection")
+	after := entries(tp.exchange, 1, func(int) string { return "after" })
+	require.NoError(t, s.Publish(ctxT(t), after)[0])
+	time.Sleep(s.LandingBound())
+	got := tp.read(1)
+	got = append(got, tp.drain()...)
+	require.Len(t, got, 1, "only the entry published after the stall is in the queue")
+	assert.Equal(t, after[0].ID, got[0].MessageId)
+}

@@ -180,7 +180,7 @@ func (h *suiteHarness) Faults() []sinksuite.Fault {
 	return []sinksuite.Fault{
 		{
 			Name: "NoExchange", PerEntry: true, Permanent: true,
-			Mentions: []string{"does not exist", "declare it", "Exchange option"},
+			Mentions: []string{"does not exist", "declare it", "Options.Exchange"},
 			Apply: func(_ context.Context, e *outbox.Entry) (func(context.Context) error, error) {
 				return h.breakEntry(e.ID, h.missing), nil
 			},

@@ -163,6 +163,10 @@ func (c *call) failure(i int, err error) error {
 		hint = fmt.Sprintf(" (the message is over the %s of stream %s: raise that limit (or set Discard: old) or shrink the entry, then requeue it)", setting, c.streamName(subj))
 	case errors.Is(err, nats.ErrMaxPayload):
 		hint = fmt.Sprintf(" (the message is over the server's max_payload of %d bytes, headers included: raise max_payload in the server's configuration or shrink the entry, then requeue it)", c.s.nc.MaxPayload())
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		// The JetStream context's timer (PublishTimeout from the
+		// publish) fired before the call's own: the same timeout.
+		return backoff.Mark(fmt.Errorf("%s: %w", o.notAcknowledged(e.ID), err), o.Classify(err))
 	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
 		hint = " (the connection to the server was lost; it reconnects, and the entry is published again: a copy the server stored is dropped by the stream's duplicate window)"
 	}

@@ -75,7 +75,13 @@ func TestStreamWithoutLeaderIsRetryable(t *testing.T) {
 	sink, err := natssink.Dial(other.ClientURL(), natssink.Options{PublishTimeout: 3 * time.Second})
 	require.NoError(t, err)
 	defer sink.Close()
-	require.NoError(t, publishOne(t, sink, outbox.Entry{ID: "before", Topic: "r1.R1"}))
+	// Until the stream's interest has reached the sink's server over the
+	// routes, publishing gets "no responders" too (retryable, as below).
+	for err := publishOne(t, sink, outbox.Entry{ID: "before", Topic: "r1.R1"}); err != nil; err = publishOne(t, sink, outbox.Entry{ID: "before", Topic: "r1.R1"}) {
+		require.NotEqual(t, backoff.ClassPermanent, backoff.ClassOf(err), "%v", err)
+		require.NoError(t, ctx.Err(), "the stream never took a message: %v", err)
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	host.Shutdown()
 	host.WaitForShutdown()

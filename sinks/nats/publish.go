@@ -241,8 +241,7 @@ func (c *call) abandon() {
 		case ctxErr != nil:
 			c.errs[i] = ctxErr
 		case c.state[i] == sent:
-			c.errs[i] = backoff.SemiTransient(fmt.Errorf("natssink: entry %s not acknowledged within %s %v (the server is unreachable or slow, or the stream has no leader; it may still be stored, and the stream's duplicate window drops it when it is published again): %w",
-				c.msgs[i].ID, c.s.opts.name("PublishTimeout"), c.s.opts.PublishTimeout, context.DeadlineExceeded))
+			c.errs[i] = backoff.SemiTransient(fmt.Errorf("%s: %w", c.s.opts.notAcknowledged(c.msgs[i].ID), context.DeadlineExceeded))
 		default:
 			c.errs[i] = backoff.SemiTransient(fmt.Errorf("natssink: entry %s not published within %s %v: it waited for an earlier entry of its key, or for one of the %d slots of %s (the server is slow): %w",
 				c.msgs[i].ID, c.s.opts.name("PublishTimeout"), c.s.opts.PublishTimeout, c.s.opts.MaxPending, c.s.opts.name("MaxPending"), context.DeadlineExceeded))
@@ -250,6 +249,13 @@ func (c *call) abandon() {
 		c.state[i] = done
 	}
 	c.left = 0
+}
+
+// notAcknowledged is the text of the error of entry id when its
+// acknowledgement did not come within PublishTimeout.
+func (o Options) notAcknowledged(id string) string {
+	return fmt.Sprintf("natssink: entry %s not acknowledged within %s %v (the server is unreachable or slow, or the stream has no leader; it may still be stored, and the stream's duplicate window drops it when it is published again)",
+		id, o.name("PublishTimeout"), o.PublishTimeout)
 }
 
 // abandonClosed fails the entries not done when the sink was closed.

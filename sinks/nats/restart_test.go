@@ -30,22 +30,11 @@ import (
 // duplicate window (2m, longer than the whole drain).
 func TestRelayDrainThroughServerRestarts(t *testing.T) {
 	t.Parallel()
-	if _, err := brokerproc.NATSBinary(); err != nil {
-		testenv.Unavailable(t, "nats-server", "OUTBOX_NATS_SERVER", err)
-	}
 	const keys, perKey = 200, 100
 	const total = keys * perKey
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	srv, err := brokerproc.StartNATS(ctx, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(srv.Kill)
-
-	admin := connect(t, srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	st := newStream(t, admin, "RESTART", []string{"restart.>"})
-	sink, err := natssink.Dial(srv.URL(), natssink.Options{})
-	require.NoError(t, err)
-	defer sink.Close()
+	srv, st, sink := privateServer(ctx, t, "RESTART", "restart.>")
 
 	b := memory.New(memory.Options{Partitions: 4})
 	defer b.Close()
@@ -86,6 +75,12 @@ func TestRelayDrainThroughServerRestarts(t *testing.T) {
 		srv.Kill()
 		t.Logf("nats-server SIGKILLed with %d of %d entries sent, after %v", sentSoFar(), total, time.Since(start).Round(time.Millisecond))
 		require.NoError(t, srv.Start(ctx))
+		restarted, from := time.Now(), sentSoFar()
+		for sentSoFar() == from {
+			require.NoError(t, ctx.Err(), "nothing was sent after the restart")
+			time.Sleep(2 * time.Millisecond)
+		}
+		t.Logf("nats-server started again; the relay sent again %v later", time.Since(restarted).Round(time.Millisecond))
 	}
 	for sentSoFar() < total {
 		require.NoError(t, ctx.Err(), "the drain did not finish: %+v", relay.Stats())
@@ -159,19 +154,9 @@ func consumeAll(t testing.TB, st jetstream.Stream) []jetstream.Msg {
 // duplicate window from the stored messages.
 func TestDuplicateWindowSurvivesAServerRestart(t *testing.T) {
 	t.Parallel()
-	if _, err := brokerproc.NATSBinary(); err != nil {
-		testenv.Unavailable(t, "nats-server", "OUTBOX_NATS_SERVER", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := brokerproc.StartNATS(ctx, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(srv.Kill)
-	admin := connect(t, srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	st := newStream(t, admin, "WINDOW", []string{"window"})
-	sink, err := natssink.Dial(srv.URL(), natssink.Options{})
-	require.NoError(t, err)
-	defer sink.Close()
+	srv, st, sink := privateServer(ctx, t, "WINDOW", "window")
 	e := outbox.Entry{ID: "once", Topic: "window", Key: "k", Payload: []byte("x")}
 	require.NoError(t, publishOne(t, sink, e))
 	srv.Kill()
@@ -183,4 +168,25 @@ func TestDuplicateWindowSurvivesAServerRestart(t *testing.T) {
 	require.NoError(t, publishOne(t, sink, e))
 	require.NoError(t, publishOne(t, sink, outbox.Entry{ID: "after", Topic: "window", Key: "k"}))
 	require.Equal(t, []string{"once", "after"}, ids(readAll(t, st)))
+}
+
+// privateServer starts a private nats-server (brokerproc, file storage in
+// a temporary directory), killed when the test ends, with a stream name
+// capturing subject, and a sink Dial built for it (closed when the test
+// ends). It skips t (fails it under OUTBOX_REQUIRE_SERVICES=1) when
+// nats-server is not installed.
+func privateServer(ctx context.Context, t *testing.T, name, subject string) (*brokerproc.NATS, jetstream.Stream, *natssink.Sink) {
+	t.Helper()
+	if _, err := brokerproc.NATSBinary(); err != nil {
+		testenv.Unavailable(t, "nats-server", "OUTBOX_NATS_SERVER", err)
+	}
+	srv, err := brokerproc.StartNATS(ctx, t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(srv.Kill)
+	admin := connect(t, srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	st := newStream(t, admin, name, []string{subject})
+	sink, err := natssink.Dial(srv.URL(), natssink.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sink.Close() })
+	return srv, st, sink
 }

@@ -216,7 +216,7 @@ func (s *Sink) Ping(ctx context.Context) error {
 		defer cancel()
 	}
 	if _, err := s.js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("natssink: ping %s: %w", s.serverName(), err)
+		return fmt.Errorf("natssink: ping %s: %w; check that nats-server runs there with JetStream enabled for the account (-js)", s.serverName(), err)
 	}
 	return nil
 }

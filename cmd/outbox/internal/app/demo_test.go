@@ -174,18 +174,28 @@ func runDemo(args ...string) (int, string, string) {
 
 func TestDemoOnMemory(t *testing.T) {
 	t.Parallel()
-	code, out, errs := runDemo(demoSmall...)
+	demoSmallRun(t, "in-process Kafka (kfake)", "Kafka")
+}
+
+// demoSmallRun runs the demo with demoSmall and args, which must pass;
+// its numbers must agree, it must roll back, inject failures, park the 3
+// poison entries and hand over, and its header and summary must name the
+// broker (header) and short (summary). It returns the parsed output.
+func demoSmallRun(t *testing.T, header, short string, args ...string) demoOutput {
+	t.Helper()
+	code, out, errs := runDemo(append(slices.Clone(demoSmall), args...)...)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
 	d := parseDemo(t, out, true)
 	checkAgreement(t, d)
-	if !strings.Contains(out, "2 relays, in-process Kafka (kfake); seed") || !strings.Contains(out, "acknowledged by Kafka") {
-		t.Errorf("the default broker is not the in-process Kafka:\n%s", out)
+	if !strings.Contains(out, "2 relays, "+header) || !strings.Contains(out, "acknowledged by "+short+" ") {
+		t.Errorf("the run did not publish to %s:\n%s", header, out)
 	}
 	if d.planPoison != 3 || d.planRB == 0 || d.planFailures == 0 || !strings.Contains(out, "relay-C took them over") {
 		t.Errorf("the run should park 3 poison entries, roll back, inject failures and hand over:\n%s", out)
 	}
+	return d
 }
 
 // TestDemoSeedRepeats runs the demo twice with one seed and once with

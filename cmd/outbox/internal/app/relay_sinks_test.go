@@ -321,8 +321,9 @@ func relaySinkEndToEnd(t *testing.T, b *sinkBroker) {
 			}
 		}
 	}
-	if !strings.Contains(logs, `"sink":"`+map[string]string{"NATS": "nats", "RabbitMQ": "amqp"}[b.name]+`"`) {
-		t.Errorf("the start log line does not name the sink:\n%s", logs)
+	kind := map[string]string{"NATS": "nats", "RabbitMQ": "amqp"}[b.name]
+	if !strings.Contains(logs, `"sink":"`+kind+`"`) || !strings.Contains(logs, `"`+kind+`_url":"`+kindScheme(b.args[1])) {
+		t.Errorf("the start log line does not name the sink and its URL:\n%s", logs)
 	}
 }
 
@@ -351,4 +352,10 @@ func checkSinkMessages(t *testing.T, b *sinkBroker, committed []outbox.Entry, go
 		}
 		last[e.Key] = m.id
 	}
+}
+
+// kindScheme is the scheme of a URL, with its "://".
+func kindScheme(u string) string {
+	scheme, _, _ := strings.Cut(u, "://")
+	return scheme + "://"
 }

@@ -3,6 +3,7 @@ package relaycmd
 import (
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -73,4 +74,24 @@ func rowOf(doc, cell string) string {
 		}
 	}
 	return ""
+}
+
+// TestOpsDocsAnchorsResolve: every link within docs/operations.md,
+// (#anchor), leads to one of its headings.
+func TestOpsDocsAnchorsResolve(t *testing.T) {
+	b, err := os.ReadFile(opsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headings := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "#") {
+			headings[githubAnchor(strings.TrimLeft(line, "# "))] = true
+		}
+	}
+	for _, m := range regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(string(b), -1) {
+		if !headings[m[1]] {
+			t.Errorf("%s links to #%s, which no heading of it has", opsDoc, m[1])
+		}
+	}
 }

@@ -32,8 +32,6 @@ import (
 // the RabbitMQ ones (AMQPFlags) onto amqpsink's.
 type RelayCmd struct {
 	cli.StoreFlags
-	NATSFlags
-	AMQPFlags
 
 	// version is the CLI's version (cli.App.Version), which the relay
 	// records in its heartbeats; set by Run.
@@ -59,21 +57,23 @@ type RelayCmd struct {
 	KafkaAutoCreate      bool              `name:"kafka-auto-create-topics" group:"Kafka" help:"Let producing to a missing topic create it, where the brokers allow that too (auto.create.topics.enable). Default: off, so an entry for a missing topic is retried with backoff and parked once the topic has been unknown for --kafka-unknown-topic-timeout, with an error naming the topic. Turn it on for a development broker that creates topics on demand, such as scripts/kfake.sh's."`
 	KafkaUnknownTopic    time.Duration     `name:"kafka-unknown-topic-timeout" default:"1m" placeholder:"DURATION" group:"Kafka" help:"How long a topic may stay unknown to the brokers (not created yet, or being created again) before its entries are parked; until then they are retried with backoff and hold back the later entries of their key. Negative: never parked for that (the attempt limit still parks). Default: ${default}."`
 	KafkaPublishTimeout  time.Duration     `name:"kafka-publish-timeout" default:"5s" placeholder:"DURATION" group:"Kafka" help:"Bound on one publish round; records not acknowledged by then are retried later. Without transactions the Kafka sink's landing bound is this plus 5s, and --lease-ttl must exceed 1.5 times that bound. /readyz reports not ready once every publish has failed for twice this. Default: ${default}."`
-	Batch                int               `name:"batch" default:"${batch}" placeholder:"N" group:"Relay" help:"Most entries fetched from a partition at once. Default: ${default}."`
-	LeaseTTL             time.Duration     `name:"lease-ttl" default:"${lease_ttl}" placeholder:"DURATION" group:"Relay" help:"Partition lease duration; a dead relay's partitions pass to the others after about this long. Default: ${default}."`
-	PollInterval         time.Duration     `name:"poll-interval" default:"${poll_interval}" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default: ${default}."`
-	MaxInFlight          int               `name:"max-in-flight" default:"${max_in_flight}" placeholder:"N" group:"Relay" help:"Most messages one partition hands to the broker at once. Default: ${default}."`
-	MaxPartitions        int               `name:"max-partitions" default:"0" placeholder:"N" group:"Relay" help:"Most partitions this relay holds at once (0: no limit; the fleet shares partitions evenly anyway)."`
-	Owner                string            `name:"owner" placeholder:"TOKEN" group:"Relay" help:"Lease owner token, unique among the relays of the outbox (default: host name, process ID and random bytes)."`
-	StatsInterval        time.Duration     `name:"stats-interval" default:"${stats_interval}" placeholder:"DURATION" group:"Relay" help:"How often the outbox gauges (pending, due, parked, lag) are sampled: one query per interval on Postgres, one script per partition on Redis. Negative: no gauges. Default: ${default}."`
-	DrainTimeout         time.Duration     `name:"drain-timeout" default:"30s" placeholder:"DURATION" group:"Relay" help:"On SIGTERM or SIGINT, how long to wait for the batches in flight before cancelling them; the process exits at most about 3s after it. A second signal cancels at once. Default: ${default}."`
-	MetricsAddr          string            `name:"metrics-addr" placeholder:"HOST:PORT" group:"Operations" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (default: no server)."`
-	UIAddr               string            `name:"ui-addr" placeholder:"HOST:PORT" group:"Dashboard" help:"Serve the dashboard (as outbox ui does) on this address, e.g. 127.0.0.1:8080; the same address as --metrics-addr serves it on that server, next to /metrics, /healthz and /readyz (default: no dashboard). A non-loopback address needs --ui-token or --ui-basic-auth."`
-	UIReadOnly           bool              `name:"ui-read-only" group:"Dashboard" help:"The dashboard refuses every action (requeue, cancel)."`
-	UIToken              string            `name:"ui-token" env:"OUTBOX_UI_TOKEN" placeholder:"TOKEN" group:"Dashboard" help:"Token (at least 16 characters) every dashboard request needs (Authorization: Bearer TOKEN, or ?token=TOKEN once in a browser). /metrics, /healthz and /readyz need none. Never printed."`
-	UIBasicAuth          string            `name:"ui-basic-auth" placeholder:"USER" group:"Dashboard" help:"Require HTTP basic authentication as USER on the dashboard, with the password in the OUTBOX_UI_PASSWORD environment variable."`
-	LogFormat            string            `name:"log-format" enum:"text,json" default:"text" group:"Operations" placeholder:"FORMAT" help:"Log format on standard error: text or json. Default: ${default}."`
-	LogLevel             string            `name:"log-level" enum:"debug,info,warn,error" default:"info" group:"Operations" placeholder:"LEVEL" help:"Least severe level logged: debug, info, warn or error. Default: ${default}."`
+	NATSFlags
+	AMQPFlags
+	Batch         int           `name:"batch" default:"${batch}" placeholder:"N" group:"Relay" help:"Most entries fetched from a partition at once. Default: ${default}."`
+	LeaseTTL      time.Duration `name:"lease-ttl" default:"${lease_ttl}" placeholder:"DURATION" group:"Relay" help:"Partition lease duration; a dead relay's partitions pass to the others after about this long. Default: ${default}."`
+	PollInterval  time.Duration `name:"poll-interval" default:"${poll_interval}" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default: ${default}."`
+	MaxInFlight   int           `name:"max-in-flight" default:"${max_in_flight}" placeholder:"N" group:"Relay" help:"Most messages one partition hands to the broker at once. Default: ${default}."`
+	MaxPartitions int           `name:"max-partitions" default:"0" placeholder:"N" group:"Relay" help:"Most partitions this relay holds at once (0: no limit; the fleet shares partitions evenly anyway)."`
+	Owner         string        `name:"owner" placeholder:"TOKEN" group:"Relay" help:"Lease owner token, unique among the relays of the outbox (default: host name, process ID and random bytes)."`
+	StatsInterval time.Duration `name:"stats-interval" default:"${stats_interval}" placeholder:"DURATION" group:"Relay" help:"How often the outbox gauges (pending, due, parked, lag) are sampled: one query per interval on Postgres, one script per partition on Redis. Negative: no gauges. Default: ${default}."`
+	DrainTimeout  time.Duration `name:"drain-timeout" default:"30s" placeholder:"DURATION" group:"Relay" help:"On SIGTERM or SIGINT, how long to wait for the batches in flight before cancelling them; the process exits at most about 3s after it. A second signal cancels at once. Default: ${default}."`
+	MetricsAddr   string        `name:"metrics-addr" placeholder:"HOST:PORT" group:"Operations" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (default: no server)."`
+	UIAddr        string        `name:"ui-addr" placeholder:"HOST:PORT" group:"Dashboard" help:"Serve the dashboard (as outbox ui does) on this address, e.g. 127.0.0.1:8080; the same address as --metrics-addr serves it on that server, next to /metrics, /healthz and /readyz (default: no dashboard). A non-loopback address needs --ui-token or --ui-basic-auth."`
+	UIReadOnly    bool          `name:"ui-read-only" group:"Dashboard" help:"The dashboard refuses every action (requeue, cancel)."`
+	UIToken       string        `name:"ui-token" env:"OUTBOX_UI_TOKEN" placeholder:"TOKEN" group:"Dashboard" help:"Token (at least 16 characters) every dashboard request needs (Authorization: Bearer TOKEN, or ?token=TOKEN once in a browser). /metrics, /healthz and /readyz need none. Never printed."`
+	UIBasicAuth   string        `name:"ui-basic-auth" placeholder:"USER" group:"Dashboard" help:"Require HTTP basic authentication as USER on the dashboard, with the password in the OUTBOX_UI_PASSWORD environment variable."`
+	LogFormat     string        `name:"log-format" enum:"text,json" default:"text" group:"Operations" placeholder:"FORMAT" help:"Log format on standard error: text or json. Default: ${default}."`
+	LogLevel      string        `name:"log-level" enum:"debug,info,warn,error" default:"info" group:"Operations" placeholder:"LEVEL" help:"Least severe level logged: debug, info, warn or error. Default: ${default}."`
 }
 
 // Bounds of the steps around the relay, which the drain bound adds up.
@@ -81,7 +81,7 @@ const (
 	// relayOpenTimeout bounds opening the store at start.
 	relayOpenTimeout = cli.OpenTimeout
 	// relayShutdownGrace bounds what follows Relay.Stop: the metrics
-	// server's shutdown and closing the Kafka clients and the store.
+	// server's shutdown and closing the sink's clients and the store.
 	relayShutdownGrace = time.Second
 )
 

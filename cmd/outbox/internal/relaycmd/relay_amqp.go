@@ -2,10 +2,8 @@ package relaycmd
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -95,29 +93,9 @@ func (c *RelayCmd) amqpURL() (full, redacted string) {
 }
 
 // amqpTLS is the TLS configuration of an amqps:// URL from the
-// --amqp-tls-* flags: the system's roots unless --amqp-tls-ca, a client
-// certificate when given, TLS 1.2 at least.
+// --amqp-tls-* flags (see tlsFromFiles).
 func (c *RelayCmd) amqpTLS() (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.AMQPTLSServerName}
-	if c.AMQPTLSCA != "" {
-		pem, err := os.ReadFile(c.AMQPTLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("relay: --amqp-tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("relay: --amqp-tls-ca %s holds no PEM certificate", c.AMQPTLSCA)
-		}
-		cfg.RootCAs = pool
-	}
-	if c.AMQPTLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(c.AMQPTLSCert, c.AMQPTLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("relay: --amqp-tls-cert and --amqp-tls-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
+	return tlsFromFiles("--amqp-tls", c.AMQPTLSCA, c.AMQPTLSCert, c.AMQPTLSKey, c.AMQPTLSServerName)
 }
 
 // amqpOptionFlags names the flags of amqpsink's options, for the sink's

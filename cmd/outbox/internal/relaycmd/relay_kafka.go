@@ -3,11 +3,9 @@ package relaycmd
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -96,30 +94,10 @@ func (c *RelayCmd) tlsOn() bool {
 	return c.KafkaTLS || c.KafkaTLSCA != "" || c.KafkaTLSCert != "" || c.KafkaTLSServerName != ""
 }
 
-// tlsConfig builds the TLS configuration from the --kafka-tls-* flags:
-// the system's roots unless --kafka-tls-ca, a client certificate when
-// given, TLS 1.2 at least.
+// tlsConfig builds the TLS configuration from the --kafka-tls-* flags
+// (see tlsFromFiles).
 func (c *RelayCmd) tlsConfig() (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.KafkaTLSServerName}
-	if c.KafkaTLSCA != "" {
-		pem, err := os.ReadFile(c.KafkaTLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("relay: --kafka-tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("relay: --kafka-tls-ca %s holds no PEM certificate", c.KafkaTLSCA)
-		}
-		cfg.RootCAs = pool
-	}
-	if c.KafkaTLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(c.KafkaTLSCert, c.KafkaTLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("relay: --kafka-tls-cert and --kafka-tls-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
+	return tlsFromFiles("--kafka-tls", c.KafkaTLSCA, c.KafkaTLSCert, c.KafkaTLSKey, c.KafkaTLSServerName)
 }
 
 // saslMechanism is the SASL mechanism the flags ask for, or nil.

@@ -36,49 +36,19 @@ var natsSchemes = []string{"nats", "tls"}
 // natsProblems checks the NATS flags and the nats:// URL: one
 // authentication, files in pairs, a well-formed mapping.
 func (c *RelayCmd) natsProblems() []string {
-	var errs []string
+	errs, authInURL := natsURLProblems(c.SinkURL)
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	passInURL, tokenInURL := false, false
-	for _, raw := range strings.Split(c.SinkURL, ",") {
-		u, err := url.Parse(strings.TrimSpace(raw))
-		switch {
-		case err != nil:
-			bad("--sink-url: %s", cli.RedactText(err.Error(), cli.URLSecrets(raw)...))
-			continue
-		case !isOneOf(u.Scheme, natsSchemes):
-			bad("--sink-url: %q: a NATS URL list has nats:// or tls:// URLs only", u.Redacted())
-		case u.Host == "":
-			bad("--sink-url: %s has no host: write nats://HOST:4222", redactNATS(u))
-		case (u.Path != "" && u.Path != "/") || u.RawQuery != "":
-			bad("--sink-url: %s: a NATS URL has no path or query: write nats://[USER:PASSWORD@]HOST:PORT", redactNATS(u))
-		}
-		if u.User != nil { // a lone user info is a token, as nats.go takes it
-			_, hasPass := u.User.Password()
-			passInURL = passInURL || hasPass
-			tokenInURL = tokenInURL || !hasPass
-		}
-	}
-	var methods []string
-	if passInURL {
-		methods = append(methods, "a user and password in --sink-url")
-	}
-	if tokenInURL {
-		methods = append(methods, "a token in --sink-url (nats://TOKEN@HOST)")
-	}
+	methods := authInURL
 	if c.NATSUser != "" || c.NATSPassword != "" {
 		methods = append(methods, "--nats-user and --nats-password")
 		if c.NATSUser == "" || c.NATSPassword == "" {
 			bad("--nats-user and --nats-password (or OUTBOX_NATS_PASSWORD) go together")
 		}
 	}
-	if c.NATSToken != "" {
-		methods = append(methods, "--nats-token")
-	}
-	if c.NATSCreds != "" {
-		methods = append(methods, "--nats-creds")
-	}
-	if c.NATSNKey != "" {
-		methods = append(methods, "--nats-nkey")
+	for _, m := range []struct{ flag, value string }{{"--nats-token", c.NATSToken}, {"--nats-creds", c.NATSCreds}, {"--nats-nkey", c.NATSNKey}} {
+		if m.value != "" {
+			methods = append(methods, m.flag)
+		}
 	}
 	if len(methods) > 1 {
 		bad("NATS authentication is given more than one way (%s): give one", strings.Join(methods, ", "))
@@ -101,6 +71,41 @@ func (c *RelayCmd) natsProblems() []string {
 		bad("--nats-max-pending must be 0 (the sink's default) or positive (it is %d)", c.NATSMaxPending)
 	}
 	return errs
+}
+
+// natsURLProblems checks a NATS --sink-url (comma-separated nats:// or
+// tls:// URLs without path or query); auth names the authentication the
+// URLs carry: a user and password, or a token (a lone user info, as
+// nats.go takes it).
+func natsURLProblems(list string) (errs, auth []string) {
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	passInURL, tokenInURL := false, false
+	for _, raw := range strings.Split(list, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		switch {
+		case err != nil:
+			bad("--sink-url: %s", cli.RedactText(err.Error(), cli.URLSecrets(raw)...))
+			continue
+		case !isOneOf(u.Scheme, natsSchemes):
+			bad("--sink-url: %q: a NATS URL list has nats:// or tls:// URLs only", u.Redacted())
+		case u.Host == "":
+			bad("--sink-url: %s has no host: write nats://HOST:4222", redactNATS(u))
+		case (u.Path != "" && u.Path != "/") || u.RawQuery != "":
+			bad("--sink-url: %s: a NATS URL has no path or query: write nats://[USER:PASSWORD@]HOST:PORT", redactNATS(u))
+		}
+		if u.User != nil {
+			_, hasPass := u.User.Password()
+			passInURL = passInURL || hasPass
+			tokenInURL = tokenInURL || !hasPass
+		}
+	}
+	if passInURL {
+		auth = append(auth, "a user and password in --sink-url")
+	}
+	if tokenInURL {
+		auth = append(auth, "a token in --sink-url (nats://TOKEN@HOST)")
+	}
+	return errs, auth
 }
 
 // isOneOf reports whether s is one of list, ignoring case.

@@ -2,7 +2,10 @@ package relaycmd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -154,6 +157,9 @@ func setFlags(v reflect.Value) []setFlag {
 // isDefault reports whether v holds the value of the default tag def (the
 // zero value when def is empty).
 func isDefault(v reflect.Value, def string) bool {
+	if k := v.Kind(); k == reflect.Map || k == reflect.Slice {
+		return v.Len() == 0
+	}
 	if def == "" {
 		return v.IsZero()
 	}
@@ -183,4 +189,32 @@ func (c *RelayCmd) buildSink() (*relaySink, error) {
 		return c.amqpSink()
 	}
 	return c.kafkaSink()
+}
+
+// tlsFromFiles builds a TLS configuration from the files of the flags
+// named flag-ca, flag-cert and flag-key ("--kafka-tls-ca" ...): the
+// system's roots unless ca, a client certificate when cert is given, TLS
+// 1.2 at least; serverName ("" for the host dialled) is the name the
+// server's certificate is verified against. Errors name the flags.
+func tlsFromFiles(flag, ca, cert, key, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("relay: %s-ca: %w", flag, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("relay: %s-ca %s holds no PEM certificate", flag, ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("relay: %s-cert and %s-key: %w", flag, flag, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
