@@ -130,20 +130,20 @@ func (r *run) logf(format string, args ...any) {
 // observe records what the harness saw of the broker (kept for the
 // report).
 func (r *run) observe(format string, args ...any) {
-	line := fmt.Sprintf(format, args...)
-	r.mu.Lock()
-	r.observed = append(r.observed, line)
-	r.mu.Unlock()
-	r.logf("observed: %s", line)
+	r.keep(&r.observed, "observed", fmt.Sprintf(format, args...))
 }
 
 // event records a line of the scenario's timeline (kept for the report).
 func (r *run) event(format string, args ...any) {
-	line := fmt.Sprintf(format, args...)
+	r.keep(&r.events, "event", fmt.Sprintf(format, args...))
+}
+
+// keep appends line to lines (under r.mu) and logs it.
+func (r *run) keep(lines *[]string, kind, line string) {
 	r.mu.Lock()
-	r.events = append(r.events, line)
+	*lines = append(*lines, line)
 	r.mu.Unlock()
-	r.logf("event: %s", line)
+	r.logf("%s: %s", kind, line)
 }
 
 func (r *run) execute(ctx context.Context) (*history.Report, error) {
