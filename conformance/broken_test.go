@@ -1,23 +1,16 @@
 package conformance_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
 	"github.com/outboxrelay/outbox/conformance"
+	"github.com/outboxrelay/outbox/internal/brokentest"
 )
 
 // The suite proves itself on deliberately broken backends: each variant
@@ -179,96 +172,15 @@ func TestSuiteRejectsBrokenBackends(t *testing.T) {
 	// not all: with 180 variants, starting every child together starved
 	// the timing-sensitive ones (a relay's retry, a transaction racing a
 	// seal) of CPU on a loaded machine, so they were missed.
-	slots := make(chan struct{}, 8*runtime.NumCPU())
-	type result struct {
-		out    []byte
-		err    error
-		failed []string
-	}
-	results := make([]result, len(variants))
-	var wg sync.WaitGroup
-	for i, v := range variants {
-		wg.Go(func() {
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, exe, "-test.run="+runPattern(v.caughtBy), "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+v.name)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			results[i] = result{out: out.Bytes(), err: err, failed: failingSubtests(out.Bytes())}
-		})
-	}
-	wg.Wait()
-	for i, v := range variants {
-		r := results[i]
-		t.Run(v.name, func(t *testing.T) {
-			var exit *exec.ExitError
-			if !errors.As(r.err, &exit) {
-				t.Fatalf("the suite PASSED against variant %q (%s), or could not run (%v); it must fail.\n%s", v.name, v.breaks, r.err, tail(string(r.out), 40))
-			}
-			if len(r.failed) == 0 {
-				t.Fatalf("the suite exited with %v against %q but no subtest failed (a crash or timeout?):\n%s", r.err, v.name, tail(string(r.out), 40))
-			}
-			for _, want := range v.caughtBy {
-				if !slices.Contains(r.failed, want) {
-					t.Errorf("variant %q (%s) was not caught by %s; failing subtests: %v", v.name, v.breaks, want, r.failed)
-				}
-			}
-		})
-	}
-	var b strings.Builder
-	b.WriteString("broken variant → the subtests of conformance.Run that pin its contract, as they failed on it\n")
-	for i, v := range variants {
-		fmt.Fprintf(&b, "  %-24s (%s)\n      → %s\n", v.name, v.breaks, strings.Join(results[i].failed, ", "))
-	}
-	t.Log(b.String())
+	children := brokentest.Children{Exe: exe, Test: "TestBrokenChild", Env: brokenEnv, Slots: 8 * runtime.NumCPU()}
+	children.Reject(t, "broken variant → the subtests of conformance.Run that pin its contract, as they failed on it", toCheck(variants))
 }
 
-// runPattern is the -test.run pattern of TestBrokenChild that selects the
-// "Area/Case" subtests names (and, as -run matches level by level, other
-// cases of those areas with one of those case names).
-func runPattern(names []string) string {
-	var areas, cases []string
-	for _, n := range names {
-		area, c, _ := strings.Cut(n, "/")
-		if !slices.Contains(areas, area) {
-			areas = append(areas, area)
-		}
-		if !slices.Contains(cases, c) {
-			cases = append(cases, c)
-		}
+// toCheck converts the variants for brokentest.
+func toCheck(vs []variant) []brokentest.Variant {
+	out := make([]brokentest.Variant, len(vs))
+	for i, v := range vs {
+		out[i] = brokentest.Variant{Name: v.name, Breaks: v.breaks, CaughtBy: v.caughtBy}
 	}
-	return "^TestBrokenChild$/^(" + strings.Join(areas, "|") + ")$/^(" + strings.Join(cases, "|") + ")$"
-}
-
-// failingSubtests returns the "Area/Case" names of the failing leaf
-// subtests in go test -v output.
-func failingSubtests(out []byte) []string {
-	var names []string
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		rest, ok := strings.CutPrefix(line, "--- FAIL: TestBrokenChild/")
-		if !ok {
-			continue
-		}
-		name, _, _ := strings.Cut(rest, " ")
-		if strings.Contains(name, "/") && !slices.Contains(names, name) {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	return names
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return out
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
 	"github.com/outboxrelay/outbox/conformance"
+	"github.com/outboxrelay/outbox/internal/brokentest"
 )
 
 // memoryHarness runs the suite against the in-memory reference backend.
@@ -164,16 +164,13 @@ func requirePassOnVariantNone(t *testing.T, area, what string) {
 	if err != nil {
 		t.Fatalf("os.Executable: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestBrokenChild$/^"+area+"$", "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
-	cmd.Env = append(os.Environ(), brokenEnv+"=none")
-	out, err := cmd.CombinedOutput()
+	children := brokentest.Children{Exe: exe, Test: "TestBrokenChild", Env: brokenEnv}
+	out, err := children.Run(t.Context(), "none", []string{area})
 	if err != nil {
-		t.Fatalf("the %s cases failed on %s, which keeps the contract (%v):\n%s", area, what, err, tail(string(out), 60))
+		t.Fatalf("the %s cases failed on %s, which keeps the contract (%v):\n%s", area, what, err, brokentest.Tail(string(out), 60))
 	}
 	prefix := "TestBrokenChild/" + area + "/"
 	if strings.Contains(string(out), "--- SKIP: "+prefix) || !strings.Contains(string(out), "--- PASS: "+prefix) {
-		t.Fatalf("the %s cases must run and pass on %s, not skip:\n%s", area, what, tail(string(out), 60))
+		t.Fatalf("the %s cases must run and pass on %s, not skip:\n%s", area, what, brokentest.Tail(string(out), 60))
 	}
 }

@@ -1,21 +1,13 @@
 package sinksuite_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/outboxrelay/outbox/conformance/sinksuite"
+	"github.com/outboxrelay/outbox/internal/brokentest"
 )
 
 // The suite proves itself on deliberately broken sinks: each variant is
@@ -96,43 +88,16 @@ func TestBrokenChild(t *testing.T) {
 
 func TestSuiteRejectsBrokenSinks(t *testing.T) {
 	exe := childExe(t)
-	slots := make(chan struct{}, 4*runtime.NumCPU())
-	type result struct {
-		out    []byte
-		err    error
-		failed []string
-	}
-	results := make([]result, len(variants))
-	var wg sync.WaitGroup
+	vs := make([]brokentest.Variant, len(variants))
 	for i, v := range variants {
-		wg.Go(func() {
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			out, err := runChild(t, exe, v.name, v.caughtBy)
-			results[i] = result{out: out, err: err, failed: failingSubtests(out)}
-		})
+		vs[i] = brokentest.Variant{Name: v.name, Breaks: v.breaks, CaughtBy: v.caughtBy}
 	}
-	wg.Wait()
-	for i, v := range variants {
-		r := results[i]
-		t.Run(v.name, func(t *testing.T) {
-			var exit *exec.ExitError
-			if !errors.As(r.err, &exit) {
-				t.Fatalf("the suite PASSED against variant %q (%s), or could not run (%v); it must fail.\n%s", v.name, v.breaks, r.err, tail(string(r.out), 40))
-			}
-			for _, want := range v.caughtBy {
-				if !slices.Contains(r.failed, want) {
-					t.Errorf("variant %q (%s) was not caught by %s; failing subtests: %v\n%s", v.name, v.breaks, want, r.failed, tail(string(r.out), 40))
-				}
-			}
-		})
-	}
-	var b strings.Builder
-	b.WriteString("broken sink → the subtests of sinksuite.Run that pin its contract, as they failed on it\n")
-	for i, v := range variants {
-		fmt.Fprintf(&b, "  %-24s (%s)\n      → %s\n", v.name, v.breaks, strings.Join(results[i].failed, ", "))
-	}
-	t.Log(b.String())
+	children(exe).Reject(t, "broken sink → the subtests of sinksuite.Run that pin its contract, as they failed on it", vs)
+}
+
+// children runs TestBrokenChild in subprocesses of exe.
+func children(exe string) brokentest.Children {
+	return brokentest.Children{Exe: exe, Test: "TestBrokenChild", Env: brokenEnv, Slots: 4 * runtime.NumCPU()}
 }
 
 // TestReferenceChild runs the child's command line on the reference sink
@@ -144,12 +109,12 @@ func TestReferenceChild(t *testing.T) {
 	for _, v := range variants {
 		all = append(all, v.caughtBy...)
 	}
-	out, err := runChild(t, exe, "none", all)
+	out, err := children(exe).Run(t.Context(), "none", all)
 	if err != nil {
-		t.Fatalf("the suite failed on the reference sink run as a child: %v\n%s", err, tail(string(out), 40))
+		t.Fatalf("the suite failed on the reference sink run as a child: %v\n%s", err, brokentest.Tail(string(out), 40))
 	}
 	if !strings.Contains(string(out), "--- PASS: TestBrokenChild/") {
-		t.Fatalf("the child ran no case:\n%s", tail(string(out), 40))
+		t.Fatalf("the child ran no case:\n%s", brokentest.Tail(string(out), 40))
 	}
 }
 
@@ -166,62 +131,4 @@ func childExe(t *testing.T) string {
 		t.Fatalf("os.Executable: %v", err)
 	}
 	return exe
-}
-
-// runChild runs TestBrokenChild's cases named (see runPattern) on the
-// variant in a subprocess and returns its output.
-func runChild(t *testing.T, exe, variant string, names []string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run="+runPattern(names), "-test.v", "-test.count=1", "-test.parallel=16", "-test.timeout=150s")
-	cmd.Env = append(os.Environ(), brokenEnv+"="+variant)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.Bytes(), err
-}
-
-// runPattern is the -test.run pattern of TestBrokenChild that selects the
-// given subtests (and, as -run matches level by level, others of the
-// same areas with one of those names).
-func runPattern(names []string) string {
-	levels := [3][]string{}
-	for _, n := range names {
-		parts := strings.SplitN(n, "/", 3)
-		for i, p := range parts {
-			if !slices.Contains(levels[i], p) {
-				levels[i] = append(levels[i], p)
-			}
-		}
-	}
-	pat := "^TestBrokenChild$/^(" + strings.Join(levels[0], "|") + ")$/^(" + strings.Join(levels[1], "|") + ")$"
-	return pat
-}
-
-// failingSubtests returns the names below TestBrokenChild/ of the failing
-// subtests in go test -v output.
-func failingSubtests(out []byte) []string {
-	var names []string
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		rest, ok := strings.CutPrefix(line, "--- FAIL: TestBrokenChild/")
-		if !ok {
-			continue
-		}
-		name, _, _ := strings.Cut(rest, " ")
-		if !slices.Contains(names, name) {
-			names = append(names, name)
-		}
-	}
-	return names
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
