@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,9 @@ func TestScenarioNamesAreUniqueAndDescribed(t *testing.T) {
 			t.Errorf("scenario %q: slug %q taken (it names schemas, prefixes and directories)", sc.name, sc.slug())
 		}
 		slugs[sc.slug()] = true
+		if !regexp.MustCompile(`^[a-z0-9-]+$`).MatchString(sc.slug()) {
+			t.Errorf("scenario %q: slug %q has more than letters, digits and '-'", sc.name, sc.slug())
+		}
 		if sc.title == "" || sc.notes == "" || sc.inject == nil {
 			t.Errorf("scenario %q lacks a title, notes or inject", sc.name)
 		}
@@ -62,6 +66,8 @@ func TestVerdicts(t *testing.T) {
 	inside := &scenario{name: "in"}
 	outside := &scenario{name: "out", outside: "asynchronous replication"}
 	control := &scenario{name: "c", control: "lossy"}
+	dedupe := &scenario{name: "dedupe", noDuplicates: "the stream drops them"}
+	dup := &history.Report{Appended: 10, Delivered: 11, Duplicates: 1}
 	for _, c := range []struct {
 		r       result
 		passed  bool
@@ -74,6 +80,9 @@ func TestVerdicts(t *testing.T) {
 		{result{sc: control, report: ok}, false, "NOT CAUGHT"},
 		{result{sc: inside, err: errNoRelay}, false, "ERROR"},
 		{result{sc: inside, skipped: "no redis-server"}, true, "skipped"},
+		{result{sc: inside, report: dup}, true, "ok"},
+		{result{sc: dedupe, report: dup}, false, "FAIL"},
+		{result{sc: dedupe, report: ok}, true, "ok"},
 	} {
 		if got := c.r.passed(); got != c.passed {
 			t.Errorf("%s %v: passed %v, want %v", c.r.sc.name, c.r.verdict(), got, c.passed)
@@ -91,6 +100,11 @@ func TestTargets(t *testing.T) {
 	r := result{sc: sc, report: &history.Report{RecoveryMax: c.leaseTTL}}
 	if got := r.targets(c); got != "met" {
 		t.Errorf("recovery of a lease: %q, want met", got)
+	}
+	// A scenario's own lease sets its recovery target.
+	long := result{sc: &scenario{name: "long", leaseTTL: 3 * c.leaseTTL}, report: &history.Report{RecoveryMax: 2 * c.leaseTTL}}
+	if got := long.targets(c); got != "met" {
+		t.Errorf("recovery of two config leases under a scenario lease of three: %q, want met", got)
 	}
 	r.report.RecoveryMax = c.leaseTTL + 2*time.Second
 	r.report.Faults = []history.FaultReport{{Duplicates: c.batch*c.partitions + 1}}

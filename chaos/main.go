@@ -1,9 +1,11 @@
 // Command chaos is the project's chaos harness: it runs relays, appenders,
-// a Kafka broker and private database servers as processes on 127.0.0.1,
-// injects faults (processes killed and stopped, connections terminated,
-// servers crashed and restarted, broker errors, a Redis Cluster failover,
-// relays joining and leaving), records what was committed and what the
-// broker holds, and checks the histories with package
+// a broker (kfake for the Kafka sink, or a private nats-server or RabbitMQ
+// node for the NATS and RabbitMQ sinks) and private database servers as
+// processes on 127.0.0.1, injects faults (processes killed and stopped,
+// connections terminated, servers and brokers crashed and restarted,
+// broker errors, a Redis Cluster failover, relays joining and leaving),
+// records what was committed and what the broker holds, and checks the
+// histories with package
 // [github.com/outboxrelay/outbox/chaos/history]: nothing committed lost,
 // per-key order kept, duplicates per fault, recovery time per fault.
 //
@@ -16,7 +18,9 @@
 // It signals only processes it started, by PID, and terminates Postgres
 // sessions only by its own application_name prefix. The shared PostgreSQL
 // and Redis come from OUTBOX_POSTGRES_URL and OUTBOX_REDIS_URL (defaults:
-// the local servers); the private servers it starts itself.
+// the local servers); the private servers it starts itself, the brokers
+// with package internal/brokerproc (nats-server and rabbitmq-server from
+// the Debian packages of those names: ./scripts/services.sh install).
 //
 // The exit status is 1 when a scenario inside the guarantees lost an
 // entry, broke a key's order or delivered an entry never committed, when a

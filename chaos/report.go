@@ -21,7 +21,9 @@ type result struct {
 	elapsed time.Duration
 	dir     string
 	events  []string
-	skipped string // why the scenario did not run (a missing service)
+	// observed is what the harness saw of the broker beside the check.
+	observed []string
+	skipped  string // why the scenario did not run (a missing service)
 	// relayLog counts the warnings and errors the relays logged.
 	relayLog []logCount
 	// appenders are the appenders' summary lines.
@@ -41,7 +43,13 @@ func (r *result) passed() bool {
 	if r.sc.control != "" {
 		return !r.report.OK()
 	}
-	return r.report.OK() || r.sc.outside != ""
+	return r.ok() || r.sc.outside != ""
+}
+
+// ok: nothing lost, reordered or made up, and no duplicate where the
+// broker drops them.
+func (r *result) ok() bool {
+	return r.report.OK() && (r.sc.noDuplicates == "" || r.report.Duplicates == 0)
 }
 
 func (r *result) verdict() string {
@@ -54,7 +62,7 @@ func (r *result) verdict() string {
 		return "caught"
 	case r.sc.control != "":
 		return "NOT CAUGHT"
-	case r.report.OK():
+	case r.ok():
 		return "ok"
 	case r.sc.outside != "":
 		return "outside the guarantees"
@@ -84,7 +92,7 @@ func (r *result) targets(c config) string {
 		return ""
 	}
 	var miss []string
-	if lim := c.leaseTTL + time.Second; r.report.RecoveryMax > lim {
+	if lim := r.sc.lease(c) + time.Second; r.report.RecoveryMax > lim {
 		miss = append(miss, fmt.Sprintf("recovery max %s > %s", dur(r.report.RecoveryMax), dur(lim)))
 	}
 	if lim := c.batch * c.partitions; r.report.MaxDuplicatesPerFault() > lim {
@@ -199,7 +207,7 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 	if c.short {
 		mode = "short (-short)"
 	}
-	fmt.Fprintf(&b, "## The run\n\n%s run of %s, %d scenarios in %s on this repository's 2-core CI machine, %d at a time. Each scenario: %d appender processes (%d keys each, %d transactions/s each, one entry per transaction), %d outbox partitions and a Kafka topic of %d partitions on a kfake broker process, `outbox relay` processes with `--lease-ttl %s --kafka-publish-timeout %s --batch %d --poll-interval 250ms`. Targets: nothing lost and no order violation inside the guarantees; at most one batch per partition duplicated per fault (%d); recovery within a lease plus a second (%s).\n\n",
+	fmt.Fprintf(&b, "## The run\n\n%s run of %s, %d scenarios in %s on this repository's 2-core CI machine, %d at a time. Each scenario: %d appender processes (%d keys each, %d transactions/s each, one entry per transaction), %d outbox partitions and a Kafka topic of %d partitions on a kfake broker process, `outbox relay` processes with `--lease-ttl %s --kafka-publish-timeout %s --batch %d --poll-interval 250ms`; the nats/ and amqp/ scenarios publish instead to a private nats-server or RabbitMQ node through `--sink-url` (a stream, or a durable queue, instead of the topic; the same publish timeout; amqp/ with `--lease-ttl 15s`, above 1.5 times the RabbitMQ sink's landing bound). Targets: nothing lost and no order violation inside the guarantees; at most one batch per partition duplicated per fault (%d); recovery within a lease plus a second (%s).\n\n",
 		mode, time.Now().UTC().Format("2006-01-02"), len(rs), took.Round(time.Second), c.parallel,
 		c.appenders, c.keys, c.rate, c.partitions, c.partitions, c.leaseTTL, c.publish, c.batch,
 		c.batch*c.partitions, c.leaseTTL+time.Second)
@@ -213,9 +221,12 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 	}
 	b.WriteString("\n## Scenarios\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "\n### %s\n\n%s, on %s.\n\n%s\n", r.sc.name, r.sc.title, r.sc.backend, r.sc.notes)
+		fmt.Fprintf(&b, "\n### %s\n\n%s, on %s, publishing to %s.\n\n%s\n", r.sc.name, r.sc.title, r.sc.backend, r.sc.broker.describe(), r.sc.notes)
 		if r.sc.outside != "" {
 			fmt.Fprintf(&b, "\n**Outside the guarantees.** %s\n", r.sc.outside)
+		}
+		if r.sc.noDuplicates != "" {
+			fmt.Fprintf(&b, "\n**No duplicate.** %s A duplicate fails the run.\n", r.sc.noDuplicates)
 		}
 		if r.skipped != "" {
 			fmt.Fprintf(&b, "\nSkipped: %s\n", oneLine(r.skipped))
@@ -231,6 +242,9 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 			for _, k := range kinds {
 				fmt.Fprintf(&b, "| %s | %d | %d | %d | %s / %s |\n", k.kind, k.n, k.lost, k.dups, dur(k.p50), dur(k.max))
 			}
+		}
+		for _, o := range r.observed {
+			fmt.Fprintf(&b, "\n%s\n", o)
 		}
 		if len(r.report.Faults) > 0 {
 			b.WriteString("\nFaults, with the lost entries, duplicates and recovery attributed to each (first 12)")
@@ -288,8 +302,9 @@ The outbox promises at least once delivery, per-key order, duplicates
 bounded by one batch per incident and recovery within a lease. The harness
 checks those promises across real process crashes: it runs appenders,
 ` + "`outbox relay`" + ` processes, a Kafka broker (franz-go's kfake as a process of
-its own) and, for the server faults, private PostgreSQL and Redis servers,
-all on 127.0.0.1; it injects one kind of fault per scenario, again and
+its own) and, for the server faults, private PostgreSQL and Redis servers
+and, for the NATS and RabbitMQ sinks, a private ` + "`nats-server -js`" + ` or
+RabbitMQ node, all on 127.0.0.1; it injects one kind of fault per scenario, again and
 again, while the appenders write and the relays relay; then it stops the
 appenders, waits until the outbox is drained, reads every record the
 broker holds and checks the histories (package chaos/history):

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,15 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox/chaos/history"
 	"github.com/outboxrelay/outbox/chaos/internal/broker"
@@ -29,7 +24,8 @@ import (
 	"github.com/outboxrelay/outbox/chaos/internal/servers"
 )
 
-// topic is the entries' topic and the Kafka topic they land on.
+// topic is the entries' topic and what they land on: the Kafka topic, the
+// NATS stream (and its subject), the RabbitMQ exchange and checked queue.
 const topic = "chaos"
 
 // run is one scenario's run: its store, broker, relays and appenders.
@@ -45,15 +41,18 @@ type run struct {
 	storeArgs []string // --schema / --prefix
 	cleanup   []func()
 
-	broker *broker.Broker
+	broker *broker.Broker // the kfake broker, in Kafka scenarios
+	target target         // where the relays publish
+	server server         // the private NATS or RabbitMQ server, else nil
 	faults *history.Writer
 	log    *os.File
 
-	mu      sync.Mutex
-	relays  []*relayProc // by slot; nil: slot empty
-	apps    []*proc.Proc
-	nFaults int
-	events  []string // timeline lines for the report (fleet)
+	mu       sync.Mutex
+	relays   []*relayProc // by slot; nil: slot empty
+	apps     []*proc.Proc
+	nFaults  int
+	events   []string // timeline lines for the report (fleet)
+	observed []string // what the harness saw of the broker, for the report
 
 	// Private servers, when the scenario runs on one.
 	pg      *servers.Postgres
@@ -114,6 +113,7 @@ func (h *harness) runScenario(ctx context.Context, sc *scenario) (res *result) {
 	}
 	r.mu.Lock()
 	res.events = r.events
+	res.observed = r.observed
 	r.mu.Unlock()
 	if err != nil {
 		r.logf("FAILED: %v", err)
@@ -127,13 +127,23 @@ func (r *run) logf(format string, args ...any) {
 	fmt.Fprintf(r.log, "%s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
+// observe records what the harness saw of the broker (kept for the
+// report).
+func (r *run) observe(format string, args ...any) {
+	r.keep(&r.observed, "observed", fmt.Sprintf(format, args...))
+}
+
 // event records a line of the scenario's timeline (kept for the report).
 func (r *run) event(format string, args ...any) {
-	line := fmt.Sprintf(format, args...)
+	r.keep(&r.events, "event", fmt.Sprintf(format, args...))
+}
+
+// keep appends line to lines (under r.mu) and logs it.
+func (r *run) keep(lines *[]string, kind, line string) {
 	r.mu.Lock()
-	r.events = append(r.events, line)
+	*lines = append(*lines, line)
 	r.mu.Unlock()
-	r.logf("event: %s", line)
+	r.logf("%s: %s", kind, line)
 }
 
 func (r *run) execute(ctx context.Context) (*history.Report, error) {
@@ -146,15 +156,9 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	bdir := filepath.Join(r.dir, "broker")
-	if err := os.MkdirAll(bdir, 0o755); err != nil {
+	if err := r.startTarget(ctx, r.brokerDir()); err != nil {
 		return nil, err
 	}
-	r.broker, err = broker.Start(ctx, r.h.kfake, bdir, broker.Options{Partitions: cfg.partitions, Topics: []string{topic}})
-	if err != nil {
-		return nil, fmt.Errorf("broker: %w", err)
-	}
-	r.cleanup = append(r.cleanup, func() { _ = r.broker.Close() })
 
 	relays := r.sc.relays
 	if relays == 0 {
@@ -218,14 +222,14 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 	}
 	// Let the last fault's recovery show in the history before the
 	// appenders stop: at least a lease and a bit.
-	if err := sleep(ctx, min(phase/4, cfg.leaseTTL+2*time.Second)); err != nil {
+	if err := sleep(ctx, min(phase/4, r.sc.lease(cfg)+2*time.Second)); err != nil {
 		return nil, err
 	}
 	r.stopAppenders()
 	if err := r.checkAlive(); err != nil {
 		return nil, err
 	}
-	if err := r.waitDrained(ctx, 2*cfg.leaseTTL+60*time.Second); err != nil {
+	if err := r.waitDrained(ctx, 2*r.sc.lease(cfg)+60*time.Second); err != nil {
 		return nil, err
 	}
 	r.stopRelays()
@@ -237,7 +241,7 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 
 // check reads what the broker holds and checks it against the histories.
 func (r *run) check(ctx context.Context) (*history.Report, error) {
-	ds, err := r.broker.Consume(ctx, topic)
+	ds, err := r.target.consume(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("consuming %s: %w", topic, err)
 	}
@@ -368,9 +372,7 @@ func (r *run) startRelay(slot int) error {
 	owner := fmt.Sprintf("%s.%d", name, gen)
 	args := append([]string{"relay",
 		"--store", r.withAppName(r.appName() + name),
-		"--kafka-brokers", r.broker.Brokers(),
-		"--lease-ttl", cfg.leaseTTL.String(),
-		"--kafka-publish-timeout", cfg.publish.String(),
+		"--lease-ttl", r.sc.lease(cfg).String(),
 		"--poll-interval", "250ms",
 		"--batch", strconv.Itoa(cfg.batch),
 		"--max-in-flight", strconv.Itoa(cfg.batch),
@@ -379,6 +381,7 @@ func (r *run) startRelay(slot int) error {
 		"--owner", owner,
 		"--log-format", "json",
 	}, r.storeArgs...)
+	args = append(args, r.target.relayArgs()...)
 	bin := r.h.outbox
 	if r.sc.control != "" {
 		bin = r.h.self
@@ -613,127 +616,4 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func dropSchema(pgURL, schema string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, pgURL)
-	if err != nil {
-		return
-	}
-	defer c.Close(ctx)
-	_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-}
-
-// dropRedisKeys deletes the keys of a run's prefix (the hash tag holds
-// the run's ID, so the pattern matches no one else's keys).
-func dropRedisKeys(redisURL, tag string) {
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	it := c.Scan(ctx, 0, "{"+tag+"*", 1000).Iterator()
-	var keys []string
-	for it.Next(ctx) {
-		keys = append(keys, it.Val())
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		_ = c.Del(ctx, keys[:n]...).Err()
-		keys = keys[n:]
-	}
-}
-
 var errNoRelay = errors.New("no relay is running")
-
-// appenderSummaries returns the summary line each appender printed at
-// exit (appended, commits of unknown outcome, retries, errors by kind).
-func appenderSummaries(dir string) []string {
-	files, _ := filepath.Glob(filepath.Join(dir, "app*.log"))
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if i := strings.Index(line, ": summary after "); i >= 0 {
-				if j := strings.Index(line, "appender "); j >= 0 && j < i {
-					out = append(out, line[j:])
-				}
-			}
-		}
-	}
-	return out
-}
-
-// logCount is how often the relays logged one message at one level.
-type logCount struct {
-	Level, Msg string
-	N          int
-}
-
-// relayLogSummary counts the warnings and errors the run's relays logged
-// (JSON lines), most frequent first: what the relays saw of the faults.
-func relayLogSummary(dir string) []logCount {
-	files, _ := filepath.Glob(filepath.Join(dir, "relay-*.log"))
-	counts := map[[2]string]int{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			var l struct{ Level, Msg string }
-			if json.Unmarshal([]byte(line), &l) != nil || (l.Level != "WARN" && l.Level != "ERROR") {
-				continue
-			}
-			counts[[2]string{l.Level, l.Msg}]++
-		}
-	}
-	out := make([]logCount, 0, len(counts))
-	for k, n := range counts {
-		out = append(out, logCount{Level: k[0], Msg: k[1], N: n})
-	}
-	slices.SortFunc(out, func(a, b logCount) int { return cmp.Or(b.N-a.N, strings.Compare(a.Msg, b.Msg)) })
-	return out
-}
-
-// missingError is a service or program the scenario needs and this
-// machine lacks: the scenario is skipped, or fails under
-// OUTBOX_REQUIRE_SERVICES=1.
-type missingError struct{ msg string }
-
-func (e *missingError) Error() string { return e.msg }
-
-func notInstalled(err error) error {
-	if errors.Is(err, servers.ErrNotInstalled) {
-		return &missingError{err.Error()}
-	}
-	return err
-}
-
-func pingPostgres(ctx context.Context, u string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, u)
-	if err != nil {
-		return err
-	}
-	return c.Close(ctx)
-}
-
-func pingRedis(ctx context.Context, u string) error {
-	opt, err := redis.ParseURL(u)
-	if err != nil {
-		return err
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return c.Ping(ctx).Err()
-}

@@ -25,6 +25,12 @@ type scenario struct {
 	name    string
 	title   string // what is injected, one line
 	backend backendKind
+	// broker is what the relays publish to (default: kfake, the Kafka
+	// sink).
+	broker brokerKind
+	// leaseTTL overrides the config's relay --lease-ttl (0: keep it), for
+	// a sink whose landing bound needs a longer lease.
+	leaseTTL time.Duration
 	// relays started at first (default 2); maxRelays bounds the slots a
 	// scenario may fill later.
 	relays, maxRelays int
@@ -42,6 +48,10 @@ type scenario struct {
 	// what it found is reported but does not fail the run; "" means
 	// inside: a loss, an order violation or an unexpected delivery fails.
 	outside string
+	// noDuplicates says why the broker drops every re-publish (the NATS
+	// stream's duplicate window): a duplicate then fails the run as a
+	// loss does. "" means duplicates are only counted.
+	noDuplicates string
 	// notes are what the report says about the scenario.
 	notes string
 	// control names the broken relay of a negative control (`chaos
@@ -50,11 +60,26 @@ type scenario struct {
 }
 
 func (sc *scenario) slug() string {
-	s := strings.NewReplacer("/", "-", " ", "-").Replace(sc.name)
+	// It names schemas, prefixes, directories and application names:
+	// letters, digits and '-' only.
+	s := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, sc.name)
 	if len(s) > 24 {
 		s = s[:24]
 	}
 	return s
+}
+
+// lease is the relays' --lease-ttl in this scenario.
+func (sc *scenario) lease(c config) time.Duration {
+	if sc.leaseTTL > 0 {
+		return sc.leaseTTL
+	}
+	return c.leaseTTL
 }
 
 func (sc *scenario) phase(c config) time.Duration {
@@ -77,6 +102,8 @@ func scenarios() []*scenario {
 		brokerFaults(),
 		clusterFailover(),
 		fleetChurn(),
+		sinkRestart("nats/relay-kill+broker-restart", brokerNATS),
+		sinkRestart("amqp/relay-kill+broker-restart", brokerAMQP),
 		negativeControl("control/unordered", "unordered",
 			"negative control: a relay that publishes each batch in a shuffled order (no fault injected)",
 			"The relay hands the entries of a batch to the Kafka sink shuffled, keys included: the checker must report order violations, or it could not see one."),
@@ -103,20 +130,8 @@ func relayKill(name string, b backendKind) *scenario {
 		title: "a relay SIGKILLed and restarted every 4-6 s",
 		every: 4 * time.Second, jitter: 2 * time.Second,
 		full: 150 * time.Second, short: 12 * time.Second,
-		inject: func(ctx context.Context, r *run, i int) error {
-			live := r.liveRelays()
-			if len(live) == 0 {
-				return errNoRelay
-			}
-			slot := live[r.rng.IntN(len(live))]
-			rp := r.relay(slot)
-			r.fault("relay SIGKILLed", "relay-%d (%s, PID %d)", slot, rp.owner, rp.p.PID())
-			if err := rp.kill(); err != nil {
-				return err
-			}
-			return r.startRelay(slot)
-		},
-		notes: "Three relays share the partitions. A killed relay's batches in flight may have been published and not marked sent: they are published again by the relay that takes the partition over, once the lease expires (duplicates, at most a batch per partition it held). Its partitions deliver nothing until then, so recovery is about the lease TTL.",
+		inject: func(ctx context.Context, r *run, i int) error { return killRelay(r) },
+		notes:  "Three relays share the partitions. A killed relay's batches in flight may have been published and not marked sent: they are published again by the relay that takes the partition over, once the lease expires (duplicates, at most a batch per partition it held). Its partitions deliver nothing until then, so recovery is about the lease TTL.",
 	}
 }
 

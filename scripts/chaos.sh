@@ -2,8 +2,9 @@
 # chaos.sh [-short] [-run REGEXP] [-report FILE] [-work DIR] [-parallel N] [-scale F] [-list]
 #
 # Builds and runs the chaos harness (chaos/): relays, appenders, a kfake
-# broker and private PostgreSQL/Redis servers as processes on 127.0.0.1,
-# faults injected, histories checked (see docs/reliability.md).
+# broker (or a private nats-server or RabbitMQ node for the nats/ and amqp/
+# scenarios) and private PostgreSQL/Redis servers as processes on
+# 127.0.0.1, faults injected, histories checked (see docs/reliability.md).
 #
 #   ./scripts/chaos.sh -short     every scenario briefly (part of the test
 #                                 command, so of CI); about 2 minutes here
@@ -13,8 +14,9 @@
 #
 # It needs the shared PostgreSQL and Redis (OUTBOX_POSTGRES_URL,
 # OUTBOX_REDIS_URL; defaults: the local servers) and, for its private
-# servers, PostgreSQL's initdb/pg_ctl and redis-server/redis-cli installed
-# (./scripts/services.sh install). It signals only processes it started.
+# servers, PostgreSQL's initdb/pg_ctl, redis-server/redis-cli,
+# nats-server and rabbitmq-server installed (./scripts/services.sh
+# install). It signals only processes it started.
 # Output goes through ./scripts/services.sh redact: no password in a log.
 set -euo pipefail
 cd "$(dirname "$0")/.."

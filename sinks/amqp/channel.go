@@ -45,10 +45,18 @@ type pubChan struct {
 // publish writes msg on the slot's channel, opening one when needed, and
 // registers p for its confirm. It returns the channel p waits on, or an
 // error when the message was not written.
-func (sl *slot) publish(ctx context.Context, sess *session, exchange, key string, msg amqp.Publishing, p *pending) (*pubChan, error) {
+//
+// expect is the channel the call published its earlier messages on, nil
+// for its first: when that channel has died, the message is not written on
+// a new one, as it would then be routed after earlier messages of the call
+// that failed (retryably) with the old channel.
+func (sl *slot) publish(ctx context.Context, sess *session, exchange, key string, msg amqp.Publishing, p *pending, expect *pubChan) (*pubChan, error) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	pc := sl.pc
+	if expect != nil && (pc != expect || pc.isDead()) {
+		return nil, fmt.Errorf("%w: the channel closed during this publish call; the call's later messages of this channel are not published, to keep their keys' order", ErrConnectionLost)
+	}
 	if pc == nil || pc.isDead() || pc.sess != sess {
 		var err error
 		pc, err = sl.open(ctx, sess)

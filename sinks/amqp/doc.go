@@ -52,8 +52,9 @@
 // active consumer) and nothing is requeued. A failure inside a call cannot
 // let a later entry of the key be written after an earlier one that is
 // retried: a channel error drops every publish of the channel after the
-// one that caused it; a publish that could not be written stops the key's
-// later entries in the call; and an entry that failed retryably (a nack)
+// one that caused it, and the call publishes nothing more on a new channel
+// in its place; a publish that could not be written stops the key's later
+// entries in the call; and an entry that failed retryably (a nack)
 // while a later entry of its key was confirmed is turned permanent, so
 // the relay parks it instead of delivering it out of order (keyorder.go
 // argues each case).

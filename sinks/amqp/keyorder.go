@@ -23,7 +23,9 @@ import (
 //   - the channel or connection closed: every message published on it
 //     after the first one the broker did not handle was never routed
 //     (the broker drops a channel's later frames once it closes it), and
-//     the later entries fail with [ErrConnectionLost] too; an earlier
+//     the later entries fail with [ErrConnectionLost] too: the call does
+//     not publish them on a new channel (slot.publish refuses to replace
+//     the channel the call started on); an earlier
 //     message routed but not confirmed also fails, retryably, and may be
 //     delivered again later: a duplicate, which consumers drop by
 //     message_id, not a reordering of first deliveries. Such messages

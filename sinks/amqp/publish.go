@@ -122,13 +122,14 @@ func (s *Sink) writeAll(ctx context.Context, sess *session, sl *slot, msgs []out
 	})
 	defer stop()
 	var failedKeys map[string]bool // keys of this group with a failure known
+	var used *pubChan              // the channel of the call's earlier messages
 	for j, i := range idx {
 		e := &msgs[i]
 		if e.Key != "" && failedKeys[e.Key] {
 			errs[i] = s.classified(fmt.Errorf("%w: an earlier entry of key %q in this call failed; not published, to keep the key's order", ErrConnectionLost, e.Key))
 			continue
 		}
-		p, pc, err := s.publishOne(ctx, sess, sl, e)
+		p, pc, err := s.publishOne(ctx, sess, sl, e, used)
 		if err != nil {
 			errs[i] = err
 			if e.Key != "" {
@@ -141,12 +142,13 @@ func (s *Sink) writeAll(ctx context.Context, sess *session, sl *slot, msgs []out
 		}
 		ps[j] = p
 		chans[pc] = true
+		used = pc
 	}
 }
 
 // publishOne waits for room (MaxPending) and for the connection to be
 // unblocked, then writes e on sl.
-func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbox.Entry) (*pending, *pubChan, error) {
+func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbox.Entry, expect *pubChan) (*pending, *pubChan, error) {
 	exchange, key := s.opts.Exchange(*e), s.opts.RoutingKey(*e)
 	if err := s.checkNames(e, exchange, key); err != nil {
 		return nil, nil, err
@@ -162,7 +164,7 @@ func (s *Sink) publishOne(ctx context.Context, sess *session, sl *slot, e *outbo
 	}
 	msg := s.message(e)
 	p := &pending{exchange: exchange, key: key, id: e.ID, size: len(e.Payload), res: make(chan error, 1)}
-	pc, err := sl.publish(ctx, sess, exchange, key, msg, p)
+	pc, err := sl.publish(ctx, sess, exchange, key, msg, p, expect)
 	if err != nil {
 		<-s.pending
 		return nil, nil, s.classified(err)

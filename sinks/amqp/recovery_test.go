@@ -179,44 +179,62 @@ func TestReconnectWaitsBetweenAttempts(t *testing.T) {
 	require.NoError(t, s.Publish(ctxT(t), entries(tp.exchange, 1, func(int) string { return "k" }))[0])
 }
 
-// TestPublishTimeoutDuringStall: with the broker stalled (no byte goes
-// through), Publish of messages written and waiting for confirms gives up at PublishTimeout (plus CloseTimeout, its
-// wait for the channel's close), failing its entries semi-transient with
-// context.DeadlineExceeded; after the stall, the sink publishes again, and
-// the entries it gave up on did not land.
-func TestPublishTimeoutDuringStall(t *testing.T) {
-	t.Parallel()
+// stallCase is a sink that connects through a fault proxy, with short
+// timeouts, and has published one entry of key "warm" (so that the warm
+// key's channel is open).
+type stallCase struct {
+	tp    *topo
+	proxy *faultProxy
+	s     *amqpsink.Sink
+}
+
+func newStallCase(t *testing.T) *stallCase {
 	url := brokerURL(t)
-	tp := newTopo(t, url)
-	proxy := proxyTo(t, url)
-	s, err := amqpsink.Dial("amqp://guest:guest@"+proxy.addr()+"/?heartbeat=1", amqpsink.Options{
+	c := &stallCase{tp: newTopo(t, url), proxy: proxyTo(t, url)}
+	var err error
+	c.s, err = amqpsink.Dial("amqp://guest:guest@"+c.proxy.addr()+"/?heartbeat=1", amqpsink.Options{
 		PublishTimeout: 300 * time.Millisecond, CloseTimeout: 200 * time.Millisecond, ReconnectDelay: 20 * time.Millisecond,
 	})
 	require.NoError(t, err)
-	defer s.Close()
-	require.NoError(t, s.Publish(ctxT(t), entries(tp.exchange, 1, func(int) string { return "warm" }))[0])
-	tp.read(1)
+	t.Cleanup(func() { _ = c.s.Close() })
+	require.NoError(t, c.s.Publish(ctxT(t), entries(c.tp.exchange, 1, func(int) string { return "warm" }))[0])
+	c.tp.read(1)
+	return c
+}
 
-	proxy.stall()
+// healAndCheck ends the stall and checks that the sink publishes again
+// and that, past the landing bound, nothing of what it gave up on landed.
+func (c *stallCase) healAndCheck(t *testing.T) {
+	c.proxy.heal()
+	waitFor(t, func() bool { return c.s.Ping(ctxT(t)) == nil }, "a new connection")
+	after := entries(c.tp.exchange, 1, func(int) string { return "after" })
+	require.NoError(t, c.s.Publish(ctxT(t), after)[0])
+	time.Sleep(c.s.LandingBound())
+	got := c.tp.read(1)
+	got = append(got, c.tp.drain()...)
+	require.Len(t, got, 1, "only the entry published after the stall is in the queue")
+	assert.Equal(t, after[0].ID, got[0].MessageId)
+}
+
+// TestPublishTimeoutDuringStall: with the broker stalled (no byte goes
+// through), Publish of messages written and waiting for confirms gives up
+// at PublishTimeout (plus CloseTimeout, its wait for the channel's close),
+// failing its entries semi-transient with context.DeadlineExceeded; after
+// the stall, the sink publishes again, and the entries it gave up on did
+// not land.
+func TestPublishTimeoutDuringStall(t *testing.T) {
+	t.Parallel()
+	c := newStallCase(t)
+	c.proxy.stall()
 	// Of the warm key: on the channel that is open, so each is written
 	// (into the stall) and waits for its confirm.
-	stalled := entries(tp.exchange, 3, func(int) string { return "warm" })
-	errs := s.Publish(context.Background(), stalled)
-	for _, err := range errs {
+	stalled := entries(c.tp.exchange, 3, func(int) string { return "warm" })
+	for _, err := range c.s.Publish(context.Background(), stalled) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Equal(t, backoff.ClassSemiTransient, backoff.ClassOf(err))
 		assert.Contains(t, err.Error(), "PublishTimeout")
 	}
-	proxy.heal()
-	waitFor(t, func() bool { return s.Ping(ctxT(t)) == nil }, "a new connection")
-	after := entries(tp.exchange, 1, func(int) string { return "after" })
-	require.NoError(t, s.Publish(ctxT(t), after)[0])
-	// Wait past the landing bound: none of the stalled entries lands.
-	time.Sleep(s.LandingBound())
-	got := tp.read(1)
-	got = append(got, tp.drain()...)
-	require.Len(t, got, 1, "only the entry published after the stall is in the queue")
-	assert.Equal(t, after[0].ID, got[0].MessageId)
+	c.healAndCheck(t)
 }
 
 // TestPublishReturnsWhenAWriteBlocks: with the broker stalled and large
@@ -226,24 +244,14 @@ func TestPublishTimeoutDuringStall(t *testing.T) {
 // them lands while the next publish succeeds.
 func TestPublishReturnsWhenAWriteBlocks(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
-	tp := newTopo(t, url)
-	proxy := proxyTo(t, url)
-	s, err := amqpsink.Dial("amqp://guest:guest@"+proxy.addr()+"/?heartbeat=1", amqpsink.Options{
-		PublishTimeout: 300 * time.Millisecond, CloseTimeout: 200 * time.Millisecond, ReconnectDelay: 20 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	defer s.Close()
-	require.NoError(t, s.Publish(ctxT(t), entries(tp.exchange, 1, func(int) string { return "big" }))[0])
-	tp.read(1)
-
-	proxy.stall()
-	big := entries(tp.exchange, 64, func(int) string { return "big" })
+	c := newStallCase(t)
+	c.proxy.stall()
+	big := entries(c.tp.exchange, 64, func(int) string { return "warm" })
 	for i := range big {
 		big[i].Payload = make([]byte, 512<<10) // 32 MiB in all: more than the socket buffers hold
 	}
 	done := make(chan []error, 1)
-	go func() { done <- s.Publish(context.Background(), big) }()
+	go func() { done <- c.s.Publish(context.Background(), big) }()
 	var errs []error
 	select {
 	case errs = <-done:
@@ -254,13 +262,5 @@ func TestPublishReturnsWhenAWriteBlocks(t *testing.T) {
 		require.Error(t, err, "entry %d", i)
 		assert.NotEqual(t, backoff.ClassPermanent, backoff.ClassOf(err), "entry %d: %v", i, err)
 	}
-	proxy.heal()
-	waitFor(t, func() bool { return s.Ping(ctxT(t)) == nil }, "a new connection")
-	after := entries(tp.exchange, 1, func(int) string { return "after" })
-	require.NoError(t, s.Publish(ctxT(t), after)[0])
-	time.Sleep(s.LandingBound())
-	got := tp.read(1)
-	got = append(got, tp.drain()...)
-	require.Len(t, got, 1, "only the entry published after the stall is in the queue")
-	assert.Equal(t, after[0].ID, got[0].MessageId)
+	c.healAndCheck(t)
 }

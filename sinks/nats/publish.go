@@ -41,7 +41,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 	if len(msgs) == 0 {
 		return errs
 	}
-	defer func() { s.health.note(ctx, s.opts.Now(), errs) }()
+	defer func() { s.health.Record(ctx, s.opts.Now(), errs) }()
 	pctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
 	c := newCall(s, ctx, pctx, msgs, errs)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/sinkhealth"
 )
 
 // Sink publishes outbox entries to NATS JetStream. It implements
@@ -38,7 +39,7 @@ type Sink struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
-	health publishHealth
+	health sinkhealth.Health
 }
 
 var (

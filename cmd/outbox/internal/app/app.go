@@ -30,7 +30,7 @@ import (
 type CLI struct {
 	Config string `name:"config" env:"OUTBOX_CONFIG" placeholder:"FILE" noconfig:"" help:"YAML file of settings whose keys are flag names (store:, schema:, prefix:, ...); flags and the environment override it ('outbox help config')."`
 
-	Relay   relaycmd.RelayCmd   `cmd:"" help:"Relay an outbox to Kafka until SIGTERM or SIGINT, serving /metrics, /healthz and /readyz."`
+	Relay   relaycmd.RelayCmd   `cmd:"" help:"Relay an outbox to Kafka, NATS JetStream or RabbitMQ (--sink-url) until SIGTERM or SIGINT, serving /metrics, /healthz and /readyz."`
 	Migrate admincmd.MigrateCmd `cmd:"" help:"Create, upgrade or remove an outbox's tables (Postgres), or store its partition count (Redis)."`
 	Move    movecmd.MoveCmd     `cmd:"" help:"Move a live outbox to another store, backend or partition count: --prepare, then the move; --dry-run, --verify, --release, --unseal."`
 	Status  admincmd.StatusCmd  `cmd:"" help:"Counts of an outbox per partition: pending, due, parked, lag, oldest due entry, blocked keys, lease holder; what is paused."`
@@ -45,7 +45,7 @@ type CLI struct {
 	Cancel  admincmd.CancelCmd  `cmd:"" help:"Delete entries: pending or parked ones by ID, parked ones by filter or all."`
 	Purge   admincmd.PurgeCmd   `cmd:"" help:"Delete archived (sent) entries older than a time from the Postgres archive."`
 	UI      uicmd.UICmd         `cmd:"" name:"ui" help:"Serve the dashboard of an outbox (counts, charts, partitions, parked entries, requeue and cancel) on 127.0.0.1:8080 until SIGTERM or SIGINT."`
-	Demo    demo.DemoCmd        `cmd:"" help:"Append, relay to an in-process Kafka with injected failures, and verify: nothing to install."`
+	Demo    demo.DemoCmd        `cmd:"" help:"Append, relay to an in-process Kafka (or --sink nats: an embedded NATS server) with injected failures, and verify: nothing to install."`
 	Version VersionCmd          `cmd:"" help:"Print the version."`
 }
 
@@ -118,7 +118,7 @@ func Run(args []string, app *cli.App) int {
 	config := cli.NewConfigResolver(secrets)
 	parser, err := kong.New(&root,
 		kong.Name("outbox"),
-		kong.Description("Run relays, migrate and administer transactional outboxes (Postgres, Redis) and relay them to Kafka.\n\n"+
+		kong.Description("Run relays, migrate and administer transactional outboxes (Postgres, Redis) and relay them to Kafka, NATS JetStream or RabbitMQ.\n\n"+
 			"Name the outbox with --store URL (or OUTBOX_STORE, or store: in the --config file) and --schema/--table (Postgres) or --prefix (Redis).\n\n"+
 			"More help: 'outbox help stores' (URL forms: auth, TLS, Sentinel, Cluster), 'outbox help config' (the config file), 'outbox help json' (the -o json shapes), 'outbox COMMAND --help'.\n\n"+
 			"Exit status: 0 success, 1 failure, 2 usage error."),

@@ -57,11 +57,11 @@ type demoOutput struct {
 }
 
 var (
-	demoHeaderRE   = regexp.MustCompile(`(?m)^outbox demo: .+, \d+ partitions, 2 relays, in-process Kafka \(kfake\); seed (\d+)$`)
+	demoHeaderRE   = regexp.MustCompile(`(?m)^outbox demo: .+, \d+ partitions, 2 relays, (?:in-process Kafka \(kfake\)|embedded NATS JetStream \(nats-server\)|RabbitMQ at \S+, exchange outbox-demo-\S+); seed (\d+)$`)
 	demoPlanRE     = regexp.MustCompile(`(?m)^plan: (\d+) entries in (\d+) transactions over (\d+) keys, and (\d+) transactions \((\d+) entries\) that roll back; (\d+) poison entries; \d+(?:\.\d+)?% of publish attempts fail on purpose: (\d+) failures(?:, so (\d+) entries fail 20 times and are parked)?$`)
 	demoProgressRE = regexp.MustCompile(`(?m)^  appended (\d+)/(\d+), arrived (\d+)/(\d+), parked (\d+)/(\d+), publish attempts \d+ \(\d+ failed on purpose\)$`)
 	demoAppendedRE = regexp.MustCompile(`(?m)^appended   (\d+) entries in (\d+) transactions over (\d+) keys; (\d+) transactions \((\d+) entries\) rolled back$`)
-	demoPublishRE  = regexp.MustCompile(`(?m)^published  (\d+) entries acknowledged by Kafka and marked sent by the relays; (\d+) arrived, plus (\d+) duplicates`)
+	demoPublishRE  = regexp.MustCompile(`(?m)^published  (\d+) entries acknowledged by (?:Kafka|NATS|RabbitMQ) and marked sent by the relays; (\d+) arrived, plus (\d+) duplicates`)
 	demoFailedRE   = regexp.MustCompile(`(?m)^failed     (\d+) publish attempts failed on purpose \((\d+) distinct by entry and attempt\); the relays retried (\d+) with backoff$`)
 	demoParkedRE   = regexp.MustCompile(`(?m)^parked     (\d+) entries: (\d+) poison(?:, (\d+) out of attempts)?$`)
 	demoOrderRE    = regexp.MustCompile(`(?m)^order      per-key order checked over \d+ keys: (\d+) violations$`)
@@ -174,15 +174,28 @@ func runDemo(args ...string) (int, string, string) {
 
 func TestDemoOnMemory(t *testing.T) {
 	t.Parallel()
-	code, out, errs := runDemo(demoSmall...)
+	demoSmallRun(t, "in-process Kafka (kfake)", "Kafka")
+}
+
+// demoSmallRun runs the demo with demoSmall and args, which must pass;
+// its numbers must agree, it must roll back, inject failures, park the 3
+// poison entries and hand over, and its header and summary must name the
+// broker (header) and short (summary). It returns the parsed output.
+func demoSmallRun(t *testing.T, header, short string, args ...string) demoOutput {
+	t.Helper()
+	code, out, errs := runDemo(append(slices.Clone(demoSmall), args...)...)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
 	d := parseDemo(t, out, true)
 	checkAgreement(t, d)
+	if !strings.Contains(out, "2 relays, "+header) || !strings.Contains(out, "acknowledged by "+short+" ") {
+		t.Errorf("the run did not publish to %s:\n%s", header, out)
+	}
 	if d.planPoison != 3 || d.planRB == 0 || d.planFailures == 0 || !strings.Contains(out, "relay-C took them over") {
 		t.Errorf("the run should park 3 poison entries, roll back, inject failures and hand over:\n%s", out)
 	}
+	return d
 }
 
 // TestDemoSeedRepeats runs the demo twice with one seed and once with

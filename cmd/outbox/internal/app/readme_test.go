@@ -17,7 +17,8 @@ package app
 //     README's Go example would, one entry to the topic orders, which the
 //     test's Kafka (kfake) does not have, and one to a topic it has.
 //   - `outbox relay` runs in the background until the block ends, against
-//     that Kafka (its --kafka-brokers) with its metrics on a free port (its
+//     that Kafka (its --sink-url kafka://... or --kafka-brokers) with its
+//     metrics on a free port (its
 //     --metrics-addr), and --kafka-unknown-topic-timeout 2s added so the
 //     entry for orders parks with the Kafka sink's real unknown-topic error
 //     within seconds instead of the default minute; the test waits until
@@ -436,12 +437,17 @@ func (r *readmeRun) startRelay(where string, args []string) {
 		switch args[i-1] {
 		case "--kafka-brokers":
 			args[i] = strings.Join(cluster.ListenAddrs(), ",")
+		case "--sink-url":
+			if !strings.HasPrefix(args[i], "kafka://") {
+				t.Fatalf("%s: the test runs the relay on Kafka; give its --sink-url as kafka://HOST:PORT,... (or mark the block)", where)
+			}
+			args[i] = "kafka://" + strings.Join(cluster.ListenAddrs(), ",")
 		case "--metrics-addr":
 			args[i] = metrics
 		}
 	}
-	if flagValue(args, "--kafka-brokers") == "" || flagValue(args, "--metrics-addr") != metrics {
-		t.Fatalf("%s: the test expects --kafka-brokers and --metrics-addr", where)
+	if flagValue(args, "--kafka-brokers")+flagValue(args, "--sink-url") == "" || flagValue(args, "--metrics-addr") != metrics {
+		t.Fatalf("%s: the test expects --sink-url kafka://... (or --kafka-brokers) and --metrics-addr", where)
 	}
 	args = append(args, "--kafka-unknown-topic-timeout", "2s")
 	r.relay = startCLI(t, args...)

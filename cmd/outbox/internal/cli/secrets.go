@@ -19,7 +19,8 @@ import (
 //
 //   - structural redaction (RedactText) rewrites every URL-looking text:
 //     the password of scheme://user:password@host, the whole user info of
-//     a Redis URL with a lone user info (go-redis sends it as AUTH), and
+//     a Redis or NATS URL with a lone user info (go-redis sends it as
+//     AUTH, nats.go as a token), and
 //     the value of every password=, secret= or token= setting (query
 //     parameters and key=value connection strings);
 //   - exact redaction (SecretSet) replaces every known secret string, raw
@@ -63,8 +64,8 @@ func RedactText(s string, known ...string) string {
 			}
 			return scheme + user + ":" + secretMask + "@"
 		}
-		if strings.HasPrefix(strings.ToLower(scheme), "redis") && info != "" {
-			return scheme + secretMask + "@" // go-redis sends a lone user info as a password
+		if loneInfoIsSecret(scheme) && info != "" {
+			return scheme + secretMask + "@" // go-redis sends a lone user info as a password, nats.go as a token
 		}
 		return m
 	})
@@ -75,6 +76,14 @@ func RedactText(s string, known ...string) string {
 		}
 	}
 	return s
+}
+
+// loneInfoIsSecret reports whether the lone user info (no colon) of a URL
+// of scheme (with its "://") is a secret: a Redis URL's is the password
+// (go-redis sends it as AUTH), a NATS URL's (nats://, tls://) the token.
+func loneInfoIsSecret(scheme string) bool {
+	s := strings.ToLower(strings.TrimSuffix(scheme, "://"))
+	return strings.HasPrefix(s, "redis") || s == "nats" || s == "tls"
 }
 
 // URLSecrets returns the secrets in a URL or connection string: the
@@ -96,7 +105,7 @@ func URLSecrets(s string) []string {
 	for _, m := range userInfo.FindAllStringSubmatch(s, -1) {
 		if _, pw, ok := strings.Cut(m[2], ":"); ok {
 			add(pw)
-		} else if strings.HasPrefix(strings.ToLower(m[1]), "redis") {
+		} else if loneInfoIsSecret(m[1]) {
 			add(m[2])
 		}
 	}

@@ -18,6 +18,10 @@ func TestRedactText(t *testing.T) {
 		{"u:p@ss@h", "u:p@ss@h"}, // no scheme: only exact secrets are removed
 		{"a redis://USER:PASSWORD@HOST form", "a redis://USER:PASSWORD@HOST form"},
 		{"two redis://:a1@h and postgres://u:b2@h", "two redis://:xxxxx@h and postgres://u:xxxxx@h"},
+		{"nats://Tok3n-abc@n1:4222,nats://Tok3n-abc@n2:4222", "nats://xxxxx@n1:4222,nats://xxxxx@n2:4222"},
+		{"tls://relay:Pa55@n1:4222", "tls://relay:xxxxx@n1:4222"},
+		{"amqps://relay:Pa55@mq:5671/billing", "amqps://relay:xxxxx@mq:5671/billing"},
+		{"amqp://relay@mq/billing", "amqp://relay@mq/billing"}, // an AMQP user alone is no secret
 	}
 	for _, tc := range tests {
 		if got := RedactText(tc.in); got != tc.want {
@@ -29,5 +33,8 @@ func TestRedactText(t *testing.T) {
 	}
 	if got := URLSecrets("redis://:a%2Fb-long@h/0"); len(got) != 2 || got[0] != "a%2Fb-long" || got[1] != "a/b-long" {
 		t.Errorf("urlSecrets: %q", got)
+	}
+	if got := URLSecrets("nats://s3cret-tok@h:4222"); len(got) != 1 || got[0] != "s3cret-tok" {
+		t.Errorf("URLSecrets of a NATS token URL: %q", got)
 	}
 }

@@ -36,9 +36,13 @@ type DemoCmd struct {
 	Store      string        `placeholder:"URL" noconfig:"" help:"PostgreSQL or Redis URL for --backend postgres or redis. Default: $OUTBOX_POSTGRES_URL or $OUTBOX_REDIS_URL by backend, else the local server (port 5432 as user postgres; port 6379)."`
 	UI         bool          `name:"ui" noconfig:"" help:"Serve the dashboard of the demo's outbox while it runs (the URL is printed; actions answer 403 until the run ends), and keep serving it after the run, with requeue and cancel, until Ctrl-C (SIGINT) or SIGTERM; the exit status is still the run's."`
 	UIAddr     string        `name:"ui-addr" placeholder:"HOST:PORT" noconfig:"" help:"Loopback address of --ui's dashboard; port 0 picks a free one. Default: a free port of the IPv4 loopback address."`
+	Sink       string        `default:"kafka" enum:"kafka,nats,amqp" placeholder:"NAME" noconfig:"" help:"Broker the relays publish to: kafka (an in-process Kafka, franz-go's kfake), nats (an embedded NATS server with JetStream, its store in a temporary directory) or amqp (a RabbitMQ that runs already: --sink-url). The first two need nothing installed. Default: ${default}."`
+	SinkURL    string        `name:"sink-url" placeholder:"URL" noconfig:"" help:"RabbitMQ URL for --sink amqp; the demo makes an exchange and a queue of its own there and deletes them at the end. Default: $OUTBOX_AMQP_URL, else the local broker (port 5672) as user guest."`
 
-	// origin is where Store came from, set by resolve.
-	origin storeOrigin
+	// origin is where Store came from, set by resolve; sinkOrigin where
+	// SinkURL came from.
+	origin     storeOrigin
+	sinkOrigin string
 	// uiStop, when set, also ends the wait after the run (tests).
 	uiStop <-chan struct{}
 	// finished is set, with --ui, once the run reached its report: the
@@ -48,7 +52,7 @@ type DemoCmd struct {
 
 // Help is the demo's description in outbox demo --help.
 func (c *DemoCmd) Help() string {
-	return `The demo appends entries in transactions, some of which roll back, to an outbox; runs two relays that publish them through the Kafka sink to an in-process Kafka (franz-go's kfake) while broker failures are injected; stops one relay halfway for a third to take its partitions over; consumes the topic back; and checks that every committed entry arrived or was parked as planned, in per-key order, and that nothing rolled back was published.
+	return `The demo appends entries in transactions, some of which roll back, to an outbox; runs two relays that publish them through the Kafka sink to an in-process Kafka (franz-go's kfake), or with --sink nats through the NATS sink to an embedded NATS server with JetStream (--sink amqp: through the RabbitMQ sink to the RabbitMQ at --sink-url, on an exchange and queue of the run's own), while broker failures are injected; stops one relay halfway for a third to take its partitions over; consumes the topic back; and checks that every committed entry arrived or was parked as planned, in per-key order, and that nothing rolled back was published.
 
 Exit status: 0 when every check passes; 1 when one fails, on an error or on --timeout; 130 on SIGINT (Ctrl-C) and 143 on SIGTERM, after stopping the relays and removing the demo's schema or keys (a second signal quits at once and leaves them).
 
@@ -135,6 +139,9 @@ func (c *DemoCmd) resolve(getenv func(string) string) (*DemoCmd, error) {
 	if err := r.resolveBackend(getenv); err != nil {
 		return nil, err
 	}
+	if err := r.resolveSink(getenv); err != nil {
+		return nil, err
+	}
 	return &r, nil
 }
 
@@ -189,6 +196,23 @@ func (c *DemoCmd) resolveBackend(getenv func(string) string) error {
 		return cli.UsageError("demo: --backend %s with a %s --store URL; give a %s URL or --backend %s", c.Backend, kind, c.Backend, kind)
 	}
 	c.resolveStore(getenv)
+	return nil
+}
+
+// resolveSink fills in --sink-url for --sink amqp (from OUTBOX_AMQP_URL,
+// else the local broker) and refuses it with another sink.
+func (c *DemoCmd) resolveSink(getenv func(string) string) error {
+	switch {
+	case c.Sink != "amqp" && c.SinkURL != "":
+		return cli.UsageError("demo: --sink-url is the RabbitMQ of --sink amqp; --sink %s starts its own broker", c.Sink)
+	case c.Sink != "amqp":
+	case c.SinkURL != "":
+		c.sinkOrigin = "from --sink-url"
+	case getenv("OUTBOX_AMQP_URL") != "":
+		c.SinkURL, c.sinkOrigin = getenv("OUTBOX_AMQP_URL"), "from OUTBOX_AMQP_URL"
+	default:
+		c.SinkURL, c.sinkOrigin = demoAMQPDefault, "the default, as neither --sink-url nor OUTBOX_AMQP_URL is set"
+	}
 	return nil
 }
 

@@ -14,12 +14,14 @@ import (
 // errInjected marks the failures the demo injects.
 var errInjected = errors.New("injected")
 
-// faultySink injects broker failures in front of the Kafka sink:
-// permanent ones for the poison entries, transient ones where the plan
-// says (failsOnPurpose, by entry and attempt).
+// faultySink injects broker failures in front of the broker's sink:
+// permanent ones for the poison entries, transient ones (with the text
+// fault, as the broker's client would say it) where the plan says
+// (failsOnPurpose, by entry and attempt).
 type faultySink struct {
-	next outbox.Sink
-	w    *world
+	next  outbox.Sink
+	fault string
+	w     *world
 }
 
 func (s *faultySink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
@@ -38,7 +40,7 @@ func (s *faultySink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 			s.w.mu.Lock()
 			s.w.failedAt[[2]int{idx, m.Attempts}] = true
 			s.w.mu.Unlock()
-			errs[i] = fmt.Errorf("broker: NOT_LEADER_OR_FOLLOWER (%w)", errInjected)
+			errs[i] = fmt.Errorf("broker: %s (%w)", s.fault, errInjected)
 		default:
 			pass, at = append(pass, m), append(at, i)
 		}

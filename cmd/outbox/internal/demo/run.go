@@ -9,12 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backoff"
-	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
 )
 
 // demo runs the demo on the resolved configuration c. Everything it
@@ -31,17 +27,11 @@ func demo(ctx context.Context, c *DemoCmd, out io.Writer) (err error) {
 	logs := &relayLog{fatal: cancelRun}
 	logger := slog.New(logs)
 
-	// An in-process Kafka speaking the real protocol.
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, demoTopic))
+	broker, err := startBroker(runCtx, c)
 	if err != nil {
-		return fmt.Errorf("demo: starting the in-process Kafka: %w", err)
+		return err
 	}
-	defer cluster.Close()
-	kafka, err := kafkasink.Dial(cluster.ListenAddrs(), kafkasink.Options{})
-	if err != nil {
-		return fmt.Errorf("demo: connecting to the in-process Kafka: %w", err)
-	}
-	defer kafka.Close()
+	defer broker.close()
 
 	db, err := openDemoBackend(runCtx, c, logger)
 	if err != nil {
@@ -55,7 +45,7 @@ func demo(ctx context.Context, c *DemoCmd, out io.Writer) (err error) {
 		}
 	}()
 
-	fmt.Fprintf(out, "outbox demo: %s, %d partitions, 2 relays, in-process Kafka (kfake); seed %d\n", db.name, c.Partitions, c.Seed)
+	fmt.Fprintf(out, "outbox demo: %s, %d partitions, 2 relays, %s; seed %d\n", db.name, c.Partitions, broker.name, c.Seed)
 	fmt.Fprintf(out, "plan: %s\n", plan.describe(c))
 	var dash *demoDashboard
 	if c.UI {
@@ -66,19 +56,12 @@ func demo(ctx context.Context, c *DemoCmd, out io.Writer) (err error) {
 		fmt.Fprintf(out, "dashboard  %s (actions answer 403 until the run ends)\n", dash.url)
 	}
 
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(demoTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return fmt.Errorf("demo: creating the consumer: %w", err)
-	}
-	defer consumer.Close()
-
 	r := &demoRun{c: c, out: out, plan: plan, w: w, db: db, logs: logs, runCtx: runCtx, cancelRun: cancelRun,
-		fleet: &relayFleet{store: db.store, sink: &faultySink{next: kafka, w: w}, opts: relayOptions(c, logger), relays: map[string]*outbox.Relay{}}}
+		fleet: &relayFleet{store: db.store, sink: &faultySink{next: broker.sink, fault: broker.fault, w: w}, opts: relayOptions(c, logger), relays: map[string]*outbox.Relay{}}}
 	// Stop in this order: appenders, relays, consumer; the deferred
 	// close above then removes the schema or keys.
 	defer r.stop(ctx)
-	handover, err := r.run(consumer)
+	handover, err := r.run(broker)
 	if err != nil {
 		return err
 	}
@@ -89,7 +72,7 @@ func demo(ctx context.Context, c *DemoCmd, out io.Writer) (err error) {
 	r.consuming.Wait()
 	reportCtx, cancelReport := context.WithTimeout(ctx, demoStopTimeout)
 	defer cancelReport()
-	err = w.report(reportCtx, out, db, r.fleet.stats(), handover, time.Since(start))
+	err = w.report(reportCtx, out, db, broker.short, r.fleet.stats(), handover, time.Since(start))
 	if dash != nil {
 		c.finished = true
 		dash.running.Store(false)
@@ -130,8 +113,12 @@ type demoRun struct {
 // run starts the consumer, relays A and B and the appenders, and waits
 // until every committed entry arrived or was parked, handing relay A's
 // partitions over to relay C halfway. It returns what the handover did.
-func (r *demoRun) run(consumer *kgo.Client) (handover string, err error) {
-	r.consuming.Go(func() { r.w.consume(r.runCtx, consumer) })
+func (r *demoRun) run(broker *demoBroker) (handover string, err error) {
+	r.consuming.Go(func() {
+		if err := broker.consume(r.runCtx, r.w.arrive); err != nil && r.runCtx.Err() == nil {
+			r.cancelRun(fmt.Errorf("demo: consuming from %s: %w", broker.short, err))
+		}
+	})
 	for _, name := range []string{"relay-A", "relay-B"} {
 		if err := r.fleet.start(r.runCtx, name); err != nil {
 			return "", err

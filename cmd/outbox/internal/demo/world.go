@@ -11,10 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outboxrelay/outbox"
-	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
 )
 
 // abort prints where the run stood and returns why it ended.
@@ -179,44 +176,40 @@ func (w *world) commitTx(tx demoTx) {
 	w.appendedTxs.Add(1)
 }
 
-func (w *world) consume(ctx context.Context, cl *kgo.Client) {
-	for {
-		fetches := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return
+// arrive records a message of the demo's topic read back from the broker,
+// with its entry ID and key, in the order the broker keeps: a duplicate is
+// counted, a first arrival checked against the plan (its transaction
+// committed, not a rolled-back or poison entry, its key's sequence after
+// the last one seen).
+func (w *world) arrive(id, key string) {
+	i, ok := w.plan.byID[id]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !ok {
+		w.unknown.Add(1)
+		w.violations = append(w.violations, fmt.Sprintf("a message with unknown entry ID %q arrived", id))
+		return
+	}
+	w.arrivals[i]++
+	if w.arrivals[i] > 1 {
+		return // a duplicate: consumers dedupe by the entry ID
+	}
+	e := w.plan.entries[i]
+	switch {
+	case e.rollback:
+		w.violations = append(w.violations, "entry "+id+" of a rolled-back transaction arrived")
+	case w.txOf[i] == txPlanned:
+		w.violations = append(w.violations, "entry "+id+" arrived before its transaction began")
+	case e.poison || e.failures == demoMaxAttempts:
+		w.violations = append(w.violations, "entry "+id+" arrived although the broker refused every attempt")
+	case key != e.key:
+		w.violations = append(w.violations, fmt.Sprintf("entry %s arrived with key %q, want %q", id, key, e.key))
+	default:
+		if last, seen := w.lastSeq[e.key]; seen && e.seq < last {
+			w.violations = append(w.violations, fmt.Sprintf("key %s: seq %d arrived after seq %d", e.key, e.seq, last))
 		}
-		fetches.EachRecord(func(rec *kgo.Record) {
-			id := kafkasink.EntryID(rec)
-			i, ok := w.plan.byID[id]
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if !ok {
-				w.unknown.Add(1)
-				w.violations = append(w.violations, fmt.Sprintf("a record with unknown entry ID %q arrived", id))
-				return
-			}
-			w.arrivals[i]++
-			if w.arrivals[i] > 1 {
-				return // a duplicate: consumers dedupe by the entry ID
-			}
-			e := w.plan.entries[i]
-			switch {
-			case e.rollback:
-				w.violations = append(w.violations, "entry "+id+" of a rolled-back transaction arrived")
-			case w.txOf[i] == txPlanned:
-				w.violations = append(w.violations, "entry "+id+" arrived before its transaction began")
-			case e.poison || e.failures == demoMaxAttempts:
-				w.violations = append(w.violations, "entry "+id+" arrived although the broker refused every attempt")
-			case string(rec.Key) != e.key:
-				w.violations = append(w.violations, fmt.Sprintf("entry %s arrived with key %q, want %q", id, rec.Key, e.key))
-			default:
-				if last, seen := w.lastSeq[e.key]; seen && e.seq < last {
-					w.violations = append(w.violations, fmt.Sprintf("key %s: seq %d arrived after seq %d", e.key, e.seq, last))
-				}
-				w.lastSeq[e.key] = e.seq
-				w.arrived.Add(1)
-			}
-		})
+		w.lastSeq[e.key] = e.seq
+		w.arrived.Add(1)
 	}
 }
 
@@ -228,7 +221,7 @@ func (w *world) progress(parked int64) string {
 }
 
 // report prints the summary and checks every count against the plan.
-func (w *world) report(ctx context.Context, out io.Writer, db *demoBackend, s outbox.RelayStats, handover string, took time.Duration) error {
+func (w *world) report(ctx context.Context, out io.Writer, db *demoBackend, broker string, s outbox.RelayStats, handover string, took time.Duration) error {
 	parked, err := listParked(ctx, db.inspector)
 	if err != nil {
 		return err
@@ -236,7 +229,7 @@ func (w *world) report(ctx context.Context, out io.Writer, db *demoBackend, s ou
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t := w.tally(parked)
-	w.printSummary(out, t, s, handover, took)
+	w.printSummary(out, broker, t, s, handover, took)
 	if problems := w.problems(t, s); len(problems) > 0 {
 		fmt.Fprintln(out, "FAILED")
 		return errors.New("demo: " + strings.Join(problems, "; "))
@@ -303,12 +296,12 @@ func (w *world) tally(parked []outbox.Entry) tally {
 }
 
 // printSummary prints the report's lines; the caller holds w.mu.
-func (w *world) printSummary(out io.Writer, t tally, s outbox.RelayStats, handover string, took time.Duration) {
+func (w *world) printSummary(out io.Writer, broker string, t tally, s outbox.RelayStats, handover string, took time.Duration) {
 	p := w.plan
 	fmt.Fprintf(out, "\nappended   %d entries in %d transactions over %d keys; %d transactions (%d entries) rolled back\n",
 		w.appended.Load(), w.appendedTxs.Load(), p.keys, w.rbTxs.Load(), w.rolledBack.Load())
-	fmt.Fprintf(out, "published  %d entries acknowledged by Kafka and marked sent by the relays; %d arrived, plus %d duplicates (consumers dedupe by the outbox-id header)\n",
-		s.Published, w.arrived.Load(), t.duplicates)
+	fmt.Fprintf(out, "published  %d entries acknowledged by %s and marked sent by the relays; %d arrived, plus %d duplicates (consumers dedupe by the outbox-id header)\n",
+		s.Published, broker, w.arrived.Load(), t.duplicates)
 	fmt.Fprintf(out, "failed     %d publish attempts failed on purpose (%d distinct by entry and attempt); the relays retried %d with backoff\n",
 		w.injected.Load(), t.distinctFailures, s.Retried)
 	parkedLine := fmt.Sprintf("parked     %d entries: %d poison", t.parked, t.poison)

@@ -1,6 +1,7 @@
 package relaycmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,26 +19,29 @@ import (
 	"github.com/outboxrelay/outbox/cmd/outbox/internal/cli"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outboxrelay/outbox"
-	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
 	"github.com/outboxrelay/outbox/ui"
 )
 
-// RelayCmd runs relays from one outbox to Kafka until SIGTERM or SIGINT.
+// RelayCmd runs relays from one outbox to a broker (Kafka, NATS
+// JetStream or RabbitMQ, by --sink-url) until SIGTERM or SIGINT.
 //
 // Flag names are also the keys of the --config file. The relay options map
 // one to one onto outbox.RelayOptions, the Kafka ones onto kafkasink.Dial's
-// options and kgo options.
+// options and kgo options, the NATS ones (NATSFlags) onto natssink's and
+// the RabbitMQ ones (AMQPFlags) onto amqpsink's.
 type RelayCmd struct {
 	cli.StoreFlags
 
 	// version is the CLI's version (cli.App.Version), which the relay
 	// records in its heartbeats; set by Run.
 	version string
+	// sink is the sink the flags select (sinkKafka, sinkNATS, sinkAMQP);
+	// set by validate.
+	sink string
 
-	KafkaBrokers         []string          `name:"kafka-brokers" sep:"," env:"OUTBOX_KAFKA_BROKERS" placeholder:"HOST:PORT" group:"Kafka" help:"Kafka seed brokers, comma-separated (required)."`
+	SinkURL              string            `name:"sink-url" env:"OUTBOX_SINK_URL" placeholder:"URL" group:"Broker" help:"The broker to publish to: kafka://HOST:PORT,HOST:PORT (Kafka; the same as --kafka-brokers), nats://[USER:PASSWORD@]HOST:4222 or tls://HOST:4222 (NATS JetStream; several comma-separated), amqp://USER:PASSWORD@HOST:5672/VHOST or amqps://... (RabbitMQ). Prefer the environment variable when it holds a password. Never printed with its password."`
+	KafkaBrokers         []string          `name:"kafka-brokers" sep:"," env:"OUTBOX_KAFKA_BROKERS" placeholder:"HOST:PORT" group:"Kafka" help:"Kafka seed brokers, comma-separated: the shorthand of --sink-url kafka://HOST:PORT,... (give one of the two)."`
 	KafkaClientID        string            `name:"kafka-client-id" default:"outbox-relay" placeholder:"ID" group:"Kafka" help:"Kafka client ID the brokers see (quotas, logs, ACL audit). Default: ${default}."`
 	KafkaTLS             bool              `name:"kafka-tls" group:"Kafka" help:"Connect to the brokers over TLS, verifying them against the system's roots (or --kafka-tls-ca). The other --kafka-tls-* flags imply it."`
 	KafkaTLSCA           string            `name:"kafka-tls-ca" placeholder:"FILE" group:"Kafka" help:"PEM file of the CA certificates to verify the brokers with, instead of the system's roots."`
@@ -53,21 +57,23 @@ type RelayCmd struct {
 	KafkaAutoCreate      bool              `name:"kafka-auto-create-topics" group:"Kafka" help:"Let producing to a missing topic create it, where the brokers allow that too (auto.create.topics.enable). Default: off, so an entry for a missing topic is retried with backoff and parked once the topic has been unknown for --kafka-unknown-topic-timeout, with an error naming the topic. Turn it on for a development broker that creates topics on demand, such as scripts/kfake.sh's."`
 	KafkaUnknownTopic    time.Duration     `name:"kafka-unknown-topic-timeout" default:"1m" placeholder:"DURATION" group:"Kafka" help:"How long a topic may stay unknown to the brokers (not created yet, or being created again) before its entries are parked; until then they are retried with backoff and hold back the later entries of their key. Negative: never parked for that (the attempt limit still parks). Default: ${default}."`
 	KafkaPublishTimeout  time.Duration     `name:"kafka-publish-timeout" default:"5s" placeholder:"DURATION" group:"Kafka" help:"Bound on one publish round; records not acknowledged by then are retried later. Without transactions the Kafka sink's landing bound is this plus 5s, and --lease-ttl must exceed 1.5 times that bound. /readyz reports not ready once every publish has failed for twice this. Default: ${default}."`
-	Batch                int               `name:"batch" default:"${batch}" placeholder:"N" group:"Relay" help:"Most entries fetched from a partition at once. Default: ${default}."`
-	LeaseTTL             time.Duration     `name:"lease-ttl" default:"${lease_ttl}" placeholder:"DURATION" group:"Relay" help:"Partition lease duration; a dead relay's partitions pass to the others after about this long. Default: ${default}."`
-	PollInterval         time.Duration     `name:"poll-interval" default:"${poll_interval}" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default: ${default}."`
-	MaxInFlight          int               `name:"max-in-flight" default:"${max_in_flight}" placeholder:"N" group:"Relay" help:"Most messages one partition hands to Kafka at once. Default: ${default}."`
-	MaxPartitions        int               `name:"max-partitions" default:"0" placeholder:"N" group:"Relay" help:"Most partitions this relay holds at once (0: no limit; the fleet shares partitions evenly anyway)."`
-	Owner                string            `name:"owner" placeholder:"TOKEN" group:"Relay" help:"Lease owner token, unique among the relays of the outbox (default: host name, process ID and random bytes)."`
-	StatsInterval        time.Duration     `name:"stats-interval" default:"${stats_interval}" placeholder:"DURATION" group:"Relay" help:"How often the outbox gauges (pending, due, parked, lag) are sampled: one query per interval on Postgres, one script per partition on Redis. Negative: no gauges. Default: ${default}."`
-	DrainTimeout         time.Duration     `name:"drain-timeout" default:"30s" placeholder:"DURATION" group:"Relay" help:"On SIGTERM or SIGINT, how long to wait for the batches in flight before cancelling them; the process exits at most about 3s after it. A second signal cancels at once. Default: ${default}."`
-	MetricsAddr          string            `name:"metrics-addr" placeholder:"HOST:PORT" group:"Operations" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (default: no server)."`
-	UIAddr               string            `name:"ui-addr" placeholder:"HOST:PORT" group:"Dashboard" help:"Serve the dashboard (as outbox ui does) on this address, e.g. 127.0.0.1:8080; the same address as --metrics-addr serves it on that server, next to /metrics, /healthz and /readyz (default: no dashboard). A non-loopback address needs --ui-token or --ui-basic-auth."`
-	UIReadOnly           bool              `name:"ui-read-only" group:"Dashboard" help:"The dashboard refuses every action (requeue, cancel)."`
-	UIToken              string            `name:"ui-token" env:"OUTBOX_UI_TOKEN" placeholder:"TOKEN" group:"Dashboard" help:"Token (at least 16 characters) every dashboard request needs (Authorization: Bearer TOKEN, or ?token=TOKEN once in a browser). /metrics, /healthz and /readyz need none. Never printed."`
-	UIBasicAuth          string            `name:"ui-basic-auth" placeholder:"USER" group:"Dashboard" help:"Require HTTP basic authentication as USER on the dashboard, with the password in the OUTBOX_UI_PASSWORD environment variable."`
-	LogFormat            string            `name:"log-format" enum:"text,json" default:"text" group:"Operations" placeholder:"FORMAT" help:"Log format on standard error: text or json. Default: ${default}."`
-	LogLevel             string            `name:"log-level" enum:"debug,info,warn,error" default:"info" group:"Operations" placeholder:"LEVEL" help:"Least severe level logged: debug, info, warn or error. Default: ${default}."`
+	NATSFlags
+	AMQPFlags
+	Batch         int           `name:"batch" default:"${batch}" placeholder:"N" group:"Relay" help:"Most entries fetched from a partition at once. Default: ${default}."`
+	LeaseTTL      time.Duration `name:"lease-ttl" default:"${lease_ttl}" placeholder:"DURATION" group:"Relay" help:"Partition lease duration; a dead relay's partitions pass to the others after about this long. Default: ${default}."`
+	PollInterval  time.Duration `name:"poll-interval" default:"${poll_interval}" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default: ${default}."`
+	MaxInFlight   int           `name:"max-in-flight" default:"${max_in_flight}" placeholder:"N" group:"Relay" help:"Most messages one partition hands to the broker at once. Default: ${default}."`
+	MaxPartitions int           `name:"max-partitions" default:"0" placeholder:"N" group:"Relay" help:"Most partitions this relay holds at once (0: no limit; the fleet shares partitions evenly anyway)."`
+	Owner         string        `name:"owner" placeholder:"TOKEN" group:"Relay" help:"Lease owner token, unique among the relays of the outbox (default: host name, process ID and random bytes)."`
+	StatsInterval time.Duration `name:"stats-interval" default:"${stats_interval}" placeholder:"DURATION" group:"Relay" help:"How often the outbox gauges (pending, due, parked, lag) are sampled: one query per interval on Postgres, one script per partition on Redis. Negative: no gauges. Default: ${default}."`
+	DrainTimeout  time.Duration `name:"drain-timeout" default:"30s" placeholder:"DURATION" group:"Relay" help:"On SIGTERM or SIGINT, how long to wait for the batches in flight before cancelling them; the process exits at most about 3s after it. A second signal cancels at once. Default: ${default}."`
+	MetricsAddr   string        `name:"metrics-addr" placeholder:"HOST:PORT" group:"Operations" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (default: no server)."`
+	UIAddr        string        `name:"ui-addr" placeholder:"HOST:PORT" group:"Dashboard" help:"Serve the dashboard (as outbox ui does) on this address, e.g. 127.0.0.1:8080; the same address as --metrics-addr serves it on that server, next to /metrics, /healthz and /readyz (default: no dashboard). A non-loopback address needs --ui-token or --ui-basic-auth."`
+	UIReadOnly    bool          `name:"ui-read-only" group:"Dashboard" help:"The dashboard refuses every action (requeue, cancel)."`
+	UIToken       string        `name:"ui-token" env:"OUTBOX_UI_TOKEN" placeholder:"TOKEN" group:"Dashboard" help:"Token (at least 16 characters) every dashboard request needs (Authorization: Bearer TOKEN, or ?token=TOKEN once in a browser). /metrics, /healthz and /readyz need none. Never printed."`
+	UIBasicAuth   string        `name:"ui-basic-auth" placeholder:"USER" group:"Dashboard" help:"Require HTTP basic authentication as USER on the dashboard, with the password in the OUTBOX_UI_PASSWORD environment variable."`
+	LogFormat     string        `name:"log-format" enum:"text,json" default:"text" group:"Operations" placeholder:"FORMAT" help:"Log format on standard error: text or json. Default: ${default}."`
+	LogLevel      string        `name:"log-level" enum:"debug,info,warn,error" default:"info" group:"Operations" placeholder:"LEVEL" help:"Least severe level logged: debug, info, warn or error. Default: ${default}."`
 }
 
 // Bounds of the steps around the relay, which the drain bound adds up.
@@ -75,7 +81,7 @@ const (
 	// relayOpenTimeout bounds opening the store at start.
 	relayOpenTimeout = cli.OpenTimeout
 	// relayShutdownGrace bounds what follows Relay.Stop: the metrics
-	// server's shutdown and closing the Kafka clients and the store.
+	// server's shutdown and closing the sink's clients and the store.
 	relayShutdownGrace = time.Second
 )
 
@@ -107,20 +113,14 @@ func (c *RelayCmd) Run(app *cli.App) error {
 		}
 	}()
 
-	kopts, err := c.kafkaOptions()
+	sink, err := c.buildSink()
 	if err != nil {
 		return err
 	}
-
-	// The sink makes no connection yet.
-	sink, err := kafkasink.Dial(c.KafkaBrokers, c.SinkOptions(), kopts...)
-	if err != nil {
-		return fmt.Errorf("relay: %w", err)
-	}
-	defer func() { _ = sink.Close() }()
+	defer func() { _ = sink.close() }()
 	// The library checks the options; its error names the flags.
-	if err := c.relayOptions(nil, nil).Validate(sink); err != nil {
-		return c.optionsError(err)
+	if err := c.relayOptions(nil, nil).Validate(sink.Sink); err != nil {
+		return c.optionsError(err, sink)
 	}
 	mp, metrics, err := newPrometheus()
 	if err != nil {
@@ -129,7 +129,8 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 
 	ready := &relayReadiness{log: log, ttl: 2 * time.Second, timeout: 2 * time.Second, scrub: c.scrubber(app),
-		failing: sink.Failing, failAfter: 2 * c.KafkaPublishTimeout}
+		sinkName: sink.name, kafkaCompat: c.sink == sinkKafka, timeoutFlag: sink.timeoutFlag,
+		failing: sink.failing, failAfter: 2 * sink.timeout}
 	// The HTTP servers stop before the store closes (a request of the
 	// dashboard in flight would otherwise meet a closed store): each stop
 	// runs once, from a defer after the store's Close, or from this one
@@ -163,22 +164,14 @@ func (c *RelayCmd) Run(app *cli.App) error {
 		defer stopUI()
 	}
 
-	probe := sink.Client()
-	if probe == nil { // transactional: one client per partition, built on use
-		if probe, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}, kopts...)...); err != nil {
-			return fmt.Errorf("relay: Kafka client options: %w", err)
-		}
-		defer probe.Close()
-	}
-
-	relay, err := outbox.NewRelay(opened.Store, sink, c.relayOptions(log, mp))
+	relay, err := outbox.NewRelay(opened.Store, sink.Sink, c.relayOptions(log, mp))
 	if err != nil {
-		return c.optionsError(err)
+		return c.optionsError(err, sink)
 	}
 
 	// One check before starting, so an unreachable broker or store is
 	// reported at once rather than at the first publish.
-	ready.store, ready.kafka = relayStoreProbe(opened), relayKafkaProbe(probe, c.KafkaBrokers)
+	ready.store, ready.sink = relayStoreProbe(opened), sink.probe
 	ready.check(startCtx)
 	if startCtx.Err() != nil {
 		log.Info("outbox relay: stopped by a signal before it started; nothing to drain")
@@ -192,11 +185,9 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	defer stopMonitor()
 	go ready.monitor(monitorCtx, 10*time.Second)
 	go watchHold(monitorCtx, opened.Store, log, 15*time.Second)
-	log.Info("outbox relay: running; SIGTERM or SIGINT drains and exits",
+	log.Info("outbox relay: running; SIGTERM or SIGINT drains and exits", append([]any{
 		"store", opened.Where, "outbox", opened.Outbox, "partitions", opened.Store.Partitions(),
-		"owner", relay.Owner(), "kafka_brokers", strings.Join(c.KafkaBrokers, ","), "kafka_tls", c.tlsOn(),
-		"kafka_sasl", c.KafkaSASLMechanism, "kafka_transactional", c.KafkaTransactionalID != "",
-		"drain_timeout", c.DrainTimeout.String())
+		"owner", relay.Owner(), "sink", c.sink}, append(sink.attrs, "drain_timeout", c.DrainTimeout.String())...)...)
 	close(started)
 	sig := waitSignal(early, signals, app.Stop)
 	ready.setStopping()
@@ -246,12 +237,12 @@ func (c *RelayCmd) drain(relay *outbox.Relay, sig os.Signal, signals <-chan os.S
 // validate checks flag combinations that kong's tags cannot; its errors
 // are usage errors (exit status 2).
 func (c *RelayCmd) validate() error {
-	errs := c.kafkaProblems()
+	errs := c.sinkProblems()
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--lease-ttl", c.LeaseTTL}, {"--poll-interval", c.PollInterval}, {"--drain-timeout", c.DrainTimeout}, {"--kafka-publish-timeout", c.KafkaPublishTimeout}} {
+	}{{"--lease-ttl", c.LeaseTTL}, {"--poll-interval", c.PollInterval}, {"--drain-timeout", c.DrainTimeout}} {
 		if d.v <= 0 {
 			bad("%s must be positive (it is %v)", d.name, d.v)
 		}
@@ -283,20 +274,36 @@ func (c *RelayCmd) validate() error {
 func (c *RelayCmd) kafkaProblems() []string {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	brokers := c.KafkaBrokers[:0:0]
-	for _, b := range c.KafkaBrokers {
+	list := c.KafkaBrokers
+	if c.SinkURL != "" {
+		rest := c.SinkURL[len("kafka://"):]
+		if strings.ContainsAny(rest, "@/?#") {
+			bad("--sink-url: a kafka:// URL is kafka://HOST:PORT,HOST:PORT and nothing else: credentials go in --kafka-sasl-user and OUTBOX_KAFKA_PASSWORD, TLS is --kafka-tls")
+			rest = ""
+		}
+		list = strings.Split(rest, ",")
+	}
+	brokers := list[:0:0]
+	for _, b := range list {
 		if b = strings.TrimSpace(b); b != "" {
 			brokers = append(brokers, b)
 		}
 	}
 	c.KafkaBrokers = brokers
+	flag := "--kafka-brokers"
+	if c.SinkURL != "" {
+		flag = "--sink-url"
+	}
 	if len(brokers) == 0 {
-		bad("--kafka-brokers is required: the Kafka seed brokers, comma-separated host:port (or OUTBOX_KAFKA_BROKERS)")
+		bad("%s names no broker: give the Kafka seed brokers, comma-separated host:port", flag)
 	}
 	for _, b := range brokers {
 		if _, _, err := net.SplitHostPort(b); err != nil {
-			bad("--kafka-brokers: %q is not host:port", b)
+			bad("%s: %q is not host:port", flag, b)
 		}
+	}
+	if c.KafkaPublishTimeout <= 0 {
+		bad("--kafka-publish-timeout must be positive (it is %v)", c.KafkaPublishTimeout)
 	}
 	if (c.KafkaTLSCert == "") != (c.KafkaTLSKey == "") {
 		bad("--kafka-tls-cert and --kafka-tls-key go together")
@@ -385,7 +392,8 @@ func (c *RelayCmd) serveHTTP(s *relayServers, log *slog.Logger, metrics http.Han
 // scrubber removes every secret the relay knows of from a text that does
 // not pass through the CLI's redacting writers (the /readyz body).
 func (c *RelayCmd) scrubber(app *cli.App) func(string) string {
-	known := append(cli.URLSecrets(c.Store), c.KafkaSASLPassword, c.UIToken, os.Getenv(cli.UIPasswordEnv))
+	known := append(cli.URLSecrets(c.Store), cli.URLSecrets(c.SinkURL)...)
+	known = append(known, c.KafkaSASLPassword, c.NATSPassword, c.NATSToken, c.AMQPPassword, c.UIToken, os.Getenv(cli.UIPasswordEnv))
 	return func(s string) string {
 		if app.Secrets != nil {
 			s = app.Secrets.Text(s)
@@ -432,24 +440,31 @@ func heartbeatVersion(cliVersion string) string {
 }
 
 // optionFlags names the flags (or what stands for them) of the relay's
-// options, for the library's errors.
+// options, for the library's errors; the landing bound is the sink's
+// (see optionsError).
 var optionFlags = map[string]string{
-	"BatchSize":               "--batch",
-	"MaxInFlight":             "--max-in-flight",
-	"PollInterval":            "--poll-interval",
-	"LeaseTTL":                "--lease-ttl",
-	"RenewMargin":             "a third of --lease-ttl",
-	"MaxPartitions":           "--max-partitions",
-	"StatsInterval":           "--stats-interval",
-	outbox.OptionLandingBound: "the landing bound of --kafka-publish-timeout",
+	"BatchSize":     "--batch",
+	"MaxInFlight":   "--max-in-flight",
+	"PollInterval":  "--poll-interval",
+	"LeaseTTL":      "--lease-ttl",
+	"RenewMargin":   "a third of --lease-ttl",
+	"MaxPartitions": "--max-partitions",
+	"StatsInterval": "--stats-interval",
 }
 
 // optionsError is err of outbox.RelayOptions.Validate or NewRelay as the
-// CLI reports it: bad options are a usage error naming the flags.
-func (c *RelayCmd) optionsError(err error) error {
+// CLI reports it: bad options are a usage error naming the flags, the
+// landing bound as that of sink's publish timeout flag.
+func (c *RelayCmd) optionsError(err error, sink *relaySink) error {
 	var oe *outbox.OptionsError
 	if errors.As(err, &oe) {
-		return cli.UsageError("relay: %s", strings.ReplaceAll(oe.Describe(func(o string) string { return optionFlags[o] }), "\n", "; "))
+		name := func(o string) string {
+			if o == outbox.OptionLandingBound {
+				return cmp.Or(sink.landing, "the landing bound of "+sink.timeoutFlag)
+			}
+			return optionFlags[o]
+		}
+		return cli.UsageError("relay: %s", strings.ReplaceAll(oe.Describe(name), "\n", "; "))
 	}
 	return fmt.Errorf("relay: %w", err)
 }

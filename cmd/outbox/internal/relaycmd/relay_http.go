@@ -5,16 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/outboxrelay/outbox/cmd/outbox/internal/cli"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -48,19 +44,25 @@ func relayServer(metrics http.Handler, ready *relayReadiness, dashboard http.Han
 
 // ReadyReport is the body of /readyz.
 type ReadyReport struct {
-	// Ready: the relay runs, the store and Kafka answered, and publishing
-	// has not failed whole for failAfter (see Publish).
+	// Ready: the relay runs, the store and the broker answered, and
+	// publishing has not failed whole for failAfter (see Publish).
 	Ready bool `json:"ready"`
 	// State is "starting", "active" (it holds partitions), "standby" (it
 	// holds none: the other relays hold them all, or it waits for a
 	// lease), or "stopping" (draining after a signal).
 	State string `json:"state"`
-	// Store and Kafka are the last reachability checks.
+	// Store and Sink are the last reachability checks of the store and
+	// of the broker (Kafka, NATS or RabbitMQ, named by SinkName).
 	Store ReadyProbe `json:"store"`
-	Kafka ReadyProbe `json:"kafka"`
+	Sink  ReadyProbe `json:"sink"`
+	// SinkName is the broker: "Kafka", "NATS" or "RabbitMQ".
+	SinkName string `json:"sink_name"`
+	// Kafka is Sink again, under the name /readyz had before the relay
+	// published to other brokers; only with the Kafka sink.
+	Kafka *ReadyProbe `json:"kafka,omitempty"`
 	// Publish is not OK while every publish has failed (no record
-	// acknowledged) for failAfter or longer, as the sink reports it
-	// (kafkasink.Sink.Failing); OK again once a record is acknowledged.
+	// acknowledged) for failAfter or longer, as the sink reports it (its
+	// Failing method); OK again once a record is acknowledged.
 	Publish ReadyProbe `json:"publish"`
 	// PartitionsHeld, PartitionsTarget and Members are the relay's
 	// outbox.RelayStats; Partitions is the outbox's partition count.
@@ -68,7 +70,7 @@ type ReadyReport struct {
 	PartitionsTarget int64 `json:"partitions_target"`
 	Partitions       int   `json:"partitions"`
 	Members          int64 `json:"members"`
-	// CheckedAt is when Store and Kafka were checked (RFC 3339).
+	// CheckedAt is when Store and Sink were checked (RFC 3339).
 	CheckedAt time.Time `json:"checked_at"`
 }
 
@@ -78,19 +80,24 @@ type ReadyProbe struct {
 	Error string `json:"error,omitempty"`
 }
 
-// relayReadiness checks the store and Kafka for /readyz: at most once per
+// relayReadiness checks the store and the broker for /readyz: at most once per
 // ttl (however often it is asked), each check bounded by timeout; a
 // monitor also checks in the background, logging each change (an outage
 // is logged once when it begins and once when it ends).
 type relayReadiness struct {
 	log          *slog.Logger
 	ttl, timeout time.Duration
-	store, kafka func(context.Context) error
-	// failing is the sink's kafkasink.Sink.Failing (nil: publishing is
-	// not judged); failAfter is how long every publish may fail before
-	// the relay is not ready.
-	failing   func() (time.Time, error)
-	failAfter time.Duration
+	store, sink  func(context.Context) error
+	// sinkName names the broker ("Kafka"); kafkaCompat also reports its
+	// check as "kafka", for the Kafka sink.
+	sinkName    string
+	kafkaCompat bool
+	// failing is the sink's Failing (nil: publishing is not judged);
+	// failAfter is how long every publish may fail before the relay is
+	// not ready, twice the publish timeout flag timeoutFlag.
+	failing     func() (time.Time, error)
+	failAfter   time.Duration
+	timeoutFlag string
 	// scrub removes secrets from an error's text before it is shown.
 	scrub func(string) string
 
@@ -117,7 +124,7 @@ func (r *relayReadiness) setStopping() {
 	r.stopping = true
 }
 
-// report returns the current readiness, checking the store and Kafka when
+// report returns the current readiness, checking the store and the broker when
 // the last check is older than ttl.
 func (r *relayReadiness) report(ctx context.Context) ReadyReport {
 	r.mu.Lock()
@@ -145,7 +152,12 @@ func (r *relayReadiness) report(ctx context.Context) ReadyReport {
 		}
 	}
 	rep.Publish = r.publishProbe()
-	rep.Ready = rep.Store.OK && rep.Kafka.OK && rep.Publish.OK && (rep.State == "active" || rep.State == "standby")
+	rep.SinkName = r.sinkName
+	if r.kafkaCompat {
+		k := rep.Sink
+		rep.Kafka = &k
+	}
+	rep.Ready = rep.Store.OK && rep.Sink.OK && rep.Publish.OK && (rep.State == "active" || rep.State == "standby")
 	return rep
 }
 
@@ -163,14 +175,14 @@ func (r *relayReadiness) publishProbe() ReadyProbe {
 	if d < r.failAfter {
 		return ReadyProbe{OK: true}
 	}
-	msg := fmt.Sprintf("every publish has failed for %v (no record acknowledged; not ready after %v, twice --kafka-publish-timeout, until one is)", d.Round(time.Second), r.failAfter)
+	msg := fmt.Sprintf("every publish has failed for %v (no record acknowledged; not ready after %v, twice %s, until one is)", d.Round(time.Second), r.failAfter, r.timeoutFlag)
 	if last != nil {
 		msg += "; last error: " + last.Error()
 	}
 	return ReadyProbe{Error: r.scrub(msg)}
 }
 
-// check checks the store and Kafka, concurrently, each within timeout, and
+// check checks the store and the broker, concurrently, each within timeout, and
 // logs what changed since the last check.
 func (r *relayReadiness) check(ctx context.Context) {
 	r.check1.Lock()
@@ -192,10 +204,10 @@ func (r *relayReadiness) check(ctx context.Context) {
 		}
 		return ReadyProbe{OK: true}
 	}
-	var store, kafka ReadyProbe
+	var store, sink ReadyProbe
 	var wg sync.WaitGroup
 	wg.Go(func() { store = probe(r.store, "the store") })
-	wg.Go(func() { kafka = probe(r.kafka, "Kafka") })
+	wg.Go(func() { sink = probe(r.sink, r.sinkName) })
 	wg.Wait()
 	if ctx.Err() != nil {
 		return // the asker went away: not a finding
@@ -203,11 +215,11 @@ func (r *relayReadiness) check(ctx context.Context) {
 
 	r.mu.Lock()
 	prev, first := r.last, r.at.IsZero()
-	r.last.Store, r.last.Kafka, r.at = store, kafka, time.Now()
+	r.last.Store, r.last.Sink, r.at = store, sink, time.Now()
 	r.last.CheckedAt = r.at.UTC().Truncate(time.Millisecond)
 	r.mu.Unlock()
 	r.logChange("the store", first, prev.Store, store)
-	r.logChange("Kafka", first, prev.Kafka, kafka)
+	r.logChange(r.sinkName, first, prev.Sink, sink)
 	r.logPublish()
 }
 
@@ -261,22 +273,4 @@ func relayStoreProbe(o *cli.Opened) func(context.Context) error {
 		return func(ctx context.Context) error { return o.Redis.Ping(ctx).Err() }
 	}
 	return func(context.Context) error { return nil }
-}
-
-// relayKafkaProbe returns a reachability check of the brokers through
-// client (kgo's Ping: a metadata request to any broker), whose errors name
-// the brokers and, for a connection the broker closed, the usual causes.
-func relayKafkaProbe(client *kgo.Client, brokers []string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		err := client.Ping(ctx)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		var firstEOF *kgo.ErrFirstReadEOF
-		hint := ""
-		if errors.Is(err, io.EOF) || errors.As(err, &firstEOF) {
-			hint = " (the broker closed the connection: a wrong SASL mechanism, user or password, TLS on one side only, or the broker is going away)"
-		}
-		return fmt.Errorf("Kafka at %s: %w%s", strings.Join(brokers, ","), err, hint)
-	}
 }

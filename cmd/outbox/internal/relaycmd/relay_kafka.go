@@ -1,10 +1,12 @@
 package relaycmd
 
 import (
+	"context"
 	"crypto/tls"
-	"crypto/x509"
+	"errors"
 	"fmt"
-	"os"
+	"io"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -14,6 +16,58 @@ import (
 	"github.com/outboxrelay/outbox"
 	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
 )
+
+// kafkaSink builds the Kafka sink from the --kafka-* flags (or the
+// brokers of a kafka:// --sink-url). It makes no connection yet.
+func (c *RelayCmd) kafkaSink() (*relaySink, error) {
+	kopts, err := c.kafkaOptions()
+	if err != nil {
+		return nil, err
+	}
+	sink, err := kafkasink.Dial(c.KafkaBrokers, c.SinkOptions(), kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	closers := []func(){func() { _ = sink.Close() }}
+	probe := sink.Client()
+	if probe == nil { // transactional: one client per partition, built on use
+		if probe, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}, kopts...)...); err != nil {
+			_ = sink.Close()
+			return nil, fmt.Errorf("relay: Kafka client options: %w", err)
+		}
+		closers = append(closers, probe.Close)
+	}
+	return &relaySink{
+		Sink: sink, name: "Kafka", timeoutFlag: "--kafka-publish-timeout", timeout: c.KafkaPublishTimeout,
+		failing: sink.Failing, probe: relayKafkaProbe(probe, c.KafkaBrokers),
+		close: func() error {
+			for _, f := range closers {
+				f()
+			}
+			return nil
+		},
+		attrs: []any{"kafka_brokers", strings.Join(c.KafkaBrokers, ","), "kafka_tls", c.tlsOn(),
+			"kafka_sasl", c.KafkaSASLMechanism, "kafka_transactional", c.KafkaTransactionalID != ""},
+	}, nil
+}
+
+// relayKafkaProbe returns a reachability check of the brokers through
+// client (kgo's Ping: a metadata request to any broker), whose errors name
+// the brokers and, for a connection the broker closed, the usual causes.
+func relayKafkaProbe(client *kgo.Client, brokers []string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := client.Ping(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		var firstEOF *kgo.ErrFirstReadEOF
+		hint := ""
+		if errors.Is(err, io.EOF) || errors.As(err, &firstEOF) {
+			hint = " (the broker closed the connection: a wrong SASL mechanism, user or password, TLS on one side only, or the broker is going away)"
+		}
+		return fmt.Errorf("Kafka at %s: %w%s", strings.Join(brokers, ","), err, hint)
+	}
+}
 
 // kafkaOptions are the kgo options of the relay's Kafka clients, on top of
 // kafkasink.Dial's defaults: client ID, topic auto-creation, TLS and SASL.
@@ -40,30 +94,10 @@ func (c *RelayCmd) tlsOn() bool {
 	return c.KafkaTLS || c.KafkaTLSCA != "" || c.KafkaTLSCert != "" || c.KafkaTLSServerName != ""
 }
 
-// tlsConfig builds the TLS configuration from the --kafka-tls-* flags:
-// the system's roots unless --kafka-tls-ca, a client certificate when
-// given, TLS 1.2 at least.
+// tlsConfig builds the TLS configuration from the --kafka-tls-* flags
+// (see tlsFromFiles).
 func (c *RelayCmd) tlsConfig() (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.KafkaTLSServerName}
-	if c.KafkaTLSCA != "" {
-		pem, err := os.ReadFile(c.KafkaTLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("relay: --kafka-tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("relay: --kafka-tls-ca %s holds no PEM certificate", c.KafkaTLSCA)
-		}
-		cfg.RootCAs = pool
-	}
-	if c.KafkaTLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(c.KafkaTLSCert, c.KafkaTLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("relay: --kafka-tls-cert and --kafka-tls-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
+	return tlsFromFiles("--kafka-tls", c.KafkaTLSCA, c.KafkaTLSCert, c.KafkaTLSKey, c.KafkaTLSServerName)
 }
 
 // saslMechanism is the SASL mechanism the flags ask for, or nil.

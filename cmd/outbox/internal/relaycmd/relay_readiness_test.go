@@ -3,8 +3,10 @@ package relaycmd
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
@@ -25,7 +27,8 @@ func TestReadinessPublishFailing(t *testing.T) {
 	var logs bytes.Buffer
 	r := &relayReadiness{
 		log: slog.New(slog.NewTextHandler(&logs, nil)), ttl: time.Hour, timeout: time.Second,
-		store: func(context.Context) error { return nil }, kafka: func(context.Context) error { return nil },
+		store: func(context.Context) error { return nil }, sink: func(context.Context) error { return nil },
+		sinkName: "Kafka", kafkaCompat: true, timeoutFlag: "--kafka-publish-timeout",
 		failing: func() (time.Time, error) { return since, last }, failAfter: 10 * time.Second,
 		scrub: func(s string) string { return strings.ReplaceAll(s, "Secret-77", "[REDACTED]") },
 	}
@@ -49,7 +52,7 @@ func TestReadinessPublishFailing(t *testing.T) {
 	check(true) // failing, but for less than failAfter
 	since = time.Now().Add(-11 * time.Second)
 	last = errors.New(`kafkasink: publish entry e1: topic "orders" unknown to the brokers; password Secret-77`)
-	p := check(false, "every publish has failed for 11s", "not ready after 10s", `topic "orders"`)
+	p := check(false, "every publish has failed for 11s", "not ready after 10s, twice --kafka-publish-timeout", `topic "orders"`)
 	if strings.Contains(p.Error, "Secret-77") {
 		t.Errorf("the publish check shows a secret: %s", p.Error)
 	}
@@ -74,43 +77,104 @@ func TestReadinessReportNeedsPublishing(t *testing.T) {
 	failing := time.Now().Add(-time.Minute)
 	r := &relayReadiness{
 		log: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)), ttl: time.Hour, timeout: time.Second,
-		store: func(context.Context) error { return nil }, kafka: func(context.Context) error { return nil },
+		store: func(context.Context) error { return nil }, sink: func(context.Context) error { return nil },
+		sinkName: "Kafka", kafkaCompat: true, timeoutFlag: "--kafka-publish-timeout",
 		failing: func() (time.Time, error) { return failing, errors.New("boom") }, failAfter: 10 * time.Second,
 		scrub: func(s string) string { return s },
 	}
 	r.check(context.Background())
 	r.stopping = true // a state the report sets without a relay
 	rep := r.report(context.Background())
-	if rep.Ready || rep.Publish.OK || !rep.Kafka.OK || !rep.Store.OK {
+	if rep.Ready || rep.Publish.OK || !rep.Kafka.OK || !rep.Sink.OK || !rep.Store.OK {
 		t.Errorf("report while every publish fails: %+v", rep)
 	}
 }
 
-// TestSinkOptionFlagsExist: every flag the sink's messages name under the
-// relay command is a flag of it, and the options the command sets from
-// flags are named by them.
-func TestSinkOptionFlagsExist(t *testing.T) {
+// TestReadinessReportNamesTheSink: /readyz's sink member is the broker's
+// check whatever the broker, sink_name names it, and the kafka member
+// (the name /readyz had before other brokers) is there with the Kafka
+// sink only; a broker that does not answer makes the relay not ready and
+// is logged under its name.
+func TestReadinessReportNamesTheSink(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		kafkaCompat bool
+	}{{"Kafka", true}, {"NATS", false}, {"RabbitMQ", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			r := &relayReadiness{
+				log: slog.New(slog.NewTextHandler(&logs, nil)), ttl: time.Hour, timeout: time.Second,
+				store:    func(context.Context) error { return nil },
+				sink:     func(context.Context) error { return errors.New("connection refused") },
+				sinkName: tc.name, kafkaCompat: tc.kafkaCompat, scrub: func(s string) string { return s },
+			}
+			r.check(context.Background())
+			r.stopping = true
+			rep := r.report(context.Background())
+			if rep.Ready || rep.Sink.OK || rep.Sink.Error != "connection refused" || rep.SinkName != tc.name {
+				t.Errorf("report while %s does not answer: %+v", tc.name, rep)
+			}
+			if (rep.Kafka != nil) != tc.kafkaCompat || (rep.Kafka != nil && *rep.Kafka != rep.Sink) {
+				t.Errorf("the kafka member is %+v; want it (equal to sink) only with Kafka", rep.Kafka)
+			}
+			body, err := json.Marshal(rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(body), `"kafka"`) != tc.kafkaCompat || !strings.Contains(string(body), `"sink":{"ok":false`) {
+				t.Errorf("/readyz body: %s", body)
+			}
+			if !strings.Contains(logs.String(), "outbox relay: "+tc.name+" is not reachable") {
+				t.Errorf("the log does not name %s:\n%s", tc.name, logs.String())
+			}
+		})
+	}
+}
+
+// relayFlagNames are the relay's flags, "--name", embedded structs'
+// included.
+func relayFlagNames(ty reflect.Type) map[string]bool {
 	flags := map[string]bool{}
-	ty := reflect.TypeOf(RelayCmd{})
 	for i := range ty.NumField() {
-		if n := ty.Field(i).Tag.Get("name"); n != "" {
+		f := ty.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			maps.Copy(flags, relayFlagNames(f.Type))
+		}
+		if n := f.Tag.Get("name"); n != "" {
 			flags["--"+n] = true
 		}
 	}
-	name := (&RelayCmd{}).SinkOptions().OptionName
-	for _, o := range []string{"UnknownTopicTimeout", "PublishTimeout", "TransactionalIDPrefix", "Topic", kafkasink.OptionAutoTopicCreation} {
-		got := name(o)
-		if got == "" {
-			t.Errorf("option %s has no flag name", o)
-		}
-		for _, f := range regexp.MustCompile(`--[a-z-]+`).FindAllString(got, -1) {
-			if !flags[f] {
-				t.Errorf("option %s is named %q, but %s is no flag of outbox relay", o, got, f)
+	return flags
+}
+
+// TestSinkOptionFlagsExist: every flag the sinks' messages name under the
+// relay command is a flag of it, and the options the command sets from
+// flags are named by them, for each sink.
+func TestSinkOptionFlagsExist(t *testing.T) {
+	flags := relayFlagNames(reflect.TypeOf(RelayCmd{}))
+	for _, sink := range []struct {
+		name    string
+		optName func(string) string
+		options []string
+	}{
+		{"Kafka", (&RelayCmd{}).SinkOptions().OptionName, []string{"UnknownTopicTimeout", "PublishTimeout", "TransactionalIDPrefix", "Topic", kafkasink.OptionAutoTopicCreation}},
+		{"NATS", (&RelayCmd{}).NATSOptions().OptionName, []string{"Subject", "PublishTimeout", "MaxPending"}},
+		{"RabbitMQ", (&RelayCmd{}).AMQPOptions().OptionName, []string{"Exchange", "RoutingKeyTemplate", "PublishTimeout", "Channels", "MaxPending"}},
+	} {
+		for _, o := range sink.options {
+			got := sink.optName(o)
+			if got == "" {
+				t.Errorf("%s option %s has no flag name", sink.name, o)
+			}
+			for _, f := range regexp.MustCompile(`--[a-z-]+`).FindAllString(got, -1) {
+				if !flags[f] {
+					t.Errorf("%s option %s is named %q, but %s is no flag of outbox relay", sink.name, o, got, f)
+				}
 			}
 		}
-	}
-	if got := name("LandingBound"); got != "" {
-		t.Errorf("LandingBound, which no flag sets, is named %q; want the sink's default", got)
+		if got := sink.optName("LandingBound"); got != "" {
+			t.Errorf("%s: LandingBound, which no flag sets, is named %q; want the sink's default", sink.name, got)
+		}
 	}
 }
 
