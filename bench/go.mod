@@ -29,12 +29,18 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lib/pq v1.10.9 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
+	github.com/nats-io/nats.go v1.55.0
+	github.com/nats-io/nkeys v0.4.17 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/outboxrelay/outbox/sinks/amqp v0.0.0-00010101000000-000000000000
+	github.com/outboxrelay/outbox/sinks/nats v0.0.0-00010101000000-000000000000
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/riverqueue/river/riverdriver v0.51.1 // indirect
 	github.com/riverqueue/river/rivershared v0.51.1 // indirect
 	github.com/riverqueue/river/rivertype v0.51.1 // indirect
@@ -51,10 +57,11 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-	golang.org/x/time v0.14.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
@@ -68,6 +75,8 @@ replace (
 	github.com/outboxrelay/outbox/internal/ops => ../internal/ops
 	github.com/outboxrelay/outbox/internal/testenv/containers => ../internal/testenv/containers
 	github.com/outboxrelay/outbox/move => ../move
+	github.com/outboxrelay/outbox/sinks/amqp => ../sinks/amqp
 	github.com/outboxrelay/outbox/sinks/kafka => ../sinks/kafka
+	github.com/outboxrelay/outbox/sinks/nats => ../sinks/nats
 	github.com/outboxrelay/outbox/ui => ../ui
 )

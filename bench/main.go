@@ -14,6 +14,14 @@
 // Redis workloads use logical database -redis-db (default 15) and only
 // their own key prefixes, deleted afterwards (never FLUSHDB).
 //
+// The broker workloads (nats, rabbitmq: issue 29's sinks against each
+// broker's raw client) use OUTBOX_NATS_URL and OUTBOX_AMQP_URL (defaults:
+// nats://127.0.0.1:4222, a server with JetStream, and
+// amqp://guest:guest@127.0.0.1:5672/), each run in a stream, or an
+// exchange and queue, of its own, deleted afterwards; a broker that cannot
+// be reached has its workloads skipped, or fails the run under
+// OUTBOX_REQUIRE_SERVICES=1.
+//
 // Every workload counts what was really delivered; a lost entry, an
 // unexpected duplicate or a per-key order violation fails the run (exit
 // status 1).
@@ -63,6 +71,7 @@ func main() {
 		runs  = flag.Int("runs", 0, "runs per figure (default 3, 1 with -quick)")
 		big   = flag.Int("big", 0, "W4's big backlog (default 1000000, 20000 with -quick)")
 		rend  = flag.String("render", "", "rewrite the markdown report from this results.json (after editing analysis.md) and exit; measures nothing")
+		mrg   = flag.String("merge", "", "put the figures of this results.json (of a run of some workloads: -only … -out DIR) into results.json in place of the same figures, rewrite the markdown report and exit; measures nothing")
 		redDB = flag.Int("redis-db", 15, "Redis logical database for every Redis workload (only the harness's own keys are touched)")
 	)
 	flag.BoolVar(&cfg.Quick, "quick", false, "small N, one run each: check that the harness works and the counts are right (under two minutes)")
@@ -122,6 +131,14 @@ func main() {
 		cfg.JSONPath = "results.json"
 	}
 
+	if *mrg != "" {
+		if err := merge(cfg, *mrg); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Println("bench: wrote", cfg.JSONPath, "and", cfg.DocPath)
+		return
+	}
 	if *rend != "" {
 		if err := render(cfg, *rend); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -145,6 +145,11 @@ func (m *messages) entries(lo, hi int) []outbox.Entry {
 // message order and the sinks can check per-key order. (Concurrent
 // transactions appending to one key have no order to keep.)
 func (in *instance) fill(ctx context.Context, m *messages, per int) (time.Duration, error) {
+	return in.fillTo(ctx, m, per, benchTopic)
+}
+
+// fillTo is fill with the entries' topic.
+func (in *instance) fillTo(ctx context.Context, m *messages, per int, topic string) (time.Duration, error) {
 	lanes := m.lanes(Callers)
 	var wg sync.WaitGroup
 	errs := make([]error, Callers)
@@ -156,7 +161,7 @@ func (in *instance) fill(ctx context.Context, m *messages, per int) (time.Durati
 				hi := min(lo+per, len(lane))
 				es := make([]outbox.Entry, 0, hi-lo)
 				for _, i := range lane[lo:hi] {
-					es = append(es, outbox.Entry{Topic: benchTopic, Key: m.keys[i], Payload: m.payload[i]})
+					es = append(es, outbox.Entry{Topic: topic, Key: m.keys[i], Payload: m.payload[i]})
 				}
 				if err := in.append(ctx, es); err != nil {
 					errs[w] = err

@@ -169,6 +169,10 @@ func (s *Suite) workloads() []workload {
 		// earlier in the round.
 		{riverW3Name, s.riverW3},
 		{"W8 move", s.moveWorkload},
+		// The brokers of issue 29's sinks: our relay and sink against
+		// the broker's raw client, in the same round.
+		{"nats", func(ctx context.Context) error { return s.brokerWorkload(ctx, "nats") }},
+		{"rabbitmq", func(ctx context.Context) error { return s.brokerWorkload(ctx, "rabbitmq") }},
 	}
 }
 
@@ -182,6 +186,9 @@ func (s *Suite) selectedWorkload(w workload) bool {
 	if w.name == riverW3Name {
 		// River's W3 points also run with our W3 ("-only 'postgres W3'").
 		return !s.skipped(w.name) && s.onlyNamesOurW3()
+	}
+	if w.name == "nats" || w.name == "rabbitmq" {
+		return s.brokerSelected(w.name)
 	}
 	backend, ours := strings.CutPrefix(w.name, "outbox/")
 	if !ours || s.cfg.Only == nil || (s.cfg.Skip != nil && s.cfg.Skip.MatchString(w.name)) {
@@ -372,7 +379,8 @@ func machineInfo(ctx context.Context, s *Suite) MachineInfo {
 			switch d.Path {
 			case "github.com/riverqueue/river", "github.com/ThreeDotsLabs/watermill-sql/v4",
 				"github.com/ThreeDotsLabs/watermill", "github.com/hibiken/asynq",
-				"github.com/jackc/pgx/v5", "github.com/redis/go-redis/v9", "github.com/twmb/franz-go":
+				"github.com/jackc/pgx/v5", "github.com/redis/go-redis/v9", "github.com/twmb/franz-go",
+				"github.com/nats-io/nats.go", "github.com/rabbitmq/amqp091-go":
 				mi.Peers[d.Path] = d.Version
 			}
 		}

@@ -125,7 +125,7 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 	for run := range s.thisRun() {
 		var c Counts
 		var err error
-		if r, c, err = s.sustainableRate(ctx, t); err != nil {
+		if r, c, err = s.sustainableRate(ctx, t, s.noopCarrier, t.name, searchUpTo); err != nil {
 			return fmt.Errorf("sustainable rate, run %d: %w", run+1, err)
 		}
 		sus.add(r, &c)
@@ -158,7 +158,7 @@ func (s *Suite) w3(ctx context.Context, t target) error {
 			if mode == "poll" {
 				store = storeOnly{in.store}
 			}
-			res, err := s.latencyRun(ctx, t, in, store, n, arr, s.cfg.LatencyD)
+			res, err := s.latencyRun(ctx, t, in, store, s.noopCarrier, n, arr, s.cfg.LatencyD)
 			in.close()
 			if err != nil {
 				s.fail("outbox/%s W3 %s run %d: %v", t.name, mode, run+1, err)
@@ -262,18 +262,18 @@ func recordLatency(s *Suite, prefix, w, sys, note string, asked, got, perTx, p50
 type storeOnly struct{ outbox.Store }
 
 // latencyRun runs one W3 measurement: n entries arriving at perSec (for
-// at most maxD) with a relay over store draining into a counting sink.
-func (s *Suite) latencyRun(ctx context.Context, t target, in *instance, store outbox.Store, n int, perSec float64, maxD time.Duration) (latRun, error) {
+// at most maxD) with car carrying them from store to the tracker.
+func (s *Suite) latencyRun(ctx context.Context, t target, in *instance, store outbox.Store, car carrier, n int, perSec float64, maxD time.Duration) (latRun, error) {
 	msgs := newMessages(n, 7)
 	tr := newTracker(n)
-	stop, err := s.startRelay(ctx, store, tr)
+	topic, stop, err := car(ctx, store, msgs, tr)
 	if err != nil {
 		return latRun{}, err
 	}
 	defer stop()
 	o := newOpenLoop(msgs)
 	c0 := readCPU(t.server)
-	if err := o.run(ctx, perSec, maxD, appendCommit(in, msgs), nil); err != nil {
+	if err := o.run(ctx, perSec, maxD, appendCommit(in, msgs, topic), nil); err != nil {
 		return latRun{}, err
 	}
 	if self, srv, ok := perEntry(c0, readCPU(t.server), int(o.sent.Load())); ok {
@@ -283,10 +283,22 @@ func (s *Suite) latencyRun(ctx context.Context, t target, in *instance, store ou
 	return o.finish(ctx, tr, 30*time.Second)
 }
 
-// startRelay starts one relay over store into the counting sink and
-// gives it time to take its lease; stop stops it.
-func (s *Suite) startRelay(ctx context.Context, store outbox.Store, tr *tracker) (stop func(), err error) {
-	relay, err := outbox.NewRelay(store, countSink{tr}, relayOptions(nil))
+// carrier starts what carries the entries of a fresh outbox (their topic
+// is topic) from store to tr, which marks their arrival: a relay and its
+// sink, and for a broker the consumer that reads them from it. The keys
+// of the messages m are those of tr's. stop stops it all.
+type carrier func(ctx context.Context, store outbox.Store, m *messages, tr *tracker) (topic string, stop func(), err error)
+
+// noopCarrier is W3's: one relay into the counting no-op sink.
+func (s *Suite) noopCarrier(ctx context.Context, store outbox.Store, _ *messages, tr *tracker) (string, func(), error) {
+	stop, err := s.startRelay(ctx, store, countSink{tr})
+	return benchTopic, stop, err
+}
+
+// startRelay starts one relay over store into sink and gives it time to
+// take its lease; stop stops it.
+func (s *Suite) startRelay(ctx context.Context, store outbox.Store, sink outbox.Sink) (stop func(), err error) {
+	relay, err := outbox.NewRelay(store, sink, relayOptions(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -304,12 +316,13 @@ func (s *Suite) startRelay(ctx context.Context, store outbox.Store, tr *tracker)
 	}, nil
 }
 
-// appendCommit appends the messages idx to in in one caller transaction.
-func appendCommit(in *instance, msgs *messages) func(context.Context, []int) error {
+// appendCommit appends the messages idx, with topic, to in in one caller
+// transaction.
+func appendCommit(in *instance, msgs *messages, topic string) func(context.Context, []int) error {
 	return func(ctx context.Context, idx []int) error {
 		es := make([]outbox.Entry, len(idx))
 		for k, i := range idx {
-			es[k] = outbox.Entry{Topic: benchTopic, Key: msgs.keys[i], Payload: msgs.payload[i]}
+			es[k] = outbox.Entry{Topic: topic, Key: msgs.keys[i], Payload: msgs.payload[i]}
 		}
 		return in.append(ctx, es)
 	}
@@ -317,16 +330,17 @@ func appendCommit(in *instance, msgs *messages) func(context.Context, []int) err
 
 // ---- the sustainable rate ----
 
-// sustainableRate searches for t's sustainable end-to-end rate: probes
-// from searchFrom/s, doubling until one fails, then bisecting. The counts
-// add up every probe's (each probe fails the search on a loss, a
-// duplicate or an order violation).
-func (s *Suite) sustainableRate(ctx context.Context, t target) (float64, Counts, error) {
+// sustainableRate searches for t's sustainable end-to-end rate with car
+// carrying the entries (label names it in the log): probes from
+// searchFrom/s, doubling until one fails (or upTo passes), then bisecting. The counts add
+// up every probe's (each probe fails the search on a loss, a duplicate or
+// an order violation).
+func (s *Suite) sustainableRate(ctx context.Context, t target, car carrier, label string, upTo float64) (float64, Counts, error) {
 	start, probes := time.Now(), 0
 	var all Counts
-	r, err := searchRate(searchFrom, searchUpTo, s.cfg.ProbeBis, func(rate float64) (bool, error) {
+	r, err := searchRate(searchFrom, upTo, s.cfg.ProbeBis, func(rate float64) (bool, error) {
 		probes++
-		v, c, err := s.probe(ctx, t, rate)
+		v, c, err := s.probe(ctx, t, car, rate)
 		all.Expected += c.Expected
 		all.Delivered += c.Delivered
 		all.Duplicates += c.Duplicates
@@ -335,13 +349,13 @@ func (s *Suite) sustainableRate(ctx context.Context, t target) (float64, Counts,
 		if err != nil {
 			return false, fmt.Errorf("probe at %.0f/s: %w", rate, err)
 		}
-		s.logf("   W3 %s probe %7.0f/s: %s", t.name, rate, v)
+		s.logf("   W3 %s probe %7.0f/s: %s", label, rate, v)
 		return v.ok, nil
 	})
 	if err != nil {
 		return 0, all, err
 	}
-	s.logf("   W3 %s: sustainable %.0f/s (%d probes, windows of %s, %s in all)", t.name, r, probes, s.cfg.ProbeD, time.Since(start).Round(100*time.Millisecond))
+	s.logf("   W3 %s: sustainable %.0f/s (%d probes, windows of %s, %s in all)", label, r, probes, s.cfg.ProbeD, time.Since(start).Round(100*time.Millisecond))
 	return r, all, nil
 }
 
@@ -393,7 +407,7 @@ func searchRate(from, upTo float64, steps int, probe func(rate float64) (bool, e
 // which it samples the backlog every probeEvery. It then waits for every
 // committed entry, checks the counts and judges the window by the
 // sustainable-rate rule.
-func (s *Suite) probe(ctx context.Context, t target, perSec float64) (probeVerdict, Counts, error) {
+func (s *Suite) probe(ctx context.Context, t target, car carrier, perSec float64) (probeVerdict, Counts, error) {
 	window := s.cfg.ProbeD
 	warm := (window / 4).Truncate(probeEvery)
 	n := max(1, int(perSec*(warm+window).Seconds()))
@@ -404,7 +418,7 @@ func (s *Suite) probe(ctx context.Context, t target, perSec float64) (probeVerdi
 	defer in.close()
 	msgs := newMessages(n, 11)
 	tr := newTracker(n)
-	stop, err := s.startRelay(ctx, in.store, tr)
+	topic, stop, err := car(ctx, in.store, msgs, tr)
 	if err != nil {
 		return probeVerdict{}, Counts{}, err
 	}
@@ -415,7 +429,7 @@ func (s *Suite) probe(ctx context.Context, t target, perSec float64) (probeVerdi
 		sent, backlog int64
 	}
 	var pts []point // appended by the sampler only; read after run
-	err = o.run(ctx, perSec, warm+window, appendCommit(in, msgs), func() {
+	err = o.run(ctx, perSec, warm+window, appendCommit(in, msgs, topic), func() {
 		// Delivered is read after committed, and an entry is delivered
 		// only once committed, so the difference never overstates the
 		// backlog; it understates it (down to below 0, counted as 0) by
