@@ -57,9 +57,9 @@ const (
 )
 
 // call is the state of one Publish call. Only the goroutine running
-// Publish touches it, except results, which the goroutines awaiting the
-// acknowledgements send to (buffered for every entry, so they never
-// block, even after Publish returned).
+// Publish touches it. It waits for the acknowledgements itself, in publish
+// order (a stream acknowledges the messages of one connection in the order
+// it stores them), so a message costs no goroutine of its own.
 type call struct {
 	s         *Sink
 	ctx, pctx context.Context // the caller's; bounded by PublishTimeout
@@ -70,14 +70,16 @@ type call struct {
 	next      []int // the next entry of the same key, or -1
 	ready     []int // entries that may be published now, in order
 	left      int   // entries not done
-	results   chan result
-	streams   map[string]streamLookup // by subject, looked up on failures
+	// inflight are the entries published and not yet answered, in publish
+	// order, with their futures; each holds a slot.
+	inflight []sentMsg
+	streams  map[string]streamLookup // by subject, looked up on failures
 }
 
-// result is the answer to a published message: nil, or its error.
-type result struct {
+// sentMsg is a published message awaiting its answer.
+type sentMsg struct {
 	i   int
-	err error
+	paf jetstream.PubAckFuture
 }
 
 func newCall(s *Sink, ctx, pctx context.Context, msgs []outbox.Entry, errs []error) *call {
@@ -88,7 +90,6 @@ func newCall(s *Sink, ctx, pctx context.Context, msgs []outbox.Entry, errs []err
 		next:     make([]int, len(msgs)),
 		ready:    make([]int, 0, len(msgs)),
 		left:     len(msgs),
-		results:  make(chan result, len(msgs)),
 	}
 	var last map[string]int // the latest entry of each key so far
 	for i := range msgs {
@@ -121,17 +122,23 @@ func (c *call) run() {
 			c.abandon()
 			return
 		}
+		c.sendReady()
 		var slot chan<- struct{}
 		if len(c.ready) > 0 {
 			slot = c.s.slots // nil (never ready) when nothing can be published
 		}
+		var ok <-chan *jetstream.PubAck
+		var failed <-chan error
+		if len(c.inflight) > 0 {
+			ok, failed = c.inflight[0].paf.Ok(), c.inflight[0].paf.Err()
+		}
 		select {
 		case slot <- struct{}{}:
-			i := c.ready[0]
-			c.ready = c.ready[1:]
-			c.send(i)
-		case r := <-c.results:
-			c.answer(r)
+			c.sendOne()
+		case <-ok:
+			c.answerHead(nil)
+		case err := <-failed:
+			c.answerHead(err)
 		case <-c.pctx.Done():
 			c.abandon()
 			return
@@ -142,9 +149,24 @@ func (c *call) run() {
 	}
 }
 
-// send publishes entry i, holding a slot, which it gives back when the
-// message is not published.
-func (c *call) send(i int) {
+// sendReady publishes ready entries while slots are free, without
+// waiting for one.
+func (c *call) sendReady() {
+	for len(c.ready) > 0 {
+		select {
+		case c.s.slots <- struct{}{}:
+			c.sendOne()
+		default:
+			return
+		}
+	}
+}
+
+// sendOne publishes the first ready entry, holding a slot, which it gives
+// back when the message is not published.
+func (c *call) sendOne() {
+	i := c.ready[0]
+	c.ready = c.ready[1:]
 	e := &c.msgs[i]
 	m, err := c.s.message(e)
 	if err == nil {
@@ -153,12 +175,32 @@ func (c *call) send(i int) {
 		paf, err = c.s.publishAsync(m, e.ID)
 		if err == nil {
 			c.state[i] = sent
-			go c.s.await(paf, i, c.results)
+			c.inflight = append(c.inflight, sentMsg{i, paf})
 			return
 		}
 	}
 	<-c.s.slots
-	c.answer(result{i, err})
+	c.answer(i, err)
+}
+
+// answerHead records the answer to the oldest message in flight and gives
+// its slot back. The JetStream context's PublishAsyncTimeout
+// (PublishTimeout) fails a message that gets no answer, so one comes.
+func (c *call) answerHead(err error) {
+	head := c.inflight[0]
+	c.inflight = c.inflight[1:]
+	<-c.s.slots
+	c.answer(head.i, err)
+}
+
+// release gives back, once each is answered (or the sink closed), the
+// slots of the messages still in flight when Publish stops waiting for
+// them: nats.go still counts them against its own pending bound.
+func (c *call) release() {
+	for _, m := range c.inflight {
+		go c.s.await(m.paf)
+	}
+	c.inflight = nil
 }
 
 // publishAsync hands m to nats.go, unless the sink is closed.
@@ -176,20 +218,15 @@ func (s *Sink) publishAsync(m *nats.Msg, id string) (jetstream.PubAckFuture, err
 	return s.js.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
 }
 
-// await waits for the answer to the message of entry i, gives its slot
-// back and reports the answer on results. The JetStream context's
-// PublishAsyncTimeout (PublishTimeout) fails a message that gets no
-// answer, so it returns by then; Close fails the others.
-func (s *Sink) await(paf jetstream.PubAckFuture, i int, results chan<- result) {
-	var err error
+// await waits for the answer to a message a Publish call stopped waiting
+// for, then gives its slot back; Close ends the wait.
+func (s *Sink) await(paf jetstream.PubAckFuture) {
 	select {
 	case <-paf.Ok():
-	case err = <-paf.Err():
+	case <-paf.Err():
 	case <-s.closed:
-		err = errClosed
 	}
 	<-s.slots
-	results <- result{i, err}
 }
 
 // errClosed fails what Publish does not publish, or is not answered,
@@ -198,15 +235,14 @@ var errClosed = backoff.Transient(errors.New("natssink: the sink was closed; ent
 
 // answer records the answer to entry i and lets the key's next entry go,
 // or fails the key's later entries when i failed with a retryable error.
-func (c *call) answer(r result) {
-	i := r.i
+func (c *call) answer(i int, err error) {
 	if c.state[i] == done {
 		return
 	}
 	c.state[i] = done
 	c.left--
-	if r.err != nil {
-		c.errs[i] = c.failure(i, r.err)
+	if err != nil {
+		c.errs[i] = c.failure(i, err)
 		if backoff.ClassOf(c.errs[i]) != backoff.ClassPermanent {
 			c.failLater(i)
 			return
@@ -233,6 +269,7 @@ func (c *call) failLater(i int) {
 // abandon fails the entries not done when pctx ended: with ctx's error
 // when the caller's context ended, else semi-transient.
 func (c *call) abandon() {
+	c.release()
 	ctxErr := c.ctx.Err()
 	for i := range c.msgs {
 		switch {
@@ -260,6 +297,7 @@ func (o Options) notAcknowledged(id string) string {
 
 // abandonClosed fails the entries not done when the sink was closed.
 func (c *call) abandonClosed() {
+	c.release()
 	for i := range c.msgs {
 		if c.state[i] != done {
 			c.errs[i], c.state[i] = errClosed, done

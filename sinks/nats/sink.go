@@ -28,8 +28,10 @@ type Sink struct {
 
 	// slots holds one token per message published and not yet answered
 	// (acknowledged, failed or timed out), over all Publish calls: at most
-	// MaxPending. The goroutine that waits for a message's answer gives
-	// its token back, also after the Publish that sent it has returned.
+	// MaxPending. The Publish call that sent a message gives its token
+	// back when it has the answer; a message still unanswered when its
+	// call returns gets a goroutine that gives the token back once the
+	// answer comes (or the sink is closed).
 	slots chan struct{}
 
 	// closing is held for reading while a message is handed to nats.go,
