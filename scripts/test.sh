@@ -13,7 +13,11 @@
 # from the local redis-server binary when it is unset, and stops afterwards; and
 # a PgBouncer in transaction pooling mode in front of that PostgreSQL
 # (OUTBOX_PGBOUNCER_URL), which it starts with scripts/pgbouncer.sh when it is
-# unset and pgbouncer is installed, and stops afterwards.
+# unset and pgbouncer is installed, and stops afterwards; NATS with JetStream
+# (OUTBOX_NATS_URL, default nats://127.0.0.1:4222) and RabbitMQ
+# (OUTBOX_AMQP_URL, default amqp://guest:guest@127.0.0.1:5672/) for the NATS
+# and RabbitMQ sinks, whose restart tests and chaos scenarios also run private
+# nats-server and RabbitMQ processes of their own.
 # A missing service makes its tests skip, or fail when OUTBOX_REQUIRE_SERVICES=1
 # (as in CI). ./scripts/services.sh check says what is missing and how to get it.
 #
