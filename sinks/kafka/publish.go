@@ -110,7 +110,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Entry) []error {
 // client allows idempotent produce cancellation), and the broker may yet
 // write it. Such a record may be written after produceAll returned,
 // which is a duplicate, never a loss (see Sink.LandingBound).
-func produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, errs []error) {
+func produceAll(ctx context.Context, client producer, recs []*kgo.Record, errs []error) {
 	var (
 		mu        sync.Mutex
 		pending   = 1 // the loop below holds one until it is done
@@ -180,6 +180,11 @@ func produceAll(ctx context.Context, client *kgo.Client, recs []*kgo.Record, err
 			errs[i] = ctx.Err()
 		}
 	}
+}
+
+// producer is the part of a *kgo.Client produceAll uses.
+type producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 }
 
 // orphanRetries is how many times Publish produces again the records kgo

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,7 +38,17 @@ type txnClients struct {
 
 type txnClient struct {
 	mu sync.Mutex // one transaction at a time
-	cl *kgo.Client
+	cl txnProducer
+}
+
+// txnProducer is what a transaction round uses of its *kgo.Client (a test
+// stands in for kgo through it).
+type txnProducer interface {
+	producer
+	BeginTransaction() error
+	EndTransaction(ctx context.Context, commit kgo.TransactionEndTry) error
+	PartitionLeader(topic string, partition int32) (leader, leaderEpoch int32, err error)
+	Close()
 }
 
 func (t *txnClients) get(prefix string, partition int) (*txnClient, error) {
@@ -175,6 +186,17 @@ func (s *Sink) txnRound(ctx context.Context, tc *txnClient, recs []*kgo.Record, 
 		}
 	}
 	if !failed {
+		if err := awaitTxnPartitions(ctx, tc.cl, recs, idx); err != nil {
+			// kgo would end this transaction with an abort, and say
+			// nothing: the records are not published.
+			for _, i := range idx {
+				errs[i] = err
+			}
+			if aerr := tc.cl.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
+				return false, true
+			}
+			return false, false
+		}
 		err := tc.cl.EndTransaction(ctx, kgo.TryCommit)
 		if err == nil {
 			return true, false
@@ -205,6 +227,48 @@ func (s *Sink) txnRound(ctx context.Context, tc *txnClient, recs []*kgo.Record, 
 		return false, true
 	}
 	return false, fatal
+}
+
+// awaitTxnPartitions waits until kgo's producer state lists the
+// partition of every record at idx (all acknowledged), or ctx ends.
+//
+// kgo's EndTransaction(TryCommit) commits only if it finds, among the
+// partitions its producer state lists, one that a produce of the
+// transaction reached; if it finds none while records were produced, it
+// sends an abort instead and returns nil (franz-go v1.22.3, pkg/kgo/txn.go,
+// EndTransaction: "no produce succeeded in this transaction but produces
+// were attempted; issuing an abort", the KIP-890 path). Its list can lag
+// behind the acknowledgement of the first records a client produces to a
+// topic: kgo partitions the records that waited for the topic's metadata
+// and only then stores the topic's partitions (storePartitionsUpdate in
+// topics_and_partitions.go), and a record can be sent, acknowledged and
+// answered in between when that goroutine is descheduled (the race
+// detector, a loaded machine). Committing then would report records
+// published whose transaction kgo aborted; the epoch bump of that abort
+// also misses the partition's sequence reset, so the next transaction's
+// records fail with OUT_OF_ORDER_SEQUENCE_NUMBER. Client.PartitionLeader
+// reads the same list, so once it knows each record's partition, the
+// commit is a commit. The wait is over as soon as that goroutine runs
+// again; ctx bounds it.
+func awaitTxnPartitions(ctx context.Context, cl txnProducer, recs []*kgo.Record, idx []int) error {
+	var tick *time.Ticker
+	for j := 0; j < len(idx); {
+		r := recs[idx[j]]
+		if leader, _, _ := cl.PartitionLeader(r.Topic, r.Partition); leader >= 0 {
+			j++ // once listed, a partition stays listed
+			continue
+		}
+		if tick == nil {
+			tick = time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 func isFenced(err error) bool {
