@@ -50,15 +50,15 @@ func (s natsServer) Close() { s.Stop(5 * time.Second) }
 
 type rabbitNode struct{ *brokerproc.RabbitMQ }
 
-func startRabbitNode(ctx context.Context, dir string) (server, error) {
+func startRabbitNode(ctx context.Context, dir string) (rabbitNode, error) {
 	if _, _, err := brokerproc.RabbitMQServerBin(); err != nil {
-		return nil, fmt.Errorf("%w (%v)", missingBinary("rabbitmq-server", "rabbitmq-server"), err)
+		return rabbitNode{}, fmt.Errorf("%w (%v)", missingBinary("rabbitmq-server", "rabbitmq-server"), err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)
 	defer cancel()
 	n, err := brokerproc.StartRabbitMQ(ctx, filepath.Join(dir, "rabbitmq"))
 	if err != nil {
-		return nil, fmt.Errorf("RabbitMQ node: %w", err)
+		return rabbitNode{}, fmt.Errorf("RabbitMQ node: %w", err)
 	}
 	return rabbitNode{n}, nil
 }

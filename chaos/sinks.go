@@ -101,6 +101,11 @@ func (r *run) startTarget(ctx context.Context, dir string) error {
 		if err := rabbitqueue.Setup(sctx, srv.URL(), topic, topic, tapQueue); err != nil {
 			return err
 		}
+		// The scenario kills the node within seconds: the topology on disk
+		// first (brokerproc.RabbitMQ.SyncMetadata).
+		if err := srv.SyncMetadata(sctx); err != nil {
+			return fmt.Errorf("RabbitMQ node: %w", err)
+		}
 		t := &amqpTarget{r: r, srv: srv, tap: rabbitqueue.StartTap(srv.URL(), tapQueue)}
 		r.target = t
 	default:

@@ -63,6 +63,9 @@ func TestRabbitMQKilledAndStartedAgainKeepsItsData(t *testing.T) {
 	if out, err := r.Ctl(ctx, "add_vhost", "kept"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
+	if err := r.SyncMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	r.Kill()
 	if !r.Proc().Exited() {

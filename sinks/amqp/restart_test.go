@@ -43,6 +43,10 @@ func TestBrokerRestartDuringRelayDrain(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sch.QueueBind(queue, "#", exchange, false, nil))
 	_ = setup.Close()
+	// Declared just before the kill: on disk first (see SyncMetadata).
+	ctlCtx, cancelCtl := context.WithTimeout(context.Background(), time.Minute)
+	require.NoError(t, n.SyncMetadata(ctlCtx))
+	cancelCtl()
 
 	sink, err := amqpsink.Dial(n.URL(), amqpsink.Options{MaxReconnectDelay: 500 * time.Millisecond})
 	require.NoError(t, err)
