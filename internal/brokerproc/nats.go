@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"time"
 )
 
 // NATS is a private nats-server with JetStream on 127.0.0.1, its own port
@@ -28,9 +26,8 @@ type NATS struct {
 	// Log is the file the server's output is appended to (Dir/nats.log).
 	Log string
 
-	bin  string
-	mu   sync.Mutex
-	proc *Proc
+	bin string
+	server
 }
 
 // NATSBinary finds nats-server: $OUTBOX_NATS_SERVER when set, else on
@@ -101,29 +98,4 @@ func (n *NATS) Start(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-// Proc is the current process, or nil before the first Start.
-func (n *NATS) Proc() *Proc {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.proc
-}
-
-// Kill sends SIGKILL to the server and waits for it to end: it stops
-// without flushing anything, as in a crash.
-func (n *NATS) Kill() {
-	if p := n.Proc(); p != nil {
-		p.Kill()
-	}
-}
-
-// Stop sends SIGTERM (nats-server shuts down cleanly: its lame-duck mode
-// is SIGUSR2, not this) and waits up to grace, then kills it. It reports
-// whether the server ended by the SIGTERM.
-func (n *NATS) Stop(grace time.Duration) bool {
-	if p := n.Proc(); p != nil {
-		return p.Stop(grace)
-	}
-	return true
 }

@@ -170,3 +170,36 @@ func (p *Proc) WaitTCP(ctx context.Context, port int) error {
 		}
 	}
 }
+
+// server is the process of a broker server that Start may replace (a
+// restart on the same port and data): NATS and RabbitMQ embed it.
+type server struct {
+	mu   sync.Mutex
+	proc *Proc
+}
+
+// Proc is the server's current process, or nil before the first Start.
+func (s *server) Proc() *Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// Kill sends SIGKILL to the server and waits for it to end: it stops
+// without flushing anything, as in a crash; its data stays for the next
+// Start.
+func (s *server) Kill() {
+	if p := s.Proc(); p != nil {
+		p.Kill()
+	}
+}
+
+// Stop sends SIGTERM (a clean shutdown for both servers; nats-server's
+// lame-duck mode is SIGUSR2, not this) and waits up to grace, then kills
+// the server. It reports whether the server ended by the SIGTERM.
+func (s *server) Stop(grace time.Duration) bool {
+	if p := s.Proc(); p != nil {
+		return p.Stop(grace)
+	}
+	return true
+}

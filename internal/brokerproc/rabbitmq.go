@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 )
 
 // RabbitMQ is a private RabbitMQ node: a beam process of its own,
@@ -34,8 +32,7 @@ type RabbitMQ struct {
 
 	env []string
 
-	mu   sync.Mutex
-	proc *Proc
+	server
 }
 
 // RabbitMQServerBin is the script that starts a node: the one the Debian
@@ -154,30 +151,6 @@ func (r *RabbitMQ) Start(ctx context.Context) error {
 // loopback).
 func (r *RabbitMQ) URL() string {
 	return "amqp://guest:guest@127.0.0.1:" + strconv.Itoa(r.Port) + "/"
-}
-
-// Proc is the node's current process, nil before the first Start.
-func (r *RabbitMQ) Proc() *Proc {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.proc
-}
-
-// Kill SIGKILLs the node's beam process and waits for it to end; its data
-// stays for the next Start.
-func (r *RabbitMQ) Kill() {
-	if p := r.Proc(); p != nil {
-		p.Kill()
-	}
-}
-
-// Stop stops the node with SIGTERM (a clean shutdown), killing it after
-// grace. It reports whether it ended by the SIGTERM.
-func (r *RabbitMQ) Stop(grace time.Duration) bool {
-	if p := r.Proc(); p != nil {
-		return p.Stop(grace)
-	}
-	return true
 }
 
 // SyncMetadata makes what the node has declared so far (vhosts,
