@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Services the tests need: PostgreSQL, Redis, NATS with JetStream and RabbitMQ
-# on 127.0.0.1, and a Chromium for the dashboard's browser tests
+# Services the tests need: PostgreSQL, Redis, MariaDB (or MySQL), NATS with
+# JetStream and RabbitMQ on 127.0.0.1, and a Chromium for the dashboard's browser tests
 # (ui/browser_test.go).
 #
 #   ./scripts/services.sh check    say what is reachable (and which Chromium is found),
 #                                  and how to get what is not
-#   ./scripts/services.sh start    start local PostgreSQL / Redis / NATS / RabbitMQ
+#   ./scripts/services.sh start    start local PostgreSQL / Redis / MariaDB / NATS / RabbitMQ
 #                                  servers that are installed but not running (Debian layout)
 #   ./scripts/services.sh install  apt-get install them, pgbouncer and chromium (root,
 #                                  Debian/Ubuntu; each only when missing), then start
@@ -17,7 +17,7 @@
 #
 # Everything this script prints, from every command and from the tools it
 # runs, passes through redact: the URLs come from OUTBOX_POSTGRES_URL and
-# OUTBOX_REDIS_URL (and OUTBOX_NATS_URL, OUTBOX_AMQP_URL), may carry passwords,
+# OUTBOX_REDIS_URL (and OUTBOX_MYSQL_URL, OUTBOX_NATS_URL, OUTBOX_AMQP_URL), may carry passwords,
 # and this output lands in CI logs.
 #
 # The Redis Cluster (127.0.0.1:7000-7002) is scripts/redis-cluster.sh's job.
@@ -27,6 +27,7 @@ pg_url="${OUTBOX_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmo
 redis_url="${OUTBOX_REDIS_URL:-redis://127.0.0.1:6379/0}"
 nats_url="${OUTBOX_NATS_URL:-nats://127.0.0.1:4222}"
 amqp_url="${OUTBOX_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
+mysql_url="${OUTBOX_MYSQL_URL:-mysql://root@127.0.0.1:3306/}"
 
 # redact keeps a URL's scheme, user, host, port, database and options, and
 # replaces with xxxxx
@@ -82,6 +83,21 @@ first_byte() {
 # with a method frame (type 1).
 nats_ok() { [ "$(first_byte "$(hostport "$nats_url" 4222)")" = 49 ]; }
 amqp_ok() { [ "$(first_byte "$(hostport "$amqp_url" 5672)" 'AMQP\000\000\011\001')" = 01 ]; }
+# A MySQL or MariaDB server greets with a handshake packet: protocol
+# version 10 after the 4-byte header (0xff: an error packet, still a server).
+mysql_greets() {
+	local hp; hp="$(hostport "$mysql_url" 3306)"
+	bounded bash -c 'exec 3<>"/dev/tcp/${1%:*}/${1##*:}" || exit 1
+		head -c5 <&3 | tail -c1 | od -An -tx1 | tr -d " \n"' _ "$hp" 2>/dev/null
+}
+# mysql_ok: a server answers and, for the default URL (root without a
+# password), lets root in over TCP, as the tests connect.
+mysql_ok() {
+	case "$(mysql_greets)" in 0a | ff) ;; *) return 1 ;; esac
+	[ -n "${OUTBOX_MYSQL_URL:-}" ] && return 0
+	local cli; cli="$(command -v mariadb || command -v mysql)" || return 0
+	bounded "$cli" --protocol=tcp -h 127.0.0.1 -P 3306 -u root -e 'select 1' </dev/null >/dev/null 2>&1
+}
 bounded() { if command -v timeout >/dev/null; then timeout 5 "$@"; else "$@"; fi; }
 
 # chromium_path prints the Chromium the browser tests use, as they look for
@@ -117,6 +133,13 @@ check() {
 		echo "  Get it: apt-get install redis-server (Redis >= 6.2) and start it, or point OUTBOX_REDIS_URL at yours."
 		[ -n "${OUTBOX_REDIS_URL:-}" ] ||
 			echo "  Or run a Docker engine: with OUTBOX_REDIS_URL unset, the tests start a Redis container."
+	fi
+	if mysql_ok; then echo "services: MySQL/MariaDB ok ($mysql_url)"; else
+		rc=1
+		echo "services: MySQL/MariaDB NOT reachable at $mysql_url (or root may not log in over TCP without a password)."
+		echo "  Get it: apt-get install mariadb-server (MariaDB >= 10.6, or MySQL >= 8.0), start it, and let the"
+		echo "  URL's user in over TCP (./scripts/services.sh install does all of that as root); or point"
+		echo "  OUTBOX_MYSQL_URL at yours (mysql://USER:PASSWORD@HOST:3306/)."
 	fi
 	if nats_ok; then echo "services: NATS ok ($nats_url)"; else
 		rc=1
@@ -171,6 +194,28 @@ start() {
 			--dir /tmp/outbox-redis --logfile /tmp/outbox-redis/redis.log
 		for _ in $(seq 1 30); do redis_ok && break; sleep 0.2; done
 	fi
+	local mysqld; mysqld="$(command -v mariadbd || command -v mysqld)"
+	if [ -z "$(mysql_greets)" ] && [ -n "$mysqld" ]; then
+		echo "services: starting MariaDB on 127.0.0.1:3306"
+		if [ "$(id -u)" = 0 ]; then
+			# As Debian's package runs it (user mysql, /etc/mysql config,
+			# socket in /run/mysqld), without systemd.
+			mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null
+			start-stop-daemon --start --oknodo --background --exec "$mysqld" -- --user=mysql >/dev/null 2>&1 ||
+				nohup "$mysqld" --user=mysql </dev/null >/dev/null 2>&1 &
+		fi
+		for _ in $(seq 1 60); do [ -n "$(mysql_greets)" ] && break; sleep 0.5; done
+	fi
+	if [ -z "${OUTBOX_MYSQL_URL:-}" ] && [ -n "$(mysql_greets)" ] && ! mysql_ok && [ "$(id -u)" = 0 ]; then
+		# Debian's root@localhost authenticates by unix socket only; the
+		# tests connect over TCP without a password: allow that for
+		# root@127.0.0.1 (this machine only).
+		local cli; cli="$(command -v mariadb || command -v mysql)"
+		if [ -n "$cli" ]; then
+			echo "services: letting root in from 127.0.0.1 without a password for the tests"
+			"$cli" -u root </dev/null -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY ''; GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION; FLUSH PRIVILEGES;" >/dev/null 2>&1 || true
+		fi
+	fi
 	if ! nats_ok && command -v nats-server >/dev/null; then
 		echo "services: starting nats-server with JetStream on 127.0.0.1:4222 (store in /tmp/outbox-nats)"
 		mkdir -p /tmp/outbox-nats
@@ -197,6 +242,9 @@ install() {
 	command -v redis-server >/dev/null || need+=(redis-server)
 	# For the NATS and RabbitMQ sinks' tests (and their chaos scenarios,
 	# which run private servers from the same binaries).
+	# For the MySQL backend's tests (its chaos scenarios run a private
+	# mariadbd made with mariadb-install-db).
+	command -v mariadbd >/dev/null || command -v mysqld >/dev/null || need+=(mariadb-server)
 	command -v nats-server >/dev/null || need+=(nats-server)
 	command -v rabbitmq-server >/dev/null || need+=(rabbitmq-server)
 	# For the PgBouncer tests (scripts/pgbouncer.sh runs a private one;

@@ -39,9 +39,22 @@ func pingAMQP(ctx context.Context, url string) error {
 	return probe(ctx, url, "5672", []byte("AMQP\x00\x00\x09\x01"), func(b byte) bool { return b == 1 })
 }
 
+// pingMySQL reads the first packet a MySQL or MariaDB server sends: a
+// handshake (protocol version 10 after the 4-byte packet header), or an
+// error packet (0xff) when the server refuses the client's host, which
+// still means a server answers there.
+func pingMySQL(ctx context.Context, url string) error {
+	return probeN(ctx, url, "3306", nil, 5, func(b []byte) bool { return b[4] == 10 || b[4] == 0xff })
+}
+
 // probe dials url's host (port defaultPort when it names none), writes
 // hello (if any) and reads one byte, which answered must accept.
 func probe(ctx context.Context, url, defaultPort string, hello []byte, answered func(byte) bool) error {
+	return probeN(ctx, url, defaultPort, hello, 1, func(b []byte) bool { return answered(b[0]) })
+}
+
+// probeN is probe reading the first n bytes.
+func probeN(ctx context.Context, url, defaultPort string, hello []byte, n int, answered func([]byte) bool) error {
 	u, err := neturl.Parse(url)
 	if err != nil {
 		return fmt.Errorf("testenv: %s does not parse: %v", redact(url), err)
@@ -67,12 +80,12 @@ func probe(ctx context.Context, url, defaultPort string, hello []byte, answered 
 			return err
 		}
 	}
-	var b [1]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
 		return fmt.Errorf("no answer from %s: %v", c.RemoteAddr(), err)
 	}
-	if !answered(b[0]) {
-		return fmt.Errorf("%s answered %q, which is not the server expected there", c.RemoteAddr(), b[0])
+	if !answered(b) {
+		return fmt.Errorf("%s answered %q, which is not the server expected there", c.RemoteAddr(), b)
 	}
 	return nil
 }

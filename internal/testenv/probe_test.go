@@ -33,6 +33,7 @@ func TestProbes(t *testing.T) {
 		{"Redis", pingRedis, RedisURL(), PostgresURL(), "OUTBOX_REDIS_URL"},
 		{"NATS", pingNATS, NATSURL(), RedisURL(), "OUTBOX_NATS_URL"},
 		{"RabbitMQ", pingAMQP, AMQPURL(), NATSURL(), "OUTBOX_AMQP_URL"},
+		{"MySQL", pingMySQL, MySQLURL(), NATSURL(), "OUTBOX_MYSQL_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

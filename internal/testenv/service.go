@@ -67,6 +67,14 @@ var (
 		start:         noContainer,
 		containerless: true,
 	}
+	mysqlService = &service{
+		name:          "MySQL",
+		variable:      "OUTBOX_MYSQL_URL",
+		fallback:      DefaultMySQLURL,
+		ping:          pingMySQL,
+		start:         noContainer,
+		containerless: true,
+	}
 	amqpService = &service{
 		name:          "RabbitMQ",
 		variable:      "OUTBOX_AMQP_URL",
@@ -84,7 +92,7 @@ func noContainer() (string, error) { return "", errNoContainer }
 
 // serviceFor returns the service configured by variable, or nil.
 func serviceFor(variable string) *service {
-	for _, s := range []*service{postgresService, redisService, natsService, amqpService} {
+	for _, s := range []*service{postgresService, redisService, natsService, amqpService, mysqlService} {
 		if s.variable == variable {
 			return s
 		}

@@ -112,7 +112,7 @@ func TestOnlyPostgresAndRedisHaveAContainerFallback(t *testing.T) {
 	if s := serviceFor("OUTBOX_REDIS_CLUSTER_ADDRS"); s != nil {
 		t.Fatalf("the Redis Cluster has no container fallback, but serviceFor found %q", s.name)
 	}
-	for _, s := range []*service{natsService, amqpService} {
+	for _, s := range []*service{natsService, amqpService, mysqlService} {
 		if !s.containerless {
 			t.Errorf("%s has a container fallback", s.name)
 		}

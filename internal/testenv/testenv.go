@@ -54,6 +54,11 @@ const (
 	// DefaultAMQPURL is a RabbitMQ server with its default guest user
 	// (which RabbitMQ lets in from loopback only).
 	DefaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+	// DefaultMySQLURL is a MariaDB (10.6 or later) or MySQL (8.0 or
+	// later) server whose root user has no password, as Debian's
+	// mariadb-server sets it up for local connections over TCP once
+	// ./scripts/services.sh has granted it.
+	DefaultMySQLURL = "mysql://root@127.0.0.1:3306/"
 )
 
 // Required reports whether OUTBOX_REQUIRE_SERVICES=1: a missing service
@@ -101,6 +106,21 @@ func NATSURL() string { return natsService.url() }
 // AMQPURL returns the URL of the RabbitMQ server the tests use, decided as
 // [NATSURL] decides with OUTBOX_AMQP_URL and [DefaultAMQPURL].
 func AMQPURL() string { return amqpService.url() }
+
+// MySQLURL returns the URL of the MySQL or MariaDB server the tests use,
+// decided as [NATSURL] decides with OUTBOX_MYSQL_URL and [DefaultMySQLURL]:
+// mysql://USER[:PASSWORD]@HOST[:PORT]/[DATABASE]. There is no container
+// fallback: mariadb-server is one Debian package (./scripts/services.sh
+// install). [MySQLDSN] turns it into a go-sql-driver/mysql DSN.
+func MySQLURL() string { return mysqlService.url() }
+
+// MySQLDSN returns [MySQLURL] as a go-sql-driver/mysql data source name
+// (USER:PASSWORD@tcp(HOST:PORT)/DATABASE?PARAMS), with database (when not
+// empty) in place of the URL's and the URL's query parameters kept. Tests
+// create their own database and pass its name.
+func MySQLDSN(database string) string {
+	return mysqlDSN(MySQLURL(), database)
+}
 
 // RedisClusterAddrs returns the addresses in OUTBOX_REDIS_CLUSTER_ADDRS
 // (comma-separated), or nil when it is unset: the cluster has no default
