@@ -26,8 +26,8 @@ const DefaultPollInterval = 100 * time.Millisecond
 type Options struct {
 	// Table names the outbox table in the connection's database; the
 	// other tables are named after it (Table+"_lease", "_archive",
-	// "_meta", "_member", "_keyseq", "_pause_topic", "_pause_part",
-	// "_migrations"). Default [DefaultTable]; at most 48 characters.
+	// "_meta", "_hold", "_import", "_member", "_keyseq", "_pause_topic",
+	// "_pause_part", "_migrations"). Default [DefaultTable]; at most 48 characters.
 	Table string
 
 	// Partitions is the partition count. [Migrate] creates the outbox
@@ -81,13 +81,14 @@ func validTable(s string) bool {
 // names are the backquoted table names of one outbox.
 type names struct {
 	outbox, lease, archive, meta, member, keyseq, migrations string
-	pauseTopic, pausePart                                    string
+	hold, importSeq, pauseTopic, pausePart                   string
 }
 
 func newNames(table string) names {
 	q := func(suffix string) string { return "`" + table + suffix + "`" }
 	return names{outbox: q(""), lease: q("_lease"), archive: q("_archive"), meta: q("_meta"),
 		member: q("_member"), keyseq: q("_keyseq"), migrations: q("_migrations"),
+		hold: q("_hold"), importSeq: q("_import"),
 		pauseTopic: q("_pause_topic"), pausePart: q("_pause_part")}
 }
 
@@ -96,6 +97,7 @@ func newNames(table string) names {
 func (n names) render(q string) string {
 	return strings.NewReplacer("{outbox}", n.outbox, "{lease}", n.lease, "{archive}", n.archive,
 		"{meta}", n.meta, "{member}", n.member, "{keyseq}", n.keyseq, "{migrations}", n.migrations,
+		"{hold}", n.hold, "{import}", n.importSeq,
 		"{pause_topic}", n.pauseTopic, "{pause_part}", n.pausePart).Replace(q)
 }
 

@@ -102,23 +102,41 @@ CREATE TABLE IF NOT EXISTS `outbox_archive` (
     KEY `outbox_archive_sent_idx` (sent_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- One row: the partition count (fixed for the life of the outbox), the
--- seal and the hold of a move, and the next seq an imported entry gets.
+-- One row: the partition count (fixed for the life of the outbox) and the
+-- seal of a move. Every append reads this row with a shared lock (see
+-- Seal), so nothing else is written to it: the hold and the import
+-- counter, which change while appends run, have tables of their own.
 CREATE TABLE IF NOT EXISTS `outbox_meta` (
     one         TINYINT(1)   NOT NULL DEFAULT 1,
     partitions  INT          NOT NULL,
     created_at  DATETIME(6)  NOT NULL,
     -- sealed = 1: appends fail with outbox.ErrSealed (see Seal).
     sealed      TINYINT(1)   NOT NULL DEFAULT 0,
-    -- The hold (outbox.Holder): held while hold_since is not NULL.
-    hold_reason TEXT,
-    hold_since  DATETIME(6),
-    -- Imported entries take seq from here upwards: all below the seq of
-    -- every appended entry.
-    import_seq  BIGINT       NOT NULL DEFAULT -9223372036854775807,
     PRIMARY KEY (one),
     CONSTRAINT `outbox_meta_check` CHECK (one = 1 AND partitions >= 1)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- The hold of a move (outbox.Holder): at most one row; while it exists,
+-- fetches return nothing. since is when the outbox was first held.
+CREATE TABLE IF NOT EXISTS `outbox_hold` (
+    one    TINYINT(1)  NOT NULL DEFAULT 1,
+    reason TEXT        NOT NULL,
+    since  DATETIME(6) NOT NULL,
+    PRIMARY KEY (one),
+    CONSTRAINT `outbox_hold_check` CHECK (one = 1)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- The seq the next imported entry gets (outbox.Importer), counting up
+-- from the lowest BIGINT: imported entries come before every appended
+-- entry of their key (appended ones count up from 1).
+CREATE TABLE IF NOT EXISTS `outbox_import` (
+    one      TINYINT(1) NOT NULL DEFAULT 1,
+    next_seq BIGINT     NOT NULL,
+    PRIMARY KEY (one),
+    CONSTRAINT `outbox_import_check` CHECK (one = 1)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+INSERT IGNORE INTO `outbox_import` (one, next_seq) VALUES (1, -9223372036854775807);
 
 INSERT IGNORE INTO `outbox_meta` (one, partitions, created_at)
 VALUES (1, {partitions}, UTC_TIMESTAMP(6));
