@@ -178,7 +178,7 @@ func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, 
 // appendRowSQL is the VALUES tuple of one appended row: ? id,
 // ? partition, ? topic, ? key, ? payload, ? headers, ? not_before and
 // again ? not_before (microseconds since the epoch, or NULL); last_error
-// is ” (a TEXT column has no default on MySQL before 8.0.13).
+// is the empty string (a TEXT column has no default on MySQL before 8.0.13).
 const appendRowSQL = "(?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL +
 	", GREATEST(" + nowSQL + ", COALESCE(TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL + ")), '')"
 
