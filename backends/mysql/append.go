@@ -160,7 +160,7 @@ func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, 
 		for _, r := range rows[:n] {
 			args = append(args, r.id, r.partition, r.topic, r.key, r.payload, r.headers, r.notBefore, r.notBefore)
 		}
-		st, query := b.core.appends.get(ctx, appendKey{rows: n, skipDup: skipDup}, b.appendSQL)
+		st, query := b.core.appends.get(appendKey{rows: n, skipDup: skipDup})
 		var err error
 		if st != nil {
 			_, err = txStmt(ctx, tx, st, query, args...)
