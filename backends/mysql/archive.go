@@ -34,11 +34,11 @@ func (b *Backend) PurgeArchive(ctx context.Context, before time.Time, batchSize 
 		}
 		res, err := b.relay.purge.ExecContext(ctx, toMicros(before), batchSize)
 		if err != nil {
-			return total, mapErr(op, err)
+			return total, b.relayErr(op, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, mapErr(op, err)
+			return total, b.relayErr(op, err)
 		}
 		total += n
 		if n < int64(batchSize) {

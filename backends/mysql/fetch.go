@@ -112,7 +112,7 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 	args = append(append(args, limit), leaseArgs(lease)...)
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
-		return nil, nil, mapErr(op, err)
+		return nil, nil, b.relayErr(op, err)
 	}
 	defer rows.Close()
 	leaseOK := false
@@ -125,7 +125,7 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 		var r fetchedRow
 		if err := rows.Scan(&r.seq, &r.nextAt, &r.id, &r.topic, &r.key, &r.payload, &r.headers,
 			&r.notBefore, &r.attempts, &r.lastError, &r.createdAt); err != nil {
-			return nil, nil, mapErr(op, err)
+			return nil, nil, b.relayErr(op, err)
 		}
 		if !r.id.Valid { // the lease holds, nothing is due
 			continue
@@ -146,7 +146,7 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 		order = append(order, position{r.nextAt.Int64, r.seq.Int64})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, mapErr(op, err)
+		return nil, nil, b.relayErr(op, err)
 	}
 	if !leaseOK {
 		return nil, nil, fenceLost(op, lease)
@@ -186,11 +186,11 @@ func (b *Backend) parkCorrupt(ctx context.Context, op string, lease outbox.Lease
 	arg := jsonArg(pairs)
 	res, err := b.relay.parkCorrupt.ExecContext(ctx, append([]any{arg}, leaseArgs(lease)...)...)
 	if err != nil {
-		return nil, mapErr(op, fmt.Errorf("parking %d entries that cannot be published as stored: %w", len(corrupt), err))
+		return nil, b.relayErr(op, fmt.Errorf("parking %d entries that cannot be published as stored: %w", len(corrupt), err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return nil, mapErr(op, err)
+		return nil, b.relayErr(op, err)
 	}
 	if n == int64(len(corrupt)) {
 		return corrupt, nil
@@ -206,19 +206,19 @@ func (b *Backend) parkCorrupt(ctx context.Context, op string, lease outbox.Lease
 func (b *Backend) parkedOf(ctx context.Context, op string, partition int, arg string, corrupt []outbox.CorruptEntry) ([]outbox.CorruptEntry, error) {
 	rows, err := b.db.QueryContext(ctx, b.relay.parkedIDs, arg, partition)
 	if err != nil {
-		return nil, mapErr(op, err)
+		return nil, b.relayErr(op, err)
 	}
 	defer rows.Close()
 	parked := map[string]bool{}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, mapErr(op, err)
+			return nil, b.relayErr(op, err)
 		}
 		parked[id] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mapErr(op, err)
+		return nil, b.relayErr(op, err)
 	}
 	out := make([]outbox.CorruptEntry, 0, len(parked))
 	for _, c := range corrupt {

@@ -51,7 +51,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 func (b *Backend) archiveSent(ctx context.Context, op string, lease outbox.Lease, ids []string) (err error) {
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
-		return mapErr(op, err)
+		return b.relayErr(op, err)
 	}
 	defer func() {
 		if err != nil {
@@ -60,20 +60,20 @@ func (b *Backend) archiveSent(ctx context.Context, op string, lease outbox.Lease
 	}()
 	var held int
 	if err := tx.QueryRowContext(ctx, b.relay.lockLease, leaseArgs(lease)...).Scan(&held); err != nil {
-		return mapErr(op, err)
+		return b.relayErr(op, err)
 	}
 	if held == 0 {
 		return fenceLost(op, lease)
 	}
 	arg := jsonArg(ids)
 	if _, err := tx.ExecContext(ctx, b.relay.archiveSent, arg, lease.Partition); err != nil {
-		return mapErr(op, err)
+		return b.relayErr(op, err)
 	}
 	if _, err := tx.StmtContext(ctx, b.relay.markSent).ExecContext(ctx, append([]any{arg}, leaseArgs(lease)...)...); err != nil {
-		return mapErr(op, err)
+		return b.relayErr(op, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return mapErr(op, err)
+		return b.relayErr(op, err)
 	}
 	return nil
 }

@@ -63,7 +63,7 @@ func (b *Backend) initRelay(ctx context.Context) error {
 		stmt, err := b.db.PrepareContext(ctx, b.names.render(s.text))
 		if err != nil {
 			b.closeRelay()
-			return fmt.Errorf("mysqloutbox: New: preparing the relay's statements: %w", mapErr("New", err))
+			return fmt.Errorf("mysqloutbox: New: preparing the relay's statements: %w", err)
 		}
 		*s.stmt = stmt
 	}
@@ -142,7 +142,7 @@ func fenceLost(op string, l outbox.Lease) error {
 func (b *Backend) checkLease(ctx context.Context, op string, l outbox.Lease) error {
 	var n int
 	if err := b.relay.leaseHeld.QueryRowContext(ctx, leaseArgs(l)...).Scan(&n); err != nil {
-		return mapErr(op, err)
+		return b.relayErr(op, err)
 	}
 	if n == 0 {
 		return fenceLost(op, l)
@@ -158,11 +158,11 @@ func (b *Backend) checkLease(ctx context.Context, op string, l outbox.Lease) err
 func (b *Backend) fencedExec(ctx context.Context, op string, l outbox.Lease, stmt *sql.Stmt, want int, args ...any) error {
 	res, err := stmt.ExecContext(ctx, args...)
 	if err != nil {
-		return mapErr(op, err)
+		return b.relayErr(op, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return mapErr(op, err)
+		return b.relayErr(op, err)
 	}
 	if n >= int64(want) {
 		return nil
@@ -181,4 +181,18 @@ func argError(op string, err error) error {
 // isCtxErr reports whether err is a context's error.
 func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// relayErr is the error of a failed statement of op: context errors as
+// they are, [outbox.ErrClosed] when Close closed the statements under a
+// call in flight, else the driver's error wrapped with the package and
+// operation.
+func (b *Backend) relayErr(op string, err error) error {
+	switch {
+	case isCtxErr(err):
+		return err
+	case b.closed.Load():
+		return fmt.Errorf("mysqloutbox: %s: %w (%v)", op, outbox.ErrClosed, err)
+	}
+	return fmt.Errorf("mysqloutbox: %s: %w", op, err)
 }
