@@ -37,7 +37,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 		return argError(op, err)
 	}
 	ids = uniqueIDs(ids)
-	return chunks(len(ids), func(lo, hi int) error {
+	return inChunks(len(ids), func(lo, hi int) error {
 		if b.opts.Archive {
 			return b.archiveSent(ctx, op, lease, ids[lo:hi])
 		}
@@ -122,7 +122,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		seen[f.ID] = struct{}{}
 		rows = append(rows, [5]any{f.ID, cleanError(f.Error), delayMicros(f.Delay), flag(f.Park), flag(f.Deferred)})
 	}
-	return chunks(len(rows), func(lo, hi int) error {
+	return inChunks(len(rows), func(lo, hi int) error {
 		args := append([]any{jsonArg(rows[lo:hi]), lease.Owner, lease.Owner}, leaseArgs(lease)...)
 		return b.fencedExec(ctx, op, lease, b.relay.markFailed, hi-lo, args...)
 	})

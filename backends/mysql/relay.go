@@ -93,7 +93,7 @@ const maxBatchIDs = 1000
 
 // chunks calls fn with consecutive pieces of n items, at most
 // maxBatchIDs each, and stops at the first error.
-func chunks(n int, fn func(lo, hi int) error) error {
+func inChunks(n int, fn func(lo, hi int) error) error {
 	for lo := 0; lo < n; lo += maxBatchIDs {
 		if err := fn(lo, min(lo+maxBatchIDs, n)); err != nil {
 			return err
@@ -168,14 +168,6 @@ func (b *Backend) fencedExec(ctx context.Context, op string, l outbox.Lease, stm
 		return nil
 	}
 	return b.checkLease(ctx, op, l)
-}
-
-// argError wraps an argument check's error with the package and operation.
-func argError(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("mysqloutbox: %s: %w", op, err)
 }
 
 // isCtxErr reports whether err is a context's error.
