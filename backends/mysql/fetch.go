@@ -53,6 +53,21 @@ func (b *Backend) FetchBatch(ctx context.Context, lease outbox.Lease, limit int)
 	return b.fetchBatch(ctx, "FetchBatch", lease, limit, true, nil)
 }
 
+// FetchNext is [Backend.FetchBatch] while inFlight, the lease's
+// unfinished claims, are still in flight (see [outbox.Prefetcher]): the
+// same statement leaves their IDs out (passed as one JSON array; they are
+// still pending, so one that was attempted keeps holding back its key),
+// and the batch is made of the entries behind them. A never-attempted
+// entry of inFlight holds back nothing. Safe for concurrent use; after
+// Close it returns [outbox.ErrClosed].
+func (b *Backend) FetchNext(ctx context.Context, lease outbox.Lease, limit int, inFlight []outbox.Entry) (outbox.Batch, error) {
+	except := make([]string, len(inFlight))
+	for i := range inFlight {
+		except[i] = inFlight[i].ID
+	}
+	return b.fetchBatch(ctx, "FetchNext", lease, limit, true, except)
+}
+
 // maxCorruptRounds bounds how often one fetch runs again after a round in
 // which every row read was parked.
 const maxCorruptRounds = 10
@@ -228,3 +243,8 @@ func (b *Backend) parkedOf(ctx context.Context, op string, partition int, arg st
 	}
 	return out, nil
 }
+
+var (
+	_ outbox.BatchFetcher = (*Backend)(nil)
+	_ outbox.Prefetcher   = (*Backend)(nil)
+)
