@@ -279,7 +279,6 @@ func walkTables(v any, fn func(map[string]any)) {
 	}
 }
 
-
 func TestFetchNextLeavesOutTheBatchInFlight(t *testing.T) {
 	t.Parallel()
 	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})

@@ -27,7 +27,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	notFound := fmt.Errorf("%s: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", pkgName, op, id, outbox.ErrNotFound)
+	notFound := fmt.Errorf("%s: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", pkg, op, id, outbox.ErrNotFound)
 	if !validText(id) || id == "" {
 		return notFound
 	}
@@ -83,7 +83,7 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 		return nil, err
 	}
 	if limit <= 0 {
-		return nil, fmt.Errorf("%s: %s: limit is %d, must be positive: %w", pkgName, op, limit, outbox.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s: %s: limit is %d, must be positive: %w", pkg, op, limit, outbox.ErrInvalidArgument)
 	}
 	infos, err := b.queryEntries(ctx, op, b.ops.qParked, bytesArg(after), limit)
 	if err != nil {
@@ -206,7 +206,7 @@ func (b *Backend) requeueChunk(ctx context.Context, ids []string, reasons map[st
 			if !want[id] {
 				continue // equal only by the collation's trailing-space padding
 			}
-			if c := checkStored(topic, headers, part, b.opts.Partitions); c.reason != "" {
+			if c := checkRow(topic, headers, part, b.opts.Partitions); c.reason != "" {
 				reasons[id] = c.reason
 				continue
 			}
@@ -347,7 +347,7 @@ func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, erro
 	if err := b.checkOpen(op); err != nil {
 		return outbox.EntryInfo{}, err
 	}
-	notFound := fmt.Errorf("%s: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", pkgName, op, id, outbox.ErrNotFound)
+	notFound := fmt.Errorf("%s: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", pkg, op, id, outbox.ErrNotFound)
 	if !validText(id) || id == "" {
 		return outbox.EntryInfo{}, notFound
 	}
