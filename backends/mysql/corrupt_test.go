@@ -66,13 +66,20 @@ func TestFetchBatchParksCorruptRows(t *testing.T) {
 	if err != nil || len(again.Parked) != 0 {
 		t.Fatalf("second fetch: %+v, %v; parks are reported once", again, err)
 	}
+}
 
-	// A run of corrupt rows longer than the limit: FetchBatch counts
-	// parks against the limit; FindPendingBatch reads on past them.
+// TestFetchCorruptRunLongerThanTheLimit: FetchBatch counts parks against
+// the limit; FindPendingBatch reads on past a round of parks only.
+func TestFetchCorruptRunLongerThanTheLimit(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	insertRows(t, db, row{id: "k2", key: "k", due: -2 * time.Second}, row{id: "ok", due: -time.Second})
+	l := takeLease(t, db, 0, "me")
 	for _, id := range []string{"c1", "c2", "c3"} {
 		insertRows(t, db, row{id: id, headers: []byte{0x05}, due: -time.Hour})
 	}
-	batch, err = b.FetchBatch(ctx, l, 2)
+	batch, err := b.FetchBatch(ctx, l, 2)
 	if err != nil || len(batch.Entries)+len(batch.Parked) > 2 || len(batch.Parked) != 2 {
 		t.Fatalf("limit 2 over 3 corrupt rows: %+v, %v", batch, err)
 	}

@@ -148,7 +148,22 @@ func TestMarkFailed(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r := readRow(t, db, "r")
+	checkRetried(t, readRow(t, db, "r"), long)
+	if p := readRow(t, db, "p"); p.state != "parked" || p.attempts != 1 || p.lastError != "bad\uFFFD\uFFFD" {
+		t.Fatalf("p: %+v", p)
+	}
+	if d := readRow(t, db, "d"); !deferredOnly(d) {
+		t.Fatalf("deferred d: %+v", d)
+	}
+	if neg := readRow(t, db, "neg"); neg.dueInMicros > -int64(59*time.Minute/time.Microsecond) {
+		t.Fatalf("a negative delay: due in %dµs, want an hour ago", neg.dueInMicros)
+	}
+}
+
+// checkRetried checks r after a failure with a long error and a Delay of
+// an hour.
+func checkRetried(t *testing.T, r storedRow, long string) {
+	t.Helper()
 	if r.attempts != 1 || r.state != "pending" || len(r.lastError) != 4096 || !utf8.ValidString(r.lastError) || !strings.HasPrefix(long, r.lastError) {
 		t.Fatalf("r: %+v (last error %d bytes)", r, len(r.lastError))
 	}
@@ -158,15 +173,25 @@ func TestMarkFailed(t *testing.T) {
 	if len(r.history) != 1 || r.history[0].Owner != "relay-1" || r.history[0].Error != r.lastError || time.Since(r.history[0].At).Abs() > time.Minute {
 		t.Fatalf("r history: %+v", r.history)
 	}
-	if p := readRow(t, db, "p"); p.state != "parked" || p.attempts != 1 || p.lastError != "bad\uFFFD\uFFFD" {
-		t.Fatalf("p: %+v", p)
-	}
-	d := readRow(t, db, "d")
-	if d.attempts != 0 || d.lastError != "" || !d.deferred || d.history != nil || d.dueInMicros <= 0 {
-		t.Fatalf("deferred d: %+v", d)
-	}
-	if neg := readRow(t, db, "neg"); neg.dueInMicros > -int64(59*time.Minute/time.Microsecond) {
-		t.Fatalf("a negative delay: due in %dµs, want an hour ago", neg.dueInMicros)
+}
+
+// deferredOnly reports whether r was deferred and never attempted.
+func deferredOnly(r storedRow) bool {
+	return r.attempts == 0 && r.lastError == "" && r.deferred && r.history == nil && r.dueInMicros > 0
+}
+
+func TestMarkFailedDeferralAndRejections(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	insertRows(t, db, row{id: "neg", due: -time.Hour}, row{id: "d", key: "d"}, row{id: "d2", key: "d"}, row{id: "p"})
+	l := takeLease(t, db, 0, "relay-1")
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{
+		{ID: "d", Error: "not stored", Delay: time.Minute, Deferred: true},
+		{ID: "neg", Error: "back", Delay: -time.Hour},
+		{ID: "p", Error: "bad", Park: true},
+	}); err != nil {
+		t.Fatal(err)
 	}
 	// d2 is held back by the deferred d; an attempt of d clears deferred.
 	exec(t, db, "UPDATE `outbox` SET next_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id IN ('d', 'd2')")

@@ -14,11 +14,11 @@ import (
 )
 
 //go:embed queries/*.sql
-var queryFS embed.FS
+var relayQueryFS embed.FS
 
-// query returns the text of queries/name.sql.
-func query(name string) string {
-	b, err := queryFS.ReadFile("queries/" + name + ".sql")
+// relayQuery returns the text of queries/name.sql.
+func relayQuery(name string) string {
+	b, err := relayQueryFS.ReadFile("queries/" + name + ".sql")
 	if err != nil {
 		panic("mysqloutbox: missing embedded query " + name + ": " + err.Error())
 	}
@@ -46,18 +46,18 @@ const exceptSQL = "AND o.id NOT IN (SELECT x.id FROM JSON_TABLE(?, '$[*]' COLUMN
 
 // initRelay prepares fetching and recording outcomes.
 func (b *Backend) initRelay(ctx context.Context) error {
-	find := query("find_pending_batch")
+	find := relayQuery("find_pending_batch")
 	texts := []struct {
 		stmt **sql.Stmt
 		text string
 	}{
 		{&b.relay.find, strings.ReplaceAll(find, "{except}", "")},
 		{&b.relay.findNext, strings.ReplaceAll(find, "{except}", exceptSQL)},
-		{&b.relay.markSent, query("mark_sent")},
-		{&b.relay.markFailed, strings.ReplaceAll(query("mark_failed"), "{max_history}", strconv.Itoa(outbox.MaxAttemptHistory))},
-		{&b.relay.parkCorrupt, query("park_corrupt")},
-		{&b.relay.leaseHeld, query("lease_held")},
-		{&b.relay.purge, query("purge_archive")},
+		{&b.relay.markSent, relayQuery("mark_sent")},
+		{&b.relay.markFailed, strings.ReplaceAll(relayQuery("mark_failed"), "{max_history}", strconv.Itoa(outbox.MaxAttemptHistory))},
+		{&b.relay.parkCorrupt, relayQuery("park_corrupt")},
+		{&b.relay.leaseHeld, relayQuery("lease_held")},
+		{&b.relay.purge, relayQuery("purge_archive")},
 	}
 	for _, s := range texts {
 		stmt, err := b.db.PrepareContext(ctx, b.names.render(s.text))
@@ -67,9 +67,9 @@ func (b *Backend) initRelay(ctx context.Context) error {
 		}
 		*s.stmt = stmt
 	}
-	b.relay.lockLease = b.names.render(query("lock_lease"))
-	b.relay.archiveSent = b.names.render(query("archive_sent"))
-	b.relay.parkedIDs = b.names.render(query("parked_ids"))
+	b.relay.lockLease = b.names.render(relayQuery("lock_lease"))
+	b.relay.archiveSent = b.names.render(relayQuery("archive_sent"))
+	b.relay.parkedIDs = b.names.render(relayQuery("parked_ids"))
 	return nil
 }
 

@@ -9,5 +9,5 @@ func FetchQuery(b *Backend, next bool) string {
 	if next {
 		except = exceptSQL
 	}
-	return b.names.render(strings.ReplaceAll(query("find_pending_batch"), "{except}", except))
+	return b.names.render(strings.ReplaceAll(relayQuery("find_pending_batch"), "{except}", except))
 }
