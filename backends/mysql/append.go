@@ -177,9 +177,10 @@ func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, 
 
 // appendRowSQL is the VALUES tuple of one appended row: ? id,
 // ? partition, ? topic, ? key, ? payload, ? headers, ? not_before and
-// again ? not_before (microseconds since the epoch, or NULL).
+// again ? not_before (microseconds since the epoch, or NULL); last_error
+// is the empty string (a TEXT column has no default on MySQL before 8.0.13).
 const appendRowSQL = "(?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL +
-	", GREATEST(" + nowSQL + ", COALESCE(TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL + ")))"
+	", GREATEST(" + nowSQL + ", COALESCE(TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL + ")), '')"
 
 // appendSQL is the INSERT of k.rows rows. UTC_TIMESTAMP is read once per
 // statement, so the rows of one statement share created_at; seq
@@ -187,7 +188,7 @@ const appendRowSQL = "(?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, " + epochS
 func (b *Backend) appendSQL(k appendKey) string {
 	var s strings.Builder
 	s.WriteString("INSERT INTO " + b.names.outbox +
-		" (id, `partition`, topic, `key`, payload, headers, not_before, created_at, next_at) VALUES ")
+		" (id, `partition`, topic, `key`, payload, headers, not_before, created_at, next_at, last_error) VALUES ")
 	for i := range k.rows {
 		if i > 0 {
 			s.WriteString(", ")

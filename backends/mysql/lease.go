@@ -11,7 +11,7 @@ import (
 )
 
 // Leases live in the lease table, one row per partition (created free by
-// Migrate, never deleted): owner '' means free, version only grows.
+// Migrate, never deleted): an empty owner means free, version only grows.
 // Every fenced write of the relay reads its partition's row with a shared
 // lock; AcquireLease and RenewLease change it in a short transaction of
 // their own that locks it exclusively, so a fenced write and a takeover
