@@ -159,14 +159,6 @@ func (b *Backend) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// placeholders is "?, ?, ..., ?" for n parameters.
-func placeholders(n int) string {
-	if n <= 0 {
-		return ""
-	}
-	return strings.Repeat("?, ", n-1) + "?"
-}
-
 // chunks splits ids into slices of at most n.
 func chunks(ids []string, n int) [][]string {
 	var out [][]string
