@@ -373,3 +373,36 @@ func TestOperatorCallsPassContextErrorsThrough(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionStatsListsEveryPartition: more partitions than MySQL's
+// default cte_max_recursion_depth (1000), one lease row deleted by hand,
+// one entry in a partition out of range: every partition is listed once,
+// in order, and the stray row is in none.
+func TestPartitionStatsListsEveryPartition(t *testing.T) {
+	t.Parallel()
+	const n = 1200
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: n})
+	if _, err := db.Exec("DELETE FROM `outbox_lease` WHERE `partition` = 1100"); err != nil {
+		t.Fatal(err)
+	}
+	stray := raw("stray", "k")
+	stray.part = n + 5
+	insertRaw(t, db, n, raw("e1", "k"), stray)
+	ps, err := b.PartitionStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != n {
+		t.Fatalf("PartitionStats listed %d partitions; want %d", len(ps), n)
+	}
+	var pending int64
+	for i, p := range ps {
+		if p.Partition != i {
+			t.Fatalf("PartitionStats[%d] is partition %d", i, p.Partition)
+		}
+		pending += p.Pending
+	}
+	if pending != 1 || ps[outbox.PartitionOf("k", n)].Pending != 1 || ps[outbox.PartitionOf("k", n)].OldestDueID != "e1" {
+		t.Errorf("the partitions count %d pending entries; want 1, e1 in partition %d", pending, outbox.PartitionOf("k", n))
+	}
+}
