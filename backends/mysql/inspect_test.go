@@ -269,6 +269,12 @@ func TestStatsAndPartitionStatsAddUp(t *testing.T) {
 	if sum.Pending != st.Pending || sum.Due != st.Due || sum.Parked != st.Parked {
 		t.Errorf("the partitions add up to %+v; Stats says %+v", sum, st)
 	}
+	checkPartitionOne(t, ps, st, l)
+}
+
+// checkPartitionOne checks the partitions of TestStatsAndPartitionStatsAddUp.
+func checkPartitionOne(t *testing.T, ps []outbox.PartitionStats, st outbox.Stats, l outbox.Lease) {
+	t.Helper()
 	p1 := ps[1]
 	if p1.Pending != 4 || p1.Due != 3 || p1.OldestDueID != "old" || !p1.OldestDue.Equal(st.OldestDue) || p1.BlockedKeys != 1 {
 		t.Errorf("partition 1 = %+v; want Pending 4, Due 3, OldestDueID old (due a minute ago), OldestDue = Stats.OldestDue, BlockedKeys 1 (retry blocks its key)", p1)
