@@ -3,6 +3,7 @@ package mysqloutbox_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 
 	"github.com/outboxrelay/outbox"
@@ -116,6 +117,34 @@ func (h keySeqHarness) Reopen(ctx context.Context, partitions int) (outbox.Store
 	}
 	return keySeqStripped{b}, nil
 }
+
+// Corruptions names the columns Corrupt damages (conformance.Corrupter).
+func (h keySeqHarness) Corruptions() []string {
+	return []string{"headers column", "empty topic column"}
+}
+
+// Corrupt damages the row of id with a real UPDATE: bytes the header
+// codec does not accept (a length running past the end), or an empty
+// topic.
+func (h keySeqHarness) Corrupt(ctx context.Context, id, how string) error {
+	var set string
+	switch how {
+	case "headers column":
+		set = "headers = X'DEADBEEF00FF'"
+	case "empty topic column":
+		set = "topic = ''"
+	default:
+		return fmt.Errorf("harness: unknown corruption %q", how)
+	}
+	var n int
+	if err := h.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM outbox WHERE id = ?", id).Scan(&n); err != nil || n != 1 {
+		return fmt.Errorf("harness: no row has id %q (%v)", id, err)
+	}
+	_, err := h.db.ExecContext(ctx, "UPDATE outbox SET "+set+" WHERE id = ?", id)
+	return err
+}
+
+var _ conformance.Corrupter = keySeqHarness{}
 
 // TestConformanceKeySequence runs the conformance suite with
 // Options.KeySequence on (the header checked and dropped on reads).
