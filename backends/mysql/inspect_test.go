@@ -269,6 +269,12 @@ func TestStatsAndPartitionStatsAddUp(t *testing.T) {
 	if sum.Pending != st.Pending || sum.Due != st.Due || sum.Parked != st.Parked {
 		t.Errorf("the partitions add up to %+v; Stats says %+v", sum, st)
 	}
+	checkPartitionOne(t, ps, st, l)
+}
+
+// checkPartitionOne checks the partitions of TestStatsAndPartitionStatsAddUp.
+func checkPartitionOne(t *testing.T, ps []outbox.PartitionStats, st outbox.Stats, l outbox.Lease) {
+	t.Helper()
 	p1 := ps[1]
 	if p1.Pending != 4 || p1.Due != 3 || p1.OldestDueID != "old" || !p1.OldestDue.Equal(st.OldestDue) || p1.BlockedKeys != 1 {
 		t.Errorf("partition 1 = %+v; want Pending 4, Due 3, OldestDueID old (due a minute ago), OldestDue = Stats.OldestDue, BlockedKeys 1 (retry blocks its key)", p1)
@@ -371,5 +377,38 @@ func TestOperatorCallsPassContextErrorsThrough(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("%s with a cancelled context: %v; want an error wrapping context.Canceled", name, err)
 		}
+	}
+}
+
+// TestPartitionStatsListsEveryPartition: more partitions than MySQL's
+// default cte_max_recursion_depth (1000), one lease row deleted by hand,
+// one entry in a partition out of range: every partition is listed once,
+// in order, and the stray row is in none.
+func TestPartitionStatsListsEveryPartition(t *testing.T) {
+	t.Parallel()
+	const n = 1200
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: n})
+	if _, err := db.Exec("DELETE FROM `outbox_lease` WHERE `partition` = 1100"); err != nil {
+		t.Fatal(err)
+	}
+	stray := raw("stray", "k")
+	stray.part = n + 5
+	insertRaw(t, db, n, raw("e1", "k"), stray)
+	ps, err := b.PartitionStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != n {
+		t.Fatalf("PartitionStats listed %d partitions; want %d", len(ps), n)
+	}
+	var pending int64
+	for i, p := range ps {
+		if p.Partition != i {
+			t.Fatalf("PartitionStats[%d] is partition %d", i, p.Partition)
+		}
+		pending += p.Pending
+	}
+	if pending != 1 || ps[outbox.PartitionOf("k", n)].Pending != 1 || ps[outbox.PartitionOf("k", n)].OldestDueID != "e1" {
+		t.Errorf("the partitions count %d pending entries; want 1, e1 in partition %d", pending, outbox.PartitionOf("k", n))
 	}
 }

@@ -79,7 +79,7 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 		var one int
 		err := b.db.QueryRowContext(ctx, b.ops.qExportLease, lease.Partition, lease.Owner, lease.Version).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, leaseLostError(op, lease)
+			return nil, fenceLost(op, lease)
 		}
 		if err != nil {
 			return nil, b.opsError(ctx, op, err)
@@ -103,7 +103,7 @@ func exportedInfo(r *entryRow, partition int) outbox.EntryInfo {
 	info := outbox.EntryInfo{Entry: outbox.Entry{
 		ID: r.id, Topic: r.topic, Key: string(r.key), Payload: r.payload,
 		NotBefore: nullTime(r.notBef), Partition: partition,
-		Attempts: int(max(r.attempts, 0)), LastError: r.lastErr, CreatedAt: nullTime(r.created),
+		Attempts: attemptsOf(r.attempts), LastError: r.lastErr, CreatedAt: nullTime(r.created),
 	}, Parked: r.parked, Deferred: r.deferred, History: decodeHistory(r.history)}
 	topicCheck := info.Topic
 	if info.Parked {
@@ -111,10 +111,10 @@ func exportedInfo(r *entryRow, partition int) outbox.EntryInfo {
 		// it is exported as it is, last error included.
 		topicCheck = "-"
 	}
-	c := checkStored(topicCheck, r.headers, 0, 0)
+	c := checkRow(topicCheck, r.headers, 0, 0)
 	info.Headers = c.headers
 	if c.reason != "" {
-		info.Parked, info.Deferred, info.LastError = true, false, withStoredReason(info.LastError, c.reason)
+		info.Parked, info.Deferred, info.LastError = true, false, withReason(info.LastError, c.reason)
 	}
 	if !info.Parked {
 		info.DueAt = nullTime(r.nextAt)
@@ -167,7 +167,7 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 			return b.opsError(ctx, op, err)
 		}
 		if lost {
-			return leaseLostError(op, lease)
+			return fenceLost(op, lease)
 		}
 	}
 	return nil
@@ -238,11 +238,11 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 	rows := make([]importRow, len(entries))
 	for i, e := range entries {
 		if err := checkImported(e); err != nil {
-			return 0, fmt.Errorf("%s: %s: %w: entry %d (id %q): %s", pkgName, op, outbox.ErrInvalidEntry, i, e.ID, err)
+			return 0, fmt.Errorf("%s: %s: %w: entry %d (id %q): %s", pkg, op, outbox.ErrInvalidEntry, i, e.ID, err)
 		}
 		r, err := b.importRow(e)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %s: entry %d (id %q): %w", pkgName, op, i, e.ID, err)
+			return 0, fmt.Errorf("%s: %s: entry %d (id %q): %w", pkg, op, i, e.ID, err)
 		}
 		rows[i] = r
 	}
@@ -298,7 +298,7 @@ type importRow struct {
 // importRow converts e; the history is encoded as MarkFailed stores it.
 func (b *Backend) importRow(e outbox.EntryInfo) (importRow, error) {
 	r := importRow{
-		id: e.ID, topic: e.Topic, lastErr: storedText(e.LastError, maxStoredText),
+		id: e.ID, topic: e.Topic, lastErr: cleanError(e.LastError),
 		part: outbox.PartitionOf(e.Key, b.opts.Partitions),
 		key:  bytesArg(e.Key), payload: e.Payload, hdrs: headercodec.Encode(e.Headers),
 		attempts: min(max(e.Attempts, 0), 1<<31-1),
@@ -425,7 +425,7 @@ func (b *Backend) Hold(ctx context.Context, reason string) error {
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	reason = storedText(reason, maxStoredText)
+	reason = cleanError(reason)
 	_, err := b.db.ExecContext(ctx, b.ops.qHold, reason, reason)
 	return b.opsError(ctx, op, err)
 }
@@ -487,7 +487,7 @@ func (b *Backend) Seal(ctx context.Context) error {
 	_, err := b.db.ExecContext(ctx, b.ops.qSeal)
 	if isMySQLError(err, errLockWait) {
 		return fmt.Errorf("%s: %s: a transaction that appended to %s stayed open longer than the server's innodb_lock_wait_timeout while Seal waited for it, so the outbox is not sealed: run Seal again (outbox move does), after finding the long transaction (information_schema.innodb_trx) if it happens again: %w",
-			pkgName, op, b.names.outbox, err)
+			pkg, op, b.names.outbox, err)
 	}
 	return b.opsError(ctx, op, err)
 }

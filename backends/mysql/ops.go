@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxrelay/outbox"
-	"github.com/outboxrelay/outbox/internal/headercodec"
 )
 
 // This file holds what the operator interfaces (inspect.go, operate.go)
@@ -111,24 +110,8 @@ func foldSQL(col string) string {
 	return s
 }
 
-// pkgName starts the errors and reasons of the package.
-const pkgName = "mysqloutbox"
-
-// maxStoredText is where the texts the operator and move calls store
-// (last errors, hold reasons, attempt errors and owners) are cut, in
-// bytes, as MarkFailed cuts Failure.Error.
-const maxStoredText = 4096
-
 // maxIDsPerStatement bounds the IDs of one statement's IN list.
 const maxIDsPerStatement = 1000
-
-// storedText makes s storable in a utf8mb4 column (invalid UTF-8
-// replaced by U+FFFD) and cuts it to at most n bytes at a character
-// boundary.
-func storedText(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return outbox.TruncateUTF8(s, n)
-}
 
 // opsError maps an error of an operator or move call: context errors
 // (also those database/sql reports as a broken connection or a finished
@@ -140,32 +123,26 @@ func (b *Backend) opsError(ctx context.Context, op string, err error) error {
 		return nil
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: %s: %w", pkgName, op, err)
+		return fmt.Errorf("%s: %s: %w", pkg, op, err)
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("%s: %s: %w (%v)", pkgName, op, cerr, err)
+		return fmt.Errorf("%s: %s: %w (%v)", pkg, op, cerr, err)
 	}
 	switch {
 	case isMySQLError(err, errNoSuchTable):
 		return fmt.Errorf("%s: %s: the outbox tables of %s do not exist or are incomplete in this database: run mysqloutbox.Migrate(ctx, db, opts) with the same Options.Table (or \"outbox migrate up\"): %w",
-			pkgName, op, b.names.outbox, err)
+			pkg, op, b.names.outbox, err)
 	case isMySQLError(err, errBadField):
-		return fmt.Errorf("%s: %s: the outbox tables of %s have an older layout: run mysqloutbox.Migrate to bring them up to date: %w", pkgName, op, b.names.outbox, err)
+		return fmt.Errorf("%s: %s: the outbox tables of %s have an older layout: run mysqloutbox.Migrate to bring them up to date: %w", pkg, op, b.names.outbox, err)
 	case isMySQLError(err, errDeadlock), isMySQLError(err, errLockWait):
-		return fmt.Errorf("%s: %s: the server rolled the call's transaction back (a deadlock, or a lock wait longer than innodb_lock_wait_timeout): nothing of it was written; run it again: %w", pkgName, op, err)
+		return fmt.Errorf("%s: %s: the server rolled the call's transaction back (a deadlock, or a lock wait longer than innodb_lock_wait_timeout): nothing of it was written; run it again: %w", pkg, op, err)
 	}
-	return fmt.Errorf("%s: %s: %w", pkgName, op, err)
+	return fmt.Errorf("%s: %s: %w", pkg, op, err)
 }
 
 // argError wraps an argument error of op.
 func argError(op string, err error) error {
-	return fmt.Errorf("%s: %s: %w", pkgName, op, err)
-}
-
-// leaseLostError is the error of a call fenced by a lease that is not live.
-func leaseLostError(op string, l outbox.Lease) error {
-	return fmt.Errorf("%s: %s: partition %d, owner %q, version %d: the lease is not live (expired, released or taken over): %w",
-		pkgName, op, l.Partition, l.Owner, l.Version, outbox.ErrLeaseLost)
+	return fmt.Errorf("%s: %s: %w", pkg, op, err)
 }
 
 // inTx runs fn in a transaction of the pool and commits it; an error of
@@ -180,14 +157,6 @@ func (b *Backend) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// placeholders is "?, ?, ..., ?" for n parameters.
-func placeholders(n int) string {
-	if n <= 0 {
-		return ""
-	}
-	return strings.Repeat("?, ", n-1) + "?"
 }
 
 // chunks splits ids into slices of at most n.
@@ -211,66 +180,6 @@ func anyArgs(lead []any, ids []string) []any {
 		out = append(out, id)
 	}
 	return out
-}
-
-// Reasons an entry that no relay can publish as stored is shown with
-// (Parked, Lookup, Entries, ExportBatch) and refused requeueing for.
-const (
-	opsFixAdvice = "inspect it (outbox show ID), fix the column in the table and requeue it, or cancel it"
-	// noTopicReason: the topic column is empty.
-	noTopicReason = pkgName + ": empty topic column: the entry names no topic, so it cannot be published; " + opsFixAdvice
-)
-
-// partitionColumnReason is the reason of a partition column outside
-// 0..partitions-1, which no relay fetches.
-func partitionColumnReason(partition int64, partitions int) string {
-	return fmt.Sprintf("%s: partition column is %d, outside 0..%d: no relay fetches the entry, so it cannot be published; "+
-		"inspect it (outbox show ID), set the column to the partition of its key (or any partition in range) and requeue it if parked, or cancel it",
-		pkgName, partition, partitions-1)
-}
-
-// storedCheck is what can be decoded of a stored row, and what keeps it
-// from being published.
-type storedCheck struct {
-	// headers are the decoded headers (nil when they do not decode).
-	headers map[string]string
-	// reason names every column that keeps the entry from being
-	// published, and the fix; "" when there is none.
-	reason string
-}
-
-// checkStored decodes the headers of a row and checks the columns that
-// can keep it from being published. partitions 0 skips the partition
-// check.
-func checkStored(topic string, rawHeaders []byte, partition int64, partitions int) storedCheck {
-	var c storedCheck
-	var reasons []string
-	if partitions > 0 && (partition < 0 || partition >= int64(partitions)) {
-		reasons = append(reasons, partitionColumnReason(partition, partitions))
-	}
-	if topic == "" {
-		reasons = append(reasons, noTopicReason)
-	}
-	h, err := headercodec.Decode(pkgName, rawHeaders)
-	if err != nil {
-		reasons = append(reasons, headercodec.Reason(pkgName, err, opsFixAdvice))
-	}
-	c.headers = h
-	c.reason = strings.Join(reasons, "; also ")
-	return c
-}
-
-// withStoredReason is the LastError shown for a row checkStored found a
-// reason for: the reason, followed by the stored last error when that is
-// something else.
-func withStoredReason(stored, reason string) string {
-	if reason == "" {
-		return stored
-	}
-	if stored == "" || stored == reason {
-		return reason
-	}
-	return reason + " (stored last error: " + stored + ")"
 }
 
 // entryColumns are the columns an entry is reported with (entryRow reads
@@ -309,11 +218,11 @@ func (r *entryRow) targets() []any {
 // the column and the fix; a negative attempts column reads as 0; DueAt is
 // zero for a parked entry.
 func (r *entryRow) info(partitions int) outbox.EntryInfo {
-	c := checkStored(r.topic, r.headers, r.part, partitions)
+	c := checkRow(r.topic, r.headers, r.part, partitions)
 	info := outbox.EntryInfo{Entry: outbox.Entry{
 		ID: r.id, Topic: r.topic, Key: string(r.key), Payload: r.payload, Headers: c.headers,
-		NotBefore: nullTime(r.notBef), Partition: int(r.part), Attempts: int(max(r.attempts, 0)),
-		LastError: withStoredReason(r.lastErr, c.reason), CreatedAt: nullTime(r.created),
+		NotBefore: nullTime(r.notBef), Partition: int(r.part), Attempts: attemptsOf(r.attempts),
+		LastError: withReason(r.lastErr, c.reason), CreatedAt: nullTime(r.created),
 	}, Parked: r.parked, Deferred: r.deferred, History: decodeHistory(r.history)}
 	if !info.Parked {
 		info.DueAt = nullTime(r.nextAt)
@@ -384,7 +293,7 @@ func encodeHistory(h []outbox.Attempt) (string, bool, error) {
 	}
 	out := make([]storedAttempt, len(h))
 	for i, a := range h {
-		out[i] = storedAttempt{At: a.At.UTC().Format(historyAtLayout), Error: storedText(a.Error, maxStoredText), Owner: storedText(a.Owner, maxStoredText)}
+		out[i] = storedAttempt{At: a.At.UTC().Format(historyAtLayout), Error: cleanError(a.Error), Owner: cleanError(a.Owner)}
 	}
 	raw, err := json.Marshal(out)
 	return string(raw), true, err
