@@ -322,3 +322,29 @@ func TestFetchNextLeavesOutTheBatchInFlight(t *testing.T) {
 		t.Fatalf("FetchNext with a stale lease: %v", err)
 	}
 }
+
+// TestCustomTable: with Options.Table the statements name that table's
+// indexes in their hints (Migrate names the indexes after the table).
+func TestCustomTable(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1, Table: "my box"})
+	ctx := context.Background()
+	exec(t, db, "INSERT INTO `my box` (id, `partition`, topic, `key`, created_at, next_at, last_error) VALUES ('x', 0, 't', 'k', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '')")
+	exec(t, db, "UPDATE `my box_lease` SET owner = 'me', version = 1, expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE WHERE `partition` = 0")
+	l := outbox.Lease{Partition: 0, Owner: "me", Version: 1}
+	got, err := b.FindPendingBatch(ctx, l, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "fetch", got, "x")
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", Error: "e"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkSent(ctx, l, []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM `my box`").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows left (%v)", n, err)
+	}
+}
