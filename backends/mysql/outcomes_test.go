@@ -458,3 +458,30 @@ func TestRelayRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONArgumentsKeepEveryCharacter: IDs and errors pass through the
+// JSON arrays the statements take (JSON_TABLE) unchanged: quotes,
+// backslashes, control characters, HTML characters, 4-byte UTF-8.
+func TestJSONArgumentsKeepEveryCharacter(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	odd := "id \"q\" \\b\\ <&> \u2028 \t😀 é"
+	insertRows(t, db, row{id: odd}, row{id: "plain"})
+	l := takeLease(t, db, 0, "me")
+	msg := "err \"q\" \\ \n\r\t <&> \u2028 😀 \x01"
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: odd, Error: msg}}); err != nil {
+		t.Fatal(err)
+	}
+	r := readRow(t, db, odd)
+	if r.attempts != 1 || r.lastError != msg || len(r.history) != 1 || r.history[0].Error != msg {
+		t.Fatalf("stored %+v, want last error %q", r, msg)
+	}
+	if err := b.MarkSent(ctx, l, []string{odd}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM `outbox` WHERE id = ?", odd).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the odd ID is still there (%d, %v)", n, err)
+	}
+}
