@@ -20,6 +20,7 @@ var (
 	_ outbox.Notifier     = (*Backend)(nil)
 	_ outbox.Membership   = (*Backend)(nil)
 	_ outbox.MemberLister = (*Backend)(nil)
+	_ outbox.PollAdvisor  = (*Backend)(nil)
 )
 
 //go:embed queries/*.sql
