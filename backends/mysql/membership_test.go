@@ -42,6 +42,14 @@ func TestMembershipStoresTheRecord(t *testing.T) {
 	if err != nil || len(listed) != 1 || !slices.Equal(listed[0].Partitions, m.Partitions) || listed[0].Host != m.Host {
 		t.Fatalf("Members: %+v, %v; want %+v", listed, err, m)
 	}
+	// The next heartbeat replaces every field.
+	ms, err = b.Heartbeat(ctx, outbox.Member{Owner: "b", Partitions: []int{7}, Host: "h2", Version: "v2"}, 2*time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("second Heartbeat: %+v, %v", ms, err)
+	}
+	if n := ms[0]; !slices.Equal(n.Partitions, []int{7}) || n.MaxPartitions != 0 || n.Host != "h2" || n.Version != "v2" || !n.Started.IsZero() || !n.Expires.After(m.Expires) {
+		t.Fatalf("after the second heartbeat: %+v; want every field replaced", n)
+	}
 }
 
 // TestMembershipExpiryOrderAndLeave: expired records drop out, the list
