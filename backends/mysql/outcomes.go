@@ -59,14 +59,14 @@ func (b *Backend) archiveSent(ctx context.Context, op string, lease outbox.Lease
 		}
 	}()
 	var held int
-	if err := tx.QueryRowContext(ctx, b.relay.lockLease, leaseArgs(lease)...).Scan(&held); err != nil {
+	if err := tx.StmtContext(ctx, b.relay.lockLease).QueryRowContext(ctx, leaseArgs(lease)...).Scan(&held); err != nil {
 		return b.relayErr(op, err)
 	}
 	if held == 0 {
 		return fenceLost(op, lease)
 	}
 	arg := jsonArg(ids)
-	if _, err := tx.ExecContext(ctx, b.relay.archiveSent, arg, lease.Partition); err != nil {
+	if _, err := tx.StmtContext(ctx, b.relay.archiveSent).ExecContext(ctx, arg, lease.Partition); err != nil {
 		return b.relayErr(op, err)
 	}
 	if _, err := tx.StmtContext(ctx, b.relay.markSent).ExecContext(ctx, append([]any{arg}, leaseArgs(lease)...)...); err != nil {

@@ -412,6 +412,11 @@ func TestRelayRoundTrips(t *testing.T) {
 	db.SetMaxOpenConns(1) // every call on the same connection
 	ctx := context.Background()
 	l := takeLease(t, db, 0, "me")
+	archived, err := mysqloutbox.New(ctx, db, mysqloutbox.Options{Archive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer archived.Close()
 	counters := func() (questions, prepares int) {
 		t.Helper()
 		rows, err := db.Query("SHOW SESSION STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')")
@@ -446,6 +451,9 @@ func TestRelayRoundTrips(t *testing.T) {
 			{"MarkSent", 1, func() error { return b.MarkSent(ctx, l, []string{a, bb}) }},
 			{"MarkSentUnknownID", 2, func() error { return b.MarkSent(ctx, l, []string{c, "unknown"}) }},
 			{"Release", 1, func() error { return b.Release(ctx, l, []string{c}) }},
+			// START TRANSACTION, the lease row locked, the copy, the
+			// delete, COMMIT.
+			{"MarkSentArchived", 5, func() error { return archived.MarkSent(ctx, l, []string{c}) }},
 		} {
 			q0, p0 := counters()
 			if err := call.run(); err != nil {
