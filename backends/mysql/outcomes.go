@@ -114,9 +114,10 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 			return fmt.Errorf("mysqloutbox: %s: failure %d (entry %q) has both Park and Deferred set; a deferred entry was not attempted, so it cannot be parked: set one of them: %w",
 				op, i, f.ID, outbox.ErrInvalidArgument)
 		}
-		if _, dup := seen[f.ID]; dup {
+		if _, dup := seen[f.ID]; dup || len(f.ID) > outbox.MaxIDLen {
 			// One statement changes a row once: the first failure of an ID
-			// in the call is the one recorded.
+			// in the call is the one recorded. An ID longer than
+			// outbox.MaxIDLen names no entry (see uniqueIDs).
 			continue
 		}
 		seen[f.ID] = struct{}{}

@@ -485,6 +485,19 @@ func TestJSONArgumentsKeepEveryCharacter(t *testing.T) {
 	if r.attempts != 1 || r.lastError != msg || len(r.history) != 1 || r.history[0].Error != msg {
 		t.Fatalf("stored %+v, want last error %q", r, msg)
 	}
+	// An ID longer than any entry's, whose first 255 characters are an
+	// entry's ID, names no entry.
+	long := "plain" + strings.Repeat("x", 250)
+	insertRows(t, db, row{id: long})
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: long + "y", Error: "no"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkSent(ctx, l, []string{long + "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := readRow(t, db, long); r.attempts != 0 {
+		t.Fatalf("a longer ID changed %s: %+v", long, r)
+	}
 	if err := b.MarkSent(ctx, l, []string{odd}); err != nil {
 		t.Fatal(err)
 	}

@@ -123,12 +123,15 @@ func jsonArg(v any) string {
 }
 
 // uniqueIDs returns ids without repeats, in first-seen order (a repeated
-// ID would count twice against the rows a statement changed).
+// ID would count twice against the rows a statement changed), and without
+// IDs longer than outbox.MaxIDLen bytes, which name no entry (JSON_TABLE
+// would cut them to the column's 255 characters, and the cut ID could
+// name one).
 func uniqueIDs(ids []string) []string {
 	seen := make(map[string]struct{}, len(ids))
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if _, ok := seen[id]; !ok {
+		if _, ok := seen[id]; !ok && len(id) <= outbox.MaxIDLen {
 			seen[id] = struct{}{}
 			out = append(out, id)
 		}
