@@ -506,3 +506,46 @@ func TestJSONArgumentsKeepEveryCharacter(t *testing.T) {
 		t.Fatalf("the odd ID is still there (%d, %v)", n, err)
 	}
 }
+
+// TestIDsCompareByBytes: the IDs the statements take are compared with the
+// VARBINARY id column byte for byte: "x" never names "x " (a PAD SPACE
+// collation would), nor "X".
+func TestIDsCompareByBytes(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	insertRows(t, db, row{id: "x "}, row{id: "X"}, row{id: "x"})
+	l := takeLease(t, db, 0, "me")
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", Error: "e"}}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int{"x": 1, "x ": 0, "X": 0} {
+		if r := readRow(t, db, id); r.attempts != want {
+			t.Fatalf("after MarkFailed of \"x\", %q has %d attempts, want %d", id, r.attempts, want)
+		}
+	}
+	if err := b.MarkSent(ctx, l, []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := db.Query("SELECT id FROM `outbox` ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	if strings.Join(left, "|") != "X|x " {
+		t.Fatalf("after MarkSent of \"x\": %q left, want \"X\" and \"x \"", left)
+	}
+	got, err := b.FetchNext(ctx, l, 10, []outbox.Entry{{ID: "X"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "FetchNext with \"X\" in flight", got.Entries, "x ")
+}
