@@ -412,6 +412,11 @@ func TestRelayRoundTrips(t *testing.T) {
 	db.SetMaxOpenConns(1) // every call on the same connection
 	ctx := context.Background()
 	l := takeLease(t, db, 0, "me")
+	archived, err := mysqloutbox.New(ctx, db, mysqloutbox.Options{Archive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer archived.Close()
 	counters := func() (questions, prepares int) {
 		t.Helper()
 		rows, err := db.Query("SHOW SESSION STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')")
@@ -446,6 +451,9 @@ func TestRelayRoundTrips(t *testing.T) {
 			{"MarkSent", 1, func() error { return b.MarkSent(ctx, l, []string{a, bb}) }},
 			{"MarkSentUnknownID", 2, func() error { return b.MarkSent(ctx, l, []string{c, "unknown"}) }},
 			{"Release", 1, func() error { return b.Release(ctx, l, []string{c}) }},
+			// START TRANSACTION, the lease row locked, the copy, the
+			// delete, COMMIT.
+			{"MarkSentArchived", 5, func() error { return archived.MarkSent(ctx, l, []string{c}) }},
 		} {
 			q0, p0 := counters()
 			if err := call.run(); err != nil {
@@ -477,6 +485,19 @@ func TestJSONArgumentsKeepEveryCharacter(t *testing.T) {
 	if r.attempts != 1 || r.lastError != msg || len(r.history) != 1 || r.history[0].Error != msg {
 		t.Fatalf("stored %+v, want last error %q", r, msg)
 	}
+	// An ID longer than any entry's, whose first 255 characters are an
+	// entry's ID, names no entry.
+	long := "plain" + strings.Repeat("x", 250)
+	insertRows(t, db, row{id: long})
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: long + "y", Error: "no"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkSent(ctx, l, []string{long + "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := readRow(t, db, long); r.attempts != 0 {
+		t.Fatalf("a longer ID changed %s: %+v", long, r)
+	}
 	if err := b.MarkSent(ctx, l, []string{odd}); err != nil {
 		t.Fatal(err)
 	}
@@ -484,4 +505,47 @@ func TestJSONArgumentsKeepEveryCharacter(t *testing.T) {
 	if err := db.QueryRow("SELECT COUNT(*) FROM `outbox` WHERE id = ?", odd).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("the odd ID is still there (%d, %v)", n, err)
 	}
+}
+
+// TestIDsCompareByBytes: the IDs the statements take are compared with the
+// VARBINARY id column byte for byte: "x" never names "x " (a PAD SPACE
+// collation would), nor "X".
+func TestIDsCompareByBytes(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	insertRows(t, db, row{id: "x "}, row{id: "X"}, row{id: "x"})
+	l := takeLease(t, db, 0, "me")
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", Error: "e"}}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int{"x": 1, "x ": 0, "X": 0} {
+		if r := readRow(t, db, id); r.attempts != want {
+			t.Fatalf("after MarkFailed of \"x\", %q has %d attempts, want %d", id, r.attempts, want)
+		}
+	}
+	if err := b.MarkSent(ctx, l, []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := db.Query("SELECT id FROM `outbox` ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	if strings.Join(left, "|") != "X|x " {
+		t.Fatalf("after MarkSent of \"x\": %q left, want \"X\" and \"x \"", left)
+	}
+	got, err := b.FetchNext(ctx, l, 10, []outbox.Entry{{ID: "X"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "FetchNext with \"X\" in flight", got.Entries, "x ")
 }
