@@ -42,8 +42,20 @@ func TestMembershipStoresTheRecord(t *testing.T) {
 	if err != nil || len(listed) != 1 || !slices.Equal(listed[0].Partitions, m.Partitions) || listed[0].Host != m.Host {
 		t.Fatalf("Members: %+v, %v; want %+v", listed, err, m)
 	}
-	// The next heartbeat replaces every field.
-	ms, err = b.Heartbeat(ctx, outbox.Member{Owner: "b", Partitions: []int{7}, Host: "h2", Version: "v2"}, 2*time.Minute)
+}
+
+// TestMembershipHeartbeatReplacesTheRecord: the next heartbeat replaces
+// every field, an unknown start time included.
+func TestMembershipHeartbeatReplacesTheRecord(t *testing.T) {
+	t.Parallel()
+	b, _ := newBackend(t, mysqloutbox.Options{Partitions: 8})
+	ctx := context.Background()
+	first, err := b.Heartbeat(ctx, outbox.Member{Owner: "b", Partitions: []int{1, 2}, MaxPartitions: 3, Host: "h1", Version: "v1", Started: time.Now()}, time.Minute)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("Heartbeat: %+v, %v", first, err)
+	}
+	m := first[0]
+	ms, err := b.Heartbeat(ctx, outbox.Member{Owner: "b", Partitions: []int{7}, Host: "h2", Version: "v2"}, 2*time.Minute)
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("second Heartbeat: %+v, %v", ms, err)
 	}
