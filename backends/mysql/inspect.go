@@ -19,8 +19,11 @@ import (
 // publish it; once Cancel returns nil the entry is never fetched again.
 // Unknown, sent and cancelled IDs give an error wrapping
 // [outbox.ErrNotFound] (IDs are compared byte for byte), and so does an
-// ID that no entry can have (empty, or invalid UTF-8), without a query. Safe for concurrent
-// use; after Close it returns [outbox.ErrClosed]. See [outbox.Canceler].
+// ID that no entry can have (empty, or invalid UTF-8), without a query.
+// The statement runs on its own (autocommit): if ctx ends while it waits
+// for a row lock, the server may still delete the entry. Safe for
+// concurrent use; after Close it returns [outbox.ErrClosed]. See
+// [outbox.Canceler].
 func (b *Backend) Cancel(ctx context.Context, id string) error {
 	const op = "Cancel"
 	if err := b.checkOpen(op); err != nil {

@@ -44,6 +44,26 @@ func TestMembershipStoresTheRecord(t *testing.T) {
 	}
 }
 
+// TestMembershipHeartbeatReplacesTheRecord: the next heartbeat replaces
+// every field, an unknown start time included.
+func TestMembershipHeartbeatReplacesTheRecord(t *testing.T) {
+	t.Parallel()
+	b, _ := newBackend(t, mysqloutbox.Options{Partitions: 8})
+	ctx := context.Background()
+	first, err := b.Heartbeat(ctx, outbox.Member{Owner: "b", Partitions: []int{1, 2}, MaxPartitions: 3, Host: "h1", Version: "v1", Started: time.Now()}, time.Minute)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("Heartbeat: %+v, %v", first, err)
+	}
+	m := first[0]
+	ms, err := b.Heartbeat(ctx, outbox.Member{Owner: "b", Partitions: []int{7}, Host: "h2", Version: "v2"}, 2*time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("second Heartbeat: %+v, %v", ms, err)
+	}
+	if n := ms[0]; !slices.Equal(n.Partitions, []int{7}) || n.MaxPartitions != 0 || n.Host != "h2" || n.Version != "v2" || !n.Started.IsZero() || !n.Expires.After(m.Expires) {
+		t.Fatalf("after the second heartbeat: %+v; want every field replaced", n)
+	}
+}
+
 // TestMembershipExpiryOrderAndLeave: expired records drop out, the list
 // is in byte order, Leave deletes at once and twice is a no-op.
 func TestMembershipExpiryOrderAndLeave(t *testing.T) {
