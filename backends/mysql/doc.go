@@ -66,7 +66,10 @@
 //
 // A fetch walks the index (partition, state, next_at, seq) in due order
 // and stops after the limit: no filesort (TestFetchPlan checks the plan
-// on the server). The per-key hold-back is an anti-join on the index
+// on the server). Every statement names the index it reads through
+// (FORCE INDEX, STRAIGHT_JOIN), so its plan does not depend on the
+// table's statistics: a new or fast-growing outbox whose statistics
+// InnoDB has not collected yet is read as a large one is. The per-key hold-back is an anti-join on the index
 // (partition, holds, key_hash, seq) that compares the key itself too. A
 // held outbox (a move's [Backend.Hold]) and a paused partition return
 // nothing; a paused topic's entries are left out together with the later
@@ -104,7 +107,8 @@
 // entry of the partition (a second query tells a lost lease from unknown
 // IDs otherwise). Longer lists are split into statements of 1,000 IDs,
 // passed as one JSON array (JSON_TABLE), so no statement's text depends
-// on the list's length.
+// on the list's length. MarkSent with the archive takes five: start, the
+// lease row locked, the copy, the delete, commit.
 //
 // # Archive
 //

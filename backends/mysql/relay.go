@@ -50,7 +50,7 @@ type relayState struct {
 // exceptSQL is the condition of FetchNext that leaves out the IDs in
 // flight (a JSON array of strings).
 const exceptSQL = "AND o.id NOT IN (SELECT x.id FROM JSON_TABLE(?, '$[*]' COLUMNS (" +
-	"id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS x)"
+	"id VARBINARY(255) PATH '$')) AS x)"
 
 // initRelay prepares fetching and recording outcomes.
 func (b *Backend) initRelay(ctx context.Context) error {

@@ -18,7 +18,7 @@
 -- earlier one sets (MySQL applies them left to right).
 UPDATE {lease} AS l
 STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (
-        id       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+        id       VARBINARY(255) PATH '$[0]',
         error    TEXT CHARACTER SET utf8mb4 PATH '$[1]',
         delay_us BIGINT PATH '$[2]',
         park     INT PATH '$[3]',
