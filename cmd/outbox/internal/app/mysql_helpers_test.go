@@ -13,8 +13,10 @@ import (
 )
 
 // cliMySQL creates a database of the test's own on the test server
-// (OUTBOX_MYSQL_URL), dropped at its end, and returns the mysql:// store
-// URL of that database and a pool connected to it; it skips (or fails,
+// (OUTBOX_MYSQL_URL), and a user with a password that may use it (so
+// every test checks that the password never shows), both dropped at its
+// end; it returns the mysql:// store URL of that user and database and a
+// pool connected to it as the server's URL's user. It skips (or fails,
 // with OUTBOX_REQUIRE_SERVICES=1) when no server answers.
 func cliMySQL(t testing.TB) (string, *sql.DB) {
 	t.Helper()
@@ -28,9 +30,15 @@ func cliMySQL(t testing.TB) (string, *sql.DB) {
 		testenv.Unavailable(t, "MySQL", "OUTBOX_MYSQL_URL", err)
 	}
 	name := uniqueName("cli")
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
-		admin.Close()
-		t.Fatalf("creating database %s: %v", name, err)
+	for _, q := range []string{
+		"CREATE DATABASE `" + name + "`",
+		"CREATE USER '" + name + "'@'%' IDENTIFIED BY '" + mysqlTestPassword + "'",
+		"GRANT ALL ON `" + name + "`.* TO '" + name + "'@'%'",
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			admin.Close()
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 	db, err := sql.Open("mysql", testenv.MySQLDSN(name))
 	if err != nil {
@@ -40,8 +48,10 @@ func cliMySQL(t testing.TB) (string, *sql.DB) {
 		db.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
-			t.Errorf("dropping database %s: %v", name, err)
+		for _, q := range []string{"DROP DATABASE IF EXISTS `" + name + "`", "DROP USER IF EXISTS '" + name + "'@'%'"} {
+			if _, err := admin.ExecContext(ctx, q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
 		}
 		admin.Close()
 	})
@@ -50,5 +60,9 @@ func cliMySQL(t testing.TB) (string, *sql.DB) {
 		t.Fatal(err)
 	}
 	u.Path = "/" + name
+	u.User = url.UserPassword(name, mysqlTestPassword)
 	return u.String(), db
 }
+
+// mysqlTestPassword is the password of cliMySQL's users.
+const mysqlTestPassword = "My-Secret-Pw7"

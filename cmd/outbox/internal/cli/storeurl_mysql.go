@@ -315,7 +315,7 @@ func (t *StoreTarget) describeMySQL(err error) string {
 		case 1045: // ER_ACCESS_DENIED_ERROR
 			return fmt.Sprintf("MySQL at %s rejected user %q or its password (1045 access denied): correct the user and password in the store URL (--store, OUTBOX_STORE or store: in the --config file), and check that the account may connect from this host (user@host in mysql.user)", t.hosts[0], t.user)
 		case 1044: // ER_DBACCESS_DENIED_ERROR
-			return fmt.Sprintf("MySQL at %s does not let user %q use database %q (1044): GRANT SELECT, INSERT, UPDATE, DELETE (and CREATE, DROP, ALTER, INDEX for outbox migrate) ON `%s`.* TO the user, or fix the database in the store URL", t.hosts[0], t.user, t.my.DBName, t.my.DBName)
+			return fmt.Sprintf("MySQL at %s does not let user %q use database %q (1044 access denied; the server says so also when no such database exists): fix the database name, the path of the store URL, or GRANT SELECT, INSERT, UPDATE, DELETE (and CREATE, DROP, ALTER, INDEX for outbox migrate) ON `%s`.* TO the user", t.hosts[0], t.user, t.my.DBName, t.my.DBName)
 		case 1049: // ER_BAD_DB_ERROR
 			return fmt.Sprintf("MySQL at %s has no database %q (1049 unknown database): fix the database name, the path of the store URL, or create it (CREATE DATABASE `%s`)", t.hosts[0], t.my.DBName, t.my.DBName)
 		case 1142, 1143: // ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR
