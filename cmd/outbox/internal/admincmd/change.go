@@ -360,9 +360,7 @@ func archiveOf(o *cli.Opened) (archivePurger, string) {
 	case o.Postgres != nil:
 		return o.Postgres, strings.TrimSuffix(o.Outbox, `"`) + `_archive"`
 	case o.MySQL != nil:
-		if p, ok := any(o.MySQL).(archivePurger); ok {
-			return p, cli.MySQLQuote(cli.OrDefault(o.Flags.Table, mysqloutbox.DefaultTable) + "_archive")
-		}
+		return o.MySQL, cli.MySQLQuote(cli.OrDefault(o.Flags.Table, mysqloutbox.DefaultTable) + "_archive")
 	}
 	return nil, ""
 }

@@ -9,6 +9,8 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/outboxrelay/outbox"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
@@ -66,3 +68,24 @@ func cliMySQL(t testing.TB) (string, *sql.DB) {
 
 // mysqlTestPassword is the password of cliMySQL's users.
 const mysqlTestPassword = "My-Secret-Pw7"
+
+// cliMySQLOutbox creates an outbox with opts in a database of the test's
+// own (cliMySQL) and opens it; it returns the store URL, the backend, the
+// pool and an append function (one transaction per call).
+func cliMySQLOutbox(t testing.TB, opts mysqloutbox.Options) (string, *mysqloutbox.Backend, *sql.DB, func(...outbox.Entry) error) {
+	t.Helper()
+	ctx := context.Background()
+	url, db := cliMySQL(t)
+	if err := mysqloutbox.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	b, err := mysqloutbox.New(ctx, db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	appendFn := func(e ...outbox.Entry) error {
+		return b.InTx(ctx, db, func(tx *sql.Tx) error { return b.AppendInTx(ctx, tx, e...) })
+	}
+	return url, b, db, appendFn
+}

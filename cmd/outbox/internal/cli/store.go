@@ -185,12 +185,7 @@ func (o *Opened) OpenBackend(ctx context.Context, opts OpenOptions) error {
 		if err != nil {
 			return o.explainOpen(ctx, err)
 		}
-		st, ok := any(b).(outbox.Store) // TEMP until the backend branches land: back to a plain assignment
-		if !ok {
-			_ = b.Close()
-			return fmt.Errorf("this build's MySQL backend does not implement outbox.Store yet")
-		}
-		o.Store, o.MySQL = st, b
+		o.Store, o.MySQL = b, b
 		o.closers = append(o.closers, func() { _ = b.Close() })
 	case "redis":
 		b, err := redisoutbox.New(ctx, o.Redis, redisoutbox.Options{Prefix: o.Flags.Prefix, Partitions: opts.Partitions, NoNotify: !opts.Notify})

@@ -435,11 +435,12 @@ func (c *RelayCmd) relayOptions(log *slog.Logger, mp metric.MeterProvider) outbo
 	}
 }
 
-// storePollInterval is the poll interval a store asks for (a MySQL
-// backend's PollInterval, shorter than the others' for want of
-// notifications between processes), else the library's default.
+// storePollInterval is the poll interval NewRelay takes for the store
+// when --poll-interval is 0: the store's [outbox.PollAdvisor] advice (a
+// MySQL backend's, shorter than the others' for want of notifications
+// between processes), else the library's default.
 func storePollInterval(store outbox.Store) time.Duration {
-	if p, ok := store.(interface{ PollInterval() time.Duration }); ok && p.PollInterval() > 0 {
+	if p, ok := store.(outbox.PollAdvisor); ok && p.PollInterval() > 0 {
 		return p.PollInterval()
 	}
 	return outbox.DefaultPollInterval
