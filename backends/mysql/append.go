@@ -54,9 +54,9 @@ const (
 // and retry). Four round trips for a call with one key.
 //
 // A deadlock or lock wait timeout returns an error for which [Retryable]
-// is true: the transaction must run again ([Backend.InTx] does so). When
-// tx belongs to an InTx call, the partitions appended to are recorded for
-// the wake-up after its commit.
+// is true: the transaction must run again ([Backend.InTx] does so). The
+// partitions appended to are recorded with tx for the wake-up of
+// [Backend.Commit] (unless Options.NoNotify).
 func (b *Backend) AppendInTx(ctx context.Context, tx *sql.Tx, entries ...outbox.Entry) error {
 	const op = "AppendInTx"
 	if err := b.checkOpen(op); err != nil {
@@ -88,7 +88,9 @@ func (b *Backend) AppendInTx(ctx context.Context, tx *sql.Tx, entries ...outbox.
 	if err != nil {
 		return b.interpretError(op, err)
 	}
-	b.core.txs.add(tx, prepared)
+	if !b.opts.NoNotify {
+		b.core.txs.add(tx, prepared)
+	}
 	return nil
 }
 
@@ -160,7 +162,7 @@ func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, 
 		for _, r := range rows[:n] {
 			args = append(args, r.id, r.partition, r.topic, r.key, r.payload, r.headers, r.notBefore, r.notBefore)
 		}
-		st, query := b.core.appends.get(ctx, appendKey{rows: n, skipDup: skipDup}, b.appendSQL)
+		st, query := b.core.appends.get(appendKey{rows: n, skipDup: skipDup})
 		var err error
 		if st != nil {
 			_, err = txStmt(ctx, tx, st, query, args...)

@@ -15,8 +15,8 @@ import (
 	"github.com/outboxrelay/outbox/internal/headercodec"
 )
 
-// storedRow is an outbox row as the tests read it back with SQL.
-type storedRow struct {
+// appendedRow is an outbox row as the tests read it back with SQL.
+type appendedRow struct {
 	id, topic, key string
 	partition      int
 	payload        []byte
@@ -24,17 +24,17 @@ type storedRow struct {
 	delay          time.Duration // next_at - created_at
 }
 
-// readRows returns the outbox rows in seq order.
-func readRows(t *testing.T, db *sql.DB) []storedRow {
+// readAppended returns the outbox rows in seq order.
+func readAppended(t *testing.T, db *sql.DB) []appendedRow {
 	t.Helper()
 	rows, err := db.Query("SELECT id, topic, `key`, `partition`, payload, headers, TIMESTAMPDIFF(MICROSECOND, created_at, next_at) FROM outbox ORDER BY seq")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []storedRow
+	var out []appendedRow
 	for rows.Next() {
-		var r storedRow
+		var r appendedRow
 		var h []byte
 		var us int64
 		if err := rows.Scan(&r.id, &r.topic, &r.key, &r.partition, &r.payload, &h, &us); err != nil {
@@ -52,7 +52,7 @@ func readRows(t *testing.T, db *sql.DB) []storedRow {
 	return out
 }
 
-func ids(rows []storedRow) string {
+func rowIDs(rows []appendedRow) string {
 	s := make([]string, len(rows))
 	for i, r := range rows {
 		s[i] = r.id
@@ -94,8 +94,8 @@ func TestAppendIdempotentAndOrdered(t *testing.T) {
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	rows := readRows(t, db)
-	if got := ids(rows); got != "a,b,c" {
+	rows := readAppended(t, db)
+	if got := rowIDs(rows); got != "a,b,c" {
 		t.Fatalf("stored IDs %s; want a,b,c in append order", got)
 	}
 	if string(rows[0].payload) != "first" || rows[0].headers["h"] != "\x00v" || rows[0].partition != outbox.PartitionOf("k1", 4) || rows[0].key != "k1" {
@@ -126,7 +126,7 @@ func TestAppendLargeCall(t *testing.T) {
 	}
 	es[7].Payload = make([]byte, 3<<20) // a single entry larger than a statement's budget
 	appendTx(t, b, db, es...)
-	rows := readRows(t, db)
+	rows := readAppended(t, db)
 	if len(rows) != len(es) {
 		t.Fatalf("%d rows stored; want %d", len(rows), len(es))
 	}
@@ -198,7 +198,7 @@ func TestAppendSealFence(t *testing.T) {
 			if !errors.Is(err, outbox.ErrSealed) {
 				t.Fatalf("append after the seal: %v; want ErrSealed", err)
 			}
-			if got := ids(readRows(t, db)); got != "before" {
+			if got := rowIDs(readAppended(t, db)); got != "before" {
 				t.Fatalf("stored %q; want only the append committed before the seal", got)
 			}
 		})
@@ -328,7 +328,7 @@ func TestAppendLockWaitTimeoutIsRetryable(t *testing.T) {
 func keySeqs(t *testing.T, db *sql.DB) map[string][]int64 {
 	t.Helper()
 	out := map[string][]int64{}
-	for _, r := range readRows(t, db) {
+	for _, r := range readAppended(t, db) {
 		v, ok := r.headers[outbox.HeaderKeySeq]
 		if r.key == "" {
 			if ok {

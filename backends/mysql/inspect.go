@@ -255,10 +255,13 @@ func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, 
 	if err := b.checkOpen(op); err != nil {
 		return nil, err
 	}
-	out := make([]outbox.PartitionStats, 0, b.opts.Partitions)
+	var out []outbox.PartitionStats
 	err := b.readOnly(ctx, func(tx *sql.Tx) error {
-		out = out[:0]
-		if err := b.scanPartitionStats(ctx, tx, &out); err != nil {
+		out = make([]outbox.PartitionStats, b.opts.Partitions)
+		for i := range out {
+			out[i].Partition = i
+		}
+		if err := b.scanPartitionStats(ctx, tx, out); err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, b.ops.qBlockedCounts)
@@ -283,10 +286,11 @@ func (b *Backend) PartitionStats(ctx context.Context) ([]outbox.PartitionStats, 
 	return out, nil
 }
 
-// scanPartitionStats runs queries/partition_stats.sql and appends its
-// rows to out.
-func (b *Backend) scanPartitionStats(ctx context.Context, tx *sql.Tx, out *[]outbox.PartitionStats) error {
-	rows, err := tx.QueryContext(ctx, b.ops.qPartitionStats, b.opts.Partitions)
+// scanPartitionStats runs queries/partition_stats.sql and fills in out,
+// one element per partition, with its rows; rows of partitions outside
+// 0..len(out)-1 are left out.
+func (b *Backend) scanPartitionStats(ctx context.Context, tx *sql.Tx, out []outbox.PartitionStats) error {
+	rows, err := tx.QueryContext(ctx, b.ops.qPartitionStats)
 	if err != nil {
 		return err
 	}
@@ -301,6 +305,9 @@ func (b *Backend) scanPartitionStats(ctx context.Context, tx *sql.Tx, out *[]out
 		if err := rows.Scan(&part, &s.Pending, &s.Due, &s.Parked, &oldest, &dueID, &s.Lease.Owner, &s.Lease.Version, &expires); err != nil {
 			return err
 		}
+		if part < 0 || part >= int64(len(out)) {
+			continue
+		}
 		s.Partition = int(part)
 		s.OldestDue, s.OldestDueID = nullTime(oldest), dueID.String
 		if s.Lease.Owner != "" {
@@ -308,7 +315,7 @@ func (b *Backend) scanPartitionStats(ctx context.Context, tx *sql.Tx, out *[]out
 		} else {
 			s.Lease = outbox.Lease{}
 		}
-		*out = append(*out, s)
+		out[part] = s
 	}
 	return rows.Err()
 }

@@ -282,20 +282,6 @@ func TestHoldKeepsItsFirstSince(t *testing.T) {
 	}
 }
 
-// appendLike does in tx what an append does to the meta row: it reads it
-// with a shared lock and fails when the outbox is sealed.
-func appendLike(ctx context.Context, tx *sql.Tx, id string) error {
-	var sealed bool
-	if err := tx.QueryRowContext(ctx, "SELECT sealed FROM `outbox_meta` WHERE one = 1 LOCK IN SHARE MODE").Scan(&sealed); err != nil {
-		return err
-	}
-	if sealed {
-		return outbox.ErrSealed
-	}
-	_, err := tx.ExecContext(ctx, "INSERT INTO `outbox` (id, `partition`, topic, created_at, next_at, last_error) VALUES (?, 0, 't', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '')", id)
-	return err
-}
-
 func TestSealWaitsForAnOpenAppendingTransaction(t *testing.T) {
 	t.Parallel()
 	for _, level := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead} {
@@ -307,7 +293,8 @@ func TestSealWaitsForAnOpenAppendingTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := appendLike(ctx, tx, "in-flight"); err != nil {
+			defer tx.Rollback() // on a failure, before the database is dropped
+			if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "in-flight", Topic: "t"}); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
@@ -335,7 +322,8 @@ func TestSealWaitsForAnOpenAppendingTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := appendLike(ctx, tx2, "after"); !errors.Is(err, outbox.ErrSealed) {
+			defer tx2.Rollback()
+			if err := b.AppendInTx(ctx, tx2, outbox.Entry{ID: "after", Topic: "t"}); !errors.Is(err, outbox.ErrSealed) {
 				t.Errorf("an append after Seal: %v; want ErrSealed", err)
 			}
 			// Its shared lock on the meta row lasts until the transaction
@@ -358,5 +346,48 @@ func TestSealWaitsForAnOpenAppendingTransaction(t *testing.T) {
 				t.Errorf("Sealed after Unseal = %v, %v; want false", sealed, err)
 			}
 		})
+	}
+}
+
+// TestSealStoppedByItsContextDoesNotSeal: a Seal whose context ends while
+// it waits for an appending transaction is stopped on the server, so the
+// outbox is not sealed when that transaction later commits.
+func TestSealStoppedByItsContextDoesNotSeal(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "in-flight", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := b.Seal(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Seal with a context that ends while it waits: %v; want an error wrapping context.DeadlineExceeded", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a statement left waiting would have run by now
+	if sealed, err := b.Sealed(ctx); err != nil || sealed {
+		t.Errorf("Sealed after the stopped Seal and the commit = %v, %v; want false", sealed, err)
+	}
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "after", Topic: "t"}); err != nil {
+		t.Errorf("an append after the stopped Seal: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Seal(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -177,8 +177,7 @@ func isCtxErr(err error) bool {
 
 // relayErr is the error of a failed statement of op: context errors as
 // they are, [outbox.ErrClosed] when Close closed the statements under a
-// call in flight, else the driver's error wrapped with the package and
-// operation.
+// call in flight, else the driver's error as errors.go maps it.
 func (b *Backend) relayErr(op string, err error) error {
 	switch {
 	case isCtxErr(err):
@@ -186,5 +185,5 @@ func (b *Backend) relayErr(op string, err error) error {
 	case b.closed.Load():
 		return fmt.Errorf("mysqloutbox: %s: %w (%v)", op, outbox.ErrClosed, err)
 	}
-	return fmt.Errorf("mysqloutbox: %s: %w", op, err)
+	return b.interpretError(op, err)
 }
