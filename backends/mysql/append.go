@@ -85,6 +85,10 @@ func (b *Backend) AppendInTx(ctx context.Context, tx *sql.Tx, entries ...outbox.
 	} else {
 		err = b.insertRows(ctx, tx, appendRows(prepared, nil), true)
 	}
+	var concurrent *concurrentIDError
+	if errors.As(err, &concurrent) {
+		return fmt.Errorf("mysqloutbox: %s: %w", op, err)
+	}
 	if err != nil {
 		return b.interpretError(op, err)
 	}
@@ -231,8 +235,23 @@ func (b *Backend) appendNumbered(ctx context.Context, tx *sql.Tx, prepared []out
 			next[e.Key]++
 		}
 	}
-	return b.insertRows(ctx, tx, appendRows(fresh, seqs), false)
+	err = b.insertRows(ctx, tx, appendRows(fresh, seqs), false)
+	if isMySQLError(err, errDupEntry) {
+		return &concurrentIDError{err}
+	}
+	return err
 }
+
+// concurrentIDError is the error of an append with Options.KeySequence
+// that met an ID a concurrent transaction appended and committed while
+// this one waited: [Retryable].
+type concurrentIDError struct{ err error }
+
+func (e *concurrentIDError) Error() string {
+	return "an entry's ID was appended by a concurrent transaction that committed while this one waited for its key's sequence counter (with Options.KeySequence the append fails rather than skip the entry, which would leave its number unused): roll back and run the transaction again (Backend.InTx does so); the retry finds the entry and appends nothing for it: " + e.err.Error()
+}
+
+func (e *concurrentIDError) Unwrap() error { return e.err }
 
 // newEntries returns the first occurrence of each ID of prepared whose ID
 // is not in the outbox yet (by a consistent read, which takes no lock; IDs

@@ -25,6 +25,15 @@ func relayQuery(name string) string {
 	return string(b)
 }
 
+// renderRelay renders a relay statement: the table names, and the index
+// names its FORCE INDEX hints use ({due_idx}, {holdback_idx}, {id_uq}),
+// which Migrate names after Options.Table as it names the tables.
+func (b *Backend) renderRelay(q string) string {
+	idx := func(suffix string) string { return "`" + b.opts.Table + suffix + "`" }
+	return strings.NewReplacer("{due_idx}", idx("_due_idx"), "{holdback_idx}", idx("_holdback_idx"),
+		"{id_uq}", idx("_id_uq")).Replace(b.names.render(q))
+}
+
 // relayState is the state of fetching and recording outcomes: the
 // statements of the relay's hot path, prepared once per Backend (a
 // *sql.Stmt is prepared again on each pool connection it first runs on,
@@ -60,16 +69,16 @@ func (b *Backend) initRelay(ctx context.Context) error {
 		{&b.relay.purge, relayQuery("purge_archive")},
 	}
 	for _, s := range texts {
-		stmt, err := b.db.PrepareContext(ctx, b.names.render(s.text))
+		stmt, err := b.db.PrepareContext(ctx, b.renderRelay(s.text))
 		if err != nil {
 			b.closeRelay()
 			return fmt.Errorf("mysqloutbox: New: preparing the relay's statements: %w", err)
 		}
 		*s.stmt = stmt
 	}
-	b.relay.lockLease = b.names.render(relayQuery("lock_lease"))
-	b.relay.archiveSent = b.names.render(relayQuery("archive_sent"))
-	b.relay.parkedIDs = b.names.render(relayQuery("parked_ids"))
+	b.relay.lockLease = b.renderRelay(relayQuery("lock_lease"))
+	b.relay.archiveSent = b.renderRelay(relayQuery("archive_sent"))
+	b.relay.parkedIDs = b.renderRelay(relayQuery("parked_ids"))
 	return nil
 }
 

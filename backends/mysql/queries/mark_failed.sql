@@ -22,7 +22,7 @@ STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (
         delay_us BIGINT PATH '$[2]',
         park     INT PATH '$[3]',
         deferred INT PATH '$[4]')) AS f
-STRAIGHT_JOIN {outbox} AS o FORCE INDEX (outbox_id_uq) ON o.id = f.id AND o.`partition` = l.`partition`
+STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = f.id AND o.`partition` = l.`partition`
 SET o.attempts = IF(f.deferred <> 0, o.attempts, LEAST(GREATEST(o.attempts, 0), 2147483646) + 1),
     o.last_error = IF(f.deferred <> 0, o.last_error, f.error),
     o.history = IF(f.deferred <> 0, o.history,

@@ -17,5 +17,5 @@
 DELETE o
 FROM {lease} AS l
 STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
-STRAIGHT_JOIN {outbox} AS o FORCE INDEX (outbox_id_uq) ON o.id = j.id AND o.`partition` = l.`partition`
+STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = j.id AND o.`partition` = l.`partition`
 WHERE l.`partition` = ? AND l.owner = ? AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)
