@@ -412,6 +412,11 @@ func TestRelayRoundTrips(t *testing.T) {
 	db.SetMaxOpenConns(1) // every call on the same connection
 	ctx := context.Background()
 	l := takeLease(t, db, 0, "me")
+	archived, err := mysqloutbox.New(ctx, db, mysqloutbox.Options{Archive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer archived.Close()
 	counters := func() (questions, prepares int) {
 		t.Helper()
 		rows, err := db.Query("SHOW SESSION STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')")
@@ -446,6 +451,9 @@ func TestRelayRoundTrips(t *testing.T) {
 			{"MarkSent", 1, func() error { return b.MarkSent(ctx, l, []string{a, bb}) }},
 			{"MarkSentUnknownID", 2, func() error { return b.MarkSent(ctx, l, []string{c, "unknown"}) }},
 			{"Release", 1, func() error { return b.Release(ctx, l, []string{c}) }},
+			// START TRANSACTION, the lease row locked, the copy, the
+			// delete, COMMIT.
+			{"MarkSentArchived", 5, func() error { return archived.MarkSent(ctx, l, []string{c}) }},
 		} {
 			q0, p0 := counters()
 			if err := call.run(); err != nil {
@@ -476,6 +484,19 @@ func TestJSONArgumentsKeepEveryCharacter(t *testing.T) {
 	r := readRow(t, db, odd)
 	if r.attempts != 1 || r.lastError != msg || len(r.history) != 1 || r.history[0].Error != msg {
 		t.Fatalf("stored %+v, want last error %q", r, msg)
+	}
+	// An ID longer than any entry's, whose first 255 characters are an
+	// entry's ID, names no entry.
+	long := "plain" + strings.Repeat("x", 250)
+	insertRows(t, db, row{id: long})
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: long + "y", Error: "no"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkSent(ctx, l, []string{long + "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := readRow(t, db, long); r.attempts != 0 {
+		t.Fatalf("a longer ID changed %s: %+v", long, r)
 	}
 	if err := b.MarkSent(ctx, l, []string{odd}); err != nil {
 		t.Fatal(err)
