@@ -128,7 +128,8 @@ type Membership interface {
 	// the store's clock. Expired records may be deleted by it. m.Owner must
 	// be non-empty, ttl positive, and m.Partitions within
 	// [0, Partitions()) (else [ErrInvalidArgument]). It does not retain
-	// m.Partitions; the returned slice is the caller's. One round trip.
+	// m.Partitions; the returned slice is the caller's. One round trip
+	// where the store allows it (MySQL has no RETURNING on an upsert: two).
 	Heartbeat(ctx context.Context, m Member, ttl time.Duration) ([]Member, error)
 
 	// Leave deletes the record of owner, so the other relays stop counting
