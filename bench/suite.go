@@ -173,6 +173,9 @@ func (s *Suite) workloads() []workload {
 		// the broker's raw client, in the same round.
 		{"nats", func(ctx context.Context) error { return s.brokerWorkload(ctx, "nats") }},
 		{"rabbitmq", func(ctx context.Context) error { return s.brokerWorkload(ctx, "rabbitmq") }},
+		// MySQL (issue 30): the raw limits, Watermill SQL's MySQL
+		// subscriber and our backend on the same server, in one round.
+		{"mysql", s.mysqlWorkload},
 	}
 }
 
@@ -189,6 +192,9 @@ func (s *Suite) selectedWorkload(w workload) bool {
 	}
 	if w.name == "nats" || w.name == "rabbitmq" {
 		return s.brokerSelected(w.name)
+	}
+	if w.name == "mysql" {
+		return s.mysqlSelected()
 	}
 	backend, ours := strings.CutPrefix(w.name, "outbox/")
 	if !ours || s.cfg.Only == nil || (s.cfg.Skip != nil && s.cfg.Skip.MatchString(w.name)) {
