@@ -41,6 +41,7 @@ require (
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/outboxrelay/outbox/backends/mysql v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/sinks/amqp v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/sinks/nats v0.0.0-00010101000000-000000000000
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
@@ -85,3 +86,5 @@ replace (
 	github.com/outboxrelay/outbox/sinks/nats => ../sinks/nats
 	github.com/outboxrelay/outbox/ui => ../ui
 )
+
+replace github.com/outboxrelay/outbox/backends/mysql => ../backends/mysql

@@ -93,6 +93,9 @@ func (s *Suite) mysql(ctx context.Context) (*mysqlConn, error) {
 		return nil, nil
 	}
 	s.keep["mysql"] = c
+	if s.info.Peers == nil {
+		s.info.Peers = map[string]string{}
+	}
 	s.info.Peers["MySQL server"] = c.version
 	s.cleanups = append(s.cleanups, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -237,4 +240,31 @@ func (s *Suite) mysqlWorkload(ctx context.Context) error {
 		step(w.name, func() error { return w.fn(ctx) })
 	}
 	return errors.Join(errs...)
+}
+
+// mysqlComparisons are the MySQL rows of the targets table (issue 30):
+// appends ≥ 0.8× the raw INSERTs, the drain ≥ 0.7× the raw claim loop and
+// ≥ 5× Watermill SQL's MySQL subscriber, the big backlog's drain against
+// the small one's, and the latency and the idle cost of each poll
+// interval.
+func mysqlComparisons() []comparison {
+	cs := []comparison{
+		{group: "MySQL append, 1 entry/tx, 8 callers", ours: "ours.my.append1", other: "raw.my.insert1tx", target: 0.8},
+		{group: "MySQL append, 1 entry/tx, 8 callers", ours: "ours.my.append1", other: "wm.my.append.default"},
+		{group: "MySQL append, 100 entries/tx, 8 callers", ours: "ours.my.append100", other: "raw.my.insert100", target: 0.8},
+		{group: "MySQL drain, 100k backlog, no-op sink", ours: "ours.my.drain.noop", other: "raw.my.claim8", target: 0.7},
+		{group: "MySQL drain, 100k backlog, no-op sink", ours: "ours.my.drain.noop", other: "raw.my.claim1", target: 0.7},
+		{group: "MySQL drain, 100k backlog, no-op sink", ours: "ours.my.drain.noop", other: "wm.my.sub.default", target: 5},
+		{group: "MySQL drain, 100k backlog, no-op sink", ours: "ours.my.drain.noop", other: "wm.my.sub.queue", target: 5},
+		{group: "MySQL drain, big backlog vs small", ours: "ours.my.backlog.big.rate", other: "ours.my.backlog.small.rate", target: 0.9},
+		{group: "MySQL raw claim loop, big backlog vs small", ours: "raw.my.backlog.big.rate", other: "raw.my.backlog.small.rate"},
+	}
+	for _, iv := range pollIntervals() {
+		cs = append(cs,
+			comparison{group: fmt.Sprintf("MySQL commit-to-sink p99, PollInterval %s, polling only (%d appends/s)", ivName(iv), latRate), ours: "ours.my.lat.poll." + ivName(iv) + ".p99"},
+			comparison{group: fmt.Sprintf("MySQL commit-to-sink p99, PollInterval %s, in-process wake-ups (%d appends/s)", ivName(iv), latRate), ours: "ours.my.lat.wake." + ivName(iv) + ".p99"},
+			comparison{group: fmt.Sprintf("MySQL idle relay, PollInterval %s: server queries/s per partition", ivName(iv)), ours: idleKey(iv)},
+		)
+	}
+	return cs
 }
