@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -132,5 +133,39 @@ func TestRawMySQLClaimLoopDrainsEveryRow(t *testing.T) {
 		if err := c.expectRows(ctx, rawMySQLTable, 0); err != nil {
 			t.Errorf("%d clients: %v", clients, err)
 		}
+	}
+}
+
+// The private mariadbd of the idle-cost measurement starts, answers,
+// counts the statements sent to it, and leaves nothing behind.
+func TestPrivateMariaDBCountsQuestions(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := startPrivateMariaDB(ctx)
+	if err != nil {
+		t.Fatalf("starting a private mariadbd: %v", err)
+	}
+	questions := func() int64 {
+		var name string
+		var v int64
+		if err := p.db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	q0 := questions()
+	for range 10 {
+		if _, err := p.db.ExecContext(ctx, "DO 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := questions() - q0; d != 11 {
+		t.Errorf("10 statements and a SHOW STATUS: Questions went up by %d, want 11", d)
+	}
+	dir := p.dir
+	p.stop()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the private server's directory %s is left behind (%v)", dir, err)
 	}
 }
