@@ -1,5 +1,3 @@
-//go:build mysqlours
-
 package main
 
 import (
@@ -50,6 +48,9 @@ func (c *mysqlConn) openOurs(ctx context.Context, db *sql.DB, dsn string, partit
 		store: b,
 		append: func(ctx context.Context, entries []outbox.Entry) error {
 			return inTx(ctx, db, func(tx *sql.Tx) error { return b.AppendInTx(ctx, tx, entries...) })
+		},
+		analyze: func(ctx context.Context) error {
+			return c.analyze(ctx, db, "`"+opts.Table+"`", "`"+opts.Table+"_lease`")
 		},
 		close: func() {
 			b.Close()

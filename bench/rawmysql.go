@@ -134,6 +134,9 @@ func (s *Suite) rawMySQL(ctx context.Context, c *mysqlConn) error {
 		if err == nil {
 			err = c.expectRows(ctx, t, n)
 		}
+		if err == nil {
+			err = c.analyze(ctx, c.db, t) // untimed: the drain's plan
+		}
 		if err != nil {
 			return fmt.Errorf("raw insert 100/tx: %w", err)
 		}
@@ -187,7 +190,8 @@ func (s *Suite) rawMySQL(ctx context.Context, c *mysqlConn) error {
 }
 
 // fillRaw inserts the messages into table over parts partitions, 1,000
-// rows per multi-row INSERT, with 8 callers, and checks the row count.
+// rows per multi-row INSERT, with 8 callers, checks the row count and
+// analyzes the table (untimed).
 func (c *mysqlConn) fillRaw(ctx context.Context, table string, m *messages, parts int) (time.Duration, error) {
 	n := len(m.payload)
 	el, err := parallel(ctx, Callers, n, 1000, func(ctx context.Context, lo, hi int) error {
@@ -197,7 +201,10 @@ func (c *mysqlConn) fillRaw(ctx context.Context, table string, m *messages, part
 	if err != nil {
 		return el, err
 	}
-	return el, c.expectRows(ctx, table, n)
+	if err := c.expectRows(ctx, table, n); err != nil {
+		return el, err
+	}
+	return el, c.analyze(ctx, c.db, table)
 }
 
 // rawDrain takes exactly want rows off table with the at-least-once claim

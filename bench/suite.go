@@ -120,8 +120,10 @@ func newSuite(ctx context.Context, cfg Config) (*Suite, error) {
 }
 
 func (s *Suite) close() {
-	for _, f := range s.cleanups {
-		f()
+	// Last made, first closed: a backlog kept across rounds goes before
+	// the connection it lives on.
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
 	}
 	s.dropAll()
 	s.rdb.Close()

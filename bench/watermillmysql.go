@@ -79,6 +79,14 @@ func (s *Suite) watermillMySQL(ctx context.Context, c *mysqlConn) error {
 				sub.Close()
 				return err
 			}
+			tables := []string{wmMyTable(topic)}
+			if f.name == "default" {
+				tables = append(tables, wmMyOffsets(topic))
+			}
+			if err := c.analyze(ctx, c.db, tables...); err != nil {
+				sub.Close()
+				return err
+			}
 			s.mysqlSettle(ctx, c)
 
 			tr := newTracker(n)
