@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -129,4 +130,28 @@ func tail(b []byte) string {
 		b = b[len(b)-600:]
 	}
 	return string(b)
+}
+
+// cpu is the CPU time (user and system) the private server has used so
+// far, from /proc/PID/stat (false when it cannot be read).
+func (p *privateMariaDB) cpu() (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	end := strings.LastIndexByte(s, ')')
+	if end < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+st) * time.Second / clockTick, true
 }

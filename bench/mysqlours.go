@@ -23,8 +23,10 @@ func (s *Suite) mysqlTarget(c *mysqlConn, set func(*mysqloutbox.Options)) target
 }
 
 // openOurs makes a fresh outbox of partitions partitions on db (whose DSN
-// is dsn): the appends use db, as a service's transactions would, and the
-// backend a pool of its own (8 connections), as a relay process has.
+// is dsn) and two backends on it, as an appending service and a relay
+// process have: the appends go through a backend on db, in transactions
+// of db (so they use its prepared statements); the relay's store is a
+// backend on a pool of its own (8 connections).
 func (c *mysqlConn) openOurs(ctx context.Context, db *sql.DB, dsn string, partitions int, set func(*mysqloutbox.Options)) (*instance, error) {
 	opts := mysqloutbox.Options{Table: "ob" + strconv.FormatInt(instanceSeq.Add(1), 10), Partitions: partitions, Logger: oursLogger()}
 	if set != nil {
@@ -33,27 +35,34 @@ func (c *mysqlConn) openOurs(ctx context.Context, db *sql.DB, dsn string, partit
 	if err := mysqloutbox.Migrate(ctx, db, opts); err != nil {
 		return nil, err
 	}
+	app, err := mysqloutbox.New(ctx, db, opts)
+	if err != nil {
+		return nil, err
+	}
 	relayDB, err := sql.Open("mysql", dsn)
 	if err != nil {
+		app.Close()
 		return nil, err
 	}
 	relayDB.SetMaxOpenConns(8)
 	relayDB.SetMaxIdleConns(8)
 	b, err := mysqloutbox.New(ctx, relayDB, opts)
 	if err != nil {
+		app.Close()
 		relayDB.Close()
 		return nil, err
 	}
 	return &instance{
 		store: b,
 		append: func(ctx context.Context, entries []outbox.Entry) error {
-			return inTx(ctx, db, func(tx *sql.Tx) error { return b.AppendInTx(ctx, tx, entries...) })
+			return inTx(ctx, db, func(tx *sql.Tx) error { return app.AppendInTx(ctx, tx, entries...) })
 		},
 		analyze: func(ctx context.Context) error {
 			return c.analyze(ctx, db, "`"+opts.Table+"`", "`"+opts.Table+"_lease`")
 		},
 		close: func() {
 			b.Close()
+			app.Close()
 			relayDB.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

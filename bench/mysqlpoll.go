@@ -81,6 +81,8 @@ func (s *Suite) mysqlLatency(ctx context.Context, c *mysqlConn) error {
 		}
 		s.record(idleKey(iv), fmt.Sprintf("MySQL idle relay, PollInterval %s", ivName(iv)), "outbox/mysql relay, server queries per partition", "queries/s", false, s.sr(idleKey(iv)),
 			fmt.Sprintf("%d partitions, empty outbox, private mariadbd, SHOW GLOBAL STATUS 'Questions' deltas", mysqlPartitions))
+		s.record(idleKey(iv)+".cpu", fmt.Sprintf("MySQL idle relay, PollInterval %s", ivName(iv)), "outbox/mysql relay, server CPU per partition", "ms CPU/s", false, s.sr(idleKey(iv)+".cpu"),
+			fmt.Sprintf("%d partitions, empty outbox, private mariadbd, /proc/PID/stat, less the baseline", mysqlPartitions))
 	}
 	return nil
 }
@@ -183,6 +185,7 @@ func (s *Suite) mysqlIdleCost(ctx context.Context) error {
 	// The baseline: what the window costs with no relay at all (the
 	// SHOW STATUS of the window and anything the server does by itself).
 	window := idleWindow(0, s.cfg.Quick)
+	bc0, _ := priv.cpu()
 	q0, err := questions()
 	if err != nil {
 		return err
@@ -192,8 +195,10 @@ func (s *Suite) mysqlIdleCost(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	bc1, _ := priv.cpu()
 	base := float64(q1-q0) / window.Seconds()
-	s.logf("   mysql idle cost: baseline %.2f questions/s with no relay", base)
+	baseCPU := float64(bc1-bc0) / float64(time.Millisecond) / window.Seconds()
+	s.logf("   mysql idle cost: baseline %.2f questions/s, server CPU %.2f ms/s with no relay", base, baseCPU)
 	for _, iv := range pollIntervals() {
 		in, err := pc.openOurs(ctx, priv.db, priv.dsn, mysqlPartitions, nil)
 		if err != nil {
@@ -210,11 +215,13 @@ func (s *Suite) mysqlIdleCost(ctx context.Context) error {
 		// Settle: the relay takes its leases and heartbeats once.
 		time.Sleep(2*time.Second + 2*iv)
 		w := idleWindow(iv, s.cfg.Quick)
+		c0, cok0 := priv.cpu()
 		q0, err := questions()
 		if err == nil {
 			time.Sleep(w)
 			q1, err = questions()
 		}
+		c1, cok1 := priv.cpu()
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = r.Stop(stopCtx)
 		cancel()
@@ -224,15 +231,23 @@ func (s *Suite) mysqlIdleCost(ctx context.Context) error {
 		}
 		perPart := (float64(q1-q0)/w.Seconds() - base) / mysqlPartitions
 		s.sr(idleKey(iv)).add(perPart, nil)
-		s.logf("   mysql idle cost, PollInterval %s: %.2f queries/s per partition (%d questions in %s, %d partitions)", iv, perPart, q1-q0, w, mysqlPartitions)
+		cpuNote := ""
+		if cok0 && cok1 {
+			// Server CPU per second per partition, less the baseline's.
+			ms := (float64(c1-c0)/float64(time.Millisecond)/w.Seconds() - baseCPU) / mysqlPartitions
+			s.sr(idleKey(iv)+".cpu").add(ms, nil)
+			cpuNote = fmt.Sprintf(", server CPU %.2f ms/s per partition", ms)
+		}
+		s.logf("   mysql idle cost, PollInterval %s: %.2f queries/s per partition (%d questions in %s, %d partitions)%s", iv, perPart, q1-q0, w, mysqlPartitions, cpuNote)
 	}
 	return nil
 }
 
-// mysqlAppendOne appends e in a transaction of db and commits it: with
-// wake through the backend's InTx, which then wakes the relays of this
-// process (Backend.Notify of e's partition); without, in a plain
-// transaction, as an appender in another process would.
+// mysqlAppendOne appends e with b, the relay's backend, in a transaction
+// of db and commits it: with wake through b's InTx, which then wakes the
+// relays of b (Backend.Notify of e's partition), as a service that runs
+// its relay in-process would; without, in a plain transaction (the relay
+// polls), as an appender in another process would.
 func mysqlAppendOne(ctx context.Context, db *sql.DB, b *mysqloutbox.Backend, e outbox.Entry, wake bool) error {
 	fn := func(tx *sql.Tx) error { return b.AppendInTx(ctx, tx, e) }
 	if wake {
