@@ -20,6 +20,7 @@ var (
 	_ outbox.Notifier     = (*Backend)(nil)
 	_ outbox.Membership   = (*Backend)(nil)
 	_ outbox.MemberLister = (*Backend)(nil)
+	_ outbox.PollAdvisor  = (*Backend)(nil)
 )
 
 //go:embed queries/*.sql
@@ -52,7 +53,7 @@ type coreState struct {
 type coreStmts struct {
 	leaseRead, leaseLockSkip, leaseLock, leaseWrite, leaseInsert *sql.Stmt
 	now, releaseLease                                            *sql.Stmt
-	sealLock, idsExist, keyseqOne                                *sql.Stmt
+	sealLock, keyseqOne                                          *sql.Stmt
 	heartbeat, members, membersExpire, leave                     *sql.Stmt
 }
 
@@ -66,7 +67,7 @@ func (b *Backend) initCore(ctx context.Context) error {
 		{&s.leaseRead, "lease_read"}, {&s.leaseLockSkip, "lease_lock_skip"}, {&s.leaseLock, "lease_lock"},
 		{&s.leaseWrite, "lease_write"}, {&s.leaseInsert, "lease_insert"}, {&s.now, "now"},
 		{&s.releaseLease, "release_lease"},
-		{&s.sealLock, "seal_lock"}, {&s.idsExist, "ids_exist_one"},
+		{&s.sealLock, "seal_lock"},
 		{&s.keyseqOne, "keyseq_one"},
 		{&s.heartbeat, "heartbeat"}, {&s.members, "members"}, {&s.membersExpire, "members_expire"},
 		{&s.leave, "leave"},
@@ -78,7 +79,13 @@ func (b *Backend) initCore(ctx context.Context) error {
 		}
 		*p.dst = st
 	}
-	b.core.appends.init(b.db, appendCacheSize)
+	b.core.appends.init(b.db, appendCacheSize, b.shapeSQL)
+	for _, k := range []appendKey{{insertSkipDup, 1}, {insertStrict, 1}, {selectIDs, 1}} {
+		if err := b.core.appends.prepare(ctx, k); err != nil {
+			b.closeCore()
+			return b.interpretError("New: preparing the append", err)
+		}
+	}
 	b.core.hub.init()
 	return nil
 }
@@ -88,7 +95,7 @@ func (b *Backend) initCore(ctx context.Context) error {
 func (b *Backend) closeCore() {
 	s := &b.core.stmts
 	for _, st := range []*sql.Stmt{s.leaseRead, s.leaseLockSkip, s.leaseLock, s.leaseWrite, s.leaseInsert,
-		s.now, s.releaseLease, s.sealLock, s.idsExist, s.keyseqOne,
+		s.now, s.releaseLease, s.sealLock, s.keyseqOne,
 		s.heartbeat, s.members, s.membersExpire, s.leave} {
 		if st != nil {
 			st.Close()
@@ -108,6 +115,15 @@ func txStmt(ctx context.Context, tx *sql.Tx, st *sql.Stmt, query string, args ..
 		return tx.ExecContext(ctx, query, args...)
 	}
 	return res, err
+}
+
+// txQuery is txStmt for a query.
+func txQuery(ctx context.Context, tx *sql.Tx, st *sql.Stmt, query string, args ...any) (*sql.Rows, error) {
+	rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	if err != nil && isForeignStmt(err) {
+		return tx.QueryContext(ctx, query, args...)
+	}
+	return rows, err
 }
 
 // isForeignStmt reports whether err is database/sql refusing a statement
@@ -145,11 +161,28 @@ func rollback(tx *sql.Tx) { _ = tx.Rollback() }
 
 var errNoRow = errors.New("mysqloutbox: no row")
 
-// appendKey names one shape of the multi-row append statement.
+// appendKey names one shape of the append statements whose text
+// depends on the number of rows or values: which statement, and how many.
 type appendKey struct {
-	rows    int
-	skipDup bool // ON DUPLICATE KEY UPDATE id = id
+	kind appendKind
+	rows int
 }
+
+// appendKind is one of the append statements of appendKey.
+type appendKind uint8
+
+const (
+	// insertSkipDup inserts rows with ON DUPLICATE KEY UPDATE id = id.
+	insertSkipDup appendKind = iota
+	// insertStrict inserts rows; a duplicate ID fails (KeySequence).
+	insertStrict
+	// selectIDs reads which of the IDs exist (KeySequence).
+	selectIDs
+	// upsertKeys adds to the counters of keys (KeySequence).
+	upsertKeys
+	// selectKeys reads the counters of key hashes (KeySequence).
+	selectKeys
+)
 
 // appendCacheSize bounds the append statements kept prepared. Each is
 // prepared on every pool connection that runs it, and the server caps
@@ -157,45 +190,73 @@ type appendKey struct {
 // all its clients), so shapes beyond the most recent few are evicted.
 const appendCacheSize = 16
 
-// stmtCache keeps the append statements of the most recently used
-// shapes prepared, evicting the oldest.
+// stmtCache keeps the append statements of the most recently used shapes
+// prepared, evicting the oldest. A shape it does not hold yet is prepared
+// in the background on a pool connection while the append that asked
+// runs its statement unprepared: preparing on the pool inside the
+// caller's transaction would wait for a free connection, forever when the
+// caller's transactions hold them all.
 type stmtCache struct {
-	db     *sql.DB
-	size   int
-	mu     sync.Mutex
-	m      map[appendKey]*sql.Stmt
-	order  []appendKey
-	closed bool
+	db      *sql.DB
+	size    int
+	render  func(appendKey) string
+	ctx     context.Context // ends at close
+	stop    context.CancelFunc
+	mu      sync.Mutex
+	m       map[appendKey]*sql.Stmt
+	pending map[appendKey]bool
+	order   []appendKey
+	closed  bool
 }
 
-func (c *stmtCache) init(db *sql.DB, size int) {
-	c.db, c.size, c.m = db, size, map[appendKey]*sql.Stmt{}
+func (c *stmtCache) init(db *sql.DB, size int, render func(appendKey) string) {
+	c.db, c.size, c.render = db, size, render
+	c.m, c.pending = map[appendKey]*sql.Stmt{}, map[appendKey]bool{}
+	c.ctx, c.stop = context.WithCancel(context.Background())
 }
 
-// get returns the prepared statement of k (preparing it once) and its
-// text; a nil statement when it could not be prepared (the caller runs
-// the text unprepared, which reports any error).
-func (c *stmtCache) get(ctx context.Context, k appendKey, render func(appendKey) string) (*sql.Stmt, string) {
-	query := render(k)
-	c.mu.Lock()
-	st, ok := c.m[k]
-	c.mu.Unlock()
-	if ok {
-		return st, query
-	}
-	st, err := c.db.PrepareContext(ctx, query)
+// prepare prepares the statement of k now (New uses it for the common
+// shapes).
+func (c *stmtCache) prepare(ctx context.Context, k appendKey) error {
+	st, err := c.db.PrepareContext(ctx, c.render(k))
 	if err != nil {
-		return nil, query
+		return err
 	}
+	c.put(k, st)
+	return nil
+}
+
+// get returns the prepared statement of k and its text, or a nil
+// statement (run the text unprepared) while it is being prepared.
+func (c *stmtCache) get(k appendKey) (*sql.Stmt, string) {
+	query := c.render(k)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		st.Close()
-		return nil, query
+	if st, ok := c.m[k]; ok || c.closed || c.pending[k] {
+		return st, query
 	}
-	if old, ok := c.m[k]; ok { // prepared concurrently
+	c.pending[k] = true
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+		defer cancel()
+		st, err := c.db.PrepareContext(ctx, query)
+		if err == nil {
+			c.put(k, st)
+		}
+		c.mu.Lock()
+		delete(c.pending, k) // after a failure, a later get tries again
+		c.mu.Unlock()
+	}()
+	return nil, query
+}
+
+// put adds st as the statement of k, evicting the oldest shape when full.
+func (c *stmtCache) put(k appendKey, st *sql.Stmt) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; ok || c.closed {
 		st.Close()
-		return old, query
+		return
 	}
 	if len(c.order) >= c.size {
 		evict := c.order[0]
@@ -205,12 +266,15 @@ func (c *stmtCache) get(ctx context.Context, k appendKey, render func(appendKey)
 	}
 	c.m[k] = st
 	c.order = append(c.order, k)
-	return st, query
 }
 
 func (c *stmtCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stop == nil {
+		return
+	}
+	c.stop()
 	c.closed = true
 	for k, st := range c.m {
 		st.Close()

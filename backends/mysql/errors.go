@@ -14,7 +14,8 @@ import (
 )
 
 // interpretError maps driver and server errors to the package's errors,
-// in one place: missing tables (run Migrate), an older layout, deadlocks
+// in one place: an error after Close wraps [outbox.ErrClosed]; missing
+// tables (run Migrate), an older layout, deadlocks
 // and lock wait timeouts (retry the transaction, see [Retryable]),
 // duplicate keys, a lost connection and a killed query. The driver's
 // error stays wrapped, and context errors stay checkable with errors.Is.
@@ -24,6 +25,9 @@ func (b *Backend) interpretError(op string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("mysqloutbox: %s: %w", op, err)
+	}
+	if b.closed.Load() { // a call that raced Close met a closed statement
+		return fmt.Errorf("mysqloutbox: %s: %w (%v)", op, outbox.ErrClosed, err)
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
@@ -68,11 +72,14 @@ func connectionLost(err error) bool {
 // Retryable reports whether err means the transaction it happened in
 // must be run again from its start: the server broke a deadlock by
 // rolling it back (error 1213), or a statement waited longer than
-// innodb_lock_wait_timeout for a lock (error 1205). Roll the transaction
-// back (if the server has not) and run it again; [Backend.InTx] does so
-// itself, a bounded number of times.
+// innodb_lock_wait_timeout for a lock (error 1205), or, with
+// Options.KeySequence, an append met an ID that a concurrent transaction
+// appended and committed while it waited. Roll the transaction back (if
+// the server has not) and run it again; [Backend.InTx] does so itself, a
+// bounded number of times.
 func Retryable(err error) bool {
-	return isMySQLError(err, errDeadlock) || isMySQLError(err, errLockWait)
+	var concurrent *concurrentIDError
+	return isMySQLError(err, errDeadlock) || isMySQLError(err, errLockWait) || errors.As(err, &concurrent)
 }
 
 // sealedError is the error of an append to a sealed outbox.

@@ -1,9 +1,11 @@
 package mysqloutbox_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -346,5 +348,96 @@ func TestSealWaitsForAnOpenAppendingTransaction(t *testing.T) {
 				t.Errorf("Sealed after Unseal = %v, %v; want false", sealed, err)
 			}
 		})
+	}
+}
+
+// TestSealStoppedByItsContextDoesNotSeal: a Seal whose context ends while
+// it waits for an appending transaction is stopped on the server, so the
+// outbox is not sealed when that transaction later commits.
+func TestSealStoppedByItsContextDoesNotSeal(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "in-flight", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := b.Seal(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Seal with a context that ends while it waits: %v; want an error wrapping context.DeadlineExceeded", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a statement left waiting would have run by now
+	if sealed, err := b.Sealed(ctx); err != nil || sealed {
+		t.Errorf("Sealed after the stopped Seal and the commit = %v, %v; want false", sealed, err)
+	}
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "after", Topic: "t"}); err != nil {
+		t.Errorf("an append after the stopped Seal: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLargeCallsAreSplit: Import, RemoveExported and Requeue split large
+// calls into statements of at most 1000 rows or IDs (and Import's INSERTs
+// into at most 4 MiB), and keep the order and counts across the splits.
+func TestLargeCallsAreSplit(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	const n = 2500
+	var batch []outbox.EntryInfo
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("e%05d", i)
+		e := exportedEntry(id, "k", time.Time{})
+		e.Parked, e.Attempts, e.LastError = true, 1, "poison"
+		batch = append(batch, e)
+		ids = append(ids, id)
+	}
+	big := bytes.Repeat([]byte{0xab}, 3<<20)
+	for i := range 4 {
+		batch[i].Payload = big // 12 MiB in the first rows: several INSERTs
+	}
+	if got, err := b.Import(ctx, batch); err != nil || got != n {
+		t.Fatalf("Import of %d entries = %d, %v", n, got, err)
+	}
+	var ordered int
+	if err := db.QueryRow("SELECT COUNT(*) FROM (SELECT id, seq, LAG(id) OVER (ORDER BY seq) AS prev FROM `outbox`) AS x WHERE prev IS NULL OR prev < id").Scan(&ordered); err != nil || ordered != n {
+		t.Errorf("%d of %d imported rows follow the previous ID in seq order (%v); want all: seqs in slice order", ordered, n, err)
+	}
+	info, err := b.Lookup(ctx, "e00003")
+	if err != nil || !bytes.Equal(info.Payload, big) {
+		t.Errorf("Lookup(e00003): %d payload bytes, %v; want the 3 MiB imported", len(info.Payload), err)
+	}
+	if got, err := b.Requeue(ctx, ids...); err != nil || got != n {
+		t.Fatalf("Requeue of %d parked entries = %d, %v", n, got, err)
+	}
+	if err := db.QueryRow("SELECT COUNT(*) FROM (SELECT id, seq, LAG(id) OVER (ORDER BY seq) AS prev FROM `outbox` WHERE state = 'pending') AS x WHERE prev IS NULL OR prev < id").Scan(&ordered); err != nil || ordered != n {
+		t.Errorf("%d of %d requeued rows follow the previous ID in seq order (%v); want all", ordered, n, err)
+	}
+	l := setLease(t, db, 0, "mover", 1, time.Minute)
+	if err := b.RemoveExported(ctx, l, ids[:n-1]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.ExportBatch(ctx, l, 10)
+	if err != nil || !slices.Equal(entryIDs(got), ids[n-1:]) {
+		t.Errorf("ExportBatch after removing all but the last = %v, %v; want %v", entryIDs(got), err, ids[n-1:])
 	}
 }

@@ -130,22 +130,27 @@ func TestBlockedKeysHeadsWaitingAndSince(t *testing.T) {
 	}
 }
 
+// pauseAll pauses topics and partitions.
+func pauseAll(t *testing.T, b *mysqloutbox.Backend, topics []string, partitions []int) {
+	t.Helper()
+	for _, topic := range topics {
+		if err := b.PauseTopic(context.Background(), topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range partitions {
+		if err := b.PausePartition(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestPauseRowsUseTheServerClock(t *testing.T) {
 	t.Parallel()
 	b, db := newBackend(t, mysqloutbox.Options{Partitions: 4})
 	ctx := context.Background()
 	start := serverNow(t, db)
-	for _, topic := range []string{"b", "a", "B"} {
-		if err := b.PauseTopic(ctx, topic); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.PausePartition(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.PausePartition(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	pauseAll(t, b, []string{"b", "a", "B"}, []int{3, 1})
 	end := serverNow(t, db)
 	first, err := b.Paused(ctx)
 	if err != nil {
@@ -162,12 +167,7 @@ func TestPauseRowsUseTheServerClock(t *testing.T) {
 		t.Fatalf("Paused = %+v; want topics B a b (byte order), partitions 1 3", first)
 	}
 	time.Sleep(5 * time.Millisecond)
-	if err := b.PauseTopic(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.PausePartition(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	pauseAll(t, b, []string{"a"}, []int{1})
 	again, err := b.Paused(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +194,12 @@ func TestPauseRowsUseTheServerClock(t *testing.T) {
 	if err != nil || len(last.Topics) != 1 || last.Topics[0].Topic != "b" || len(last.Partitions) != 1 || last.Partitions[0].Partition != 1 {
 		t.Errorf("Paused after the resumes = %+v, %v; want topic b, partition 1", last, err)
 	}
+}
+
+func TestPauseRejectsInvalidArguments(t *testing.T) {
+	t.Parallel()
+	b, _ := newBackend(t, mysqloutbox.Options{Partitions: 4})
+	ctx := context.Background()
 	for name, err := range map[string]error{
 		"PauseTopic(\"\")":      b.PauseTopic(ctx, ""),
 		"PauseTopic(invalid)":   b.PauseTopic(ctx, "\xff"),

@@ -9,20 +9,21 @@
 -- of failing the statement.
 --
 -- A failure appends {"at": the server's UTC time, "error", "owner"} to
--- history and removes its first element when that makes it longer than
--- {max_history} (a history made longer by hand shrinks by one per failure
--- from then on). A deferred failure (never park: the Backend rejects
+-- history and, when history already held {max_history} elements or more,
+-- removes its first (MariaDB 10.6 has no JSON path ranges to keep the
+-- last N in one step; a history made longer than {max_history} by hand
+-- keeps its length from then on instead of shrinking). A deferred failure (never park: the Backend rejects
 -- both) only sets next_at and deferred: attempts, last_error and history
 -- stay. Any other failure clears deferred. No assignment reads a column an
 -- earlier one sets (MySQL applies them left to right).
 UPDATE {lease} AS l
-JOIN JSON_TABLE(?, '$[*]' COLUMNS (
-        id       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (
+        id       VARBINARY(255) PATH '$[0]',
         error    TEXT CHARACTER SET utf8mb4 PATH '$[1]',
         delay_us BIGINT PATH '$[2]',
         park     INT PATH '$[3]',
         deferred INT PATH '$[4]')) AS f
-JOIN {outbox} AS o ON o.id = f.id AND o.`partition` = l.`partition`
+STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = f.id AND o.`partition` = l.`partition`
 SET o.attempts = IF(f.deferred <> 0, o.attempts, LEAST(GREATEST(o.attempts, 0), 2147483646) + 1),
     o.last_error = IF(f.deferred <> 0, o.last_error, f.error),
     o.history = IF(f.deferred <> 0, o.history,
