@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -68,7 +69,7 @@ func (c *mysqlConn) openOurs(ctx context.Context, db *sql.DB, dsn string, partit
 			defer cancel()
 			for _, suffix := range []string{"", "_lease", "_archive", "_meta", "_hold", "_import", "_member", "_keyseq", "_pause_topic", "_pause_part", "_migrations"} {
 				if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+opts.Table+suffix+"`"); err != nil {
-					fmt.Printf("cleanup %s: %v\n", opts.Table, err)
+					fmt.Fprintf(os.Stderr, "cleanup %s: %v\n", opts.Table, err)
 				}
 			}
 		},

@@ -23,6 +23,15 @@ import (
 // default is added when it is not one of them.
 var mysqlPollIntervals = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second}
 
+// pollIntervals are the intervals a run measures: with -quick only the
+// shortest and the backend's default.
+func (s *Suite) pollIntervals() []time.Duration {
+	if s.cfg.Quick {
+		return []time.Duration{mysqlPollIntervals[0], mysqloutbox.DefaultPollInterval}
+	}
+	return pollIntervals()
+}
+
 func pollIntervals() []time.Duration {
 	ivs := slices.Clone(mysqlPollIntervals)
 	if !slices.Contains(ivs, mysqloutbox.DefaultPollInterval) {
@@ -64,14 +73,14 @@ func (s *Suite) mysqlLatency(ctx context.Context, c *mysqlConn) error {
 		n = latNQuick
 	}
 	msgs := newMessages(n, 25)
-	for _, iv := range pollIntervals() {
+	for _, iv := range s.pollIntervals() {
 		for _, wake := range []bool{false, true} {
 			if err := s.mysqlLatencyRun(ctx, c, msgs, iv, wake); err != nil {
 				return fmt.Errorf("PollInterval %s, wake-ups %v: %w", iv, wake, err)
 			}
 		}
 	}
-	for _, iv := range pollIntervals() {
+	for _, iv := range s.pollIntervals() {
 		for _, wake := range []bool{false, true} {
 			key, sys := latKey(iv, wake)
 			w := fmt.Sprintf("MySQL commit-to-sink latency, %d appends/s, %d partitions, PollInterval %s", latRate, mysqlPartitions, ivName(iv))
@@ -199,7 +208,7 @@ func (s *Suite) mysqlIdleCost(ctx context.Context) error {
 	base := float64(q1-q0) / window.Seconds()
 	baseCPU := float64(bc1-bc0) / float64(time.Millisecond) / window.Seconds()
 	s.logf("   mysql idle cost: baseline %.2f questions/s, server CPU %.2f ms/s with no relay", base, baseCPU)
-	for _, iv := range pollIntervals() {
+	for _, iv := range s.pollIntervals() {
 		in, err := pc.openOurs(ctx, priv.db, priv.dsn, mysqlPartitions, nil)
 		if err != nil {
 			return err
