@@ -65,7 +65,7 @@ func startPrivateMariaDB(ctx context.Context) (*privateMariaDB, error) {
 	defer logf.Close()
 	p.cmd = exec.Command(mariadbd, append([]string{"--no-defaults", "--datadir=" + data,
 		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "sock"),
-		"--pid-file=" + filepath.Join(dir, "pid"), "--skip-grant-tables", "--innodb-buffer-pool-size=64M",
+		"--pid-file=" + filepath.Join(dir, "pid"), "--tmpdir=" + dir, "--skip-grant-tables", "--innodb-buffer-pool-size=64M",
 		"--skip-log-bin"}, userArgs...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
