@@ -4,7 +4,7 @@ go 1.26.8
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
-	github.com/ThreeDotsLabs/watermill-sql/v4 v4.0.0
+	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/hibiken/asynq v0.26.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outboxrelay/outbox v0.0.0
@@ -18,6 +18,11 @@ require (
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
 )
 
 require (
@@ -36,6 +41,7 @@ require (
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/outboxrelay/outbox/backends/mysql v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/sinks/amqp v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/sinks/nats v0.0.0-00010101000000-000000000000
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
@@ -80,3 +86,5 @@ replace (
 	github.com/outboxrelay/outbox/sinks/nats => ../sinks/nats
 	github.com/outboxrelay/outbox/ui => ../ui
 )
+
+replace github.com/outboxrelay/outbox/backends/mysql => ../backends/mysql

@@ -183,7 +183,10 @@ var comparisons = []comparison{
 	{group: "Redis, 20k permanently failing entries over 7 keys: parked per second (10× the 250/s before)", ours: "ours.redis.poison", atLeast: 10 * poisonOldRedis, unit: "parked/s"},
 }
 
-func init() { comparisons = append(comparisons, brokerComparisons()...) }
+func init() {
+	comparisons = append(comparisons, brokerComparisons()...)
+	comparisons = append(comparisons, mysqlComparisons()...)
+}
 
 // The fleet targets: each of the 20 relays holds ⌊100/20⌋ to ⌈100/20⌉
 // partitions, and a cut-off relay's partitions deliver again within

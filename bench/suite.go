@@ -120,8 +120,10 @@ func newSuite(ctx context.Context, cfg Config) (*Suite, error) {
 }
 
 func (s *Suite) close() {
-	for _, f := range s.cleanups {
-		f()
+	// Last made, first closed: a backlog kept across rounds goes before
+	// the connection it lives on.
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
 	}
 	s.dropAll()
 	s.rdb.Close()
@@ -173,6 +175,9 @@ func (s *Suite) workloads() []workload {
 		// the broker's raw client, in the same round.
 		{"nats", func(ctx context.Context) error { return s.brokerWorkload(ctx, "nats") }},
 		{"rabbitmq", func(ctx context.Context) error { return s.brokerWorkload(ctx, "rabbitmq") }},
+		// MySQL (issue 30): the raw limits, Watermill SQL's MySQL
+		// subscriber and our backend on the same server, in one round.
+		{"mysql", s.mysqlWorkload},
 	}
 }
 
@@ -189,6 +194,9 @@ func (s *Suite) selectedWorkload(w workload) bool {
 	}
 	if w.name == "nats" || w.name == "rabbitmq" {
 		return s.brokerSelected(w.name)
+	}
+	if w.name == "mysql" {
+		return s.mysqlSelected()
 	}
 	backend, ours := strings.CutPrefix(w.name, "outbox/")
 	if !ours || s.cfg.Only == nil || (s.cfg.Skip != nil && s.cfg.Skip.MatchString(w.name)) {
