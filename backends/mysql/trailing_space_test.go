@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,5 +175,29 @@ func TestTrailingSpaceOwnerIsAnotherOwner(t *testing.T) {
 	}
 	if got, err := b.FindPendingBatch(ctx, l, 5); err != nil || len(got) != 1 {
 		t.Fatalf(`r1's lease after a release as "r1 ": %v, %v; want it still held`, ids(got), err)
+	}
+}
+
+// TestOwnerHolds255FourByteCharacters: the VARBINARY owner columns keep
+// the capacity the owner check promises (255 characters of UTF-8, each
+// up to 4 bytes), and compare such owners byte for byte too.
+func TestOwnerHolds255FourByteCharacters(t *testing.T) {
+	t.Parallel()
+	b, _ := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	long := strings.Repeat("😀", 255) // 1020 bytes
+	ms, err := b.Heartbeat(ctx, outbox.Member{Owner: long, Partitions: []int{0}}, time.Minute)
+	if err != nil || len(ms) != 1 || ms[0].Owner != long {
+		t.Fatalf("Heartbeat of a 255-character owner: %d members, %v", len(ms), err)
+	}
+	l, err := b.AcquireLease(ctx, 0, long, time.Minute)
+	if err != nil || l.Owner != long {
+		t.Fatalf("AcquireLease by a 255-character owner: %v", err)
+	}
+	if _, err := b.FindPendingBatch(ctx, l, 1); err != nil {
+		t.Fatalf("FindPendingBatch under the lease of a 255-character owner: %v", err)
+	}
+	if _, err := b.Heartbeat(ctx, outbox.Member{Owner: long + "x"}, time.Minute); !errors.Is(err, outbox.ErrInvalidArgument) {
+		t.Fatalf("Heartbeat of a 256-character owner: %v, want ErrInvalidArgument", err)
 	}
 }
