@@ -132,13 +132,14 @@ func isForeignStmt(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "sql: Tx.Stmt: statement from different database")
 }
 
-// maxOwnerLen is the longest owner token, in characters (VARCHAR(255)).
+// maxOwnerLen is the longest owner token, in characters: the owner
+// columns are VARBINARY(1020), 255 characters of up to 4 bytes.
 const maxOwnerLen = 255
 
 // checkOwner rejects an owner the lease and member tables cannot store.
 func checkOwner(owner string) error {
 	if !utf8.ValidString(owner) || utf8.RuneCountInString(owner) > maxOwnerLen {
-		return fmt.Errorf("owner must be valid UTF-8 of at most %d characters (the owner columns are VARCHAR(255)): %w", maxOwnerLen, outbox.ErrInvalidArgument)
+		return fmt.Errorf("owner must be valid UTF-8 of at most %d characters (the owner columns hold 255 characters of up to 4 bytes): %w", maxOwnerLen, outbox.ErrInvalidArgument)
 	}
 	return nil
 }

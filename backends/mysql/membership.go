@@ -93,7 +93,7 @@ func (b *Backend) Leave(ctx context.Context, owner string) error {
 	if owner == "" || checkOwner(owner) != nil {
 		return nil // no record can have this owner
 	}
-	_, err := b.core.stmts.leave.ExecContext(ctx, owner, owner)
+	_, err := b.core.stmts.leave.ExecContext(ctx, owner)
 	return b.interpretError(op, err)
 }
 

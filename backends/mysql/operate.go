@@ -153,8 +153,8 @@ func (b *Backend) BlockedKeys(ctx context.Context, filter outbox.ListFilter, aft
 // the topic's entries and the entries of their keys appended after them.
 // An empty topic, one over [outbox.MaxTopicLen] bytes or one that is not
 // valid UTF-8 (no entry has such a topic) gives an error wrapping
-// [outbox.ErrInvalidArgument]. Topics that differ only by trailing
-// spaces are one topic to the table's collation. See [outbox.Pauser].
+// [outbox.ErrInvalidArgument]. Topics are compared by their bytes:
+// pausing "orders" leaves "orders " running. See [outbox.Pauser].
 func (b *Backend) PauseTopic(ctx context.Context, topic string) error {
 	const op = "PauseTopic"
 	if err := b.checkPauseTopic(op, topic); err != nil {
@@ -172,7 +172,7 @@ func (b *Backend) ResumeTopic(ctx context.Context, topic string) error {
 	if err := b.checkPauseTopic(op, topic); err != nil {
 		return err
 	}
-	_, err := b.db.ExecContext(ctx, b.ops.qResumeTopic, topic, topic)
+	_, err := b.db.ExecContext(ctx, b.ops.qResumeTopic, topic)
 	return b.opsError(ctx, op, err)
 }
 

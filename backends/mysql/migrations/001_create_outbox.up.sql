@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS `outbox` (
     -- duplicate of "x"), and which sorts "a" after "a\t".
     id          VARBINARY(255) NOT NULL,
     `partition` INT            NOT NULL,
-    topic       VARCHAR(255)   NOT NULL,
+    -- topic: at most 255 bytes of UTF-8, VARBINARY for the reason id is
+    -- (with utf8mb4_bin, pausing "orders" would pause "orders " too).
+    topic       VARBINARY(255) NOT NULL,
     -- key is bytes: Kafka record keys need not be UTF-8.
     `key`       VARBINARY(4096) NOT NULL DEFAULT '',
     -- key_hash stands for key in the indexes (a key is up to 4096 bytes,
@@ -76,12 +78,16 @@ CREATE TABLE IF NOT EXISTS `outbox` (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- One row per partition, never deleted, so versions never go backwards.
--- owner = '' means free.
+-- owner = '' means free. owner is the relay's token, at most 255
+-- characters of UTF-8 (up to 1020 bytes), compared by its bytes as Go
+-- compares strings: VARBINARY, because to utf8mb4_bin (PAD SPACE) "r1"
+-- and "r1 " would be one owner, and either could write under the
+-- other's lease.
 CREATE TABLE IF NOT EXISTS `outbox_lease` (
-    `partition` INT          NOT NULL,
-    owner       VARCHAR(255) NOT NULL,
-    version     BIGINT       NOT NULL,
-    expires_at  DATETIME(6)  NOT NULL,
+    `partition` INT            NOT NULL,
+    owner       VARBINARY(1020) NOT NULL,
+    version     BIGINT         NOT NULL,
+    expires_at  DATETIME(6)    NOT NULL,
     PRIMARY KEY (`partition`)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
@@ -90,7 +96,7 @@ CREATE TABLE IF NOT EXISTS `outbox_archive` (
     seq         BIGINT         NOT NULL,
     id          VARBINARY(255) NOT NULL,
     `partition` INT            NOT NULL,
-    topic       VARCHAR(255)   NOT NULL,
+    topic       VARBINARY(255) NOT NULL,
     `key`       VARBINARY(4096) NOT NULL,
     payload     LONGBLOB,
     headers     MEDIUMBLOB,
@@ -150,7 +156,9 @@ VALUES {lease_rows};
 
 -- The relays of the outbox's fleet (outbox.Membership).
 CREATE TABLE IF NOT EXISTS `outbox_member` (
-    owner          VARCHAR(255) NOT NULL,
+    -- owner: as in outbox_lease (VARBINARY: "r1" and "r1 " are two
+    -- relays, two records).
+    owner          VARBINARY(1020) NOT NULL,
     -- the partitions the relay holds, ascending, comma-separated
     partitions     TEXT         NOT NULL,
     max_partitions INT          NOT NULL DEFAULT 0,
@@ -174,9 +182,11 @@ CREATE TABLE IF NOT EXISTS `outbox_keyseq` (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- The paused topics and partitions (outbox.Pauser).
+-- topic is VARBINARY(255), as the outbox's: a pause of "orders" is not
+-- one of "orders ".
 CREATE TABLE IF NOT EXISTS `outbox_pause_topic` (
-    topic VARCHAR(255) NOT NULL,
-    since DATETIME(6)  NOT NULL,
+    topic VARBINARY(255) NOT NULL,
+    since DATETIME(6)    NOT NULL,
     PRIMARY KEY (topic)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 

@@ -12,7 +12,7 @@ SELECT {entry_columns}
 FROM {outbox} AS o
 WHERE {state}
   AND o.id > ?
-  AND (? IS NULL OR CAST(o.topic AS BINARY) = ?)
+  AND (? IS NULL OR o.topic = CAST(? AS BINARY))
   AND (? IS NULL OR o.`key` = ?)
   AND (? IS NULL OR (o.last_error <> '' AND LOCATE(?, {fold}) > 0))
   AND (? IS NULL OR o.created_at >= TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))

@@ -11,7 +11,7 @@ SELECT o.seq, {entry_columns}
 FROM {outbox} AS o
 WHERE o.`partition` = ?
   AND EXISTS (SELECT 1 FROM {lease} AS l
-              WHERE l.`partition` = ? AND l.owner = ? AND l.version = ?
+              WHERE l.`partition` = ? AND l.owner = CAST(? AS BINARY) AND l.version = ?
                 AND l.expires_at > UTC_TIMESTAMP(6))
 ORDER BY o.seq
 LIMIT ?

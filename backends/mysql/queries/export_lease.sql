@@ -2,4 +2,4 @@
 -- A row when the lease is live (the partition is empty), none when it is
 -- lost.
 SELECT 1 FROM {lease}
-WHERE `partition` = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
+WHERE `partition` = ? AND owner = CAST(? AS BINARY) AND version = ? AND expires_at > UTC_TIMESTAMP(6)

@@ -59,4 +59,4 @@ LEFT JOIN (
     ORDER BY o.next_at, o.seq
     LIMIT ?
 ) AS c ON TRUE
-WHERE l.`partition` = ? AND l.owner = ? AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)
+WHERE l.`partition` = ? AND l.owner = CAST(? AS BINARY) AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)

@@ -6,4 +6,4 @@
 -- expired lease is never renewed), so a check after a write that found it
 -- held proves it held during the write.
 SELECT COUNT(*) FROM {lease}
-WHERE `partition` = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
+WHERE `partition` = ? AND owner = CAST(? AS BINARY) AND version = ? AND expires_at > UTC_TIMESTAMP(6)

@@ -3,5 +3,5 @@
 -- until the transaction ends, so no takeover interleaves with the copy to
 -- the archive and the delete that follow. Returns 1 when the lease holds.
 SELECT COUNT(*) FROM {lease}
-WHERE `partition` = ? AND owner = ? AND version = ? AND expires_at > UTC_TIMESTAMP(6)
+WHERE `partition` = ? AND owner = CAST(? AS BINARY) AND version = ? AND expires_at > UTC_TIMESTAMP(6)
 LOCK IN SHARE MODE

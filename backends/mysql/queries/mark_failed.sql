@@ -35,5 +35,5 @@ SET o.attempts = IF(f.deferred <> 0, o.attempts, LEAST(GREATEST(o.attempts, 0), 
     o.deferred = IF(f.deferred <> 0, 1, 0),
     o.next_at = IF(f.park <> 0, o.next_at, TIMESTAMPADD(MICROSECOND, f.delay_us, UTC_TIMESTAMP(6))),
     o.state = IF(f.park <> 0, 'parked', 'pending')
-WHERE l.`partition` = ? AND l.owner = ? AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)
+WHERE l.`partition` = ? AND l.owner = CAST(? AS BINARY) AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)
   AND o.state = 'pending'

@@ -18,4 +18,4 @@ DELETE o
 FROM {lease} AS l
 STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (id VARBINARY(255) PATH '$')) AS j
 STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = j.id AND o.`partition` = l.`partition`
-WHERE l.`partition` = ? AND l.owner = ? AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)
+WHERE l.`partition` = ? AND l.owner = CAST(? AS BINARY) AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)

@@ -12,5 +12,5 @@ SET o.attempts = LEAST(GREATEST(o.attempts, 0), 2147483646) + 1,
     o.last_error = f.reason,
     o.deferred = 0,
     o.state = 'parked'
-WHERE l.`partition` = ? AND l.owner = ? AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)
+WHERE l.`partition` = ? AND l.owner = CAST(? AS BINARY) AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)
   AND o.state = 'pending'
