@@ -101,6 +101,18 @@ type Notifier interface {
 	Notifications(ctx context.Context) (<-chan int, error)
 }
 
+// PollAdvisor is an optional interface of a [Store] whose relays learn of
+// new entries mostly by polling (its [Notifier], if any, only hears of
+// appends made in the same process): it names the poll interval the
+// backend chose from the cost of an idle poll and the latency it gives.
+// [NewRelay] uses it when [RelayOptions].PollInterval is zero, instead of
+// [DefaultPollInterval].
+type PollAdvisor interface {
+	// PollInterval is the relay's default poll interval with this store;
+	// a value that is not positive is ignored.
+	PollInterval() time.Duration
+}
+
 // Membership is an optional interface of a [Store] through which the relays
 // of one outbox find each other, so they can share the partitions evenly
 // (see [Relay]). A backend only stores the records; the relay computes the

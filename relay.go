@@ -155,6 +155,9 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 		return nil, fmt.Errorf("outbox: the store reports %d partitions; it must have at least 1", n)
 	}
 	explicit := opts.Partitions != nil
+	if pa, ok := store.(PollAdvisor); ok && opts.PollInterval == 0 && pa.PollInterval() > 0 {
+		opts.PollInterval = pa.PollInterval()
+	}
 	o := opts.withDefaults()
 	if o.Partitions == nil {
 		o.Partitions = make([]int, n)

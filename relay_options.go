@@ -39,7 +39,8 @@ type RelayOptions struct {
 	// entries when no notification wakes it, and, with a store that
 	// implements [Pauser], how often the relay reads the paused topics and
 	// partitions (it hands none of their entries to the sink from then
-	// on). Default [DefaultPollInterval].
+	// on). Default: the store's [PollAdvisor.PollInterval] when it
+	// implements [PollAdvisor], else [DefaultPollInterval].
 	PollInterval time.Duration
 
 	// LeaseTTL is the lease duration asked for each partition, and how

@@ -66,6 +66,7 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := b.initOps(ctx); err != nil {
+		b.closeRelay()
 		b.closeCore()
 		return nil, err
 	}
@@ -101,6 +102,7 @@ func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
+	b.closeRelay()
 	b.closeCore()
 	return nil
 }

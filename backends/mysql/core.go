@@ -1,12 +1,220 @@
 package mysqloutbox
 
-import "context"
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
 
-// coreState is the state of the appends and the relay-facing half.
-type coreState struct{}
+	"github.com/outboxrelay/outbox"
+)
 
-// initCore prepares the appends and the relay-facing half.
-func (b *Backend) initCore(ctx context.Context) error { return nil }
+// The optional interfaces of the core half. (The whole
+// outbox.Backend[*sql.Tx] assertion needs the relay half too.)
+var (
+	_ outbox.Notifier     = (*Backend)(nil)
+	_ outbox.Membership   = (*Backend)(nil)
+	_ outbox.MemberLister = (*Backend)(nil)
+)
 
-// closeCore releases what initCore made.
-func (b *Backend) closeCore() {}
+//go:embed queries/*.sql
+var queryFS embed.FS
+
+// loadQuery returns the embedded query queries/<name>.sql, table tokens
+// not yet rendered. A missing file is a defect of the build: it panics.
+func loadQuery(name string) string {
+	b, err := queryFS.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic("mysqloutbox: missing embedded query " + name + ": " + err.Error())
+	}
+	return string(b)
+}
+
+// coreState is the state of the appends, leases, membership and
+// notifications.
+type coreState struct {
+	stmts   coreStmts
+	appends stmtCache // multi-row append statements by row count
+	hub     hub       // in-process notifications
+	txs     txParts   // partitions appended to in InTx transactions
+}
+
+// coreStmts are the statements of the core half, prepared once per
+// Backend: database/sql prepares each on a pool connection the first time
+// it runs there and reuses it after, so each later execution is one round
+// trip (without interpolateParams, the driver prepares, executes and
+// closes an unprepared statement with arguments: three round trips).
+type coreStmts struct {
+	leaseRead, leaseLockSkip, leaseLock, leaseWrite, leaseInsert *sql.Stmt
+	now, releaseLease                                            *sql.Stmt
+	sealLock, idsExist, keyseqOne                                *sql.Stmt
+	heartbeat, members, membersExpire, leave                     *sql.Stmt
+}
+
+// initCore prepares the statements of the core half.
+func (b *Backend) initCore(ctx context.Context) error {
+	s := &b.core.stmts
+	for _, p := range []struct {
+		dst  **sql.Stmt
+		name string
+	}{
+		{&s.leaseRead, "lease_read"}, {&s.leaseLockSkip, "lease_lock_skip"}, {&s.leaseLock, "lease_lock"},
+		{&s.leaseWrite, "lease_write"}, {&s.leaseInsert, "lease_insert"}, {&s.now, "now"},
+		{&s.releaseLease, "release_lease"},
+		{&s.sealLock, "seal_lock"}, {&s.idsExist, "ids_exist_one"},
+		{&s.keyseqOne, "keyseq_one"},
+		{&s.heartbeat, "heartbeat"}, {&s.members, "members"}, {&s.membersExpire, "members_expire"},
+		{&s.leave, "leave"},
+	} {
+		st, err := b.db.PrepareContext(ctx, b.names.render(loadQuery(p.name)))
+		if err != nil {
+			b.closeCore()
+			return b.interpretError("New: preparing "+p.name, err)
+		}
+		*p.dst = st
+	}
+	b.core.appends.init(b.db, appendCacheSize)
+	b.core.hub.init()
+	return nil
+}
+
+// closeCore closes the prepared statements and the Notifications
+// channels.
+func (b *Backend) closeCore() {
+	s := &b.core.stmts
+	for _, st := range []*sql.Stmt{s.leaseRead, s.leaseLockSkip, s.leaseLock, s.leaseWrite, s.leaseInsert,
+		s.now, s.releaseLease, s.sealLock, s.idsExist, s.keyseqOne,
+		s.heartbeat, s.members, s.membersExpire, s.leave} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	b.core.appends.close()
+	b.core.hub.close()
+}
+
+// txStmt runs st inside tx: tx.StmtContext reuses the statement prepared
+// on the transaction's connection (or prepares it there once). A
+// transaction of another *sql.DB than the Backend's cannot use it
+// (database/sql refuses before any I/O): then the query runs unprepared.
+func txStmt(ctx context.Context, tx *sql.Tx, st *sql.Stmt, query string, args ...any) (sql.Result, error) {
+	res, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	if err != nil && isForeignStmt(err) {
+		return tx.ExecContext(ctx, query, args...)
+	}
+	return res, err
+}
+
+// isForeignStmt reports whether err is database/sql refusing a statement
+// prepared on another *sql.DB than the transaction's.
+func isForeignStmt(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "sql: Tx.Stmt: statement from different database")
+}
+
+// maxOwnerLen is the longest owner token, in characters (VARCHAR(255)).
+const maxOwnerLen = 255
+
+// checkOwner rejects an owner the lease and member tables cannot store.
+func checkOwner(owner string) error {
+	if !utf8.ValidString(owner) || utf8.RuneCountInString(owner) > maxOwnerLen {
+		return fmt.Errorf("owner must be valid UTF-8 of at most %d characters (the owner columns are VARCHAR(255)): %w", maxOwnerLen, outbox.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// micros converts a positive duration to whole microseconds, rounding up.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// cutText makes s storable as utf8mb4 text (invalid UTF-8 replaced by
+// U+FFFD) and cuts it to at most n bytes, at a character boundary.
+func cutText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return outbox.TruncateUTF8(s, n)
+}
+
+// rollback ends tx after a failure; its own error adds nothing to the
+// failure's.
+func rollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+var errNoRow = errors.New("mysqloutbox: no row")
+
+// appendKey names one shape of the multi-row append statement.
+type appendKey struct {
+	rows    int
+	skipDup bool // ON DUPLICATE KEY UPDATE id = id
+}
+
+// appendCacheSize bounds the append statements kept prepared. Each is
+// prepared on every pool connection that runs it, and the server caps
+// prepared statements (max_prepared_stmt_count, 16,382 by default, for
+// all its clients), so shapes beyond the most recent few are evicted.
+const appendCacheSize = 16
+
+// stmtCache keeps the append statements of the most recently used
+// shapes prepared, evicting the oldest.
+type stmtCache struct {
+	db     *sql.DB
+	size   int
+	mu     sync.Mutex
+	m      map[appendKey]*sql.Stmt
+	order  []appendKey
+	closed bool
+}
+
+func (c *stmtCache) init(db *sql.DB, size int) {
+	c.db, c.size, c.m = db, size, map[appendKey]*sql.Stmt{}
+}
+
+// get returns the prepared statement of k (preparing it once) and its
+// text; a nil statement when it could not be prepared (the caller runs
+// the text unprepared, which reports any error).
+func (c *stmtCache) get(ctx context.Context, k appendKey, render func(appendKey) string) (*sql.Stmt, string) {
+	query := render(k)
+	c.mu.Lock()
+	st, ok := c.m[k]
+	c.mu.Unlock()
+	if ok {
+		return st, query
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, query
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		st.Close()
+		return nil, query
+	}
+	if old, ok := c.m[k]; ok { // prepared concurrently
+		st.Close()
+		return old, query
+	}
+	if len(c.order) >= c.size {
+		evict := c.order[0]
+		c.order = c.order[1:]
+		c.m[evict].Close() // a transaction still using it prepares its own
+		delete(c.m, evict)
+	}
+	c.m[k] = st
+	c.order = append(c.order, k)
+	return st, query
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for k, st := range c.m {
+		st.Close()
+		delete(c.m, k)
+	}
+	c.order = nil
+}

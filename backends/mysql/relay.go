@@ -1,9 +1,190 @@
 package mysqloutbox
 
-import "context"
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 
-// relayState is the state of fetching and recording outcomes.
-type relayState struct{}
+	"github.com/outboxrelay/outbox"
+)
+
+//go:embed queries/*.sql
+var relayQueryFS embed.FS
+
+// relayQuery returns the text of queries/name.sql.
+func relayQuery(name string) string {
+	b, err := relayQueryFS.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic("mysqloutbox: missing embedded query " + name + ": " + err.Error())
+	}
+	return string(b)
+}
+
+// relayState is the state of fetching and recording outcomes: the
+// statements of the relay's hot path, prepared once per Backend (a
+// *sql.Stmt is prepared again on each pool connection it first runs on,
+// then runs in one round trip: the driver sends a query with arguments
+// that is not prepared as prepare, execute and close).
+type relayState struct {
+	find, findNext, markSent, markFailed, parkCorrupt *sql.Stmt
+	leaseHeld, purge                                  *sql.Stmt
+	// lockLease, archiveSent and parkedIDs are the texts of statements run
+	// rarely or inside a transaction (MarkSent with the archive, after a
+	// park that changed fewer rows than it was given).
+	lockLease, archiveSent, parkedIDs string
+}
+
+// exceptSQL is the condition of FetchNext that leaves out the IDs in
+// flight (a JSON array of strings).
+const exceptSQL = "AND o.id NOT IN (SELECT x.id FROM JSON_TABLE(?, '$[*]' COLUMNS (" +
+	"id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS x)"
 
 // initRelay prepares fetching and recording outcomes.
-func (b *Backend) initRelay(ctx context.Context) error { return nil }
+func (b *Backend) initRelay(ctx context.Context) error {
+	find := relayQuery("find_pending_batch")
+	texts := []struct {
+		stmt **sql.Stmt
+		text string
+	}{
+		{&b.relay.find, strings.ReplaceAll(find, "{except}", "")},
+		{&b.relay.findNext, strings.ReplaceAll(find, "{except}", exceptSQL)},
+		{&b.relay.markSent, relayQuery("mark_sent")},
+		{&b.relay.markFailed, strings.ReplaceAll(relayQuery("mark_failed"), "{max_history}", strconv.Itoa(outbox.MaxAttemptHistory))},
+		{&b.relay.parkCorrupt, relayQuery("park_corrupt")},
+		{&b.relay.leaseHeld, relayQuery("lease_held")},
+		{&b.relay.purge, relayQuery("purge_archive")},
+	}
+	for _, s := range texts {
+		stmt, err := b.db.PrepareContext(ctx, b.names.render(s.text))
+		if err != nil {
+			b.closeRelay()
+			return fmt.Errorf("mysqloutbox: New: preparing the relay's statements: %w", err)
+		}
+		*s.stmt = stmt
+	}
+	b.relay.lockLease = b.names.render(relayQuery("lock_lease"))
+	b.relay.archiveSent = b.names.render(relayQuery("archive_sent"))
+	b.relay.parkedIDs = b.names.render(relayQuery("parked_ids"))
+	return nil
+}
+
+// closeRelay closes the prepared statements (on every connection they
+// were prepared on).
+func (b *Backend) closeRelay() {
+	for _, s := range []*sql.Stmt{b.relay.find, b.relay.findNext, b.relay.markSent, b.relay.markFailed,
+		b.relay.parkCorrupt, b.relay.leaseHeld, b.relay.purge} {
+		if s != nil {
+			_ = s.Close()
+		}
+	}
+}
+
+// maxBatchIDs bounds the IDs (and failures) one statement takes: longer
+// lists are split into statements of at most this many, each fenced on
+// its own. It keeps a statement's JSON argument well under the smallest
+// max_allowed_packet the servers ship with (MariaDB 10.6: 16 MiB) even
+// for failures with 4,096-byte errors (about 4.5 MB for 1,000).
+const maxBatchIDs = 1000
+
+// chunks calls fn with consecutive pieces of n items, at most
+// maxBatchIDs each, and stops at the first error.
+func inChunks(n int, fn func(lo, hi int) error) error {
+	for lo := 0; lo < n; lo += maxBatchIDs {
+		if err := fn(lo, min(lo+maxBatchIDs, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// jsonArg encodes v (strings, numbers, arrays of them) as the JSON
+// argument of a JSON_TABLE. Strings are valid UTF-8 by then (IDs are
+// checked at append, errors cleaned by cleanError); an ID that is not
+// would read as another string and match no entry.
+func jsonArg(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil { // only strings, ints and slices of them are passed
+		panic("mysqloutbox: encoding a statement argument: " + err.Error())
+	}
+	return string(b)
+}
+
+// uniqueIDs returns ids without repeats, in first-seen order (a repeated
+// ID would count twice against the rows a statement changed).
+func uniqueIDs(ids []string) []string {
+	seen := make(map[string]struct{}, len(ids))
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := seen[id]; !ok {
+			seen[id] = struct{}{}
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// leaseArgs are the arguments that fence a statement by lease.
+func leaseArgs(l outbox.Lease) []any { return []any{l.Partition, l.Owner, l.Version} }
+
+// fenceLost is the error of a fenced call whose lease no longer holds.
+func fenceLost(op string, l outbox.Lease) error {
+	return fmt.Errorf("mysqloutbox: %s: partition %d: owner %q no longer holds the lease at version %d (it expired, was taken over or was released): %w",
+		op, l.Partition, l.Owner, l.Version, outbox.ErrLeaseLost)
+}
+
+// checkLease reports whether lease still holds (queries/lease_held.sql),
+// as an error wrapping [outbox.ErrLeaseLost] when it does not.
+func (b *Backend) checkLease(ctx context.Context, op string, l outbox.Lease) error {
+	var n int
+	if err := b.relay.leaseHeld.QueryRowContext(ctx, leaseArgs(l)...).Scan(&n); err != nil {
+		return b.relayErr(op, err)
+	}
+	if n == 0 {
+		return fenceLost(op, l)
+	}
+	return nil
+}
+
+// fencedExec runs a fenced multi-table statement that changes at most
+// want rows when the lease holds. When it changed fewer (IDs unknown or
+// already finished, or the lease lost), one more round trip tells which:
+// a lease that no longer holds never holds again, so the check after the
+// statement proves whether the lease held while it ran.
+func (b *Backend) fencedExec(ctx context.Context, op string, l outbox.Lease, stmt *sql.Stmt, want int, args ...any) error {
+	res, err := stmt.ExecContext(ctx, args...)
+	if err != nil {
+		return b.relayErr(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return b.relayErr(op, err)
+	}
+	if n >= int64(want) {
+		return nil
+	}
+	return b.checkLease(ctx, op, l)
+}
+
+// isCtxErr reports whether err is a context's error.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// relayErr is the error of a failed statement of op: context errors as
+// they are, [outbox.ErrClosed] when Close closed the statements under a
+// call in flight, else the driver's error wrapped with the package and
+// operation.
+func (b *Backend) relayErr(op string, err error) error {
+	switch {
+	case isCtxErr(err):
+		return err
+	case b.closed.Load():
+		return fmt.Errorf("mysqloutbox: %s: %w (%v)", op, outbox.ErrClosed, err)
+	}
+	return fmt.Errorf("mysqloutbox: %s: %w", op, err)
+}

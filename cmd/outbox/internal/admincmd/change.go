@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	"github.com/outboxrelay/outbox/cmd/outbox/internal/cli"
 	"github.com/outboxrelay/outbox/internal/ops"
 )
@@ -300,7 +301,7 @@ func (c *CancelCmd) dryRun(ctx context.Context, out io.Writer, o *cli.Opened, se
 	return nil
 }
 
-// PurgeCmd deletes old archived entries (Postgres).
+// PurgeCmd deletes old archived entries (Postgres, MySQL).
 type PurgeCmd struct {
 	cli.StoreFlags
 	Before  string        `required:"" placeholder:"TIME" noconfig:"" help:"Delete archived entries sent before TIME: RFC 3339, a date (UTC), or a duration ago (30d, 12h)."`
@@ -319,7 +320,7 @@ func (c *PurgeCmd) Run(app *cli.App) error {
 		return cli.UsageError("--before: %v", err)
 	}
 	if t, err := cli.ParseStore(c.Store); err == nil && t.Kind == "redis" {
-		return cli.UsageError("purge works on the Postgres archive; a Redis outbox has no archive (sent entries are deleted when they are sent), so there is nothing to purge")
+		return cli.UsageError("purge works on the Postgres and MySQL archives; a Redis outbox has no archive (sent entries are deleted when they are sent), so there is nothing to purge")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
@@ -328,14 +329,14 @@ func (c *PurgeCmd) Run(app *cli.App) error {
 		return err
 	}
 	defer o.Close()
-	if o.Postgres == nil {
-		return cli.UsageError("purge works on the Postgres archive only")
+	purger, archive := archiveOf(o)
+	if purger == nil {
+		return cli.UsageError("purge works on the Postgres and MySQL archives only")
 	}
-	archive := strings.TrimSuffix(o.Outbox, `"`) + `_archive"`
 	if err := cli.Confirm(app, c.Yes, fmt.Sprintf("delete the entries of %s sent before %s", archive, before.UTC().Format(time.RFC3339)), false); err != nil {
 		return err
 	}
-	n, err := o.Postgres.PurgeArchive(ctx, before, c.Batch)
+	n, err := purger.PurgeArchive(ctx, before, c.Batch)
 	if err != nil {
 		fmt.Fprintf(app.Stdout, "purged %d archived entries before the error\n", n)
 		return o.Explain(err)
@@ -347,15 +348,43 @@ func (c *PurgeCmd) Run(app *cli.App) error {
 	return noArchiveHint(ctx, app, o, archive)
 }
 
+// archivePurger is the purge of a backend with an archive.
+type archivePurger interface {
+	PurgeArchive(ctx context.Context, before time.Time, batchSize int) (int64, error)
+}
+
+// archiveOf is the backend of o that purges its archive, and the
+// archive's quoted name; nil when o has no archive.
+func archiveOf(o *cli.Opened) (archivePurger, string) {
+	switch {
+	case o.Postgres != nil:
+		return o.Postgres, strings.TrimSuffix(o.Outbox, `"`) + `_archive"`
+	case o.MySQL != nil:
+		return o.MySQL, cli.MySQLQuote(cli.OrDefault(o.Flags.Table, mysqloutbox.DefaultTable) + "_archive")
+	}
+	return nil, ""
+}
+
 // noArchiveHint says, when archive holds no row at all, that the outbox's
 // relays do not archive, and what turns archiving on.
 func noArchiveHint(ctx context.Context, app *cli.App, o *cli.Opened, archive string) error {
-	var any bool
-	if err := o.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+archive+")").Scan(&any); err != nil {
+	var found bool
+	q := "SELECT EXISTS (SELECT 1 FROM " + archive + ")"
+	var err error
+	if o.SQL != nil {
+		err = o.SQL.QueryRowContext(ctx, q).Scan(&found)
+	} else {
+		err = o.Pool.QueryRow(ctx, q).Scan(&found)
+	}
+	if err != nil {
 		return o.Explain(err)
 	}
-	if !any {
-		fmt.Fprintf(app.Stdout, "%s is empty: this outbox does not archive. Sent entries are deleted when they are sent unless the relay's backend is opened with pgoutbox.Options{Archive: true} (in the code that runs the relay; 'outbox relay' does not archive), so purge has nothing to do\n", archive)
+	if !found {
+		opts := "pgoutbox.Options{Archive: true}"
+		if o.SQL != nil {
+			opts = "mysqloutbox.Options{Archive: true}"
+		}
+		fmt.Fprintf(app.Stdout, "%s is empty: this outbox does not archive. Sent entries are deleted when they are sent unless the relay's backend is opened with %s (in the code that runs the relay; 'outbox relay' does not archive), so purge has nothing to do\n", archive, opts)
 	}
 	return nil
 }

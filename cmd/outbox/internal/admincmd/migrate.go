@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 )
@@ -24,16 +25,16 @@ import (
 // MigrateCmd groups the migration commands.
 type MigrateCmd struct {
 	Up     MigrateUpCmd     `cmd:"" help:"Create the outbox (with --partitions N), or bring an existing one's tables to the newest version. Redis: store the partition count."`
-	Down   MigrateDownCmd   `cmd:"" help:"Roll the outbox's tables back one version, or to --to (Postgres; --to 0 drops the outbox and its entries)."`
+	Down   MigrateDownCmd   `cmd:"" help:"Roll the outbox's tables back one version, or to --to (Postgres, MySQL; --to 0 drops the outbox and its entries)."`
 	Status MigrateStatusCmd `cmd:"" help:"Which migrations are applied, and the stored partition count."`
-	SQL    MigrateSQLCmd    `cmd:"" name:"sql" help:"Print the SQL that creates the outbox, for goose, golang-migrate or psql (Postgres)."`
+	SQL    MigrateSQLCmd    `cmd:"" name:"sql" help:"Print the SQL that creates the outbox, for goose, golang-migrate, psql or mysql (Postgres without --store; MySQL with a mysql:// --store, which is not connected to)."`
 }
 
 // MigrateUpCmd creates or upgrades an outbox.
 type MigrateUpCmd struct {
 	cli.StoreFlags
 	Partitions int           `placeholder:"N" noconfig:"" help:"The partition count to create the outbox with (1 or more). It is stored with the outbox and fixed from then on: give it when creating, and leave it off afterwards (a different count is refused)."`
-	To         int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Postgres: migrate up to this version only (default: the newest)."`
+	To         int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Postgres, MySQL: migrate up to this version only (default: the newest)."`
 	Timeout    time.Duration `default:"1m" help:"Give up after this long."`
 }
 
@@ -54,6 +55,9 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 			return cli.UsageError("--to applies to Postgres migrations; a Redis outbox has none")
 		}
 		return c.redisUp(ctx, app, o)
+	}
+	if o.Kind == "mysql" {
+		return c.mysqlUp(ctx, app, o)
 	}
 	before, err := pgStatus(ctx, o)
 	if err != nil {
@@ -84,18 +88,7 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 	if err != nil {
 		return err
 	}
-	parts := ""
-	if after.Partitions != nil {
-		parts = fmt.Sprintf(", %d partitions", *after.Partitions)
-	}
-	switch {
-	case before.Version == after.Version:
-		fmt.Fprintf(app.Stdout, "%s is at version %d already%s: nothing to do\n", o.Outbox, after.Version, parts)
-	case before.Version == 0:
-		fmt.Fprintf(app.Stdout, "created %s%s at version %d%s\n", o.Outbox, o.In(), after.Version, parts)
-	default:
-		fmt.Fprintf(app.Stdout, "migrated %s%s from version %d to %d%s\n", o.Outbox, o.In(), before.Version, after.Version, parts)
-	}
+	reportUp(app, o, before, after)
 	return nil
 }
 
@@ -138,6 +131,9 @@ func (c *MigrateDownCmd) Run(app *cli.App) error {
 		return err
 	}
 	defer o.Close()
+	if o.Kind == "mysql" {
+		return c.mysqlDown(ctx, app, o)
+	}
 	before, err := pgStatus(ctx, o)
 	if err != nil {
 		return err
@@ -244,14 +240,21 @@ func (c *MigrateStatusCmd) Run(app *cli.App) error {
 	}
 	defer o.Close()
 	var st MigrateStatusJSON
-	if o.Kind == "postgres" {
-		ps, err := pgStatus(ctx, o)
+	switch o.Kind {
+	case "postgres", "mysql":
+		status := pgStatus
+		if o.Kind == "mysql" {
+			status = mysqlStatus
+		}
+		ps, err := status(ctx, o)
 		if err != nil {
 			return err
 		}
 		st = ps.json
-	} else if st, err = redisStatus(ctx, o); err != nil {
-		return err
+	default:
+		if st, err = redisStatus(ctx, o); err != nil {
+			return err
+		}
 	}
 	if c.JSON() {
 		return cli.WriteJSON(app.Stdout, st)
@@ -296,8 +299,9 @@ type MigrateSQLCmd struct {
 }
 
 // Run prints the SQL. It does not connect: --store, when given, only
-// tells Postgres from Redis.
+// tells Postgres from MySQL and Redis (Postgres without it).
 func (c *MigrateSQLCmd) Run(app *cli.App) error {
+	kind := "postgres"
 	if c.Store != "" {
 		t, err := cli.ParseStore(c.Store)
 		if err != nil {
@@ -306,12 +310,21 @@ func (c *MigrateSQLCmd) Run(app *cli.App) error {
 		if t.Kind == "redis" {
 			return cli.UsageError("migrate sql does not apply to Redis: a Redis outbox has no schema; 'outbox migrate up --store URL --partitions N' creates it")
 		}
+		kind = t.Kind
 	}
-	if err := c.CheckNames("postgres"); err != nil {
+	if err := c.CheckNames(kind); err != nil {
 		return err
 	}
 	if c.Partitions < 1 {
 		return cli.UsageError("--partitions must be 1 or more")
+	}
+	if kind == "mysql" {
+		sql, err := mysqloutbox.MigrationSQL(mysqloutbox.Options{Table: c.Table, Partitions: c.Partitions})
+		if err != nil {
+			return cli.UsageError("%v", err)
+		}
+		_, err = fmt.Fprint(app.Stdout, sql)
+		return err
 	}
 	sql, err := pgoutbox.MigrationSQL(pgoutbox.Options{Schema: c.Schema, Table: c.Table, Partitions: c.Partitions})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/outboxrelay/outbox"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 )
 
 // DefaultVars are the kong variables that the flags of the relay's (and
@@ -13,10 +14,11 @@ import (
 // read instead of restated (default:"${lease_ttl}").
 func DefaultVars() kong.Vars {
 	return kong.Vars{
-		"batch":          strconv.Itoa(outbox.DefaultBatchSize),
-		"max_in_flight":  strconv.Itoa(outbox.DefaultMaxInFlight),
-		"poll_interval":  outbox.DefaultPollInterval.String(),
-		"lease_ttl":      outbox.DefaultLeaseTTL.String(),
-		"stats_interval": outbox.DefaultStatsInterval.String(),
+		"batch":               strconv.Itoa(outbox.DefaultBatchSize),
+		"max_in_flight":       strconv.Itoa(outbox.DefaultMaxInFlight),
+		"poll_interval":       outbox.DefaultPollInterval.String(),
+		"mysql_poll_interval": mysqloutbox.DefaultPollInterval.String(),
+		"lease_ttl":           outbox.DefaultLeaseTTL.String(),
+		"stats_interval":      outbox.DefaultStatsInterval.String(),
 	}
 }

@@ -9,7 +9,7 @@ Times are RFC 3339 in UTC; a time that is not set is null. Keys are only
 ever added, never renamed or removed.
 
 outbox status -o json
-  {"store": URL without its password, "kind": "postgres"|"redis",
+  {"store": URL without its password, "kind": "postgres"|"mysql"|"redis",
    "outbox": the outbox's name in the store, "partitions": N,
    "total": COUNTS,
    "by_partition": [{"partition": P, ...COUNTS, "lease": LEASE|null,

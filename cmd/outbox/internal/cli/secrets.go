@@ -20,8 +20,8 @@ import (
 //   - structural redaction (RedactText) rewrites every URL-looking text:
 //     the password of scheme://user:password@host, the whole user info of
 //     a Redis or NATS URL with a lone user info (go-redis sends it as
-//     AUTH, nats.go as a token), and
-//     the value of every password=, secret= or token= setting (query
+//     AUTH, nats.go as a token), the password of a go-sql-driver/mysql
+//     DSN (user:password@tcp(host:3306)/db), and the value of every password=, secret= or token= setting (query
 //     parameters and key=value connection strings);
 //   - exact redaction (SecretSet) replaces every known secret string, raw
 //     and percent-decoded, wherever it appears, also in text that does not
@@ -44,6 +44,10 @@ var (
 	userInfo = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/?#]*)@`)
 	// secretSetting matches password=..., sslpassword=..., *_secret=...,
 	// token=... in a query string or a key=value connection string.
+	// dsnUserInfo matches the user info of a go-sql-driver/mysql DSN,
+	// user:password@tcp(host:3306)/db: group 1 what precedes it, group 2
+	// the user, group 3 the password, group 4 the network and "(".
+	dsnUserInfo   = regexp.MustCompile(`(^|[\s"'=(,;])([^\s:/@"'(]*):([^\s"']*)@((?:tcp|tcp4|tcp6|unix)\()`)
 	secretSetting = regexp.MustCompile(`(?i)\b([a-z_\-]*(?:password|passwd|pwd|secret|token))(\s*=\s*)('[^']*'|"[^"]*"|[^&\s"',;)]*)`)
 )
 
@@ -69,6 +73,7 @@ func RedactText(s string, known ...string) string {
 		}
 		return m
 	})
+	s = dsnUserInfo.ReplaceAllString(s, "${1}${2}:"+secretMask+"@${4}")
 	s = secretSetting.ReplaceAllString(s, "${1}${2}"+secretMask)
 	for _, k := range known {
 		if len(k) >= MinSecretLen {
@@ -108,6 +113,9 @@ func URLSecrets(s string) []string {
 		} else if loneInfoIsSecret(m[1]) {
 			add(m[2])
 		}
+	}
+	for _, m := range dsnUserInfo.FindAllStringSubmatch(s, -1) {
+		add(m[3])
 	}
 	for _, m := range secretSetting.FindAllStringSubmatch(s, -1) {
 		add(strings.Trim(m[3], `'"`))

@@ -22,6 +22,12 @@ func TestRedactText(t *testing.T) {
 		{"tls://relay:Pa55@n1:4222", "tls://relay:xxxxx@n1:4222"},
 		{"amqps://relay:Pa55@mq:5671/billing", "amqps://relay:xxxxx@mq:5671/billing"},
 		{"amqp://relay@mq/billing", "amqp://relay@mq/billing"}, // an AMQP user alone is no secret
+		{"mysql://app:Pa55@db:3306/orders", "mysql://app:xxxxx@db:3306/orders"},
+		{"mariadb://app:p%40ss@db/orders", "mariadb://app:xxxxx@db/orders"},
+		{"mysql://app@db/orders", "mysql://app@db/orders"}, // a MySQL user alone is no secret
+		{"dsn app:Pa55@tcp(db:3306)/orders?timeout=5s", "dsn app:xxxxx@tcp(db:3306)/orders?timeout=5s"},
+		{"open \"app:p@ss@tcp(127.0.0.1:3306)/x\"", "open \"app:xxxxx@tcp(127.0.0.1:3306)/x\""},
+		{"root:@unix(/run/mysqld.sock)/x", "root:xxxxx@unix(/run/mysqld.sock)/x"},
 	}
 	for _, tc := range tests {
 		if got := RedactText(tc.in); got != tc.want {
@@ -33,6 +39,9 @@ func TestRedactText(t *testing.T) {
 	}
 	if got := URLSecrets("redis://:a%2Fb-long@h/0"); len(got) != 2 || got[0] != "a%2Fb-long" || got[1] != "a/b-long" {
 		t.Errorf("urlSecrets: %q", got)
+	}
+	if got := URLSecrets("app:Dsn-Secret@tcp(h:3306)/db"); len(got) != 1 || got[0] != "Dsn-Secret" {
+		t.Errorf("URLSecrets of a MySQL DSN: %q", got)
 	}
 	if got := URLSecrets("nats://s3cret-tok@h:4222"); len(got) != 1 || got[0] != "s3cret-tok" {
 		t.Errorf("URLSecrets of a NATS token URL: %q", got)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 )
@@ -24,9 +26,9 @@ import (
 // signature stay; Open's internals grow (URL schemes, auth, TLS, Sentinel,
 // Cluster, clear errors).
 type StoreFlags struct {
-	Store  string `name:"store" env:"OUTBOX_STORE" placeholder:"URL" help:"The store that holds the outbox: postgres://, postgresql://, redis://, rediss://, redis+sentinel://, redis+cluster:// and their TLS forms (see 'outbox help stores')."`
+	Store  string `name:"store" env:"OUTBOX_STORE" placeholder:"URL" help:"The store that holds the outbox: postgres://, postgresql://, mysql://, mariadb://, redis://, rediss://, redis+sentinel://, redis+cluster:// and their TLS forms (see 'outbox help stores')."`
 	Schema string `name:"schema" placeholder:"NAME" help:"Postgres schema of the outbox (default: public)."`
-	Table  string `name:"table" placeholder:"NAME" help:"Postgres table of the outbox (default: outbox)."`
+	Table  string `name:"table" placeholder:"NAME" help:"Postgres or MySQL table of the outbox (default: outbox)."`
 	Prefix string `name:"prefix" placeholder:"PREFIX" help:"Redis key prefix of the outbox, with its {hash tag} (default: {outbox})."`
 }
 
@@ -47,10 +49,12 @@ type Opened struct {
 	// Store is the backend; it also implements the optional interfaces
 	// its backend does (Inspector, Canceler, Membership, ...).
 	Store outbox.Store
-	// Kind is "postgres" or "redis".
+	// Kind is "postgres", "mysql" or "redis".
 	Kind string
-	// Pool is the Postgres pool (nil for Redis).
+	// Pool is the Postgres pool (nil for the others).
 	Pool *pgxpool.Pool
+	// SQL is the MySQL pool (nil for the others).
+	SQL *sql.DB
 	// Redis is the Redis client (nil for Postgres): a *redis.Client, a
 	// *redis.ClusterClient (redis+cluster://) or a failover client
 	// (redis+sentinel://).
@@ -58,8 +62,10 @@ type Opened struct {
 	// Postgres is the Postgres backend (nil for Redis), for what only it
 	// has (PurgeArchive, migrations).
 	Postgres *pgoutbox.Backend
+	// MySQL is the MySQL backend (nil for the others).
+	MySQL *mysqloutbox.Backend
 	// Outbox names the outbox inside the store, for messages:
-	// "public"."outbox" or prefix "{outbox}".
+	// "public"."outbox", `+"`outbox`"+` (MySQL) or prefix "{outbox}".
 	Outbox string
 	// Where is the store URL with its password removed, for messages.
 	Where string
@@ -122,6 +128,11 @@ func (f StoreFlags) Connect(ctx context.Context) (*Opened, error) {
 			o.Close()
 			return nil, t.Explain(err)
 		}
+	case "mysql":
+		o.Outbox = MySQLQuote(OrDefault(f.Table, mysqloutbox.DefaultTable))
+		if err := o.connectMySQL(ctx, t); err != nil {
+			return nil, err
+		}
 	case "redis":
 		o.Outbox = fmt.Sprintf("prefix %q", OrDefault(f.Prefix, redisoutbox.DefaultPrefix))
 		if err := t.checkTLS(ctx); err != nil {
@@ -149,6 +160,10 @@ func (f StoreFlags) CheckNames(kind string) error {
 		return UsageError("--prefix names a Redis outbox, but the store is PostgreSQL: name a Postgres outbox with --schema and --table, or drop --prefix (and prefix: in the config file)")
 	case kind == "redis" && f.Prefix != "" && (strings.Count(f.Prefix, "{") != 1 || strings.Count(f.Prefix, "}") != 1 || strings.Index(f.Prefix, "}") < strings.Index(f.Prefix, "{")+2):
 		return UsageError("--prefix %q must hold exactly one non-empty {hash tag}, such as {orders} or app:{orders}: every key of a partition shares its slot on Redis Cluster", f.Prefix)
+	case kind == "mysql" && f.Prefix != "":
+		return UsageError("--prefix names a Redis outbox, but the store is MySQL: name a MySQL outbox with --table, or drop --prefix (and prefix: in the config file)")
+	case kind == "mysql" && f.Schema != "":
+		return UsageError("--schema names a Postgres schema, but the store is MySQL, where the database in the store URL holds the outbox: put the database in the URL (mysql://USER@HOST:3306/DATABASE), or drop --schema (and schema: in the config file)")
 	case kind == "redis" && (f.Schema != "" || f.Table != ""):
 		return UsageError("--schema and --table name a Postgres outbox, but the store is Redis: name a Redis outbox with --prefix, or drop --schema/--table (and schema:/table: in the config file)")
 	}
@@ -164,6 +179,13 @@ func (o *Opened) OpenBackend(ctx context.Context, opts OpenOptions) error {
 			return o.explainOpen(ctx, err)
 		}
 		o.Store, o.Postgres = b, b
+		o.closers = append(o.closers, func() { _ = b.Close() })
+	case "mysql":
+		b, err := mysqloutbox.New(ctx, o.SQL, mysqloutbox.Options{Table: o.Flags.Table, Partitions: opts.Partitions, NoNotify: !opts.Notify})
+		if err != nil {
+			return o.explainOpen(ctx, err)
+		}
+		o.Store, o.MySQL = b, b
 		o.closers = append(o.closers, func() { _ = b.Close() })
 	case "redis":
 		b, err := redisoutbox.New(ctx, o.Redis, redisoutbox.Options{Prefix: o.Flags.Prefix, Partitions: opts.Partitions, NoNotify: !opts.Notify})
@@ -197,6 +219,11 @@ func (o *Opened) explainOpen(ctx context.Context, err error) error {
 					o.Outbox, o.Where, create), Err: err}
 			}
 			return &RedactedError{Msg: fmt.Sprintf("no outbox at %s in %s (no such table): create it with \"%s\", or check --schema, --table and the database in the store URL",
+				o.Outbox, o.Where, create), Err: err}
+		}
+	case "mysql":
+		if isMySQLError(err, 1146) { // ER_NO_SUCH_TABLE
+			return &RedactedError{Msg: fmt.Sprintf("no outbox at %s in %s (no such table): create it with \"%s\", or check --table and the database in the store URL",
 				o.Outbox, o.Where, create), Err: err}
 		}
 	case "redis":

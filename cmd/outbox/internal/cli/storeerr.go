@@ -53,21 +53,24 @@ func (t *StoreTarget) describe(err error) string {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Sprintf("nothing listens at %s (connection refused): check the host and port in the store URL, and that the server runs", hosts)
 	}
-	if t.Kind == "postgres" {
+	switch t.Kind {
+	case "postgres":
 		return t.describePostgres(err)
+	case "mysql":
+		return t.describeMySQL(err)
 	}
 	return t.describeRedis(err)
 }
 
 func (t *StoreTarget) serverNameParam() string {
-	if t.Kind == "postgres" {
+	if t.Kind == "postgres" || t.Kind == "mysql" {
 		return "sslmode=verify-ca (which checks the CA only)"
 	}
 	return "tls_server_name=NAME in the URL"
 }
 
 func (t *StoreTarget) caParam() string {
-	if t.Kind == "postgres" {
+	if t.Kind == "postgres" || t.Kind == "mysql" {
 		return "sslrootcert=FILE in the URL"
 	}
 	return "tls_ca=FILE in the URL (a PEM file)"

@@ -15,10 +15,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 )
@@ -38,6 +40,31 @@ PostgreSQL
   The password may also come from PGPASSWORD or ~/.pgpass, as with psql.
   Name the outbox with --schema (default public) and --table (default outbox).
   Example: postgres://app:PASSWORD@db.internal:5432/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem
+
+MySQL and MariaDB (MySQL 8.0 and later, MariaDB 10.6 and later)
+  mysql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAMS]
+  mariadb://...   (the same)
+  Port 3306 by default. The URL must name the database that holds the outbox.
+  TLS parameters, with PostgreSQL's meanings:
+    sslmode=disable|preferred|require|verify-ca|verify-full
+        disable: plain text; preferred (the default): TLS when the server
+        offers it, unverified; require: TLS, unverified; verify-ca: TLS, the
+        certificate chain verified; verify-full: the chain and the host name
+    sslrootcert=FILE  PEM CA certificates to verify against (default: the system's)
+    sslcert=FILE  sslkey=FILE   a client certificate (mutual TLS)
+  go-sql-driver/mysql's own parameters pass through: timeout=5s,
+  readTimeout=30s, writeTimeout=30s, charset=utf8mb4, collation=NAME,
+  maxAllowedPacket=N, compress=true, rejectReadOnly=true,
+  connectionAttributes=K:V,... ; any other NAME=VALUE sets that session
+  system variable on every connection (innodb_lock_wait_timeout=10). Refused:
+  tls= (use sslmode), multiStatements, allowAllFiles, allowCleartextPasswords,
+  allowOldPasswords, interpolateParams, parseTime, loc, clientFoundRows,
+  columnsWithAlias.
+  Name the outbox with --table (default outbox; its other tables are named
+  after it: outbox_lease, outbox_meta, ...).
+  The user needs SELECT, INSERT, UPDATE, DELETE on the outbox's tables
+  (and CREATE, DROP, ALTER, INDEX for outbox migrate).
+  Example: mysql://app:PASSWORD@db.internal:3306/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem
 
 Redis, one server
   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?PARAMS]      plain text (port 6379 by default)
@@ -78,7 +105,7 @@ with xxxxx.
 
 // StoreTarget is a parsed store URL, ready to connect.
 type StoreTarget struct {
-	// Kind is "postgres" or "redis"; mode is "", "sentinel" or "cluster"
+	// Kind is "postgres", "mysql" or "redis"; mode is "", "sentinel" or "cluster"
 	// (Redis).
 	Kind, mode string
 	// Where is the URL with its password removed, for messages.
@@ -92,6 +119,7 @@ type StoreTarget struct {
 	prefix string
 
 	pg       *pgxpool.Config
+	my       *mysql.Config
 	single   *redis.Options
 	failover *redis.FailoverOptions
 	cluster  *redis.ClusterOptions
@@ -104,7 +132,7 @@ func ParseStore(raw string) (*StoreTarget, error) {
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok || scheme == "" || strings.ContainsAny(scheme, "@/:") {
-		return nil, UsageError("the store URL has no scheme: write it as postgres://USER@HOST:5432/DB or redis://HOST:6379/0 (outbox help stores lists every form, with Sentinel, Cluster and TLS)")
+		return nil, UsageError("the store URL has no scheme: write it as postgres://USER@HOST:5432/DB, mysql://USER@HOST:3306/DB or redis://HOST:6379/0 (outbox help stores lists every form, with Sentinel, Cluster and TLS)")
 	}
 	t := &StoreTarget{Where: RedactText(raw)}
 	switch strings.ToLower(scheme) {
@@ -125,6 +153,11 @@ func ParseStore(raw string) (*StoreTarget, error) {
 			}
 		}
 		return t, nil
+	case "mysql", "mariadb":
+		if err := t.parseMySQL(raw); err != nil {
+			return nil, err
+		}
+		return t, nil
 	case "redis", "rediss":
 		t.Kind = "redis"
 	case "redis+sentinel", "rediss+sentinel":
@@ -132,7 +165,7 @@ func ParseStore(raw string) (*StoreTarget, error) {
 	case "redis+cluster", "rediss+cluster":
 		t.Kind, t.mode = "redis", "cluster"
 	default:
-		return nil, UsageError("unknown store URL scheme %q: use postgres://, postgresql://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// (outbox help stores)", scheme)
+		return nil, UsageError("unknown store URL scheme %q: use postgres://, postgresql://, mysql://, mariadb://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// (outbox help stores)", scheme)
 	}
 	t.tls = strings.HasPrefix(strings.ToLower(scheme), "rediss")
 	if err := t.parseRedis(rest); err != nil {
@@ -370,6 +403,8 @@ func Identity(t *StoreTarget, f StoreFlags) string {
 	case t.Kind == "postgres":
 		name := pgx.Identifier{OrDefault(f.Schema, pgoutbox.DefaultSchema), OrDefault(f.Table, pgoutbox.DefaultTable)}.Sanitize()
 		return fmt.Sprintf("postgres://%s/%s %s", h, t.pg.ConnConfig.Database, name)
+	case t.Kind == "mysql":
+		return fmt.Sprintf("mysql://%s/%s %s", h, t.my.DBName, MySQLQuote(OrDefault(f.Table, mysqloutbox.DefaultTable)))
 	case t.mode == "sentinel":
 		return fmt.Sprintf("redis+sentinel://%s/%s/%d prefix %q", h, t.failover.MasterName, t.failover.DB, OrDefault(f.Prefix, redisoutbox.DefaultPrefix))
 	case t.mode == "cluster":

@@ -26,11 +26,11 @@ import (
 type MoveCmd struct {
 	From       string `name:"from" noconfig:"" env:"OUTBOX_MOVE_FROM" placeholder:"URL" help:"The store of the outbox to move from (the source), as --store takes it ('outbox help stores')."`
 	FromSchema string `name:"from-schema" noconfig:"" placeholder:"NAME" help:"Postgres schema of the source outbox (default: public)."`
-	FromTable  string `name:"from-table" noconfig:"" placeholder:"NAME" help:"Postgres table of the source outbox (default: outbox)."`
+	FromTable  string `name:"from-table" noconfig:"" placeholder:"NAME" help:"Postgres or MySQL table of the source outbox (default: outbox)."`
 	FromPrefix string `name:"from-prefix" noconfig:"" placeholder:"PREFIX" help:"Redis key prefix of the source outbox (default: {outbox})."`
 	To         string `name:"to" noconfig:"" env:"OUTBOX_MOVE_TO" placeholder:"URL" help:"The store of the outbox to move to (the destination), created beforehand with 'outbox migrate up'."`
 	ToSchema   string `name:"to-schema" noconfig:"" placeholder:"NAME" help:"Postgres schema of the destination outbox (default: public)."`
-	ToTable    string `name:"to-table" noconfig:"" placeholder:"NAME" help:"Postgres table of the destination outbox (default: outbox)."`
+	ToTable    string `name:"to-table" noconfig:"" placeholder:"NAME" help:"Postgres or MySQL table of the destination outbox (default: outbox)."`
 	ToPrefix   string `name:"to-prefix" noconfig:"" placeholder:"PREFIX" help:"Redis key prefix of the destination outbox (default: {outbox})."`
 
 	DryRun      bool          `name:"dry-run" noconfig:"" help:"Print both sides' counts by state and what the next step would do; change nothing."`
@@ -74,7 +74,7 @@ func (c *MoveCmd) sides() (*moveSide, *moveSide, error) {
 		s.id = cli.Identity(t, s.flags)
 	}
 	if from.id == to.id {
-		return nil, nil, cli.UsageError("the source and the destination are the same outbox (%s): name another outbox as the destination, with --to-schema/--to-table (Postgres), --to-prefix (Redis) or another --to store", from.id)
+		return nil, nil, cli.UsageError("the source and the destination are the same outbox (%s): name another outbox as the destination, with --to-schema/--to-table (Postgres), --to-table (MySQL), --to-prefix (Redis) or another --to store", from.id)
 	}
 	return from, to, nil
 }
@@ -85,8 +85,12 @@ func (s *moveSide) checkNames(kind string) error {
 	switch {
 	case kind == "postgres" && f.Prefix != "":
 		return cli.UsageError("--%s-prefix names a Redis outbox, but the %s store is PostgreSQL: name it with --%s-schema and --%s-table, or drop --%s-prefix", s.flag, s.role, s.flag, s.flag, s.flag)
+	case kind == "mysql" && f.Prefix != "":
+		return cli.UsageError("--%s-prefix names a Redis outbox, but the %s store is MySQL: name it with --%s-table, or drop --%s-prefix", s.flag, s.role, s.flag, s.flag)
+	case kind == "mysql" && f.Schema != "":
+		return cli.UsageError("--%s-schema names a Postgres schema, but the %s store is MySQL, where the database in the URL holds the outbox: put the database in the --%s URL, or drop --%s-schema", s.flag, s.role, s.flag, s.flag)
 	case kind == "redis" && (f.Schema != "" || f.Table != ""):
-		return cli.UsageError("--%s-schema and --%s-table name a Postgres outbox, but the %s store is Redis: name it with --%s-prefix, or drop them", s.flag, s.flag, s.role, s.flag)
+		return cli.UsageError("--%s-schema and --%s-table name a Postgres or MySQL outbox, but the %s store is Redis: name it with --%s-prefix, or drop them", s.flag, s.flag, s.role, s.flag)
 	}
 	if err := f.CheckNames(kind); err != nil {
 		return s.wrap(renameFlags(err, s.flag))
@@ -496,7 +500,7 @@ func (b *moveBar) done(ok bool) {
 
 // Help is the detailed help of outbox move (kong.HelpProvider).
 func (c *MoveCmd) Help() string {
-	return `Moves a live outbox to another one: another store or backend (Postgres to Redis and back), or the same backend under another name with another partition count. Every entry keeps its state (due, scheduled, retrying, parked, attempts, last error) and each key its order. Create the destination first with 'outbox migrate up'.
+	return `Moves a live outbox to another one: another store or backend (Postgres, MySQL and Redis, either way), or the same backend under another name with another partition count. Every entry keeps its state (due, scheduled, retrying, parked, attempts, last error) and each key its order. Create the destination first with 'outbox migrate up'.
 
   1. outbox move --from URL --to URL --prepare
      holds the empty destination: its relays deliver nothing yet. Deploy them.

@@ -61,7 +61,7 @@ type RelayCmd struct {
 	AMQPFlags
 	Batch         int           `name:"batch" default:"${batch}" placeholder:"N" group:"Relay" help:"Most entries fetched from a partition at once. Default: ${default}."`
 	LeaseTTL      time.Duration `name:"lease-ttl" default:"${lease_ttl}" placeholder:"DURATION" group:"Relay" help:"Partition lease duration; a dead relay's partitions pass to the others after about this long. Default: ${default}."`
-	PollInterval  time.Duration `name:"poll-interval" default:"${poll_interval}" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default: ${default}."`
+	PollInterval  time.Duration `name:"poll-interval" default:"0s" placeholder:"DURATION" group:"Relay" help:"How often an idle partition looks for due entries when no notification wakes it. Default (0): the store's, ${poll_interval} for Postgres and Redis (whose notifications wake relays in other processes), ${mysql_poll_interval} for MySQL (which has none)."`
 	MaxInFlight   int           `name:"max-in-flight" default:"${max_in_flight}" placeholder:"N" group:"Relay" help:"Most messages one partition hands to the broker at once. Default: ${default}."`
 	MaxPartitions int           `name:"max-partitions" default:"0" placeholder:"N" group:"Relay" help:"Most partitions this relay holds at once (0: no limit; the fleet shares partitions evenly anyway)."`
 	Owner         string        `name:"owner" placeholder:"TOKEN" group:"Relay" help:"Lease owner token, unique among the relays of the outbox (default: host name, process ID and random bytes)."`
@@ -164,6 +164,9 @@ func (c *RelayCmd) Run(app *cli.App) error {
 		defer stopUI()
 	}
 
+	if c.PollInterval == 0 {
+		c.PollInterval = storePollInterval(opened.Store)
+	}
 	relay, err := outbox.NewRelay(opened.Store, sink.Sink, c.relayOptions(log, mp))
 	if err != nil {
 		return c.optionsError(err, sink)
@@ -187,7 +190,7 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	go watchHold(monitorCtx, opened.Store, log, 15*time.Second)
 	log.Info("outbox relay: running; SIGTERM or SIGINT drains and exits", append([]any{
 		"store", opened.Where, "outbox", opened.Outbox, "partitions", opened.Store.Partitions(),
-		"owner", relay.Owner(), "sink", c.sink}, append(sink.attrs, "drain_timeout", c.DrainTimeout.String())...)...)
+		"owner", relay.Owner(), "sink", c.sink, "poll_interval", c.PollInterval.String()}, append(sink.attrs, "drain_timeout", c.DrainTimeout.String())...)...)
 	close(started)
 	sig := waitSignal(early, signals, app.Stop)
 	ready.setStopping()
@@ -242,10 +245,13 @@ func (c *RelayCmd) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--lease-ttl", c.LeaseTTL}, {"--poll-interval", c.PollInterval}, {"--drain-timeout", c.DrainTimeout}} {
+	}{{"--lease-ttl", c.LeaseTTL}, {"--drain-timeout", c.DrainTimeout}} {
 		if d.v <= 0 {
 			bad("%s must be positive (it is %v)", d.name, d.v)
 		}
+	}
+	if c.PollInterval < 0 {
+		bad("--poll-interval must be positive, or 0 for the store's default (it is %v)", c.PollInterval)
 	}
 	for _, n := range []struct {
 		name string
@@ -427,6 +433,17 @@ func (c *RelayCmd) relayOptions(log *slog.Logger, mp metric.MeterProvider) outbo
 		MeterProvider: mp,
 		Version:       heartbeatVersion(c.version),
 	}
+}
+
+// storePollInterval is the poll interval NewRelay takes for the store
+// when --poll-interval is 0: the store's [outbox.PollAdvisor] advice (a
+// MySQL backend's, shorter than the others' for want of notifications
+// between processes), else the library's default.
+func storePollInterval(store outbox.Store) time.Duration {
+	if p, ok := store.(outbox.PollAdvisor); ok && p.PollInterval() > 0 {
+		return p.PollInterval()
+	}
+	return outbox.DefaultPollInterval
 }
 
 // heartbeatVersion is the version the relay records in its heartbeats:

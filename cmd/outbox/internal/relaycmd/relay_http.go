@@ -269,6 +269,8 @@ func relayStoreProbe(o *cli.Opened) func(context.Context) error {
 	switch {
 	case o.Pool != nil:
 		return o.Pool.Ping
+	case o.SQL != nil:
+		return o.SQL.PingContext
 	case o.Redis != nil:
 		return func(ctx context.Context) error { return o.Redis.Ping(ctx).Err() }
 	}

@@ -1,0 +1,437 @@
+package mysqloutbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
+	"github.com/outboxrelay/outbox/internal/headercodec"
+)
+
+// storedRow is an outbox row as the tests read it back with SQL.
+type storedRow struct {
+	id, topic, key string
+	partition      int
+	payload        []byte
+	headers        map[string]string
+	delay          time.Duration // next_at - created_at
+}
+
+// readRows returns the outbox rows in seq order.
+func readRows(t *testing.T, db *sql.DB) []storedRow {
+	t.Helper()
+	rows, err := db.Query("SELECT id, topic, `key`, `partition`, payload, headers, TIMESTAMPDIFF(MICROSECOND, created_at, next_at) FROM outbox ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []storedRow
+	for rows.Next() {
+		var r storedRow
+		var h []byte
+		var us int64
+		if err := rows.Scan(&r.id, &r.topic, &r.key, &r.partition, &r.payload, &h, &us); err != nil {
+			t.Fatal(err)
+		}
+		if r.headers, err = headercodec.Decode("test", h); err != nil {
+			t.Fatal(err)
+		}
+		r.delay = time.Duration(us) * time.Microsecond
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func ids(rows []storedRow) string {
+	s := make([]string, len(rows))
+	for i, r := range rows {
+		s[i] = r.id
+	}
+	return strings.Join(s, ",")
+}
+
+// appendTx appends entries in a transaction of its own and commits.
+func appendTx(t *testing.T, b *mysqloutbox.Backend, db *sql.DB, entries ...outbox.Entry) {
+	t.Helper()
+	if err := b.InTx(context.Background(), db, func(tx *sql.Tx) error {
+		return b.AppendInTx(context.Background(), tx, entries...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAppendIdempotentAndOrdered(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 4})
+	ctx := context.Background()
+	appendTx(t, b, db,
+		outbox.Entry{ID: "a", Topic: "t", Key: "k1", Payload: []byte("first"), Headers: map[string]string{"h": "\x00v"}},
+		outbox.Entry{ID: "b", Topic: "t", Key: "k2", Payload: []byte{0, 1, 2}},
+		outbox.Entry{ID: "a", Topic: "t", Key: "k1", Payload: []byte("second")}, // first occurrence wins
+	)
+	appendTx(t, b, db,
+		outbox.Entry{ID: "b", Topic: "t", Payload: []byte("again")}, // exists: a no-op
+		outbox.Entry{ID: "c", Topic: "t", NotBefore: time.Now().Add(time.Hour)},
+	)
+	// A rolled-back append leaves nothing.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "d", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	rows := readRows(t, db)
+	if got := ids(rows); got != "a,b,c" {
+		t.Fatalf("stored IDs %s; want a,b,c in append order", got)
+	}
+	if string(rows[0].payload) != "first" || rows[0].headers["h"] != "\x00v" || rows[0].partition != outbox.PartitionOf("k1", 4) || rows[0].key != "k1" {
+		t.Fatalf("row a: %+v", rows[0])
+	}
+	if string(rows[1].payload) != "\x00\x01\x02" || rows[1].headers != nil {
+		t.Fatalf("row b: %+v", rows[1])
+	}
+	if rows[0].delay != 0 || rows[2].delay < 59*time.Minute || rows[2].delay > 61*time.Minute {
+		t.Fatalf("next_at - created_at: %v for an unscheduled entry, %v for one an hour ahead", rows[0].delay, rows[2].delay)
+	}
+	if err := b.AppendInTx(ctx, nil, outbox.Entry{Topic: "t"}); !errors.Is(err, outbox.ErrInvalidArgument) {
+		t.Fatalf("nil tx: %v", err)
+	}
+	if err := b.AppendInTx(ctx, nil); err != nil {
+		t.Fatalf("no entries: %v", err)
+	}
+}
+
+// TestAppendLargeCall appends more rows and bytes than one statement
+// takes: every entry lands, in slice order.
+func TestAppendLargeCall(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	var es []outbox.Entry
+	for i := range 1203 {
+		es = append(es, outbox.Entry{ID: fmt.Sprintf("e%05d", i), Topic: "t", Key: "k", Payload: make([]byte, 2000)})
+	}
+	es[7].Payload = make([]byte, 3<<20) // a single entry larger than a statement's budget
+	appendTx(t, b, db, es...)
+	rows := readRows(t, db)
+	if len(rows) != len(es) {
+		t.Fatalf("%d rows stored; want %d", len(rows), len(es))
+	}
+	for i, r := range rows {
+		if r.id != es[i].ID || len(r.payload) != len(es[i].Payload) {
+			t.Fatalf("row %d is %s (%d bytes); want %s (%d bytes)", i, r.id, len(r.payload), es[i].ID, len(es[i].Payload))
+		}
+	}
+}
+
+// TestAppendLimits checks that Options.Limits apply.
+func TestAppendLimits(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Limits: outbox.Limits{MaxPayload: 10}})
+	err := b.InTx(context.Background(), db, func(tx *sql.Tx) error {
+		return b.AppendInTx(context.Background(), tx, outbox.Entry{Topic: "t", Payload: make([]byte, 11)})
+	})
+	if !errors.Is(err, outbox.ErrInvalidEntry) {
+		t.Fatalf("oversize payload: %v; want ErrInvalidEntry", err)
+	}
+}
+
+// TestAppendSealFence seals the outbox while transactions of both
+// isolation levels are open: an append in flight delays the seal until
+// it commits, and an append after the seal fails with ErrSealed, even in
+// a REPEATABLE READ transaction whose snapshot predates the seal.
+func TestAppendSealFence(t *testing.T) {
+	t.Parallel()
+	for _, level := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead} {
+		t.Run(strings.ReplaceAll(level.String(), " ", ""), func(t *testing.T) {
+			t.Parallel()
+			b, db := newBackend(t, mysqloutbox.Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			begin := func() *sql.Tx {
+				tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var n int
+				if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM outbox_meta WHERE sealed = 0").Scan(&n); err != nil || n != 1 {
+					t.Fatalf("snapshot read: %d, %v", n, err)
+				}
+				return tx
+			}
+			inFlight := begin()
+			if err := b.AppendInTx(ctx, inFlight, outbox.Entry{ID: "before", Topic: "t"}); err != nil {
+				t.Fatal(err)
+			}
+			late := begin() // its snapshot says unsealed
+			sealed := make(chan error, 1)
+			go func() {
+				_, err := db.ExecContext(ctx, "UPDATE outbox_meta SET sealed = 1 WHERE one = 1")
+				sealed <- err
+			}()
+			select {
+			case err := <-sealed:
+				t.Fatalf("the seal did not wait for the append in flight (err %v)", err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			if err := inFlight.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-sealed; err != nil {
+				t.Fatal(err)
+			}
+			err := b.AppendInTx(ctx, late, outbox.Entry{ID: "after", Topic: "t"})
+			late.Rollback()
+			if !errors.Is(err, outbox.ErrSealed) {
+				t.Fatalf("append after the seal: %v; want ErrSealed", err)
+			}
+			if got := ids(readRows(t, db)); got != "before" {
+				t.Fatalf("stored %q; want only the append committed before the seal", got)
+			}
+		})
+	}
+}
+
+// TestAppendDeadlockMappedAndRetried makes two transactions append two
+// keys (with Options.KeySequence, whose counter rows they lock) in
+// opposite orders: the server breaks the deadlock by rolling one back,
+// AppendInTx reports it as Retryable, and InTx runs it again to success.
+func TestAppendDeadlockMappedAndRetried(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 2, KeySequence: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	appendTx(t, b, db, outbox.Entry{Topic: "t", Key: "k1"}, outbox.Entry{Topic: "t", Key: "k2"})
+
+	// Bare transactions: one of them gets the deadlock error.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	ready := make(chan struct{}, 2)
+	for i, keys := range [][2]string{{"k1", "k2"}, {"k2", "k1"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer tx.Rollback()
+			if err := b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: keys[0]}); err != nil {
+				errs[i] = err
+				return
+			}
+			ready <- struct{}{}
+			for len(ready) < 2 && ctx.Err() == nil { // both hold their first key
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(time.Duration(i) * 100 * time.Millisecond)
+			if err := b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: keys[1]}); err != nil {
+				errs[i] = err
+				return
+			}
+			errs[i] = tx.Commit()
+		}()
+	}
+	wg.Wait()
+	var dead error
+	for _, err := range errs {
+		if err != nil {
+			dead = err
+		}
+	}
+	if dead == nil || !mysqloutbox.Retryable(dead) || !strings.Contains(dead.Error(), "deadlock") {
+		t.Fatalf("errors %v; want one deadlock error, Retryable, that says so", errs)
+	}
+
+	// The same through InTx: both succeed, one of them after a retry.
+	var attempts [2]int
+	first := make(chan struct{}, 2)
+	for i, keys := range [][2]string{{"k1", "k2"}, {"k2", "k1"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.InTx(ctx, db, func(tx *sql.Tx) error {
+				attempts[i]++
+				if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: fmt.Sprintf("x%d-%d", i, attempts[i]), Topic: "t", Key: keys[0]}); err != nil {
+					return err
+				}
+				if attempts[i] == 1 {
+					first <- struct{}{}
+					for len(first) < 2 && ctx.Err() == nil {
+						time.Sleep(time.Millisecond)
+					}
+					time.Sleep(time.Duration(i) * 100 * time.Millisecond)
+				}
+				return b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: keys[1]})
+			})
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("InTx: %v; want both to succeed", errs)
+	}
+	if attempts[0]+attempts[1] != 3 {
+		t.Fatalf("attempts %v; want one transaction run again once", attempts)
+	}
+	checkKeySeqs(t, db)
+}
+
+// TestAppendLockWaitTimeoutIsRetryable appends a key whose counter
+// another transaction holds, with innodb_lock_wait_timeout at 1 s.
+func TestAppendLockWaitTimeoutIsRetryable(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{KeySequence: true})
+	ctx := context.Background()
+	holder, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if err := b.AppendInTx(ctx, holder, outbox.Entry{Topic: "t", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	err = b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: "k"})
+	if !mysqloutbox.Retryable(err) || !strings.Contains(err.Error(), "innodb_lock_wait_timeout") {
+		t.Fatalf("append waiting for a held key: %v; want a Retryable lock wait timeout that says so", err)
+	}
+}
+
+// keySeqs returns the key sequence numbers of each key's stored entries,
+// in seq order.
+func keySeqs(t *testing.T, db *sql.DB) map[string][]int64 {
+	t.Helper()
+	out := map[string][]int64{}
+	for _, r := range readRows(t, db) {
+		v, ok := r.headers[outbox.HeaderKeySeq]
+		if r.key == "" {
+			if ok {
+				t.Fatalf("entry %s has no key but sequence %q", r.id, v)
+			}
+			continue
+		}
+		n, err := outbox.ParseKeySeq(v)
+		if !ok || err != nil {
+			t.Fatalf("entry %s of key %q: sequence %q (%v)", r.id, r.key, v, err)
+		}
+		out[r.key] = append(out[r.key], n)
+	}
+	return out
+}
+
+// checkKeySeqs fails unless each key's numbers are 1, 2, 3, ... in seq
+// order.
+func checkKeySeqs(t *testing.T, db *sql.DB) map[string][]int64 {
+	t.Helper()
+	seqs := keySeqs(t, db)
+	for k, ns := range seqs {
+		for i, n := range ns {
+			if n != int64(i+1) {
+				t.Fatalf("key %q has sequence numbers %v; want 1..%d in append order", k, ns, len(ns))
+			}
+		}
+	}
+	return seqs
+}
+
+// TestKeySequenceConcurrent runs 8 appenders of overlapping keys, some of
+// whose transactions roll back: each key's committed entries are numbered
+// 1..n without gap or repeat, in append order, and idempotent re-appends
+// take no number.
+func TestKeySequenceConcurrent(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 3, KeySequence: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	keys := []string{"alpha", "beta", "gamma", "delta"}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	committed := map[string]int{}
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 15 {
+				var es []outbox.Entry
+				count := map[string]int{}
+				for j := range 1 + (g+i)%3 {
+					k := keys[(g+i+j)%len(keys)]
+					es = append(es, outbox.Entry{ID: fmt.Sprintf("g%d-%d-%d", g, i, j), Topic: "t", Key: k})
+					count[k]++
+				}
+				es = append(es, outbox.Entry{ID: fmt.Sprintf("g%d-%d-nokey", g, i), Topic: "t"}, es[0]) // repeat: no number
+				rollBack := i%4 == 3
+				err := b.InTx(ctx, db, func(tx *sql.Tx) error {
+					if err := b.AppendInTx(ctx, tx, es...); err != nil {
+						return err
+					}
+					if rollBack {
+						return errRollback
+					}
+					return nil
+				})
+				if rollBack && errors.Is(err, errRollback) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for k, n := range count {
+					committed[k] += n
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// A committed re-append of existing IDs takes no number.
+	appendTx(t, b, db, outbox.Entry{ID: "g0-0-0", Topic: "t", Key: keys[0]})
+	seqs := checkKeySeqs(t, db)
+	for _, k := range keys {
+		if len(seqs[k]) != committed[k] {
+			t.Fatalf("key %q has %d numbered entries; %d were committed", k, len(seqs[k]), committed[k])
+		}
+	}
+	// A caller cannot set the header itself.
+	err := b.InTx(ctx, db, func(tx *sql.Tx) error {
+		return b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: "k", Headers: map[string]string{outbox.HeaderKeySeq: "7"}})
+	})
+	if !errors.Is(err, outbox.ErrInvalidEntry) {
+		t.Fatalf("an entry with its own %s header: %v; want ErrInvalidEntry", outbox.HeaderKeySeq, err)
+	}
+}
+
+var errRollback = errors.New("roll back on purpose")

@@ -1,0 +1,16 @@
+-- MarkSent: ? the IDs as a JSON array of strings, ? partition, ? owner,
+-- ? version. One multi-table DELETE fenced by the lease: it reads the
+-- lease row through the join, and InnoDB reads the rows of a table that a
+-- multi-table DELETE or UPDATE only reads with shared locks in every
+-- isolation level (a single-table UPDATE or an INSERT ... SELECT would
+-- read it without a lock under READ COMMITTED), so a takeover, which
+-- updates that row, waits for this statement, and a statement that starts
+-- after a takeover sees the new owner/version and deletes nothing
+-- (TestFencedWritesLockTheLeaseRow proves both in both isolation levels).
+-- The lease row is a const table (primary key = constant): when it does
+-- not match, no entry row is read.
+DELETE o
+FROM {lease} AS l
+JOIN JSON_TABLE(?, '$[*]' COLUMNS (id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+JOIN {outbox} AS o ON o.id = j.id AND o.`partition` = l.`partition`
+WHERE l.`partition` = ? AND l.owner = ? AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)

@@ -1,0 +1,10 @@
+-- Which of the IDs (? a JSON array of strings) of partition ? are parked
+-- with the reason a fetch gave (? the same array's reasons, matched by
+-- position): after park_corrupt.sql changed fewer rows than it was given
+-- (an entry cancelled or sent meanwhile), FetchBatch reports only these.
+SELECT o.id
+FROM JSON_TABLE(?, '$[*]' COLUMNS (
+        id     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+        reason TEXT CHARACTER SET utf8mb4 PATH '$[1]')) AS f
+JOIN {outbox} AS o ON o.id = f.id
+WHERE o.`partition` = ? AND o.state = 'parked' AND o.last_error = f.reason

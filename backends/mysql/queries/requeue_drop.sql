@@ -1,0 +1,2 @@
+-- Requeue, last statement: {seqs} the old seqs; deletes the old rows.
+DELETE FROM {outbox} WHERE seq IN ({seqs})

@@ -1,0 +1,2 @@
+-- Unhold: deletes the hold row.
+DELETE FROM {hold} WHERE one = 1

@@ -1,0 +1,2 @@
+-- Unseal: appends work again.
+UPDATE {meta} SET sealed = 0 WHERE one = 1
