@@ -30,31 +30,40 @@ const (
 )
 
 // mysqlConnKill: KILL CONNECTION of the relays' sessions (and, every
-// other time, of the appenders').
+// other time, of the appenders'). Most sessions of a pool are idle at any
+// moment, and database/sql replaces a killed idle one without a word, so
+// for a second the harness kills every relay session it catches in a
+// statement or a transaction, and then the idle ones.
 func mysqlConnKill() *scenario {
 	return &scenario{
 		name: "mysql/conn-kill", backend: backendPrivateMariaDB, relays: 3,
-		title: "KILL CONNECTION of every relay session (and every appender session, every other time), every 2-3 s",
+		title: "KILL CONNECTION of the relays' sessions caught in a statement or transaction for 1 s, then of their idle ones (and of every appender session, every other time), every 3-4 s",
 		every: 2 * time.Second, jitter: time.Second,
 		full: 100 * time.Second, short: 10 * time.Second,
 		inject: func(ctx context.Context, r *run, i int) error {
 			admin := r.my.DSN("")
-			n, err := servers.KillConnections(ctx, admin, mysqlRelayUser, mysqlDatabase)
+			relays := servers.Sessions{User: mysqlRelayUser, Database: mysqlDatabase, Busy: true}
+			busy, err := servers.KillConnections(ctx, admin, relays, time.Second)
+			if err != nil {
+				return err
+			}
+			relays.Busy = false
+			idle, err := servers.KillConnections(ctx, admin, relays, 0)
 			if err != nil {
 				return err
 			}
 			if i%2 == 0 {
-				r.fault("KILL CONNECTION", "%d relay sessions", n)
+				r.fault("KILL CONNECTION", "relay sessions: %d in a statement or transaction, then %d idle", busy, idle)
 				return nil
 			}
-			m, err := servers.KillConnections(ctx, admin, mysqlAppUser, mysqlDatabase)
+			apps, err := servers.KillConnections(ctx, admin, servers.Sessions{User: mysqlAppUser, Database: mysqlDatabase}, 0)
 			if err != nil {
 				return err
 			}
-			r.fault("KILL CONNECTION", "%d relay sessions, %d appender sessions", n, m)
+			r.fault("KILL CONNECTION", "relay sessions: %d in a statement or transaction, then %d idle; %d appender sessions", busy, idle, apps)
 			return nil
 		},
-		notes: "A private MariaDB; the relays log in as `relay`, the appenders as `app`, and the harness ends their sessions found in information_schema.processlist by user and database. Relays lose their connections mid-statement (a fetch, a mark, a lease renewal); database/sql opens new ones. Appenders lose theirs mid-transaction and sometimes during COMMIT, when the outcome is unknown to them: they record the entry as unknown and retry it with the same ID, which the backend skips if the first commit went through.",
+		notes: "A private MariaDB; the relays log in as `relay`, the appenders as `app`, and the harness ends their sessions found in information_schema.processlist by user and database: for a second every relay session it catches running a statement or holding an InnoDB transaction (polled every 5 ms, information_schema.innodb_trx every 150 ms), then every idle one. Relays lose their connections mid-statement and mid-transaction (a fetch, a mark, a lease acquisition or renewal); the killed transactions roll back, and database/sql opens new connections. Appenders lose theirs mid-transaction and sometimes during COMMIT, when the outcome is unknown to them: they record the entry as unknown and retry it with the same ID, which the backend skips if the first commit went through.",
 	}
 }
 

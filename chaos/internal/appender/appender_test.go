@@ -738,7 +738,7 @@ func TestMySQLSurvivesKilledConnections(t *testing.T) {
 			progress = append(progress, countAppends())
 			// The admin DSN names no database, so its own session is
 			// never one of the database's.
-			n, err := servers.KillConnections(ctx, testenv.MySQLDSN(""), user, database)
+			n, err := servers.KillConnections(ctx, testenv.MySQLDSN(""), servers.Sessions{User: user, Database: database}, 0)
 			if err != nil {
 				t.Errorf("KillConnections: %v", err)
 				return

@@ -24,7 +24,8 @@ const maxSocketPath = 107
 
 // MariaDB is a private mariadbd, a child of this process, in its own
 // directory DIR: data in DIR/data (made by mariadb-install-db at the
-// first start), socket and PID file in DIR/run, error log DIR/mariadb.log,
+// first start), socket, PID file and temporary files in DIR/run, error
+// log DIR/mariadb.log,
 // listening on 127.0.0.1 only, binary log off, every commit written and
 // flushed to the redo log before it returns
 // (innodb_flush_log_at_trx_commit=1). root@127.0.0.1 has no password.
@@ -98,11 +99,15 @@ func sbinPath(bin string) (string, error) {
 }
 
 // common are the options of both mariadb-install-db and mariadbd: the
-// files in DIR, small InnoDB files (a fast install and start).
+// files in DIR (temporary files in DIR/run), small InnoDB files (a fast
+// install and start).
 func (m *MariaDB) common() []string {
 	args := []string{
 		"--no-defaults",
 		"--datadir=" + m.data,
+		// Temporary tables of its own: concurrent bootstraps sharing /tmp
+		// fail on each other's files.
+		"--tmpdir=" + m.run,
 		"--innodb-log-file-size=16M",
 		"--innodb-buffer-pool-size=32M",
 	}
@@ -121,13 +126,31 @@ func (m *MariaDB) install(ctx context.Context, bin string) error {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = m.dir
 	cmd.WaitDelay = 5 * time.Second
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	logPath := filepath.Join(m.dir, "install.log")
+	_ = os.WriteFile(logPath, out, 0o644)
+	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("servers: mariadb-install-db: %w", ctx.Err())
 		}
-		return fmt.Errorf("servers: mariadb-install-db --datadir=%s: %v: %s", m.data, err, lastLines(string(out), 10))
+		return fmt.Errorf("servers: mariadb-install-db --datadir=%s: %v: %s (log: %s)", m.data, err, installErrors(string(out)), logPath)
 	}
 	return nil
+}
+
+// installErrors picks the lines of mariadb-install-db's output that say
+// what went wrong (its last lines are the same advice whatever failed).
+func installErrors(out string) string {
+	var picked []string
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(line, "ERROR") || strings.Contains(line, "[ERROR]") || strings.Contains(line, "FATAL") {
+			picked = append(picked, strings.TrimSpace(line))
+		}
+	}
+	if len(picked) == 0 {
+		return lastLines(out, 10)
+	}
+	return strings.Join(picked[:min(5, len(picked))], "; ")
 }
 
 // start starts mariadbd and waits until it accepts connections on the
@@ -279,13 +302,32 @@ func (m *MariaDB) Close() error {
 	return nil
 }
 
+// Sessions picks the MariaDB sessions [KillConnections] ends: those of
+// User on Database (both required), and with Busy only those running a
+// statement (COMMAND not Sleep) or holding an open InnoDB transaction.
+type Sessions struct {
+	User, Database string
+	Busy           bool
+}
+
+// killPoll is how often KillConnections looks for sessions while within
+// lasts, and trxPoll how often it reads information_schema.innodb_trx,
+// which InnoDB refreshes only when it was not read in the last 100 ms.
+const (
+	killPoll = 5 * time.Millisecond
+	trxPoll  = 150 * time.Millisecond
+)
+
 // KillConnections runs KILL CONNECTION on every session in
-// information_schema.processlist of user on database, except the session
-// it opens to adminDSN itself, and returns how many it ended (a session
-// that ended by itself meanwhile is not counted). Empty user or database
-// is refused: it would end other people's sessions.
-func KillConnections(ctx context.Context, adminDSN, user, database string) (int, error) {
-	if user == "" || database == "" {
+// information_schema.processlist that s picks, except the session it
+// opens to adminDSN itself, again every 5 ms until within has passed (0:
+// once), and returns how many it ended (a session that ended by itself
+// meanwhile is not counted). With Busy and a within, it catches sessions
+// in the middle of a statement (looked for every 5 ms) or a transaction
+// (every 150 ms), which a single pass seldom does: most sessions of a
+// pool are idle most of the time.
+func KillConnections(ctx context.Context, adminDSN string, s Sessions, within time.Duration) (int, error) {
+	if s.User == "" || s.Database == "" {
 		return 0, errors.New("servers: KillConnections: give both a user and a database; without them it would end other people's sessions")
 	}
 	db, err := sql.Open("mysql", adminDSN)
@@ -298,8 +340,36 @@ func KillConnections(ctx context.Context, adminDSN, user, database string) (int,
 		return 0, fmt.Errorf("servers: KillConnections: %w", err)
 	}
 	defer conn.Close()
-	rows, err := conn.QueryContext(ctx,
-		"SELECT id FROM information_schema.processlist WHERE user = ? AND db = ? AND id <> CONNECTION_ID()", user, database)
+	q := "SELECT id FROM information_schema.processlist WHERE user = ? AND db = ? AND id <> CONNECTION_ID()"
+	busy := q + " AND command <> 'Sleep'"
+	inTx := q + " AND (command <> 'Sleep' OR id IN (SELECT trx_mysql_thread_id FROM information_schema.innodb_trx))"
+	end := time.Now().Add(within)
+	var trxRead time.Time
+	n := 0
+	for {
+		pass := q
+		if s.Busy {
+			// InnoDB refreshes innodb_trx only when it was not read in the
+			// last 0.1 s: read it every trxPoll, the statements every pass.
+			pass = busy
+			if time.Since(trxRead) >= trxPoll {
+				pass, trxRead = inTx, time.Now()
+			}
+		}
+		k, err := killPass(ctx, conn, pass, s)
+		n += k
+		if err != nil || !time.Now().Before(end) {
+			return n, err
+		}
+		if err := sleepCtx(ctx, killPoll); err != nil {
+			return n, fmt.Errorf("servers: KillConnections: %w", err)
+		}
+	}
+}
+
+// killPass kills the sessions query q finds once.
+func killPass(ctx context.Context, conn *sql.Conn, q string, s Sessions) (int, error) {
+	rows, err := conn.QueryContext(ctx, q, s.User, s.Database)
 	if err != nil {
 		return 0, fmt.Errorf("servers: KillConnections: %w", err)
 	}

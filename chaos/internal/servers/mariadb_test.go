@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -129,19 +130,13 @@ func TestMariaDBKillConnections(t *testing.T) {
 	// b, root on a).
 	session := func(dsn string) *sql.Conn {
 		t.Helper()
-		db := openMariaDB(t, dsn)
-		c, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return mariaDBSession(t, ctx, dsn)
 	}
 	port := fmt.Sprint(m.Port())
 	victim := session("relay@tcp(127.0.0.1:" + port + ")/a")
 	otherDB := session("relay@tcp(127.0.0.1:" + port + ")/b")
 	otherUser := session(m.DSN("a"))
-	n, err := KillConnections(ctx, m.DSN(""), "relay", "a")
+	n, err := KillConnections(ctx, m.DSN(""), Sessions{User: "relay", Database: "a"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +153,90 @@ func TestMariaDBKillConnections(t *testing.T) {
 		t.Fatalf("root's session on a was hit: %v", err)
 	}
 	for _, c := range [][2]string{{"", "a"}, {"relay", ""}} {
-		if _, err := KillConnections(ctx, m.DSN(""), c[0], c[1]); err == nil {
+		if _, err := KillConnections(ctx, m.DSN(""), Sessions{User: c[0], Database: c[1]}, 0); err == nil {
 			t.Fatalf("KillConnections(%q, %q): no error", c[0], c[1])
 		}
+	}
+}
+
+// mariaDBSession is one session of dsn, closed when t ends.
+func mariaDBSession(t *testing.T, ctx context.Context, dsn string) *sql.Conn {
+	t.Helper()
+	c, err := openMariaDB(t, dsn).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestMariaDBKillBusyConnections: with Busy, KillConnections ends the
+// sessions in a statement or a transaction, also one that starts its
+// transaction after the call began, and leaves the idle ones alone.
+func TestMariaDBKillBusyConnections(t *testing.T) {
+	t.Parallel()
+	ctx := timeout(t, 2*time.Minute)
+	m, err := StartMariaDB(ctx, dir(t))
+	started(t, err)
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	admin := openMariaDB(t, m.DSN(""))
+	for _, q := range []string{"CREATE DATABASE a", "CREATE TABLE a.t (id INT PRIMARY KEY) ENGINE=InnoDB"} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := mariaDBSession(t, ctx, m.DSN("a"))
+	inTx := mariaDBSession(t, ctx, m.DSN("a"))
+	if _, err := inTx.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inTx.ExecContext(ctx, "INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	sleeping := mariaDBSession(t, ctx, m.DSN("a"))
+	slept := make(chan error, 1)
+	go func() {
+		_, err := sleeping.ExecContext(ctx, "DO SLEEP(30)")
+		slept <- err
+	}()
+	late := mariaDBSession(t, ctx, m.DSN("a"))
+	lateErr := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		if _, err := late.ExecContext(ctx, "BEGIN"); err != nil {
+			lateErr <- err
+			return
+		}
+		_, err := late.ExecContext(ctx, "INSERT INTO t VALUES (2)")
+		lateErr <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // DO SLEEP is running
+	n, err := KillConnections(ctx, m.DSN(""), Sessions{User: "root", Database: "a", Busy: true}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Killed after its INSERT, or during it: either way its session ends.
+	<-lateErr
+	if n != 3 {
+		t.Errorf("killed %d sessions, want 3 (in a transaction, in a statement, in a transaction begun later)", n)
+	}
+	if err := <-slept; err == nil {
+		t.Error("DO SLEEP(30) returned without an error: its session was not killed")
+	}
+	for name, c := range map[string]*sql.Conn{"in a transaction": inTx, "begun later": late} {
+		if err := c.PingContext(ctx); err == nil {
+			t.Errorf("the session %s still works", name)
+		}
+	}
+	if err := idle.PingContext(ctx); err != nil {
+		t.Errorf("the idle session was hit: %v", err)
+	}
+	var rows int
+	if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM a.t").Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("%d rows (%v) after the killed transactions, want 0", rows, err)
 	}
 }
