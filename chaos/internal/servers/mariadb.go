@@ -25,11 +25,10 @@ const maxSocketPath = 107
 // MariaDB is a private mariadbd, a child of this process, in its own
 // directory DIR: data in DIR/data (made by mariadb-install-db at the
 // first start), socket, PID file and temporary files in DIR/run, error
-// log DIR/mariadb.log,
-// listening on 127.0.0.1 only, binary log off, every commit written and
-// flushed to the redo log before it returns
-// (innodb_flush_log_at_trx_commit=1). root@127.0.0.1 has no password.
-// Methods are safe for concurrent use.
+// log DIR/mariadb.log. It listens on 127.0.0.1 only, with the binary log
+// off and every commit written and flushed to the redo log before it
+// returns (innodb_flush_log_at_trx_commit=1). root@127.0.0.1 has no
+// password. Methods are safe for concurrent use.
 type MariaDB struct {
 	bin, dir, data, run, log string
 	port                     int

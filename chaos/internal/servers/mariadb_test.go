@@ -46,16 +46,7 @@ func TestMariaDBKillRestart(t *testing.T) {
 	if filepath.Clean(data) != filepath.Join(d, "data") {
 		t.Fatalf("the server's data directory is %s, want %s", data, filepath.Join(d, "data"))
 	}
-	for _, q := range []string{"CREATE DATABASE k", "CREATE TABLE k.t (id INT PRIMARY KEY) ENGINE=InnoDB"} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 100 {
-		if _, err := db.ExecContext(ctx, "INSERT INTO k.t VALUES (?)", i); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fillTable(t, ctx, db, 100)
 	// A transaction left open at the kill: its row must not survive.
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -93,6 +84,29 @@ func TestMariaDBKillRestart(t *testing.T) {
 	if n != 100 || maxID != 99 {
 		t.Fatalf("after the kill: %d rows, max id %d; want the 100 committed rows, max id 99", n, maxID)
 	}
+	checkClose(t, ctx, m, db)
+}
+
+// fillTable creates the table k.t and commits rows 0..n-1 into it, one
+// transaction each.
+func fillTable(t *testing.T, ctx context.Context, db *sql.DB, n int) {
+	t.Helper()
+	for _, q := range []string{"CREATE DATABASE k", "CREATE TABLE k.t (id INT PRIMARY KEY) ENGINE=InnoDB"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if _, err := db.ExecContext(ctx, "INSERT INTO k.t VALUES (?)", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkClose closes m and checks that the server is gone, that a second
+// Close is a no-op and that Restart is refused.
+func checkClose(t *testing.T, ctx context.Context, m *MariaDB, db *sql.DB) {
+	t.Helper()
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
