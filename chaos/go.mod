@@ -4,6 +4,7 @@ go 1.26.8
 
 replace (
 	github.com/outboxrelay/outbox => ..
+	github.com/outboxrelay/outbox/backends/mysql => ../backends/mysql
 	github.com/outboxrelay/outbox/backends/postgres => ../backends/postgres
 	github.com/outboxrelay/outbox/backends/redis => ../backends/redis
 	github.com/outboxrelay/outbox/cmd/outbox => ../cmd/outbox
@@ -58,5 +59,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
-
-replace github.com/outboxrelay/outbox/backends/mysql => ../backends/mysql
