@@ -52,9 +52,10 @@
 //
 // # Idempotent retries
 //
-// A retry after an unknown commit appends the same ID again. Both backends
-// skip an ID that is still in the outbox: Postgres inserts with ON
-// CONFLICT (id) DO NOTHING, Redis's append.lua adds the entry with HSETNX
+// A retry after an unknown commit appends the same ID again. Every backend
+// skips an ID that is still in the outbox: Postgres inserts with ON
+// CONFLICT (id) DO NOTHING, MySQL with ON DUPLICATE KEY UPDATE id = id on
+// the table's unique id, Redis's append.lua adds the entry with HSETNX
 // on the partition's entries hash (idempotency is per partition; an
 // entry's partition follows from its key, which a retry keeps). The retry
 // then commits nothing new and is confirmed. If the first copy had already
