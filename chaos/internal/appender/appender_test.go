@@ -211,6 +211,57 @@ func runFor(t *testing.T, args []string, d time.Duration, during func(ctx contex
 	return st, stderr.String()
 }
 
+// runWhile runs the appender until during returns (or limit passes, which
+// fails t), then stops it as runFor does.
+func runWhile(t *testing.T, args []string, limit time.Duration, during func(ctx context.Context)) (*stats, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var stderr syncBuffer
+	var (
+		st  *stats
+		err error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st, err = run(ctx, args, &stderr)
+	}()
+	during(ctx)
+	if ctx.Err() != nil {
+		t.Errorf("the run took longer than %v", limit)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("appender did not return 15s after its context ended; stderr:\n%s", stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("run: %v; stderr:\n%s", err, stderr.String())
+	}
+	return st, stderr.String()
+}
+
+// countAppends counts the append lines of a history file (flushed line by
+// line).
+func countAppends(file string) int64 {
+	b, _ := os.ReadFile(file)
+	return int64(bytes.Count(b, []byte(`"op":"append"`)))
+}
+
+// waitAppends waits until file has more than n append lines and returns
+// their count, or returns n when ctx ends first.
+func waitAppends(ctx context.Context, file string, n int64) int64 {
+	for ctx.Err() == nil {
+		if c := countAppends(file); c > n {
+			return c
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
 // recorded is what a history file says.
 type recorded struct {
 	appended []history.Entry  // confirmed, in append order
@@ -682,14 +733,20 @@ func TestMySQLAppendsEveryKeyInOrder(t *testing.T) {
 	storeURL, _, db := mysqlOutbox(t, 4)
 	name := "my" + randHex()
 	file := filepath.Join(t.TempDir(), "appender.jsonl")
-	st, stderr := runFor(t, []string{
+	// The shared server flushes every commit and may be busy: the run
+	// lasts until 40 entries are appended, 30 s at most.
+	st, stderr := runWhile(t, []string{
 		"-store", storeURL, "-name", name, "-keys", "10",
 		"-topic", "chaos", "-workers", "2", "-history", file,
-	}, time.Second, nil)
+	}, 30*time.Second, func(ctx context.Context) {
+		for n := int64(0); n < 40 && ctx.Err() == nil; {
+			n = waitAppends(ctx, file, n)
+		}
+	})
 
 	r := readHistory(t, file)
-	if len(r.appended) < 20 {
-		t.Fatalf("only %d entries appended in 1s; stderr:\n%s", len(r.appended), stderr)
+	if len(r.appended) < 40 {
+		t.Fatalf("only %d entries appended; stderr:\n%s", len(r.appended), stderr)
 	}
 	if n := checkHistory(t, r, name, 10, 4); n != 10 {
 		t.Errorf("%d keys appended, want 10", n)
@@ -708,8 +765,8 @@ func TestMySQLAppendsEveryKeyInOrder(t *testing.T) {
 }
 
 // TestMySQLSurvivesKilledConnections ends the appender's sessions with
-// KILL CONNECTION again and again: it keeps appending, every key in
-// order, and every confirmed entry is in the outbox.
+// KILL CONNECTION again and again: it appends again within 10 s of each
+// kill, every key in order, and every confirmed entry is in the outbox.
 func TestMySQLSurvivesKilledConnections(t *testing.T) {
 	t.Parallel()
 	storeURL, database, db := mysqlOutbox(t, 4)
@@ -725,28 +782,30 @@ func TestMySQLSurvivesKilledConnections(t *testing.T) {
 		killed   int
 		progress []int64 // appends counted at each kill
 	)
-	countAppends := func() int64 {
-		b, _ := os.ReadFile(file)
-		return int64(bytes.Count(b, []byte(`"op":"append"`)))
-	}
-	st, stderr := runFor(t, []string{
+	// Each kill waits for an append after the previous one (at most 10 s:
+	// the shared server flushes every commit and may be busy).
+	st, stderr := runWhile(t, []string{
 		"-store", storeURL, "-name", name, "-keys", "10",
 		"-topic", "chaos", "-workers", "2", "-history", file,
-	}, 3500*time.Millisecond, func(ctx context.Context) {
-		time.Sleep(500 * time.Millisecond)
+	}, 90*time.Second, func(ctx context.Context) {
+		// Kill only once the appender has opened the outbox (New on a
+		// killed session fails the run, as it should) and appends.
+		n := waitAppends(ctx, file, 0)
 		for range kills {
-			progress = append(progress, countAppends())
+			progress = append(progress, n)
 			// The admin DSN names no database, so its own session is
 			// never one of the database's.
-			n, err := servers.KillConnections(ctx, testenv.MySQLDSN(""), servers.Sessions{User: user, Database: database}, 0)
+			k, err := servers.KillConnections(ctx, testenv.MySQLDSN(""), servers.Sessions{User: user, Database: database}, 0)
 			if err != nil {
 				t.Errorf("KillConnections: %v", err)
 				return
 			}
-			killed += n
-			time.Sleep(400 * time.Millisecond)
+			killed += k
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n = waitAppends(wctx, file, n)
+			cancel()
 		}
-		progress = append(progress, countAppends())
+		progress = append(progress, n)
 	})
 	if killed < kills {
 		t.Errorf("killed %d sessions in %d rounds, want at least one per round", killed, kills)
