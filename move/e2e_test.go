@@ -67,6 +67,9 @@ func TestMoveEndToEndUnderLoad(t *testing.T) {
 		{"RedisToPostgres", redisEnd, postgresEnd, 4, 4},
 		{"Postgres4To16", postgresEnd, postgresEnd, 4, 16},
 		{"Redis4To16", redisEnd, redisEnd, 4, 16},
+		{"PostgresToMySQL", postgresEnd, mysqlEnd, 4, 4},
+		{"MySQLToRedis", mysqlEnd, redisEnd, 4, 4},
+		{"MySQL4To16", mysqlEnd, mysqlEnd, 4, 16},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()

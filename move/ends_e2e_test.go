@@ -3,16 +3,19 @@ package move_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 	"github.com/outboxrelay/outbox/internal/testenv"
@@ -21,7 +24,7 @@ import (
 // e2eEnd is one outbox of an end-to-end move test: the store and how a
 // service appends to it (one transaction per call).
 type e2eEnd struct {
-	kind   string // "memory", "postgres", "redis"
+	kind   string // "memory", "postgres", "mysql", "redis"
 	store  outbox.Store
 	append func(ctx context.Context, entries ...outbox.Entry) error
 }
@@ -116,6 +119,51 @@ func redisEnd(t *testing.T, partitions int) e2eEnd {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	return e2eEnd{kind: "redis", store: b, append: b.Append}
+}
+
+// mysqlEnd makes a MySQL outbox in a fresh database of its own
+// (OUTBOX_MYSQL_URL), dropped when the test ends.
+func mysqlEnd(t *testing.T, partitions int) e2eEnd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := sql.Open("mysql", testenv.MySQLDSN(""))
+	if err == nil {
+		err = admin.PingContext(ctx)
+	}
+	if err != nil {
+		testenv.Unavailable(t, "MySQL", "OUTBOX_MYSQL_URL", err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	name := "move_e2e_" + randomName()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		t.Fatalf("creating database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+			t.Errorf("dropping database %s: %v", name, err)
+		}
+	})
+	db, err := sql.Open("mysql", testenv.MySQLDSN(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(12)
+	t.Cleanup(func() { _ = db.Close() })
+	opts := mysqloutbox.Options{Partitions: partitions}
+	if err := mysqloutbox.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	b, err := mysqloutbox.New(ctx, db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return e2eEnd{kind: "mysql", store: b, append: func(ctx context.Context, entries ...outbox.Entry) error {
+		return b.InTx(ctx, db, func(tx *sql.Tx) error { return b.AppendInTx(ctx, tx, entries...) })
+	}}
 }
 
 // requireMovable skips t while a store lacks the interfaces a move needs

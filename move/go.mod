@@ -4,6 +4,7 @@ go 1.26.8
 
 replace (
 	github.com/outboxrelay/outbox => ..
+	github.com/outboxrelay/outbox/backends/mysql => ../backends/mysql
 	github.com/outboxrelay/outbox/backends/postgres => ../backends/postgres
 	github.com/outboxrelay/outbox/backends/redis => ../backends/redis
 	github.com/outboxrelay/outbox/chaos => ../chaos
@@ -16,8 +17,10 @@ replace (
 )
 
 require (
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outboxrelay/outbox v0.0.0-00010101000000-000000000000
+	github.com/outboxrelay/outbox/backends/mysql v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/postgres v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/redis v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/chaos v0.0.0-00010101000000-000000000000
@@ -28,6 +31,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -44,7 +48,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 )

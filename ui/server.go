@@ -32,7 +32,7 @@ type Options struct {
 	// The server never sees the URL, so it cannot show a password. Default
 	// "".
 	StoreName string
-	// Kind is the backend's kind ("postgres", "redis", "memory"), shown as
+	// Kind is the backend's kind ("postgres", "mysql", "redis", "memory"), shown as
 	// it is. Default "".
 	Kind string
 	// Outbox names the outbox within the store (a schema and table, a key

@@ -54,9 +54,9 @@ const (
 // and retry). Four round trips for a call with one key.
 //
 // A deadlock or lock wait timeout returns an error for which [Retryable]
-// is true: the transaction must run again ([Backend.InTx] does so). When
-// tx belongs to an InTx call, the partitions appended to are recorded for
-// the wake-up after its commit.
+// is true: the transaction must run again ([Backend.InTx] does so). The
+// partitions appended to are recorded with tx for the wake-up of
+// [Backend.Commit] (unless Options.NoNotify).
 func (b *Backend) AppendInTx(ctx context.Context, tx *sql.Tx, entries ...outbox.Entry) error {
 	const op = "AppendInTx"
 	if err := b.checkOpen(op); err != nil {
@@ -85,10 +85,16 @@ func (b *Backend) AppendInTx(ctx context.Context, tx *sql.Tx, entries ...outbox.
 	} else {
 		err = b.insertRows(ctx, tx, appendRows(prepared, nil), true)
 	}
+	var concurrent *concurrentIDError
+	if errors.As(err, &concurrent) {
+		return fmt.Errorf("mysqloutbox: %s: %w", op, err)
+	}
 	if err != nil {
 		return b.interpretError(op, err)
 	}
-	b.core.txs.add(tx, prepared)
+	if !b.opts.NoNotify {
+		b.core.txs.add(tx, prepared)
+	}
 	return nil
 }
 
@@ -160,7 +166,7 @@ func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, 
 		for _, r := range rows[:n] {
 			args = append(args, r.id, r.partition, r.topic, r.key, r.payload, r.headers, r.notBefore, r.notBefore)
 		}
-		st, query := b.core.appends.get(ctx, appendKey{rows: n, skipDup: skipDup}, b.appendSQL)
+		st, query := b.core.appends.get(appendKey{rows: n, skipDup: skipDup})
 		var err error
 		if st != nil {
 			_, err = txStmt(ctx, tx, st, query, args...)
@@ -229,8 +235,23 @@ func (b *Backend) appendNumbered(ctx context.Context, tx *sql.Tx, prepared []out
 			next[e.Key]++
 		}
 	}
-	return b.insertRows(ctx, tx, appendRows(fresh, seqs), false)
+	err = b.insertRows(ctx, tx, appendRows(fresh, seqs), false)
+	if isMySQLError(err, errDupEntry) {
+		return &concurrentIDError{err}
+	}
+	return err
 }
+
+// concurrentIDError is the error of an append with Options.KeySequence
+// that met an ID a concurrent transaction appended and committed while
+// this one waited: [Retryable].
+type concurrentIDError struct{ err error }
+
+func (e *concurrentIDError) Error() string {
+	return "an entry's ID was appended by a concurrent transaction that committed while this one waited for its key's sequence counter (with Options.KeySequence the append fails rather than skip the entry, which would leave its number unused): roll back and run the transaction again (Backend.InTx does so); the retry finds the entry and appends nothing for it: " + e.err.Error()
+}
+
+func (e *concurrentIDError) Unwrap() error { return e.err }
 
 // newEntries returns the first occurrence of each ID of prepared whose ID
 // is not in the outbox yet (by a consistent read, which takes no lock; IDs

@@ -15,8 +15,8 @@ import (
 	"github.com/outboxrelay/outbox/internal/headercodec"
 )
 
-// storedRow is an outbox row as the tests read it back with SQL.
-type storedRow struct {
+// appendedRow is an outbox row as the tests read it back with SQL.
+type appendedRow struct {
 	id, topic, key string
 	partition      int
 	payload        []byte
@@ -24,17 +24,17 @@ type storedRow struct {
 	delay          time.Duration // next_at - created_at
 }
 
-// readRows returns the outbox rows in seq order.
-func readRows(t *testing.T, db *sql.DB) []storedRow {
+// readAppended returns the outbox rows in seq order.
+func readAppended(t *testing.T, db *sql.DB) []appendedRow {
 	t.Helper()
 	rows, err := db.Query("SELECT id, topic, `key`, `partition`, payload, headers, TIMESTAMPDIFF(MICROSECOND, created_at, next_at) FROM outbox ORDER BY seq")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []storedRow
+	var out []appendedRow
 	for rows.Next() {
-		var r storedRow
+		var r appendedRow
 		var h []byte
 		var us int64
 		if err := rows.Scan(&r.id, &r.topic, &r.key, &r.partition, &r.payload, &h, &us); err != nil {
@@ -52,7 +52,7 @@ func readRows(t *testing.T, db *sql.DB) []storedRow {
 	return out
 }
 
-func ids(rows []storedRow) string {
+func rowIDs(rows []appendedRow) string {
 	s := make([]string, len(rows))
 	for i, r := range rows {
 		s[i] = r.id
@@ -94,8 +94,8 @@ func TestAppendIdempotentAndOrdered(t *testing.T) {
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	rows := readRows(t, db)
-	if got := ids(rows); got != "a,b,c" {
+	rows := readAppended(t, db)
+	if got := rowIDs(rows); got != "a,b,c" {
 		t.Fatalf("stored IDs %s; want a,b,c in append order", got)
 	}
 	if string(rows[0].payload) != "first" || rows[0].headers["h"] != "\x00v" || rows[0].partition != outbox.PartitionOf("k1", 4) || rows[0].key != "k1" {
@@ -126,7 +126,7 @@ func TestAppendLargeCall(t *testing.T) {
 	}
 	es[7].Payload = make([]byte, 3<<20) // a single entry larger than a statement's budget
 	appendTx(t, b, db, es...)
-	rows := readRows(t, db)
+	rows := readAppended(t, db)
 	if len(rows) != len(es) {
 		t.Fatalf("%d rows stored; want %d", len(rows), len(es))
 	}
@@ -198,7 +198,7 @@ func TestAppendSealFence(t *testing.T) {
 			if !errors.Is(err, outbox.ErrSealed) {
 				t.Fatalf("append after the seal: %v; want ErrSealed", err)
 			}
-			if got := ids(readRows(t, db)); got != "before" {
+			if got := rowIDs(readAppended(t, db)); got != "before" {
 				t.Fatalf("stored %q; want only the append committed before the seal", got)
 			}
 		})
@@ -328,7 +328,7 @@ func TestAppendLockWaitTimeoutIsRetryable(t *testing.T) {
 func keySeqs(t *testing.T, db *sql.DB) map[string][]int64 {
 	t.Helper()
 	out := map[string][]int64{}
-	for _, r := range readRows(t, db) {
+	for _, r := range readAppended(t, db) {
 		v, ok := r.headers[outbox.HeaderKeySeq]
 		if r.key == "" {
 			if ok {
@@ -435,3 +435,120 @@ func TestKeySequenceConcurrent(t *testing.T) {
 }
 
 var errRollback = errors.New("roll back on purpose")
+
+// waitForLockWait waits until the session connID waits for a lock. The
+// server refreshes INNODB_TRX only when it was not read for 100 ms, so it
+// polls more slowly than that.
+func waitForLockWait(t *testing.T, db *sql.DB, connID int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", connID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %d never waited for a lock", connID)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+}
+
+// TestKeySequenceConcurrentSameID: two transactions append the same new
+// ID of one key at once. The second waits for the first's key counter;
+// when the first commits, the second's append fails with an error that
+// is Retryable and says why, and the retry appends nothing.
+func TestKeySequenceConcurrentSameID(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{KeySequence: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := outbox.Entry{ID: "same", Topic: "t", Key: "k"}
+	tx1, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback()
+	if err := b.AppendInTx(ctx, tx1, e); err != nil {
+		t.Fatal(err)
+	}
+	tx2, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx2.Rollback()
+	var conn2 int64
+	if err := tx2.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&conn2); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.AppendInTx(ctx, tx2, e) }()
+	waitForLockWait(t, db, conn2)
+	if err := tx1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	if !mysqloutbox.Retryable(err) || !strings.Contains(err.Error(), "concurrent transaction") {
+		t.Fatalf("the second append of a new ID: %v; want a Retryable error naming the concurrent append", err)
+	}
+	tx2.Rollback()
+	appendTx(t, b, db, e, outbox.Entry{ID: "next", Topic: "t", Key: "k"})
+	rows := readAppended(t, db)
+	if len(rows) != 2 || rows[0].headers[outbox.HeaderKeySeq] != "1" || rows[1].headers[outbox.HeaderKeySeq] != "2" {
+		t.Fatalf("rows %+v; want same = 1, next = 2", rows)
+	}
+}
+
+// TestKeySequenceWaiterIsDueAfterHolder: B appends a key while A's append
+// of it is open, so B waits for A's counter row; B's row is inserted (its
+// seq and due time taken) after the wait, so A (number 1) comes first.
+func TestKeySequenceWaiterIsDueAfterHolder(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{KeySequence: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	txA, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback()
+	if err := b.AppendInTx(ctx, txA, outbox.Entry{ID: "A", Topic: "t", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	txB, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txB.Rollback()
+	var connB int64
+	if err := txB.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&connB); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := b.AppendInTx(ctx, txB, outbox.Entry{ID: "B", Topic: "t", Key: "k"})
+		if err == nil {
+			err = txB.Commit()
+		}
+		done <- err
+	}()
+	waitForLockWait(t, db, connB)
+	time.Sleep(20 * time.Millisecond)
+	if err := txA.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var order string
+	if err := db.QueryRow("SELECT GROUP_CONCAT(id ORDER BY next_at, seq SEPARATOR ',') FROM outbox").Scan(&order); err != nil {
+		t.Fatal(err)
+	}
+	rows := readAppended(t, db)
+	if order != "A,B" || rowIDs(rows) != "A,B" || rows[0].headers[outbox.HeaderKeySeq] != "1" || rows[1].headers[outbox.HeaderKeySeq] != "2" {
+		t.Fatalf("due order %s, seq order %s, rows %+v; want A (1) before B (2)", order, rowIDs(rows), rows)
+	}
+}

@@ -78,7 +78,13 @@ func (b *Backend) initCore(ctx context.Context) error {
 		}
 		*p.dst = st
 	}
-	b.core.appends.init(b.db, appendCacheSize)
+	b.core.appends.init(b.db, appendCacheSize, b.appendSQL)
+	for _, k := range []appendKey{{rows: 1, skipDup: true}, {rows: 1, skipDup: false}} {
+		if err := b.core.appends.prepare(ctx, k); err != nil {
+			b.closeCore()
+			return b.interpretError("New: preparing the append", err)
+		}
+	}
 	b.core.hub.init()
 	return nil
 }
@@ -157,45 +163,73 @@ type appendKey struct {
 // all its clients), so shapes beyond the most recent few are evicted.
 const appendCacheSize = 16
 
-// stmtCache keeps the append statements of the most recently used
-// shapes prepared, evicting the oldest.
+// stmtCache keeps the append statements of the most recently used shapes
+// prepared, evicting the oldest. A shape it does not hold yet is prepared
+// in the background on a pool connection while the append that asked
+// runs its statement unprepared: preparing on the pool inside the
+// caller's transaction would wait for a free connection, forever when the
+// caller's transactions hold them all.
 type stmtCache struct {
-	db     *sql.DB
-	size   int
-	mu     sync.Mutex
-	m      map[appendKey]*sql.Stmt
-	order  []appendKey
-	closed bool
+	db      *sql.DB
+	size    int
+	render  func(appendKey) string
+	ctx     context.Context // ends at close
+	stop    context.CancelFunc
+	mu      sync.Mutex
+	m       map[appendKey]*sql.Stmt
+	pending map[appendKey]bool
+	order   []appendKey
+	closed  bool
 }
 
-func (c *stmtCache) init(db *sql.DB, size int) {
-	c.db, c.size, c.m = db, size, map[appendKey]*sql.Stmt{}
+func (c *stmtCache) init(db *sql.DB, size int, render func(appendKey) string) {
+	c.db, c.size, c.render = db, size, render
+	c.m, c.pending = map[appendKey]*sql.Stmt{}, map[appendKey]bool{}
+	c.ctx, c.stop = context.WithCancel(context.Background())
 }
 
-// get returns the prepared statement of k (preparing it once) and its
-// text; a nil statement when it could not be prepared (the caller runs
-// the text unprepared, which reports any error).
-func (c *stmtCache) get(ctx context.Context, k appendKey, render func(appendKey) string) (*sql.Stmt, string) {
-	query := render(k)
-	c.mu.Lock()
-	st, ok := c.m[k]
-	c.mu.Unlock()
-	if ok {
-		return st, query
-	}
-	st, err := c.db.PrepareContext(ctx, query)
+// prepare prepares the statement of k now (New uses it for the common
+// shapes).
+func (c *stmtCache) prepare(ctx context.Context, k appendKey) error {
+	st, err := c.db.PrepareContext(ctx, c.render(k))
 	if err != nil {
-		return nil, query
+		return err
 	}
+	c.put(k, st)
+	return nil
+}
+
+// get returns the prepared statement of k and its text, or a nil
+// statement (run the text unprepared) while it is being prepared.
+func (c *stmtCache) get(k appendKey) (*sql.Stmt, string) {
+	query := c.render(k)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		st.Close()
-		return nil, query
+	if st, ok := c.m[k]; ok || c.closed || c.pending[k] {
+		return st, query
 	}
-	if old, ok := c.m[k]; ok { // prepared concurrently
+	c.pending[k] = true
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+		defer cancel()
+		st, err := c.db.PrepareContext(ctx, query)
+		if err == nil {
+			c.put(k, st)
+		}
+		c.mu.Lock()
+		delete(c.pending, k) // after a failure, a later get tries again
+		c.mu.Unlock()
+	}()
+	return nil, query
+}
+
+// put adds st as the statement of k, evicting the oldest shape when full.
+func (c *stmtCache) put(k appendKey, st *sql.Stmt) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; ok || c.closed {
 		st.Close()
-		return old, query
+		return
 	}
 	if len(c.order) >= c.size {
 		evict := c.order[0]
@@ -205,12 +239,15 @@ func (c *stmtCache) get(ctx context.Context, k appendKey, render func(appendKey)
 	}
 	c.m[k] = st
 	c.order = append(c.order, k)
-	return st, query
 }
 
 func (c *stmtCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stop == nil {
+		return
+	}
+	c.stop()
 	c.closed = true
 	for k, st := range c.m {
 		st.Close()

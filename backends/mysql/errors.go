@@ -68,11 +68,14 @@ func connectionLost(err error) bool {
 // Retryable reports whether err means the transaction it happened in
 // must be run again from its start: the server broke a deadlock by
 // rolling it back (error 1213), or a statement waited longer than
-// innodb_lock_wait_timeout for a lock (error 1205). Roll the transaction
-// back (if the server has not) and run it again; [Backend.InTx] does so
-// itself, a bounded number of times.
+// innodb_lock_wait_timeout for a lock (error 1205), or, with
+// Options.KeySequence, an append met an ID that a concurrent transaction
+// appended and committed while it waited. Roll the transaction back (if
+// the server has not) and run it again; [Backend.InTx] does so itself, a
+// bounded number of times.
 func Retryable(err error) bool {
-	return isMySQLError(err, errDeadlock) || isMySQLError(err, errLockWait)
+	var concurrent *concurrentIDError
+	return isMySQLError(err, errDeadlock) || isMySQLError(err, errLockWait) || errors.As(err, &concurrent)
 }
 
 // sealedError is the error of an append to a sealed outbox.

@@ -199,17 +199,34 @@ func TestIDsAreComparedByteForByte(t *testing.T) {
 	t.Parallel()
 	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
 	ctx := context.Background()
-	p := rawEntry{id: "x", topic: "t", key: "k", part: 0, parked: true, attempts: 1}
-	insertRaw(t, db, 1, p)
-	// utf8mb4_bin pads trailing spaces: "x " = "x" to the server.
+	// A PAD SPACE collation would make "x" and "x " one ID (the second
+	// append skipped as a duplicate) and sort "x" after "x\t".
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "x", Topic: "t"}, outbox.Entry{ID: "x ", Topic: "t"}, outbox.Entry{ID: "x\t", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Entries(ctx, outbox.StateDue, outbox.ListFilter{}, "", 10)
+	if err != nil || !slices.Equal(entryIDs(got), []string{"x", "x\t", "x "}) {
+		t.Fatalf("Entries after appending x, \"x \" and \"x\\t\" = %q, %v; want all three, in byte order", entryIDs(got), err)
+	}
+	if page, err := b.Entries(ctx, outbox.StateDue, outbox.ListFilter{}, "x", 10); err != nil || !slices.Equal(entryIDs(page), []string{"x\t", "x "}) {
+		t.Errorf("Entries after x = %q, %v; want the other two", entryIDs(page), err)
+	}
+	if err := b.Cancel(ctx, "x "); err != nil {
+		t.Errorf("Cancel(\"x \"): %v", err)
+	}
 	if _, err := b.Lookup(ctx, "x "); !errors.Is(err, outbox.ErrNotFound) {
-		t.Errorf("Lookup(\"x \") with only \"x\" stored: %v; want ErrNotFound", err)
+		t.Errorf("Lookup(\"x \") after its Cancel: %v; want ErrNotFound", err)
 	}
-	if n, err := b.Requeue(ctx, "x "); n != 0 || err != nil {
-		t.Errorf("Requeue(\"x \") = %d, %v; want 0, nil", n, err)
-	}
-	if err := b.Cancel(ctx, "x "); !errors.Is(err, outbox.ErrNotFound) {
-		t.Errorf("Cancel(\"x \"): %v; want ErrNotFound", err)
+	if info, err := b.Lookup(ctx, "x"); err != nil || info.ID != "x" {
+		t.Errorf("Lookup(x) after cancelling \"x \" = %q, %v; want x, kept", info.ID, err)
 	}
 	if err := b.Cancel(ctx, "\xff"); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("Cancel of invalid UTF-8: %v; want ErrNotFound", err)

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -478,13 +480,17 @@ func (b *Backend) HoldState(ctx context.Context) (outbox.HoldState, error) {
 // Once sealed, appends fail, and nothing else changes: relays, Export,
 // Requeue, Cancel and the other operator calls work as before, and
 // Import, which is not an append, still works. Sealing a sealed outbox is
-// a no-op. See [outbox.Sealer].
+// a no-op. When ctx ends while Seal waits, Seal stops its statement on the
+// server (KILL QUERY of its connection; the server lets a user kill its
+// own statements) and returns ctx's error: the outbox is then not sealed,
+// unless the update had just been applied (Sealed tells). See
+// [outbox.Sealer].
 func (b *Backend) Seal(ctx context.Context) error {
 	const op = "Seal"
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	_, err := b.db.ExecContext(ctx, b.ops.qSeal)
+	err := b.execStoppable(ctx, b.ops.qSeal)
 	if isMySQLError(err, errLockWait) {
 		return fmt.Errorf("%s: %s: a transaction that appended to %s stayed open longer than the server's innodb_lock_wait_timeout while Seal waited for it, so the outbox is not sealed: run Seal again (outbox move does), after finding the long transaction (information_schema.innodb_trx) if it happens again: %w",
 			pkg, op, b.names.outbox, err)
@@ -493,15 +499,15 @@ func (b *Backend) Seal(ctx context.Context) error {
 }
 
 // Unseal clears the meta row's sealed flag in one statement (it waits,
-// like Seal, for open appending transactions); appends work again.
+// like Seal, for open appending transactions, and is stopped on the
+// server like Seal when ctx ends); appends work again.
 // Unsealing an outbox that is not sealed is a no-op. See [outbox.Sealer].
 func (b *Backend) Unseal(ctx context.Context) error {
 	const op = "Unseal"
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	_, err := b.db.ExecContext(ctx, b.ops.qUnseal)
-	return b.opsError(ctx, op, err)
+	return b.opsError(ctx, op, b.execStoppable(ctx, b.ops.qUnseal))
 }
 
 // Sealed reports whether the outbox is sealed, from the meta row, in one
@@ -516,4 +522,36 @@ func (b *Backend) Sealed(ctx context.Context) (bool, error) {
 		return false, b.opsError(ctx, op, err)
 	}
 	return sealed, nil
+}
+
+// execStoppable runs q, which may wait for row locks, on a connection of
+// its own, and stops it on the server when ctx ends: the driver only
+// drops the connection, and a statement waiting for a lock would still
+// run once it got it. KILL QUERY is sent from another connection of the
+// pool; the statement's connection is then discarded, never reused.
+func (b *Backend) execStoppable(ctx context.Context, q string) error {
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var id int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return err
+	}
+	killed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(killed)
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = b.db.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10))
+	})
+	_, err = conn.ExecContext(ctx, q)
+	if !stop() {
+		<-killed
+		// The kill may have come after the statement: never hand the
+		// connection back to the pool.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	return err
 }

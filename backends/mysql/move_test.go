@@ -348,3 +348,46 @@ func TestSealWaitsForAnOpenAppendingTransaction(t *testing.T) {
 		})
 	}
 }
+
+// TestSealStoppedByItsContextDoesNotSeal: a Seal whose context ends while
+// it waits for an appending transaction is stopped on the server, so the
+// outbox is not sealed when that transaction later commits.
+func TestSealStoppedByItsContextDoesNotSeal(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "in-flight", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := b.Seal(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Seal with a context that ends while it waits: %v; want an error wrapping context.DeadlineExceeded", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a statement left waiting would have run by now
+	if sealed, err := b.Sealed(ctx); err != nil || sealed {
+		t.Errorf("Sealed after the stopped Seal and the commit = %v, %v; want false", sealed, err)
+	}
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := b.AppendInTx(ctx, tx, outbox.Entry{ID: "after", Topic: "t"}); err != nil {
+		t.Errorf("an append after the stopped Seal: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -26,10 +28,11 @@ func (b *Backend) PollInterval() time.Duration { return DefaultPollInterval }
 
 // Notifications returns a channel that receives, soon after a transaction
 // that appended entries commits, the partitions it appended to, one value
-// per partition: those of [Backend.InTx] transactions and those given to
-// [Backend.Notify], in this process only (appenders in other processes
-// are found by polling). With Options.NoNotify the channel receives
-// nothing.
+// per partition: those of transactions committed with [Backend.Commit]
+// or [Backend.InTx] and those given to [Backend.Notify], in this process
+// only (appenders in other processes, and transactions committed with
+// tx.Commit, are found by polling). With Options.NoNotify the channel
+// receives nothing.
 //
 // Each channel buffers 256 values and is never waited on: a notification
 // whose partitions do not all fit in the room left in the buffer sends
@@ -46,8 +49,7 @@ func (b *Backend) Notifications(ctx context.Context) (<-chan int, error) {
 
 // Notify wakes the relays of this process (their [Backend.Notifications]
 // channels) for the given partitions, or for every partition when none is
-// given: call it after committing a transaction that appended entries
-// with AppendInTx outside [Backend.InTx]. A partition out of range wakes
+// given: for commits the Backend does not see (see [Backend.Commit]). A partition out of range wakes
 // every partition. It never blocks; it does nothing with Options.NoNotify
 // or after Close.
 func (b *Backend) Notify(partitions ...int) {
@@ -142,38 +144,46 @@ func (h *hub) close() {
 	}
 }
 
-// txParts records, for each transaction InTx runs, the partitions
-// AppendInTx appended to in it. Transactions not run by InTx are not
-// recorded.
+// txParts records, for each transaction AppendInTx appended to, the
+// partitions it appended to, until [Backend.Commit] or [Backend.InTx]
+// takes them. The transactions are held weakly: the record of one that
+// was committed or rolled back otherwise goes when the transaction is
+// garbage collected.
 type txParts struct {
 	mu sync.Mutex
-	m  map[*sql.Tx]map[int]struct{}
-}
-
-func (t *txParts) track(tx *sql.Tx) {
-	t.mu.Lock()
-	if t.m == nil {
-		t.m = map[*sql.Tx]map[int]struct{}{}
-	}
-	t.m[tx] = map[int]struct{}{}
-	t.mu.Unlock()
+	m  map[weak.Pointer[sql.Tx]]map[int]struct{}
 }
 
 func (t *txParts) add(tx *sql.Tx, entries []outbox.Entry) {
+	k := weak.Make(tx)
 	t.mu.Lock()
-	if parts, ok := t.m[tx]; ok {
-		for _, e := range entries {
-			parts[e.Partition] = struct{}{}
-		}
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[weak.Pointer[sql.Tx]]map[int]struct{}{}
 	}
+	parts, ok := t.m[k]
+	if !ok {
+		parts = map[int]struct{}{}
+		t.m[k] = parts
+		runtime.AddCleanup(tx, t.forget, k)
+	}
+	for _, e := range entries {
+		parts[e.Partition] = struct{}{}
+	}
+}
+
+func (t *txParts) forget(k weak.Pointer[sql.Tx]) {
+	t.mu.Lock()
+	delete(t.m, k)
 	t.mu.Unlock()
 }
 
 // take forgets tx and returns its partitions, ascending.
 func (t *txParts) take(tx *sql.Tx) []int {
+	k := weak.Make(tx)
 	t.mu.Lock()
-	parts := t.m[tx]
-	delete(t.m, tx)
+	parts := t.m[k]
+	delete(t.m, k)
 	t.mu.Unlock()
 	out := make([]int, 0, len(parts))
 	for p := range parts {
@@ -183,6 +193,38 @@ func (t *txParts) take(tx *sql.Tx) []int {
 	return out
 }
 
+// len is how many transactions are recorded.
+func (t *txParts) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+// Commit commits tx and then wakes the relays of this process for
+// exactly the partitions [Backend.AppendInTx] appended to in tx (nothing
+// when the commit fails or tx appended nothing): use it instead of
+// tx.Commit for transactions that append. A transaction committed with
+// tx.Commit is found by the relays' polling instead. The error of a
+// failed commit is mapped as every error of the package ([Retryable]
+// included).
+func (b *Backend) Commit(tx *sql.Tx) error {
+	const op = "Commit"
+	if tx == nil {
+		return fmt.Errorf("mysqloutbox: %s: tx is nil: %w", op, outbox.ErrInvalidArgument)
+	}
+	if err := tx.Commit(); err != nil {
+		b.core.txs.take(tx)
+		if errors.Is(err, sql.ErrTxDone) {
+			return fmt.Errorf("mysqloutbox: %s: the transaction was already committed or rolled back: %w", op, err)
+		}
+		return b.interpretError(op, err)
+	}
+	if parts := b.core.txs.take(tx); len(parts) > 0 {
+		b.Notify(parts...)
+	}
+	return nil
+}
+
 // Bounds of InTx's retries.
 const (
 	inTxAttempts = 5
@@ -190,7 +232,7 @@ const (
 )
 
 // InTx runs fn in a transaction of db (BeginTx with the pool's defaults)
-// and commits it, then wakes the relays of this process for exactly the
+// and commits it with [Backend.Commit], which wakes the relays of this process for exactly the
 // partitions [Backend.AppendInTx] appended to in that transaction
 // (nothing for a transaction that appended nothing, failed or rolled
 // back). fn must not commit or roll back tx. When fn returns an error,
@@ -238,27 +280,22 @@ func (b *Backend) runTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error)
 	if err != nil {
 		return b.interpretError("InTx: starting the transaction", err)
 	}
-	b.core.txs.track(tx)
 	committed := false
 	defer func() {
-		parts := b.core.txs.take(tx)
 		if !committed {
+			b.core.txs.take(tx)
 			rollback(tx)
-			return
-		}
-		if len(parts) > 0 {
-			b.Notify(parts...)
 		}
 	}()
 	if err := fn(tx); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	committed = true // or failed: Commit forgets tx either way
+	if err := b.Commit(tx); err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return fmt.Errorf("mysqloutbox: InTx: fn committed or rolled back the transaction itself; leave that to InTx: %w", err)
 		}
-		return b.interpretError("InTx: commit", err)
+		return fmt.Errorf("mysqloutbox: InTx: %w", err)
 	}
-	committed = true
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -63,19 +64,28 @@ func TestInTxNotifiesAppendedPartitions(t *testing.T) {
 	if got := receive(ch, 200*time.Millisecond); len(got) != 0 {
 		t.Fatalf("after a rollback and an empty transaction: notified %v; want nothing", got)
 	}
-	// A plain transaction is not tracked; Notify does it.
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	if got := receive(ch, 100*time.Millisecond); len(got) != 0 {
-		t.Fatalf("after a transaction outside InTx: notified %v; want nothing", got)
+	// tx.Commit notifies nothing; Backend.Commit notifies the partitions.
+	for _, viaBackend := range []bool{false, true} {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: "a"}, outbox.Entry{Topic: "t", Key: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		want := []int(nil)
+		if viaBackend {
+			err = b.Commit(tx)
+			want = slices.Compact(slices.Sorted(slices.Values([]int{outbox.PartitionOf("a", 8), outbox.PartitionOf("b", 8)})))
+		} else {
+			err = tx.Commit()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := receive(ch, 100*time.Millisecond); !slices.Equal(got, want) {
+			t.Fatalf("commit through the Backend %v: notified %v; want %v", viaBackend, got, want)
+		}
 	}
 	b.Notify(3, 1, 3)
 	b.Notify()
@@ -185,4 +195,33 @@ func provokeLockWait(t *testing.T, b *mysqloutbox.Backend, db *sql.DB, tx *sql.T
 	}
 	defer tx.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = DEFAULT")
 	return b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t", Key: "k"})
+}
+
+// TestCommitTrackingIsCollected appends in transactions committed with
+// tx.Commit, which the Backend never sees end: their records go when the
+// transactions are garbage collected.
+func TestCommitTrackingIsCollected(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{})
+	ctx := context.Background()
+	for range 20 {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AppendInTx(ctx, tx, outbox.Entry{Topic: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for mysqloutbox.TrackedTxs(b) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transactions still recorded after their commits and GC", mysqloutbox.TrackedTxs(b))
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -96,7 +97,17 @@ func (b *Backend) opsQuery(name string) string {
 	}
 	s = strings.ReplaceAll(s, "{entry_columns}", entryColumns)
 	s = strings.ReplaceAll(s, "{fold}", foldSQL("o.last_error"))
+	s = strings.ReplaceAll(s, "{partition_list}", partitionList(b.opts.Partitions))
 	return strings.TrimSpace(b.names.render(s))
+}
+
+// partitionList is "0, 1, ..., n-1".
+func partitionList(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = strconv.Itoa(i)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // foldSQL is the SQL of the bytes of col with the ASCII letters A-Z

@@ -368,3 +368,37 @@ func TestClosedAndEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomePlans: the fenced writes look each ID up in outbox_id_uq,
+// even in a partition of a few rows, where the optimizer would rather
+// scan the partition through outbox_due_idx (and, under REPEATABLE READ,
+// next-key lock all of it against concurrent appends).
+func TestOutcomePlans(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 4})
+	insertRows(t, db, row{id: "a", partition: 2}, row{id: "b", partition: 2}, row{id: "c", partition: 2})
+	l := takeLease(t, db, 2, "me")
+	for _, c := range []struct {
+		name string
+		args []any
+	}{
+		{"mark_sent", []any{`["a","b"]`, 2, l.Owner, l.Version}},
+		{"mark_failed", []any{`[["a","e",1,0,0]]`, l.Owner, l.Owner, 2, l.Owner, l.Version}},
+		{"park_corrupt", []any{`[["a","e"]]`, 2, l.Owner, l.Version}},
+		{"archive_sent", []any{`["a","b"]`, 2}},
+	} {
+		var plan string
+		if err := db.QueryRow("EXPLAIN FORMAT=JSON "+mysqloutbox.RelayQuery(b, c.name), c.args...).Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var doc any
+		if err := json.Unmarshal([]byte(plan), &doc); err != nil {
+			t.Fatal(err)
+		}
+		walkTables(doc, func(tbl map[string]any) {
+			if tbl["table_name"] == "o" && (tbl["key"] != "outbox_id_uq" || tbl["access_type"] != "eq_ref") {
+				t.Errorf("%s reads the outbox by %v %v, want eq_ref on outbox_id_uq:\n%s", c.name, tbl["access_type"], tbl["key"], plan)
+			}
+		})
+	}
+}

@@ -25,6 +25,15 @@ func relayQuery(name string) string {
 	return string(b)
 }
 
+// renderRelay renders a relay statement: the table names, and the index
+// names its FORCE INDEX hints use ({due_idx}, {holdback_idx}, {id_uq}),
+// which Migrate names after Options.Table as it names the tables.
+func (b *Backend) renderRelay(q string) string {
+	idx := func(suffix string) string { return "`" + b.opts.Table + suffix + "`" }
+	return strings.NewReplacer("{due_idx}", idx("_due_idx"), "{holdback_idx}", idx("_holdback_idx"),
+		"{id_uq}", idx("_id_uq")).Replace(b.names.render(q))
+}
+
 // relayState is the state of fetching and recording outcomes: the
 // statements of the relay's hot path, prepared once per Backend (a
 // *sql.Stmt is prepared again on each pool connection it first runs on,
@@ -60,16 +69,16 @@ func (b *Backend) initRelay(ctx context.Context) error {
 		{&b.relay.purge, relayQuery("purge_archive")},
 	}
 	for _, s := range texts {
-		stmt, err := b.db.PrepareContext(ctx, b.names.render(s.text))
+		stmt, err := b.db.PrepareContext(ctx, b.renderRelay(s.text))
 		if err != nil {
 			b.closeRelay()
 			return fmt.Errorf("mysqloutbox: New: preparing the relay's statements: %w", err)
 		}
 		*s.stmt = stmt
 	}
-	b.relay.lockLease = b.names.render(relayQuery("lock_lease"))
-	b.relay.archiveSent = b.names.render(relayQuery("archive_sent"))
-	b.relay.parkedIDs = b.names.render(relayQuery("parked_ids"))
+	b.relay.lockLease = b.renderRelay(relayQuery("lock_lease"))
+	b.relay.archiveSent = b.renderRelay(relayQuery("archive_sent"))
+	b.relay.parkedIDs = b.renderRelay(relayQuery("parked_ids"))
 	return nil
 }
 
@@ -177,8 +186,7 @@ func isCtxErr(err error) bool {
 
 // relayErr is the error of a failed statement of op: context errors as
 // they are, [outbox.ErrClosed] when Close closed the statements under a
-// call in flight, else the driver's error wrapped with the package and
-// operation.
+// call in flight, else the driver's error as errors.go maps it.
 func (b *Backend) relayErr(op string, err error) error {
 	switch {
 	case isCtxErr(err):
@@ -186,5 +194,5 @@ func (b *Backend) relayErr(op string, err error) error {
 	case b.closed.Load():
 		return fmt.Errorf("mysqloutbox: %s: %w (%v)", op, outbox.ErrClosed, err)
 	}
-	return fmt.Errorf("mysqloutbox: %s: %w", op, err)
+	return b.interpretError(op, err)
 }

@@ -9,5 +9,10 @@ func FetchQuery(b *Backend, next bool) string {
 	if next {
 		except = exceptSQL
 	}
-	return b.names.render(strings.ReplaceAll(relayQuery("find_pending_batch"), "{except}", except))
+	return b.renderRelay(strings.ReplaceAll(relayQuery("find_pending_batch"), "{except}", except))
+}
+
+// RelayQuery is the text of queries/name.sql as b renders it.
+func RelayQuery(b *Backend, name string) string {
+	return b.renderRelay(strings.ReplaceAll(relayQuery(name), "{max_history}", "10"))
 }

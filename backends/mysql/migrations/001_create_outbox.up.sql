@@ -29,9 +29,12 @@ CREATE TABLE IF NOT EXISTS `outbox` (
     -- before every appended entry of their key. The clustered index: new
     -- rows go to its end.
     seq         BIGINT         NOT NULL AUTO_INCREMENT,
-    -- id is the caller's idempotency key (or a UUIDv7); utf8mb4_bin
-    -- compares and sorts it by bytes.
-    id          VARCHAR(255)   NOT NULL,
+    -- id is the caller's idempotency key (or a UUIDv7), at most 255 bytes
+    -- of UTF-8. VARBINARY compares and sorts it by its bytes, as Go
+    -- compares strings: utf8mb4_bin is a PAD SPACE collation, to which
+    -- "x" and "x " are one key (an append of "x " would be skipped as a
+    -- duplicate of "x"), and which sorts "a" after "a\t".
+    id          VARBINARY(255) NOT NULL,
     `partition` INT            NOT NULL,
     topic       VARCHAR(255)   NOT NULL,
     -- key is bytes: Kafka record keys need not be UTF-8.
@@ -85,7 +88,7 @@ CREATE TABLE IF NOT EXISTS `outbox_lease` (
 -- The archive of sent entries (Options.Archive), emptied by PurgeArchive.
 CREATE TABLE IF NOT EXISTS `outbox_archive` (
     seq         BIGINT         NOT NULL,
-    id          VARCHAR(255)   NOT NULL,
+    id          VARBINARY(255) NOT NULL,
     `partition` INT            NOT NULL,
     topic       VARCHAR(255)   NOT NULL,
     `key`       VARBINARY(4096) NOT NULL,

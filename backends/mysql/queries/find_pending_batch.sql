@@ -19,6 +19,11 @@
 -- outbox_holdback_idx (partition, holds = 1, key_hash, seq < o.seq),
 -- comparing the key itself too (key_hash is a SHA-256 of it).
 --
+-- Every read of the outbox names its index (FORCE INDEX): on a table
+-- whose statistics are not yet collected (a new outbox, a burst of
+-- appends) the optimizer otherwise reads the hold-back subquery through
+-- outbox_due_idx, hundreds of rows per entry instead of none.
+--
 -- Paused topics: while none is paused (the uncorrelated NOT EXISTS, run
 -- once), nothing else is read. While one is, a paused topic's entries are
 -- left out, and so is an entry of a key that has an earlier pending entry
@@ -33,7 +38,7 @@ FROM {lease} AS l
 LEFT JOIN (
     SELECT o.seq, o.next_at, o.id, o.topic, o.`key`, o.payload, o.headers, o.not_before,
            o.attempts, o.last_error, o.created_at
-    FROM {outbox} AS o
+    FROM {outbox} AS o FORCE INDEX ({due_idx})
     WHERE o.`partition` = ?
       {except}
       AND o.state = 'pending'
@@ -41,13 +46,13 @@ LEFT JOIN (
       AND NOT EXISTS (SELECT 1 FROM {hold})
       AND NOT EXISTS (SELECT 1 FROM {pause_part} AS pp WHERE pp.`partition` = o.`partition`)
       AND (o.`key` = '' OR NOT EXISTS (
-            SELECT 1 FROM {outbox} AS h
+            SELECT 1 FROM {outbox} AS h FORCE INDEX ({holdback_idx})
             WHERE h.`partition` = o.`partition` AND h.holds = 1 AND h.key_hash = o.key_hash
               AND h.seq < o.seq AND h.`key` = o.`key`))
       AND (NOT EXISTS (SELECT 1 FROM {pause_topic})
            OR (o.topic NOT IN (SELECT pt.topic FROM {pause_topic} AS pt)
                AND (o.`key` = '' OR NOT EXISTS (
-                    SELECT 1 FROM {outbox} AS p
+                    SELECT 1 FROM {outbox} AS p FORCE INDEX ({holdback_idx})
                     WHERE p.`partition` = o.`partition` AND p.holds = 0 AND p.key_hash = o.key_hash
                       AND p.seq < o.seq AND p.`key` = o.`key` AND p.state = 'pending'
                       AND p.topic IN (SELECT pt.topic FROM {pause_topic} AS pt)))))

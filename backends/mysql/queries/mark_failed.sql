@@ -16,13 +16,13 @@
 -- stay. Any other failure clears deferred. No assignment reads a column an
 -- earlier one sets (MySQL applies them left to right).
 UPDATE {lease} AS l
-JOIN JSON_TABLE(?, '$[*]' COLUMNS (
+STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (
         id       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
         error    TEXT CHARACTER SET utf8mb4 PATH '$[1]',
         delay_us BIGINT PATH '$[2]',
         park     INT PATH '$[3]',
         deferred INT PATH '$[4]')) AS f
-JOIN {outbox} AS o ON o.id = f.id AND o.`partition` = l.`partition`
+STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = f.id AND o.`partition` = l.`partition`
 SET o.attempts = IF(f.deferred <> 0, o.attempts, LEAST(GREATEST(o.attempts, 0), 2147483646) + 1),
     o.last_error = IF(f.deferred <> 0, o.last_error, f.error),
     o.history = IF(f.deferred <> 0, o.history,

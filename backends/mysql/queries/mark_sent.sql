@@ -8,9 +8,14 @@
 -- after a takeover sees the new owner/version and deletes nothing
 -- (TestFencedWritesLockTheLeaseRow proves both in both isolation levels).
 -- The lease row is a const table (primary key = constant): when it does
--- not match, no entry row is read.
+-- not match, no entry row is read. STRAIGHT_JOIN and FORCE INDEX keep the
+-- plan on the IDs: each is looked up in outbox_id_uq (a record lock on the
+-- row it deletes). Left to itself, the optimizer scans a small partition
+-- through outbox_due_idx instead, and under REPEATABLE READ that scan
+-- takes next-key locks on every row of the partition, which deadlocked
+-- with concurrent appends inserting into those gaps.
 DELETE o
 FROM {lease} AS l
-JOIN JSON_TABLE(?, '$[*]' COLUMNS (id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
-JOIN {outbox} AS o ON o.id = j.id AND o.`partition` = l.`partition`
+STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = j.id AND o.`partition` = l.`partition`
 WHERE l.`partition` = ? AND l.owner = ? AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)

@@ -4,10 +4,10 @@
 -- row is read with a shared lock), and parks as it does (attempts + 1, the
 -- reason as last_error, next_at kept), touching only pending rows.
 UPDATE {lease} AS l
-JOIN JSON_TABLE(?, '$[*]' COLUMNS (
+STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (
         id     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
         reason TEXT CHARACTER SET utf8mb4 PATH '$[1]')) AS f
-JOIN {outbox} AS o ON o.id = f.id AND o.`partition` = l.`partition`
+STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = f.id AND o.`partition` = l.`partition`
 SET o.attempts = LEAST(GREATEST(o.attempts, 0), 2147483646) + 1,
     o.last_error = f.reason,
     o.deferred = 0,

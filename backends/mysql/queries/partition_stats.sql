@@ -27,7 +27,7 @@ SELECT g.p, COALESCE(c.pending, 0), COALESCE(c.due, 0), COALESCE(c.parked, 0),
         ORDER BY d.seq LIMIT 1),
        COALESCE(l.owner, ''), COALESCE(l.version, 0),
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at)
-FROM (SELECT `partition` AS p FROM {lease} UNION SELECT p FROM c) AS g
+FROM (SELECT `partition` AS p FROM {lease} UNION SELECT DISTINCT `partition` FROM {outbox}) AS g
 LEFT JOIN c ON c.p = g.p
 LEFT JOIN {lease} AS l
        ON l.`partition` = g.p AND l.owner <> '' AND l.expires_at > UTC_TIMESTAMP(6)

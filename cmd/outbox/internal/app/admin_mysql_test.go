@@ -59,3 +59,12 @@ func TestPurgeArchiveMySQL(t *testing.T) {
 		t.Fatalf("purge of an empty archive: %q", got)
 	}
 }
+
+// TestUIOnMySQL: outbox ui serves a MySQL outbox reached as a user with a
+// password, which nothing it serves or prints shows.
+func TestUIOnMySQL(t *testing.T) {
+	t.Parallel()
+	url, b, _, appendFn := cliMySQLOutbox(t, mysqloutbox.Options{Table: "ui_outbox", Partitions: 2})
+	clitest.SeedAdmin(t, b, appendFn)
+	exerciseUI(t, "mysql", []string{mysqlTestPassword}, "--store", url, "--table", "ui_outbox")
+}

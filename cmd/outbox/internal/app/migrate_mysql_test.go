@@ -17,9 +17,18 @@ func TestMigrateMySQL(t *testing.T) {
 	t.Parallel()
 	url, db := cliMySQL(t)
 	flags := []string{"--store", url, "--table", "orders_outbox"}
-	run := func(args ...string) []string { return append(args, flags...) }
 	latest := mysqloutbox.LatestVersion()
+	mysqlMigrateUp(t, db, flags, latest)
+	mysqlMigrateDown(t, db, flags, latest)
+	cliFails(t, 2, []string{"--schema names a Postgres schema, but the store is MySQL"}, "migrate", "up", "--partitions", "1", "--store", url, "--schema", "x")
+	cliFails(t, 2, []string{"--prefix names a Redis outbox, but the store is MySQL"}, "migrate", "status", "--store", url, "--prefix", "{x}")
+}
 
+// mysqlMigrateUp: status before creation, up without and with a count,
+// up again, up with another count, status after.
+func mysqlMigrateUp(t *testing.T, db *sql.DB, flags []string, latest int) {
+	t.Helper()
+	run := func(args ...string) []string { return append(args, flags...) }
 	if got := cliOK(t, run("migrate", "status")...); !strings.Contains(got, "no outbox at `orders_outbox`") || !strings.Contains(got, "outbox migrate up --store URL --table orders_outbox --partitions N") {
 		t.Fatalf("migrate status before creation:\n%s", got)
 	}
@@ -52,6 +61,13 @@ func TestMigrateMySQL(t *testing.T) {
 	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE 'orders\\_outbox%'").Scan(&tables); err != nil || tables < 5 {
 		t.Fatalf("%d tables of the outbox after migrate up (%v)", tables, err)
 	}
+}
+
+// mysqlMigrateDown: down asks first, then drops the tables.
+func mysqlMigrateDown(t *testing.T, db *sql.DB, flags []string, latest int) {
+	t.Helper()
+	run := func(args ...string) []string { return append(args, flags...) }
+	var tables int
 
 	cliFails(t, 2, []string{"refusing to roll", "pass --yes"}, run("migrate", "down")...)
 	if got := cliOK(t, run("migrate", "down", "--yes")...); !strings.Contains(got, fmt.Sprintf("back from version %d to %d", latest, latest-1)) {
@@ -66,8 +82,6 @@ func TestMigrateMySQL(t *testing.T) {
 	if latest == 1 {
 		cliFails(t, 1, []string{"nothing to roll back"}, run("migrate", "down", "--yes")...)
 	}
-	cliFails(t, 2, []string{"--schema names a Postgres schema, but the store is MySQL"}, "migrate", "up", "--partitions", "1", "--store", url, "--schema", "x")
-	cliFails(t, 2, []string{"--prefix names a Redis outbox, but the store is MySQL"}, "migrate", "status", "--store", url, "--prefix", "{x}")
 }
 
 // TestMigrateSQLMySQL: migrate sql with a mysql:// store prints SQL that

@@ -47,9 +47,24 @@ func TestMoveSurvivesSIGKILL(t *testing.T) {
 		t.Skip("builds the outbox binary and moves 20,000 entries")
 	}
 	t.Parallel()
+	moveSurvivesSIGKILL(t, pgEnd(t, 4), pgEnd(t, 8))
+}
+
+// TestMoveMySQLSurvivesSIGKILL is TestMoveSurvivesSIGKILL from a MySQL
+// outbox of 4 partitions to one of 8.
+func TestMoveMySQLSurvivesSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the outbox binary and moves 20,000 entries")
+	}
+	t.Parallel()
+	moveSurvivesSIGKILL(t, mysqlEnd(t, 4), mysqlEnd(t, 8))
+}
+
+// moveSurvivesSIGKILL runs TestMoveSurvivesSIGKILL's kills and checks
+// from one outbox to another.
+func moveSurvivesSIGKILL(t *testing.T, from, to moveEnd) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	from, to := pgEnd(t, 4), pgEnd(t, 8)
 	requireMovable(t, from, to)
 	bin := buildOutboxBinary(t)
 

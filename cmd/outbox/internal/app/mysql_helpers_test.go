@@ -67,7 +67,8 @@ func cliMySQL(t testing.TB) (string, *sql.DB) {
 }
 
 // mysqlTestPassword is the password of cliMySQL's users.
-const mysqlTestPassword = "My-Secret-Pw7"
+// It needs percent-encoding in a URL.
+const mysqlTestPassword = "My/Secret@Pw-7"
 
 // cliMySQLOutbox creates an outbox with opts in a database of the test's
 // own (cliMySQL) and opens it; it returns the store URL, the backend, the

@@ -63,6 +63,10 @@ func TestRelayProcess(t *testing.T) {
 		t.Parallel()
 		relayEndToEnd(t, bins, newRedisE2E(t, bins))
 	})
+	t.Run("MySQL", func(t *testing.T) {
+		t.Parallel()
+		relayEndToEnd(t, bins, newMySQLE2E(t, bins))
+	})
 	t.Run("PgBouncer", func(t *testing.T) {
 		t.Parallel()
 		relayEndToEnd(t, bins, newPostgresE2E(t, bins, pgbouncerURL(t)))
@@ -255,6 +259,9 @@ type e2eStore struct {
 	settings [][2]string
 	// config: give the relay its settings in a --config file, not flags.
 	config bool
+	// storePoll: no --poll-interval, so the relay polls at the store's
+	// default, which its start log shows.
+	storePoll string
 	// store opens the outbox from the test, for appends and checks.
 	store outbox.Store
 	// appendTx appends entries in one transaction, committed or rolled back.
@@ -410,9 +417,12 @@ func relayEndToEnd(t *testing.T, bins relayBins, s *e2eStore) {
 	settings := append(slices.Clone(s.settings),
 		[2]string{"kafka-brokers", broker},
 		[2]string{"kafka-topic-map", "orders=orders.v2"}, [2]string{"kafka-topic-prefix", "e2e."},
-		[2]string{"batch", "50"}, [2]string{"poll-interval", "100ms"}, [2]string{"stats-interval", "100ms"},
+		[2]string{"batch", "50"}, [2]string{"stats-interval", "100ms"},
 		[2]string{"drain-timeout", relayE2EDrain.String()},
 		[2]string{"metrics-addr", "127.0.0.1:0"}, [2]string{"log-format", "json"}, [2]string{"log-level", "debug"})
+	if s.storePoll == "" {
+		settings = append(settings, [2]string{"poll-interval", "100ms"})
+	}
 	var args []string
 	if s.config {
 		args = []string{"--config", writeRelayConfig(t, settings)}
@@ -472,6 +482,9 @@ func relayEndToEnd(t *testing.T, bins relayBins, s *e2eStore) {
 	// drains, releases its leases and exits 0 within the bound.
 	appendSome(30)
 	drain, logs := stopRelay(t, relay)
+	if s.storePoll != "" && !strings.Contains(logs, `"poll_interval":"`+s.storePoll+`"`) {
+		t.Errorf("the relay without --poll-interval does not poll at the store's default %s:\n%s", s.storePoll, firstLines(logs, 6))
+	}
 	// Released: another owner gets every lease at once (the relay's
 	// would otherwise last 30 s).
 	for p := range 4 {

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 )
@@ -72,6 +73,15 @@ func postgresSecretStore(t *testing.T) secretStore {
 		u.User = url.UserPassword(u.User.Username(), pass)
 	}
 	return secretStore{url: u.String(), secrets: []string{pass, url.PathEscape(pass), url.QueryEscape(pass)}, name: []string{"--schema", schema}, kind: "postgres"}
+}
+
+// mysqlSecretStore makes an outbox in a database of its own, reached as
+// a user whose password needs percent-encoding in the URL.
+func mysqlSecretStore(t *testing.T) secretStore {
+	u, b, _, appendFn := cliMySQLOutbox(t, mysqloutbox.Options{Table: "sec_outbox", Partitions: 1})
+	seedSecret(t, b, appendFn)
+	return secretStore{url: u, secrets: []string{mysqlTestPassword, url.PathEscape(mysqlTestPassword), url.QueryEscape(mysqlTestPassword)},
+		name: []string{"--table", "sec_outbox"}, kind: "mysql"}
 }
 
 // seedSecret appends e1 (parked) and e2 (pending).
@@ -151,7 +161,7 @@ func checkNoSecret(t *testing.T, secrets []string, args []string, r cliResult) {
 // everything printed for the password.
 func TestNoSecretInOutput(t *testing.T) {
 	t.Parallel()
-	for _, mk := range []func(*testing.T) secretStore{redisSecretStore, postgresSecretStore} {
+	for _, mk := range []func(*testing.T) secretStore{redisSecretStore, postgresSecretStore, mysqlSecretStore} {
 		s := mk(t)
 		file := filepath.Join(t.TempDir(), "outbox.yaml")
 		if err := os.WriteFile(file, []byte("store: "+s.url+"\n"), 0o600); err != nil {
@@ -187,7 +197,7 @@ func TestNoSecretInOutput(t *testing.T) {
 // OUTBOX_STORE (not parallel: it sets the variable), and checks that no
 // help text shows the variable's value.
 func TestNoSecretInOutputFromEnv(t *testing.T) {
-	for _, mk := range []func(*testing.T) secretStore{redisSecretStore, postgresSecretStore} {
+	for _, mk := range []func(*testing.T) secretStore{redisSecretStore, postgresSecretStore, mysqlSecretStore} {
 		s := mk(t)
 		t.Run(s.kind, func(t *testing.T) {
 			t.Setenv("OUTBOX_STORE", s.url)
@@ -237,6 +247,13 @@ func TestNoSecretInErrors(t *testing.T) {
 		{"status", "--store", "redis://" + pw + "@127.0.0.1:1/0", "--timeout", "1s"},
 		{"status", "--store", "redis+sentinel://127.0.0.1:1/m?sentinel_password=" + pw, "--timeout", "1s"},
 		{"status", "--store", "redis+cluster://u:" + pw + "@127.0.0.1:1/3"},
+		{"status", "--store", "mysql://u:" + pw + "@127.0.0.1:1/db", "--timeout", "1s"},
+		{"status", "--store", "mysql://u:" + pw + "@127.0.0.1:1/db?sslmode=bogus"},
+		{"status", "--store", "mysql://u:" + pw + "@127.0.0.1:1"},
+		{"status", "--store", "mysql://u:" + pw + "@127.0.0.1:1/db?multiStatements=true"},
+		{"status", "--store", "mysql://u:" + pw + "@127.0.0.1:1/db?password=" + pw},
+		{"status", "--store", "mariadb://u:" + pw + "@127.0.0.1:1/db?sslrootcert=/no/such/file"},
+		{"status", "--store", "u:" + pw + "@tcp(127.0.0.1:1)/db"},
 		{"status", "--config", cfgBad},
 		{"status", "--config", cfgUnknown},
 	}

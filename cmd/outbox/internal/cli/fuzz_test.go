@@ -90,6 +90,16 @@ func FuzzParseStore(f *testing.F) {
 		"redis://a:b%@h/0",
 		"redis://,/",
 		"mysql://u:s3cretpw@h/db",
+		"mariadb://u:s3cretpw@[::1]:3307/db?timeout=5s&charset=utf8mb4&innodb_lock_wait_timeout=3",
+		"mysql://u:s3cretpw@h:99999/db",
+		"mysql://u:s3cretpw@h",
+		"mysql://u:s3cretpw@h/db/x",
+		"mysql://:s3cretpw@h/db",
+		"mysql://u:s3cretpw@h/db?sslmode=verify-full",
+		"mysql://u:s3cretpw@h/db?sslmode=bogus",
+		"mysql://u:s3cretpw@h/db?multiStatements=true",
+		"mysql://u:s3cretpw@h/db?timeout=bogus",
+		"mysql://u:s3cretpw@h1,h2/db",
 		"://x",
 		"redis://[::1/0",
 	} {
@@ -101,7 +111,7 @@ func FuzzParseStore(f *testing.F) {
 		}
 		target, err := ParseStore(raw)
 		if err == nil {
-			if target == nil || (target.Kind != "postgres" && target.Kind != "redis") {
+			if target == nil || (target.Kind != "postgres" && target.Kind != "mysql" && target.Kind != "redis") {
 				t.Fatalf("parseStore(%q) = %+v, nil", raw, target)
 			}
 			return

@@ -285,13 +285,25 @@ func MySQLQuote(name string) string {
 	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
 }
 
-// connectMySQL opens the MySQL pool of t and pings it.
+// The MySQL pool's idle connections: database/sql keeps 2 by default, so
+// a relay whose partition workers query at once would open and close a
+// connection (a TCP and authentication handshake) for most queries.
+const (
+	mysqlMaxIdleConns    = 64
+	mysqlConnMaxIdleTime = 10 * time.Minute
+)
+
+// connectMySQL opens the MySQL pool of t and pings it. The pool keeps up
+// to mysqlMaxIdleConns idle connections, each for at most
+// mysqlConnMaxIdleTime.
 func (o *Opened) connectMySQL(ctx context.Context, t *StoreTarget) error {
 	connector, err := mysql.NewConnector(t.my.Clone())
 	if err != nil {
 		return UsageError("the MySQL URL's parameters are refused: %s", RedactText(rootMessage(err)))
 	}
 	db := sql.OpenDB(connector)
+	db.SetMaxIdleConns(mysqlMaxIdleConns)
+	db.SetConnMaxIdleTime(mysqlConnMaxIdleTime)
 	o.SQL = db
 	o.closers = append(o.closers, func() { _ = db.Close() })
 	if err := db.PingContext(ctx); err != nil {

@@ -16,6 +16,13 @@ func TestParseMySQLURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkFullMySQLURL(t, tg)
+	checkMySQLTLSModes(t)
+}
+
+// checkFullMySQLURL checks TestParseMySQLURL's URL with every part.
+func checkFullMySQLURL(t *testing.T, tg *StoreTarget) {
+	t.Helper()
 	c := tg.my
 	switch {
 	case tg.Kind != "mysql":
@@ -37,7 +44,11 @@ func TestParseMySQLURL(t *testing.T) {
 	case strings.Contains(tg.Where, "w0rd") || !strings.Contains(tg.Where, "app:xxxxx@db.internal"):
 		t.Errorf("Where %q shows the password or not the user", tg.Where)
 	}
+}
 
+// checkMySQLTLSModes: each sslmode gives its TLS configuration.
+func checkMySQLTLSModes(t *testing.T) {
+	t.Helper()
 	for _, tc := range []struct {
 		url      string
 		addr     string
