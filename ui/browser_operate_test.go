@@ -144,15 +144,10 @@ func waitRows(t *testing.T, tab context.Context, table string, want []string) {
 func TestBrowserOperator(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
-	for _, kind := range []string{"postgres", "redis"} {
+	for kind, open := range map[string]func(*testing.T, int) browserStore{"postgres": browserPostgres, "mysql": browserMySQL, "redis": browserRedis} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			var s browserStore
-			if kind == "postgres" {
-				s = browserPostgres(t, 4)
-			} else {
-				s = browserRedis(t, 4)
-			}
+			s := open(t, 4)
 			seedOperator(t, s)
 			testBrowserOperator(t, browser, s)
 		})

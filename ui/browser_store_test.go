@@ -1,24 +1,27 @@
 package ui_test
 
 // The stores and servers the browser tests (browser_test.go) run against:
-// memory, and PostgreSQL and Redis through testenv, each test in its own
-// schema or key prefix; and seeding them with parked and pending entries
+// memory, and PostgreSQL, MySQL and Redis through testenv, each test in
+// its own schema, database or key prefix; and seeding them with parked and pending entries
 // through the SPI alone.
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/memory"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 	"github.com/outboxrelay/outbox/internal/testenv"
@@ -78,6 +81,48 @@ func browserPostgres(t *testing.T, partitions int) browserStore {
 	t.Cleanup(func() { _ = b.Close() })
 	return browserStore{kind: "postgres", store: b, append: func(ctx context.Context, entries ...outbox.Entry) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return b.AppendInTx(ctx, tx, entries...) })
+	}}
+}
+
+// browserMySQL is an outbox in a database of t's own, dropped at its end;
+// it skips t when MySQL is not reachable (fails it under
+// OUTBOX_REQUIRE_SERVICES=1).
+func browserMySQL(t *testing.T, partitions int) browserStore {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := sql.Open("mysql", testenv.MySQLDSN(""))
+	if err == nil {
+		err = admin.PingContext(ctx)
+	}
+	if err != nil {
+		testenv.Unavailable(t, "MySQL", "OUTBOX_MYSQL_URL", err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	name := browserName("d")
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+			t.Errorf("dropping the test's database: %v", err)
+		}
+	})
+	db, err := sql.Open("mysql", testenv.MySQLDSN(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	opts := mysqloutbox.Options{Partitions: partitions, NoNotify: true}
+	if err := mysqloutbox.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	b, err := mysqloutbox.New(ctx, db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return browserStore{kind: "mysql", store: b, append: func(ctx context.Context, entries ...outbox.Entry) error {
+		return b.InTx(ctx, db, func(tx *sql.Tx) error { return b.AppendInTx(ctx, tx, entries...) })
 	}}
 }
 

@@ -166,14 +166,11 @@ func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, 
 		for _, r := range rows[:n] {
 			args = append(args, r.id, r.partition, r.topic, r.key, r.payload, r.headers, r.notBefore, r.notBefore)
 		}
-		st, query := b.core.appends.get(appendKey{rows: n, skipDup: skipDup})
-		var err error
-		if st != nil {
-			_, err = txStmt(ctx, tx, st, query, args...)
-		} else {
-			_, err = tx.ExecContext(ctx, query, args...)
+		kind := insertStrict
+		if skipDup {
+			kind = insertSkipDup
 		}
-		if err != nil {
+		if _, err := b.execShape(ctx, tx, appendKey{kind, n}, args); err != nil {
 			return err
 		}
 		rows = rows[n:]
@@ -188,23 +185,55 @@ func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, 
 const appendRowSQL = "(?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL +
 	", GREATEST(" + nowSQL + ", COALESCE(TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL + ")), '')"
 
-// appendSQL is the INSERT of k.rows rows. UTC_TIMESTAMP is read once per
-// statement, so the rows of one statement share created_at; seq
-// (AUTO_INCREMENT) numbers them in VALUES order.
-func (b *Backend) appendSQL(k appendKey) string {
+// shapeSQL is the text of the statement k names. The INSERT of k.rows
+// rows reads UTC_TIMESTAMP once per statement, so the rows of one
+// statement share created_at; seq (AUTO_INCREMENT) numbers them in VALUES
+// order.
+func (b *Backend) shapeSQL(k appendKey) string {
 	var s strings.Builder
-	s.WriteString("INSERT INTO " + b.names.outbox +
-		" (id, `partition`, topic, `key`, payload, headers, not_before, created_at, next_at, last_error) VALUES ")
-	for i := range k.rows {
-		if i > 0 {
-			s.WriteString(", ")
+	switch k.kind {
+	case insertSkipDup, insertStrict:
+		s.WriteString("INSERT INTO " + b.names.outbox +
+			" (id, `partition`, topic, `key`, payload, headers, not_before, created_at, next_at, last_error) VALUES ")
+		for i := range k.rows {
+			if i > 0 {
+				s.WriteString(", ")
+			}
+			s.WriteString(appendRowSQL)
 		}
-		s.WriteString(appendRowSQL)
-	}
-	if k.skipDup {
-		s.WriteString(" ON DUPLICATE KEY UPDATE id = id")
+		if k.kind == insertSkipDup {
+			s.WriteString(" ON DUPLICATE KEY UPDATE id = id")
+		}
+	case selectIDs:
+		s.WriteString("SELECT id FROM " + b.names.outbox + " WHERE id IN (" + placeholders(k.rows) + ")")
+	case upsertKeys:
+		// VALUES(last) works on MySQL 8 (deprecated, with a warning) and
+		// MariaDB, which has no row alias.
+		s.WriteString("INSERT INTO " + b.names.keyseq + " (key_hash, `key`, last) VALUES " +
+			strings.Repeat("(?, ?, ?), ", k.rows-1) + "(?, ?, ?) ON DUPLICATE KEY UPDATE last = last + VALUES(last)")
+	case selectKeys:
+		s.WriteString("SELECT key_hash, last FROM " + b.names.keyseq + " WHERE key_hash IN (" + placeholders(k.rows) + ")")
 	}
 	return s.String()
+}
+
+// execShape runs the statement k names in tx, prepared when the cache
+// holds it.
+func (b *Backend) execShape(ctx context.Context, tx *sql.Tx, k appendKey, args []any) (sql.Result, error) {
+	st, query := b.core.appends.get(k)
+	if st == nil {
+		return tx.ExecContext(ctx, query, args...)
+	}
+	return txStmt(ctx, tx, st, query, args...)
+}
+
+// queryShape is execShape for a query.
+func (b *Backend) queryShape(ctx context.Context, tx *sql.Tx, k appendKey, args []any) (*sql.Rows, error) {
+	st, query := b.core.appends.get(k)
+	if st == nil {
+		return tx.QueryContext(ctx, query, args...)
+	}
+	return txQuery(ctx, tx, st, query, args...)
 }
 
 // appendNumbered is the append of Options.KeySequence, after the seal.
@@ -286,16 +315,7 @@ func (b *Backend) existingIDs(ctx context.Context, tx *sql.Tx, entries []outbox.
 		for i, e := range chunk {
 			args[i] = e.ID
 		}
-		var rows *sql.Rows
-		var err error
-		if len(chunk) == 1 {
-			rows, err = tx.StmtContext(ctx, b.core.stmts.idsExist).QueryContext(ctx, args...)
-			if isForeignStmt(err) {
-				rows, err = tx.QueryContext(ctx, b.names.render(loadQuery("ids_exist_one")), args...)
-			}
-		} else {
-			rows, err = tx.QueryContext(ctx, "SELECT id FROM "+b.names.outbox+" WHERE id IN ("+placeholders(len(chunk))+")", args...)
-		}
+		rows, err := b.queryShape(ctx, tx, appendKey{selectIDs, len(chunk)}, args)
 		if err != nil {
 			return nil, err
 		}
@@ -346,8 +366,7 @@ func (b *Backend) bumpKeys(ctx context.Context, tx *sql.Tx, counts map[string]in
 			sel = append(sel, k.hash[:])
 			byHash[k.hash] = k.key
 		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+b.names.keyseq+" (key_hash, `key`, last) VALUES "+
-			strings.Repeat("(?, ?, ?), ", len(chunk)-1)+"(?, ?, ?) ON DUPLICATE KEY UPDATE last = last + VALUES(last)", up...); err != nil {
+		if _, err := b.execShape(ctx, tx, appendKey{upsertKeys, len(chunk)}, up); err != nil {
 			return nil, err
 		}
 		if err := b.readKeys(ctx, tx, sel, byHash, last); err != nil {
@@ -360,7 +379,7 @@ func (b *Backend) bumpKeys(ctx context.Context, tx *sql.Tx, counts map[string]in
 // readKeys reads the counters of the key hashes sel (locked by tx's
 // upsert) into last.
 func (b *Backend) readKeys(ctx context.Context, tx *sql.Tx, sel []any, byHash map[[32]byte]string, last map[string]int64) error {
-	rows, err := tx.QueryContext(ctx, "SELECT key_hash, last FROM "+b.names.keyseq+" WHERE key_hash IN ("+placeholders(len(sel))+")", sel...)
+	rows, err := b.queryShape(ctx, tx, appendKey{selectKeys, len(sel)}, sel)
 	if err != nil {
 		return err
 	}

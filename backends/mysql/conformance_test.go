@@ -38,13 +38,21 @@ type txRun struct {
 // errHarnessRollback is what the function run by InTx returns to roll back.
 var errHarnessRollback = errors.New("harness: rolled back")
 
+// errHarnessRetry is the error of an InTx that wanted to run the
+// transaction's function a second time.
+var errHarnessRetry = errors.New("a retryable error; the harness cannot replay the suite's steps")
+
 func (h harness) Backend() outbox.Backend[*sql.Tx] { return h.b }
 
 func (h harness) Begin(ctx context.Context) (*sql.Tx, error) {
 	r := &txRun{commit: make(chan bool, 1), done: make(chan error, 1)}
 	got := make(chan *sql.Tx, 1)
 	go func() {
+		calls := 0
 		r.done <- h.b.InTx(ctx, h.db, func(tx *sql.Tx) error {
+			if calls++; calls > 1 { // InTx retries after a deadlock: the suite's steps cannot be replayed
+				return fmt.Errorf("harness: InTx ran the transaction again after %w", errHarnessRetry)
+			}
 			got <- tx
 			if <-r.commit {
 				return nil

@@ -20,6 +20,7 @@ var (
 	_ outbox.Notifier     = (*Backend)(nil)
 	_ outbox.Membership   = (*Backend)(nil)
 	_ outbox.MemberLister = (*Backend)(nil)
+	_ outbox.PollAdvisor  = (*Backend)(nil)
 )
 
 //go:embed queries/*.sql
@@ -52,7 +53,7 @@ type coreState struct {
 type coreStmts struct {
 	leaseRead, leaseLockSkip, leaseLock, leaseWrite, leaseInsert *sql.Stmt
 	now, releaseLease                                            *sql.Stmt
-	sealLock, idsExist, keyseqOne                                *sql.Stmt
+	sealLock, keyseqOne                                          *sql.Stmt
 	heartbeat, members, membersExpire, leave                     *sql.Stmt
 }
 
@@ -66,7 +67,7 @@ func (b *Backend) initCore(ctx context.Context) error {
 		{&s.leaseRead, "lease_read"}, {&s.leaseLockSkip, "lease_lock_skip"}, {&s.leaseLock, "lease_lock"},
 		{&s.leaseWrite, "lease_write"}, {&s.leaseInsert, "lease_insert"}, {&s.now, "now"},
 		{&s.releaseLease, "release_lease"},
-		{&s.sealLock, "seal_lock"}, {&s.idsExist, "ids_exist_one"},
+		{&s.sealLock, "seal_lock"},
 		{&s.keyseqOne, "keyseq_one"},
 		{&s.heartbeat, "heartbeat"}, {&s.members, "members"}, {&s.membersExpire, "members_expire"},
 		{&s.leave, "leave"},
@@ -78,8 +79,8 @@ func (b *Backend) initCore(ctx context.Context) error {
 		}
 		*p.dst = st
 	}
-	b.core.appends.init(b.db, appendCacheSize, b.appendSQL)
-	for _, k := range []appendKey{{rows: 1, skipDup: true}, {rows: 1, skipDup: false}} {
+	b.core.appends.init(b.db, appendCacheSize, b.shapeSQL)
+	for _, k := range []appendKey{{insertSkipDup, 1}, {insertStrict, 1}, {selectIDs, 1}} {
 		if err := b.core.appends.prepare(ctx, k); err != nil {
 			b.closeCore()
 			return b.interpretError("New: preparing the append", err)
@@ -94,7 +95,7 @@ func (b *Backend) initCore(ctx context.Context) error {
 func (b *Backend) closeCore() {
 	s := &b.core.stmts
 	for _, st := range []*sql.Stmt{s.leaseRead, s.leaseLockSkip, s.leaseLock, s.leaseWrite, s.leaseInsert,
-		s.now, s.releaseLease, s.sealLock, s.idsExist, s.keyseqOne,
+		s.now, s.releaseLease, s.sealLock, s.keyseqOne,
 		s.heartbeat, s.members, s.membersExpire, s.leave} {
 		if st != nil {
 			st.Close()
@@ -114,6 +115,15 @@ func txStmt(ctx context.Context, tx *sql.Tx, st *sql.Stmt, query string, args ..
 		return tx.ExecContext(ctx, query, args...)
 	}
 	return res, err
+}
+
+// txQuery is txStmt for a query.
+func txQuery(ctx context.Context, tx *sql.Tx, st *sql.Stmt, query string, args ...any) (*sql.Rows, error) {
+	rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	if err != nil && isForeignStmt(err) {
+		return tx.QueryContext(ctx, query, args...)
+	}
+	return rows, err
 }
 
 // isForeignStmt reports whether err is database/sql refusing a statement
@@ -151,11 +161,28 @@ func rollback(tx *sql.Tx) { _ = tx.Rollback() }
 
 var errNoRow = errors.New("mysqloutbox: no row")
 
-// appendKey names one shape of the multi-row append statement.
+// appendKey names one shape of the append statements whose text
+// depends on the number of rows or values: which statement, and how many.
 type appendKey struct {
-	rows    int
-	skipDup bool // ON DUPLICATE KEY UPDATE id = id
+	kind appendKind
+	rows int
 }
+
+// appendKind is one of the append statements of appendKey.
+type appendKind uint8
+
+const (
+	// insertSkipDup inserts rows with ON DUPLICATE KEY UPDATE id = id.
+	insertSkipDup appendKind = iota
+	// insertStrict inserts rows; a duplicate ID fails (KeySequence).
+	insertStrict
+	// selectIDs reads which of the IDs exist (KeySequence).
+	selectIDs
+	// upsertKeys adds to the counters of keys (KeySequence).
+	upsertKeys
+	// selectKeys reads the counters of key hashes (KeySequence).
+	selectKeys
+)
 
 // appendCacheSize bounds the append statements kept prepared. Each is
 // prepared on every pool connection that runs it, and the server caps

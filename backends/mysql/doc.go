@@ -8,11 +8,15 @@
 //	// Once per deploy; creates the outbox with 8 partitions.
 //	if err := mysqloutbox.Migrate(ctx, db, mysqloutbox.Options{Partitions: 8}); err != nil { ... }
 //	b, err := mysqloutbox.New(ctx, db, mysqloutbox.Options{}) // reads the stored count, 8
-//	tx, _ := db.BeginTx(ctx, nil)
-//	// ... business writes ...
-//	_ = b.AppendInTx(ctx, tx, outbox.Entry{Topic: "orders", Key: orderID, Payload: body})
-//	_ = tx.Commit()
-//	b.Notify() // wakes this process's relays now instead of at their next poll
+//	err = b.InTx(ctx, db, func(tx *sql.Tx) error {
+//		// ... business writes in tx ...
+//		return b.AppendInTx(ctx, tx, outbox.Entry{Topic: "orders", Key: orderID, Payload: body})
+//	}) // commits, then wakes this process's relays for the partitions appended to
+//
+// AppendInTx works in any *sql.Tx; [Backend.InTx] also retries the
+// transaction after a deadlock or a lock wait timeout and notifies the
+// relays of the same process after the commit. After committing a
+// transaction of your own, [Backend.Notify] does the latter.
 //
 // The same schema and statements run on MySQL 8.0 and later and on
 // MariaDB 10.6 and later (tested: MariaDB 10.11). They rely on InnoDB,
@@ -62,7 +66,10 @@
 //
 // A fetch walks the index (partition, state, next_at, seq) in due order
 // and stops after the limit: no filesort (TestFetchPlan checks the plan
-// on the server). The per-key hold-back is an anti-join on the index
+// on the server). Every statement names the index it reads through
+// (FORCE INDEX, STRAIGHT_JOIN), so its plan does not depend on the
+// table's statistics: a new or fast-growing outbox whose statistics
+// InnoDB has not collected yet is read as a large one is. The per-key hold-back is an anti-join on the index
 // (partition, holds, key_hash, seq) that compares the key itself too. A
 // held outbox (a move's [Backend.Hold]) and a paused partition return
 // nothing; a paused topic's entries are left out together with the later
@@ -81,11 +88,15 @@
 //
 // # Polling and notifications
 //
-// MySQL has no LISTEN/NOTIFY: relays poll each partition they hold, every
-// [DefaultPollInterval] when nothing wakes them sooner. A Backend is an
-// in-process [outbox.Notifier]: [Backend.Notify] wakes the relays of the
-// same process built on it, so an appender in the relay's process gets
-// its entries published without waiting for the next poll.
+// MySQL has no LISTEN/NOTIFY: relays poll each partition they hold. A
+// relay whose RelayOptions.PollInterval is zero polls every
+// [DefaultPollInterval] ([Backend.PollInterval], an outbox.PollAdvisor)
+// when nothing wakes it sooner. A Backend is an in-process
+// [outbox.Notifier]: [Backend.InTx] after its commit, and
+// [Backend.Notify], wake the relays of the same process built on it, so
+// an appender in the relay's process gets its entries published without
+// waiting for the next poll; appenders in other processes are found by
+// polling.
 //
 // # Statements and round trips
 //
@@ -96,7 +107,8 @@
 // entry of the partition (a second query tells a lost lease from unknown
 // IDs otherwise). Longer lists are split into statements of 1,000 IDs,
 // passed as one JSON array (JSON_TABLE), so no statement's text depends
-// on the list's length.
+// on the list's length. MarkSent with the archive takes five: start, the
+// lease row locked, the copy, the delete, commit.
 //
 // # Archive
 //

@@ -14,7 +14,8 @@ import (
 )
 
 // interpretError maps driver and server errors to the package's errors,
-// in one place: missing tables (run Migrate), an older layout, deadlocks
+// in one place: an error after Close wraps [outbox.ErrClosed]; missing
+// tables (run Migrate), an older layout, deadlocks
 // and lock wait timeouts (retry the transaction, see [Retryable]),
 // duplicate keys, a lost connection and a killed query. The driver's
 // error stays wrapped, and context errors stay checkable with errors.Is.
@@ -24,6 +25,9 @@ func (b *Backend) interpretError(op string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("mysqloutbox: %s: %w", op, err)
+	}
+	if b.closed.Load() { // a call that raced Close met a closed statement
+		return fmt.Errorf("mysqloutbox: %s: %w (%v)", op, outbox.ErrClosed, err)
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {

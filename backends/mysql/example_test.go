@@ -55,26 +55,19 @@ func Example() {
 	defer b.Close()
 
 	// The business write and its entries commit together, or not at all.
-	tx, err := db.BeginTx(ctx, nil)
+	// InTx commits, wakes this process's relays for the partitions
+	// appended to, and runs the function again after a deadlock.
+	err = b.InTx(ctx, db, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, status) VALUES (?, ?)", "order-1", "paid"); err != nil {
+			return err
+		}
+		return b.AppendInTx(ctx, tx,
+			outbox.Entry{Topic: "orders", Key: "order-1", Payload: []byte(`{"status":"created"}`)},
+			outbox.Entry{Topic: "orders", Key: "order-1", Payload: []byte(`{"status":"paid"}`)},
+		)
+	})
 	if err != nil {
-		fmt.Println("begin:", err)
-		return
-	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, status) VALUES (?, ?)", "order-1", "paid"); err != nil {
-		_ = tx.Rollback()
-		fmt.Println("insert:", err)
-		return
-	}
-	if err := b.AppendInTx(ctx, tx,
-		outbox.Entry{Topic: "orders", Key: "order-1", Payload: []byte(`{"status":"created"}`)},
-		outbox.Entry{Topic: "orders", Key: "order-1", Payload: []byte(`{"status":"paid"}`)},
-	); err != nil {
-		_ = tx.Rollback()
-		fmt.Println("append:", err)
-		return
-	}
-	if err := tx.Commit(); err != nil {
-		fmt.Println("commit:", err)
+		fmt.Println("transaction:", err)
 		return
 	}
 

@@ -263,6 +263,11 @@ func checkPlan(t *testing.T, db *sql.DB, q string, args ...any) {
 			if rows > 250 {
 				t.Errorf("the fetch read %v rows of the index for a limit of 100:\n%s", rows, plan)
 			}
+		case "x":
+			// FetchNext's IDs in flight: materialized once, then looked up.
+			if loops, _ := tbl["r_loops"].(float64); loops > 1 {
+				t.Errorf("FetchNext reads the IDs in flight %v times, want once (materialized):\n%s", loops, plan)
+			}
 		case "h":
 			// The hold-back: about one row per entry (the holding one),
 			// not the partition's rows of the key's neighbours.

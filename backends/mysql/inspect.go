@@ -18,10 +18,12 @@ import (
 // (queries/cancel.sql). A relay that fetched the entry before may still
 // publish it; once Cancel returns nil the entry is never fetched again.
 // Unknown, sent and cancelled IDs give an error wrapping
-// [outbox.ErrNotFound], and so does an ID that differs from a stored one
-// only by trailing spaces (the IDs are compared byte for byte) or that no
-// entry can have (invalid UTF-8), without a query. Safe for concurrent
-// use; after Close it returns [outbox.ErrClosed]. See [outbox.Canceler].
+// [outbox.ErrNotFound] (IDs are compared byte for byte), and so does an
+// ID that no entry can have (empty, or invalid UTF-8), without a query.
+// The statement runs on its own (autocommit): if ctx ends while it waits
+// for a row lock, the server may still delete the entry. Safe for
+// concurrent use; after Close it returns [outbox.ErrClosed]. See
+// [outbox.Canceler].
 func (b *Backend) Cancel(ctx context.Context, id string) error {
 	const op = "Cancel"
 	if err := b.checkOpen(op); err != nil {
@@ -31,7 +33,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 	if !validText(id) || id == "" {
 		return notFound
 	}
-	res, err := b.db.ExecContext(ctx, b.ops.qCancel, id, id)
+	res, err := b.db.ExecContext(ctx, b.ops.qCancel, id)
 	if err != nil {
 		return b.opsError(ctx, op, err)
 	}
@@ -67,7 +69,7 @@ func (b *Backend) Stats(ctx context.Context) (outbox.Stats, error) {
 }
 
 // Parked lists parked entries ordered by the bytes of their IDs (as Go
-// compares strings, not by the table's collation), after the ID after, at
+// compares strings), after the ID after, at
 // most limit, in one statement (queries/parked.sql: a sort of the parked
 // rows after after). An entry that cannot be published as stored (its
 // headers column does not decode, its topic column is empty, its
@@ -141,9 +143,8 @@ func (b *Backend) queryEntries(ctx context.Context, op, q string, args ...any) (
 // the others with an [*outbox.RequeueRefusedError] (wrapping
 // [outbox.ErrNotRequeueable]) whose Refused lists each such entry once,
 // in the order of ids, with a reason naming the column and the fix. IDs
-// that name no parked entry (pending, sent, unknown, invalid UTF-8, or
-// differing from a stored ID only by trailing spaces) are skipped and not
-// counted. An empty ids does nothing and returns 0, nil; Requeue does not
+// that name no parked entry (pending, sent, unknown, invalid UTF-8) are
+// skipped and not counted. An empty ids does nothing and returns 0, nil; Requeue does not
 // keep ids. Requeue is not an append: it works on a sealed outbox. Safe
 // for concurrent use; after Close it returns [outbox.ErrClosed]. See
 // [outbox.Inspector].
@@ -180,10 +181,6 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 // requeueChunk requeues the parked entries among ids in one transaction
 // and adds the reasons of those it refused to reasons.
 func (b *Backend) requeueChunk(ctx context.Context, ids []string, reasons map[string]string) (int, error) {
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
 	var n int
 	err := b.inTx(ctx, func(tx *sql.Tx) error {
 		n = 0
@@ -202,9 +199,6 @@ func (b *Backend) requeueChunk(ctx context.Context, ids []string, reasons map[st
 			if err := rows.Scan(&seq, &id, &topic, &headers, &part); err != nil {
 				rows.Close()
 				return err
-			}
-			if !want[id] {
-				continue // equal only by the collation's trailing-space padding
 			}
 			if c := checkRow(topic, headers, part, b.opts.Partitions); c.reason != "" {
 				reasons[id] = c.reason
@@ -338,9 +332,8 @@ func (b *Backend) readOnly(ctx context.Context, fn func(tx *sql.Tx) error) error
 // statement by the unique index on id (queries/lookup.sql). DueAt is the
 // entry's next attempt time by the server's clock (its NotBefore or
 // append time, or the retry time MarkFailed stored), zero when it is
-// parked. An ID that differs from a stored one only by trailing spaces is
-// not found (IDs are compared byte for byte), and an ID no entry can have
-// (invalid UTF-8) is not found without a query. A stored entry that
+// parked. IDs are compared byte for byte; an ID no entry can have (empty,
+// or invalid UTF-8) is not found without a query. A stored entry that
 // cannot be published as stored (headers that do not decode, an empty
 // topic, a partition outside 0..Partitions()-1) is returned, not an
 // error, with what could be read and a LastError naming the column and
@@ -365,9 +358,6 @@ func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, erro
 	}
 	if err != nil {
 		return outbox.EntryInfo{}, b.opsError(ctx, op, err)
-	}
-	if r.id != id {
-		return outbox.EntryInfo{}, notFound
 	}
 	return r.info(b.opts.Partitions), nil
 }

@@ -29,11 +29,14 @@ import (
 // locks the row with SELECT ... FOR UPDATE SKIP LOCKED (a row some
 // other transaction has locked is in use: ErrLeaseHeld, at once, never a
 // lock wait), checks it again and writes the new owner, version and
-// expiry: four round trips. The holder extending its own lease locks the
+// expiry: four more round trips (START TRANSACTION, the locking read,
+// the UPDATE, COMMIT). The holder extending its own lease locks the
 // row waiting instead, behind its own fenced writes. Versions never go
 // back: a free or expired lease is taken with its version plus one, and a
 // lease row deleted by hand is recreated with the server's clock in
-// microseconds as its version, above every version counted before.
+// microseconds as its version, above every version counted before (one
+// per handover; unless the server's clock was set back past an earlier
+// recreation).
 func (b *Backend) AcquireLease(ctx context.Context, partition int, owner string, ttl time.Duration) (outbox.Lease, error) {
 	const op = "AcquireLease"
 	if err := b.checkOpen(op); err != nil {

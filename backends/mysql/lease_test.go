@@ -185,3 +185,59 @@ func TestLeaseRowRecreated(t *testing.T) {
 		t.Fatalf("RenewLease of the recreated lease: %v", err)
 	}
 }
+
+// TestLeaseStandbyOfALiveLeaseTakesNoLock: while the holder's fenced
+// write holds a shared lock on the lease row, a standby's acquire is
+// refused at once by one non-locking read, and the holder renews once the
+// write's transaction ends.
+func TestLeaseStandbyOfALiveLeaseTakesNoLock(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	db.SetMaxOpenConns(2) // the fenced write's connection and one for the acquires
+	ctx := context.Background()
+	held, err := b.AcquireLease(ctx, 0, "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var owner string
+	if err := tx.QueryRowContext(ctx, "SELECT owner FROM outbox_lease WHERE `partition` = 0 LOCK IN SHARE MODE").Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	questions := func() int {
+		var name string
+		var n int
+		if err := conn.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	q0 := questions()
+	conn.Close() // the acquire runs on this same connection, the only free one
+	begin := time.Now()
+	if _, err := b.AcquireLease(ctx, 0, "standby", time.Minute); !errors.Is(err, outbox.ErrLeaseHeld) {
+		t.Fatalf("standby AcquireLease: %v; want ErrLeaseHeld", err)
+	}
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Fatalf("the standby's acquire took %v; want no lock wait", d)
+	}
+	if conn, err = db.Conn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if n := questions() - q0 - 1; n != 1 {
+		t.Fatalf("the standby's acquire sent %d statements; want the one non-locking read", n)
+	}
+	tx.Rollback()
+	if _, err := b.RenewLease(ctx, held, time.Minute); err != nil {
+		t.Fatalf("RenewLease after the fenced write: %v", err)
+	}
+}

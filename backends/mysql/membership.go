@@ -49,8 +49,10 @@ func (b *Backend) Heartbeat(ctx context.Context, m outbox.Member, ttl time.Durat
 	if !m.Started.IsZero() {
 		started = toMicros(m.Started)
 	}
-	if _, err := b.core.stmts.heartbeat.ExecContext(ctx, m.Owner, formatPartitions(m.Partitions), m.MaxPartitions,
-		micros(ttl), cutText(m.Host, maxMemberText), cutText(m.Version, maxMemberText), started); err != nil {
+	record := []any{formatPartitions(m.Partitions), m.MaxPartitions, micros(ttl),
+		cutText(m.Host, maxMemberText), cutText(m.Version, maxMemberText), started}
+	args := append(append([]any{m.Owner}, record...), record...)
+	if _, err := b.core.stmts.heartbeat.ExecContext(ctx, args...); err != nil {
 		return nil, b.interpretError(op, err)
 	}
 	live, expired, err := b.readMembers(ctx, op)

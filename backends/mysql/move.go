@@ -481,8 +481,8 @@ func (b *Backend) HoldState(ctx context.Context) (outbox.HoldState, error) {
 // Requeue, Cancel and the other operator calls work as before, and
 // Import, which is not an append, still works. Sealing a sealed outbox is
 // a no-op. When ctx ends while Seal waits, Seal stops its statement on the
-// server (KILL QUERY of its connection; the server lets a user kill its
-// own statements) and returns ctx's error: the outbox is then not sealed,
+// server (KILL CONNECTION of its connection; the server lets a user kill
+// its own connections) and returns ctx's error: the outbox is then not sealed,
 // unless the update had just been applied (Sealed tells). See
 // [outbox.Sealer].
 func (b *Backend) Seal(ctx context.Context) error {
@@ -527,8 +527,11 @@ func (b *Backend) Sealed(ctx context.Context) (bool, error) {
 // execStoppable runs q, which may wait for row locks, on a connection of
 // its own, and stops it on the server when ctx ends: the driver only
 // drops the connection, and a statement waiting for a lock would still
-// run once it got it. KILL QUERY is sent from another connection of the
-// pool; the statement's connection is then discarded, never reused.
+// run once it got it. So when ctx has ended, KILL CONNECTION is sent from
+// another connection of the pool: unlike KILL QUERY, which the server
+// forgets when it comes before the statement starts, it also stops a
+// statement still on its way; the killed connection is discarded, never
+// reused.
 func (b *Backend) execStoppable(ctx context.Context, q string) error {
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
@@ -539,18 +542,14 @@ func (b *Backend) execStoppable(ctx context.Context, q string) error {
 	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
 		return err
 	}
-	killed := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(killed)
+	_, err = conn.ExecContext(ctx, q)
+	if ctx.Err() != nil {
+		// The driver returns as soon as ctx ends, dropping the
+		// connection; the server may still be running the statement.
 		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, _ = b.db.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(id, 10))
-	})
-	_, err = conn.ExecContext(ctx, q)
-	if !stop() {
-		<-killed
-		// The kill may have come after the statement: never hand the
-		// connection back to the pool.
+		_, _ = b.db.ExecContext(kctx, "KILL CONNECTION "+strconv.FormatInt(id, 10))
+		// Never hand a killed connection back to the pool.
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 	return err

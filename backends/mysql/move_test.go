@@ -1,9 +1,11 @@
 package mysqloutbox_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -389,5 +391,53 @@ func TestSealStoppedByItsContextDoesNotSeal(t *testing.T) {
 	}
 	if err := b.Seal(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLargeCallsAreSplit: Import, RemoveExported and Requeue split large
+// calls into statements of at most 1000 rows or IDs (and Import's INSERTs
+// into at most 4 MiB), and keep the order and counts across the splits.
+func TestLargeCallsAreSplit(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	const n = 2500
+	var batch []outbox.EntryInfo
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("e%05d", i)
+		e := exportedEntry(id, "k", time.Time{})
+		e.Parked, e.Attempts, e.LastError = true, 1, "poison"
+		batch = append(batch, e)
+		ids = append(ids, id)
+	}
+	big := bytes.Repeat([]byte{0xab}, 3<<20)
+	for i := range 4 {
+		batch[i].Payload = big // 12 MiB in the first rows: several INSERTs
+	}
+	if got, err := b.Import(ctx, batch); err != nil || got != n {
+		t.Fatalf("Import of %d entries = %d, %v", n, got, err)
+	}
+	var ordered int
+	if err := db.QueryRow("SELECT COUNT(*) FROM (SELECT id, seq, LAG(id) OVER (ORDER BY seq) AS prev FROM `outbox`) AS x WHERE prev IS NULL OR prev < id").Scan(&ordered); err != nil || ordered != n {
+		t.Errorf("%d of %d imported rows follow the previous ID in seq order (%v); want all: seqs in slice order", ordered, n, err)
+	}
+	info, err := b.Lookup(ctx, "e00003")
+	if err != nil || !bytes.Equal(info.Payload, big) {
+		t.Errorf("Lookup(e00003): %d payload bytes, %v; want the 3 MiB imported", len(info.Payload), err)
+	}
+	if got, err := b.Requeue(ctx, ids...); err != nil || got != n {
+		t.Fatalf("Requeue of %d parked entries = %d, %v", n, got, err)
+	}
+	if err := db.QueryRow("SELECT COUNT(*) FROM (SELECT id, seq, LAG(id) OVER (ORDER BY seq) AS prev FROM `outbox` WHERE state = 'pending') AS x WHERE prev IS NULL OR prev < id").Scan(&ordered); err != nil || ordered != n {
+		t.Errorf("%d of %d requeued rows follow the previous ID in seq order (%v); want all", ordered, n, err)
+	}
+	l := setLease(t, db, 0, "mover", 1, time.Minute)
+	if err := b.RemoveExported(ctx, l, ids[:n-1]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.ExportBatch(ctx, l, 10)
+	if err != nil || !slices.Equal(entryIDs(got), ids[n-1:]) {
+		t.Errorf("ExportBatch after removing all but the last = %v, %v; want %v", entryIDs(got), err, ids[n-1:])
 	}
 }

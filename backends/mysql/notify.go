@@ -23,7 +23,9 @@ import (
 const notifyBuffer = 256
 
 // PollInterval is how often a relay polls a partition that had nothing
-// due when nothing wakes it sooner: [DefaultPollInterval].
+// due when nothing wakes it sooner: [DefaultPollInterval]. It makes the
+// Backend an [outbox.PollAdvisor], so a relay with no
+// RelayOptions.PollInterval uses it.
 func (b *Backend) PollInterval() time.Duration { return DefaultPollInterval }
 
 // Notifications returns a channel that receives, soon after a transaction

@@ -29,8 +29,8 @@ var (
 )
 
 // Entries lists the entries in state that match filter, after the ID
-// after in byte order (as Go compares strings, whatever the table's
-// collation), at most limit, in one statement (queries/entries.sql). Each
+// after in byte order (as Go compares strings: the id column is
+// VARBINARY), at most limit, in one statement (queries/entries.sql). Each
 // is reported as [Backend.Lookup] reports it: DueAt, Deferred and History
 // filled, and rows that cannot be published as stored listed with a
 // LastError naming the column and the fix. The state of a pending entry

@@ -124,31 +124,18 @@ func foldSQL(col string) string {
 // maxIDsPerStatement bounds the IDs of one statement's IN list.
 const maxIDsPerStatement = 1000
 
-// opsError maps an error of an operator or move call: context errors
-// (also those database/sql reports as a broken connection or a finished
-// transaction after ctx ended) wrap ctx's error, a missing table says to
-// run Migrate, deadlocks and lock wait timeouts say the call can be run
-// again, and everything else is wrapped with the operation's name.
+// opsError maps an error of an operator or move call with
+// interpretError (errors.go), and makes an error that came from a
+// context ending (a dropped connection, a finished transaction, a killed
+// statement) wrap ctx's error.
 func (b *Backend) opsError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: %s: %w", pkg, op, err)
-	}
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%s: %s: %w (%v)", pkg, op, cerr, err)
 	}
-	switch {
-	case isMySQLError(err, errNoSuchTable):
-		return fmt.Errorf("%s: %s: the outbox tables of %s do not exist or are incomplete in this database: run mysqloutbox.Migrate(ctx, db, opts) with the same Options.Table (or \"outbox migrate up\"): %w",
-			pkg, op, b.names.outbox, err)
-	case isMySQLError(err, errBadField):
-		return fmt.Errorf("%s: %s: the outbox tables of %s have an older layout: run mysqloutbox.Migrate to bring them up to date: %w", pkg, op, b.names.outbox, err)
-	case isMySQLError(err, errDeadlock), isMySQLError(err, errLockWait):
-		return fmt.Errorf("%s: %s: the server rolled the call's transaction back (a deadlock, or a lock wait longer than innodb_lock_wait_timeout): nothing of it was written; run it again: %w", pkg, op, err)
-	}
-	return fmt.Errorf("%s: %s: %w", pkg, op, err)
+	return b.interpretError(op, err)
 }
 
 // argError wraps an argument error of op.

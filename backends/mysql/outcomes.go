@@ -59,14 +59,14 @@ func (b *Backend) archiveSent(ctx context.Context, op string, lease outbox.Lease
 		}
 	}()
 	var held int
-	if err := tx.QueryRowContext(ctx, b.relay.lockLease, leaseArgs(lease)...).Scan(&held); err != nil {
+	if err := tx.StmtContext(ctx, b.relay.lockLease).QueryRowContext(ctx, leaseArgs(lease)...).Scan(&held); err != nil {
 		return b.relayErr(op, err)
 	}
 	if held == 0 {
 		return fenceLost(op, lease)
 	}
 	arg := jsonArg(ids)
-	if _, err := tx.ExecContext(ctx, b.relay.archiveSent, arg, lease.Partition); err != nil {
+	if _, err := tx.StmtContext(ctx, b.relay.archiveSent).ExecContext(ctx, arg, lease.Partition); err != nil {
 		return b.relayErr(op, err)
 	}
 	if _, err := tx.StmtContext(ctx, b.relay.markSent).ExecContext(ctx, append([]any{arg}, leaseArgs(lease)...)...); err != nil {
@@ -114,9 +114,10 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 			return fmt.Errorf("mysqloutbox: %s: failure %d (entry %q) has both Park and Deferred set; a deferred entry was not attempted, so it cannot be parked: set one of them: %w",
 				op, i, f.ID, outbox.ErrInvalidArgument)
 		}
-		if _, dup := seen[f.ID]; dup {
+		if _, dup := seen[f.ID]; dup || len(f.ID) > outbox.MaxIDLen {
 			// One statement changes a row once: the first failure of an ID
-			// in the call is the one recorded.
+			// in the call is the one recorded. An ID longer than
+			// outbox.MaxIDLen names no entry (see uniqueIDs).
 			continue
 		}
 		seen[f.ID] = struct{}{}

@@ -402,3 +402,150 @@ func TestOutcomePlans(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayRoundTrips counts the statements the relay's calls send on a
+// warmed connection: one each, nothing prepared again, and a second one
+// only when a write changed fewer rows than it was given.
+func TestRelayRoundTrips(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	db.SetMaxOpenConns(1) // every call on the same connection
+	ctx := context.Background()
+	l := takeLease(t, db, 0, "me")
+	archived, err := mysqloutbox.New(ctx, db, mysqloutbox.Options{Archive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer archived.Close()
+	counters := func() (questions, prepares int) {
+		t.Helper()
+		rows, err := db.Query("SHOW SESSION STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var v int
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			if k == "Questions" {
+				questions = v
+			} else {
+				prepares = v
+			}
+		}
+		return questions, prepares
+	}
+	for round := range 3 {
+		insertRows(t, db, row{id: fmt.Sprintf("a%d", round)}, row{id: fmt.Sprintf("b%d", round)}, row{id: fmt.Sprintf("c%d", round)})
+		a, bb, c := fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round), fmt.Sprintf("c%d", round)
+		for _, call := range []struct {
+			name string
+			want int
+			run  func() error
+		}{
+			{"FetchBatch", 1, func() error { _, err := b.FetchBatch(ctx, l, 10); return err }},
+			{"MarkFailed", 1, func() error { return b.MarkFailed(ctx, l, []outbox.Failure{{ID: a, Error: "e", Delay: -time.Second}}) }},
+			{"MarkSent", 1, func() error { return b.MarkSent(ctx, l, []string{a, bb}) }},
+			{"MarkSentUnknownID", 2, func() error { return b.MarkSent(ctx, l, []string{c, "unknown"}) }},
+			{"Release", 1, func() error { return b.Release(ctx, l, []string{c}) }},
+			// START TRANSACTION, the lease row locked, the copy, the
+			// delete, COMMIT.
+			{"MarkSentArchived", 5, func() error { return archived.MarkSent(ctx, l, []string{c}) }},
+		} {
+			q0, p0 := counters()
+			if err := call.run(); err != nil {
+				t.Fatalf("%s: %v", call.name, err)
+			}
+			q1, p1 := counters()
+			if round > 0 && (q1-q0-1 != call.want || p1 != p0) {
+				t.Errorf("round %d: %s sent %d statements and %d prepares; want %d and none", round, call.name, q1-q0-1, p1-p0, call.want)
+			}
+		}
+	}
+}
+
+// TestJSONArgumentsKeepEveryCharacter: IDs and errors pass through the
+// JSON arrays the statements take (JSON_TABLE) unchanged: quotes,
+// backslashes, control characters, HTML characters, 4-byte UTF-8.
+func TestJSONArgumentsKeepEveryCharacter(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	odd := "id \"q\" \\b\\ <&> \u2028 \t😀 é"
+	insertRows(t, db, row{id: odd}, row{id: "plain"})
+	l := takeLease(t, db, 0, "me")
+	msg := "err \"q\" \\ \n\r\t <&> \u2028 😀 \x01"
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: odd, Error: msg}}); err != nil {
+		t.Fatal(err)
+	}
+	r := readRow(t, db, odd)
+	if r.attempts != 1 || r.lastError != msg || len(r.history) != 1 || r.history[0].Error != msg {
+		t.Fatalf("stored %+v, want last error %q", r, msg)
+	}
+	// An ID longer than any entry's, whose first 255 characters are an
+	// entry's ID, names no entry.
+	long := "plain" + strings.Repeat("x", 250)
+	insertRows(t, db, row{id: long})
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: long + "y", Error: "no"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkSent(ctx, l, []string{long + "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := readRow(t, db, long); r.attempts != 0 {
+		t.Fatalf("a longer ID changed %s: %+v", long, r)
+	}
+	if err := b.MarkSent(ctx, l, []string{odd}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM `outbox` WHERE id = ?", odd).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the odd ID is still there (%d, %v)", n, err)
+	}
+}
+
+// TestIDsCompareByBytes: the IDs the statements take are compared with the
+// VARBINARY id column byte for byte: "x" never names "x " (a PAD SPACE
+// collation would), nor "X".
+func TestIDsCompareByBytes(t *testing.T) {
+	t.Parallel()
+	b, db := newBackend(t, mysqloutbox.Options{Partitions: 1})
+	ctx := context.Background()
+	insertRows(t, db, row{id: "x "}, row{id: "X"}, row{id: "x"})
+	l := takeLease(t, db, 0, "me")
+	if err := b.MarkFailed(ctx, l, []outbox.Failure{{ID: "x", Error: "e"}}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int{"x": 1, "x ": 0, "X": 0} {
+		if r := readRow(t, db, id); r.attempts != want {
+			t.Fatalf("after MarkFailed of \"x\", %q has %d attempts, want %d", id, r.attempts, want)
+		}
+	}
+	if err := b.MarkSent(ctx, l, []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := db.Query("SELECT id FROM `outbox` ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	if strings.Join(left, "|") != "X|x " {
+		t.Fatalf("after MarkSent of \"x\": %q left, want \"X\" and \"x \"", left)
+	}
+	got, err := b.FetchNext(ctx, l, 10, []outbox.Entry{{ID: "X"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "FetchNext with \"X\" in flight", got.Entries, "x ")
+}

@@ -41,17 +41,16 @@ func (b *Backend) renderRelay(q string) string {
 // that is not prepared as prepare, execute and close).
 type relayState struct {
 	find, findNext, markSent, markFailed, parkCorrupt *sql.Stmt
-	leaseHeld, purge                                  *sql.Stmt
-	// lockLease, archiveSent and parkedIDs are the texts of statements run
-	// rarely or inside a transaction (MarkSent with the archive, after a
-	// park that changed fewer rows than it was given).
-	lockLease, archiveSent, parkedIDs string
+	leaseHeld, purge, lockLease, archiveSent          *sql.Stmt
+	// parkedIDs is the text of the query run after a park that changed
+	// fewer rows than it was given (rare).
+	parkedIDs string
 }
 
 // exceptSQL is the condition of FetchNext that leaves out the IDs in
 // flight (a JSON array of strings).
 const exceptSQL = "AND o.id NOT IN (SELECT x.id FROM JSON_TABLE(?, '$[*]' COLUMNS (" +
-	"id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS x)"
+	"id VARBINARY(255) PATH '$')) AS x)"
 
 // initRelay prepares fetching and recording outcomes.
 func (b *Backend) initRelay(ctx context.Context) error {
@@ -67,6 +66,8 @@ func (b *Backend) initRelay(ctx context.Context) error {
 		{&b.relay.parkCorrupt, relayQuery("park_corrupt")},
 		{&b.relay.leaseHeld, relayQuery("lease_held")},
 		{&b.relay.purge, relayQuery("purge_archive")},
+		{&b.relay.lockLease, relayQuery("lock_lease")},
+		{&b.relay.archiveSent, relayQuery("archive_sent")},
 	}
 	for _, s := range texts {
 		stmt, err := b.db.PrepareContext(ctx, b.renderRelay(s.text))
@@ -76,8 +77,6 @@ func (b *Backend) initRelay(ctx context.Context) error {
 		}
 		*s.stmt = stmt
 	}
-	b.relay.lockLease = b.renderRelay(relayQuery("lock_lease"))
-	b.relay.archiveSent = b.renderRelay(relayQuery("archive_sent"))
 	b.relay.parkedIDs = b.renderRelay(relayQuery("parked_ids"))
 	return nil
 }
@@ -86,7 +85,7 @@ func (b *Backend) initRelay(ctx context.Context) error {
 // were prepared on).
 func (b *Backend) closeRelay() {
 	for _, s := range []*sql.Stmt{b.relay.find, b.relay.findNext, b.relay.markSent, b.relay.markFailed,
-		b.relay.parkCorrupt, b.relay.leaseHeld, b.relay.purge} {
+		b.relay.parkCorrupt, b.relay.leaseHeld, b.relay.purge, b.relay.lockLease, b.relay.archiveSent} {
 		if s != nil {
 			_ = s.Close()
 		}
@@ -124,12 +123,15 @@ func jsonArg(v any) string {
 }
 
 // uniqueIDs returns ids without repeats, in first-seen order (a repeated
-// ID would count twice against the rows a statement changed).
+// ID would count twice against the rows a statement changed), and without
+// IDs longer than outbox.MaxIDLen bytes, which name no entry (JSON_TABLE
+// would cut them to the column's 255 characters, and the cut ID could
+// name one).
 func uniqueIDs(ids []string) []string {
 	seen := make(map[string]struct{}, len(ids))
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if _, ok := seen[id]; !ok {
+		if _, ok := seen[id]; !ok && len(id) <= outbox.MaxIDLen {
 			seen[id] = struct{}{}
 			out = append(out, id)
 		}

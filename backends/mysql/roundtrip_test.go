@@ -47,8 +47,10 @@ func TestAppendRoundTrips(t *testing.T) {
 		want    int
 	}{
 		{"One", mysqloutbox.Options{}, 1, 2},
+		{"KeySequenceNoKey", mysqloutbox.Options{KeySequence: true}, 1, 3},
 		{"Hundred", mysqloutbox.Options{}, 100, 2},
 		{"KeySequenceOneKey", mysqloutbox.Options{KeySequence: true}, 1, 4},
+		{"KeySequenceHundredManyKeys", mysqloutbox.Options{KeySequence: true}, 100, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -63,7 +65,10 @@ func TestAppendRoundTrips(t *testing.T) {
 				}
 				es := make([]outbox.Entry, c.entries)
 				for i := range es {
-					es[i] = outbox.Entry{ID: fmt.Sprintf("r%d-%d", round, i), Topic: "t", Key: "k"}
+					es[i] = outbox.Entry{ID: fmt.Sprintf("r%d-%d", round, i), Topic: "t", Key: fmt.Sprint("k", i%7)}
+					if c.name == "KeySequenceNoKey" {
+						es[i].Key = ""
+					}
 				}
 				q0, p0 := sessionCounters(t, tx)
 				if err := b.AppendInTx(ctx, tx, es...); err != nil {

@@ -7,6 +7,6 @@ REPLACE INTO {archive} (seq, id, `partition`, topic, `key`, payload, headers, no
                         created_at, attempts, last_error, history, sent_at)
 SELECT o.seq, o.id, o.`partition`, o.topic, o.`key`, o.payload, o.headers, o.not_before,
        o.created_at, o.attempts, o.last_error, o.history, UTC_TIMESTAMP(6)
-FROM JSON_TABLE(?, '$[*]' COLUMNS (id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+FROM JSON_TABLE(?, '$[*]' COLUMNS (id VARBINARY(255) PATH '$')) AS j
 STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = j.id
 WHERE o.`partition` = ?

@@ -7,11 +7,11 @@
 WITH {blocked_heads}
 SELECT {entry_columns}, o.waiting, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', o.since)
 FROM bk_heads AS o
-WHERE (? OR (o.since, CAST(o.id AS BINARY)) > (TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), ?))
+WHERE (? OR (o.since, o.id) > (TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), ?))
   AND (? IS NULL OR CAST(o.topic AS BINARY) = ?)
   AND (? IS NULL OR o.`key` = ?)
   AND (? IS NULL OR (o.last_error <> '' AND LOCATE(?, {fold}) > 0))
   AND (? IS NULL OR o.created_at >= TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))
   AND (? IS NULL OR o.created_at < TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))
-ORDER BY o.since, CAST(o.id AS BINARY)
+ORDER BY o.since, o.id
 LIMIT ?

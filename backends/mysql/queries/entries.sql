@@ -11,11 +11,11 @@
 SELECT {entry_columns}
 FROM {outbox} AS o
 WHERE {state}
-  AND CAST(o.id AS BINARY) > ?
+  AND o.id > ?
   AND (? IS NULL OR CAST(o.topic AS BINARY) = ?)
   AND (? IS NULL OR o.`key` = ?)
   AND (? IS NULL OR (o.last_error <> '' AND LOCATE(?, {fold}) > 0))
   AND (? IS NULL OR o.created_at >= TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))
   AND (? IS NULL OR o.created_at < TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))
-ORDER BY CAST(o.id AS BINARY)
+ORDER BY o.id
 LIMIT ?

@@ -9,15 +9,16 @@
 -- of failing the statement.
 --
 -- A failure appends {"at": the server's UTC time, "error", "owner"} to
--- history and removes its first element when that makes it longer than
--- {max_history} (a history made longer by hand shrinks by one per failure
--- from then on). A deferred failure (never park: the Backend rejects
+-- history and, when history already held {max_history} elements or more,
+-- removes its first (MariaDB 10.6 has no JSON path ranges to keep the
+-- last N in one step; a history made longer than {max_history} by hand
+-- keeps its length from then on instead of shrinking). A deferred failure (never park: the Backend rejects
 -- both) only sets next_at and deferred: attempts, last_error and history
 -- stay. Any other failure clears deferred. No assignment reads a column an
 -- earlier one sets (MySQL applies them left to right).
 UPDATE {lease} AS l
 STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (
-        id       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+        id       VARBINARY(255) PATH '$[0]',
         error    TEXT CHARACTER SET utf8mb4 PATH '$[1]',
         delay_us BIGINT PATH '$[2]',
         park     INT PATH '$[3]',

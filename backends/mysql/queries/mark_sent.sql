@@ -16,6 +16,6 @@
 -- with concurrent appends inserting into those gaps.
 DELETE o
 FROM {lease} AS l
-STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (id VARBINARY(255) PATH '$')) AS j
 STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = j.id AND o.`partition` = l.`partition`
 WHERE l.`partition` = ? AND l.owner = ? AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)

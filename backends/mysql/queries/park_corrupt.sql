@@ -5,7 +5,7 @@
 -- reason as last_error, next_at kept), touching only pending rows.
 UPDATE {lease} AS l
 STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (
-        id     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+        id     VARBINARY(255) PATH '$[0]',
         reason TEXT CHARACTER SET utf8mb4 PATH '$[1]')) AS f
 STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = f.id AND o.`partition` = l.`partition`
 SET o.attempts = LEAST(GREATEST(o.attempts, 0), 2147483646) + 1,

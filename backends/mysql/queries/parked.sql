@@ -1,8 +1,8 @@
--- Parked: ? after id (bytes), ? limit. Ordered by the bytes of id (as Go
--- compares strings), which utf8mb4_bin with its trailing-space padding
--- does not promise: a sort of the parked rows after the ID.
+-- Parked: ? after id, ? limit. Ordered by id, a VARBINARY column: by its
+-- bytes, as Go compares strings. A sort of the parked rows after the ID
+-- (no index leads with state).
 SELECT {entry_columns}
 FROM {outbox} AS o
-WHERE o.state = 'parked' AND CAST(o.id AS BINARY) > ?
-ORDER BY CAST(o.id AS BINARY)
+WHERE o.state = 'parked' AND o.id > ?
+ORDER BY o.id
 LIMIT ?

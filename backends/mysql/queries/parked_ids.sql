@@ -4,7 +4,7 @@
 -- (an entry cancelled or sent meanwhile), FetchBatch reports only these.
 SELECT o.id
 FROM JSON_TABLE(?, '$[*]' COLUMNS (
-        id     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+        id     VARBINARY(255) PATH '$[0]',
         reason TEXT CHARACTER SET utf8mb4 PATH '$[1]')) AS f
 STRAIGHT_JOIN {outbox} AS o FORCE INDEX ({id_uq}) ON o.id = f.id
 WHERE o.`partition` = ? AND o.state = 'parked' AND o.last_error = f.reason

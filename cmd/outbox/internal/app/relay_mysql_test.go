@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,5 +43,17 @@ func newMySQLE2E(t *testing.T, bins relayBins) *e2eStore {
 			}
 			return tx.Commit()
 		},
+	}
+}
+
+// TestRelayPollIntervalFlag: --poll-interval 0 (the default) takes the
+// store's interval; a negative one is a usage error naming the default.
+func TestRelayPollIntervalFlag(t *testing.T) {
+	t.Parallel()
+	cliFails(t, 2, []string{"--poll-interval must be positive, or 0 for the store's default (it is -1s)"},
+		"relay", "--kafka-brokers", "127.0.0.1:1", "--store", "redis://127.0.0.1:1", "--poll-interval=-1s")
+	help := strings.Join(strings.Fields(cliOK(t, "relay", "--help")), " ")
+	if want := "Default (0): the store's, " + outbox.DefaultPollInterval.String() + " for Postgres and Redis"; !strings.Contains(help, want) || !strings.Contains(help, mysqloutbox.DefaultPollInterval.String()+" for MySQL") {
+		t.Fatalf("relay --help does not give the poll interval's defaults (%q):\n%s", want, help)
 	}
 }
