@@ -4,6 +4,7 @@ go 1.26.8
 
 replace (
 	github.com/outboxrelay/outbox => ..
+	github.com/outboxrelay/outbox/backends/mysql => ../backends/mysql
 	github.com/outboxrelay/outbox/backends/postgres => ../backends/postgres
 	github.com/outboxrelay/outbox/backends/redis => ../backends/redis
 	github.com/outboxrelay/outbox/cmd/outbox => ../cmd/outbox
@@ -19,6 +20,7 @@ require (
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/outboxrelay/outbox v0.0.0-00010101000000-000000000000
+	github.com/outboxrelay/outbox/backends/mysql v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/postgres v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/backends/redis v0.0.0-00010101000000-000000000000
 	github.com/outboxrelay/outbox/sinks/kafka v0.0.0-00010101000000-000000000000
@@ -30,10 +32,13 @@ require (
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
 
+require filippo.io/edwards25519 v1.2.0 // indirect
+
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect

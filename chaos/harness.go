@@ -70,6 +70,7 @@ type harness struct {
 	self      string // this binary, run as `chaos appender`
 	pgURL     string // the shared PostgreSQL
 	redisURL  string // the shared Redis
+	mysqlURL  string // the shared MySQL (MariaDB)
 	keepFiles bool
 }
 
@@ -189,6 +190,7 @@ func newHarness(cfg config, work string) (*harness, error) {
 	_ = os.Chmod(h.work, 0o755)
 	h.pgURL = envOr("OUTBOX_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
 	h.redisURL = envOr("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0")
+	h.mysqlURL = envOr("OUTBOX_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
 	if h.self, err = os.Executable(); err != nil {
 		return nil, err
 	}

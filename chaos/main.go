@@ -15,10 +15,12 @@
 //	./scripts/chaos.sh                     # the full run; writes docs/reliability.md
 //	./scripts/chaos.sh -run 'relay-kill'   # scenarios whose name matches
 //
-// It signals only processes it started, by PID, and terminates Postgres
-// sessions only by its own application_name prefix. The shared PostgreSQL
-// and Redis come from OUTBOX_POSTGRES_URL and OUTBOX_REDIS_URL (defaults:
-// the local servers); the private servers it starts itself, the brokers
+// It signals only processes it started, by PID, terminates Postgres
+// sessions only by its own application_name prefix, and kills MariaDB
+// sessions only on its own private servers, by user and database. The
+// shared PostgreSQL, Redis and MySQL come from OUTBOX_POSTGRES_URL,
+// OUTBOX_REDIS_URL and OUTBOX_MYSQL_URL (defaults: the local servers);
+// the private servers (PostgreSQL, Redis, MariaDB) it starts itself, the brokers
 // with package internal/brokerproc (nats-server and rabbitmq-server from
 // the Debian packages of those names: ./scripts/services.sh install).
 //

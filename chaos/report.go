@@ -302,8 +302,8 @@ The outbox promises at least once delivery, per-key order, duplicates
 bounded by one batch per incident and recovery within a lease. The harness
 checks those promises across real process crashes: it runs appenders,
 ` + "`outbox relay`" + ` processes, a Kafka broker (franz-go's kfake as a process of
-its own) and, for the server faults, private PostgreSQL and Redis servers
-and, for the NATS and RabbitMQ sinks, a private ` + "`nats-server -js`" + ` or
+its own) and, for the server faults, private PostgreSQL, Redis and MariaDB
+servers and, for the NATS and RabbitMQ sinks, a private ` + "`nats-server -js`" + ` or
 RabbitMQ node, all on 127.0.0.1; it injects one kind of fault per scenario, again and
 again, while the appenders write and the relays relay; then it stops the
 appenders, waits until the outbox is drained, reads every record the

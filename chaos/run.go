@@ -36,7 +36,7 @@ type run struct {
 	dir string
 	rng *mrand.Rand
 
-	kind      string   // "postgres" or "redis"
+	kind      string   // "postgres", "redis" or "mysql"
 	storeURL  string   // without application_name
 	storeArgs []string // --schema / --prefix
 	cleanup   []func()
@@ -58,6 +58,11 @@ type run struct {
 	pg      *servers.Postgres
 	rds     *servers.Redis
 	cluster *servers.RedisCluster
+	my      *servers.MariaDB
+
+	// The store URLs of the relays and the appenders in MySQL scenarios
+	// (see mysqlSessionURL).
+	myRelayURL, myAppURL string
 }
 
 type relayProc struct {
@@ -324,6 +329,10 @@ func (r *run) setupStore(ctx context.Context) error {
 		r.cluster = c
 		r.cleanup = append(r.cleanup, func() { _ = c.Close() })
 		r.kind, r.storeURL = "redis", "redis+cluster://"+strings.Join(c.Addrs(), ",")
+	case backendMySQL, backendPrivateMariaDB:
+		if err := r.setupMySQL(ctx, sdir); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("unknown backend %q", r.sc.backend)
 	}
@@ -342,10 +351,14 @@ func (r *run) outbox(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // appName is the Postgres application_name prefix of this run's sessions:
-// the only sessions pg_terminate_backend scenarios touch.
+// the only sessions pg_terminate_backend scenarios touch. (MySQL has no
+// application_name: the MySQL scenarios tell sessions apart by user.)
 func (r *run) appName() string { return "chaos-" + r.id + "-" }
 
 func (r *run) withAppName(name string) string {
+	if r.kind == "mysql" {
+		return r.mysqlSessionURL(name)
+	}
 	if r.kind != "postgres" {
 		return r.storeURL
 	}

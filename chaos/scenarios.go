@@ -18,6 +18,8 @@ const (
 	backendPrivatePostgres backendKind = "postgres (private)"
 	backendPrivateRedis    backendKind = "redis (private, AOF always)"
 	backendPrivateCluster  backendKind = "redis cluster (private, 3+3)"
+	backendMySQL           backendKind = "mysql"             // the shared server, own database
+	backendPrivateMariaDB  backendKind = "mariadb (private)" // mariadbd of the run's own
 )
 
 // scenario is one kind of fault, injected again and again on one backend.
@@ -102,6 +104,9 @@ func scenarios() []*scenario {
 		brokerFaults(),
 		clusterFailover(),
 		fleetChurn(),
+		relayKill("mysql/relay-kill", backendMySQL),
+		mysqlConnKill(),
+		mysqlServerRestart(),
 		sinkRestart("nats/relay-kill+broker-restart", brokerNATS),
 		sinkRestart("amqp/relay-kill+broker-restart", brokerAMQP),
 		negativeControl("control/unordered", "unordered",

@@ -5,6 +5,10 @@
 # broker (or a private nats-server or RabbitMQ node for the nats/ and amqp/
 # scenarios) and private PostgreSQL/Redis servers as processes on
 # 127.0.0.1, faults injected, histories checked (see docs/reliability.md).
+# The mysql/ scenarios run the outbox in MariaDB: mysql/relay-kill in a
+# database of its own on the shared server, mysql/conn-kill (KILL
+# CONNECTION of the relays' sessions) and mysql/server-restart (mariadbd
+# SIGKILLed) on a private mariadbd made with mariadb-install-db.
 #
 #   ./scripts/chaos.sh -short     every scenario briefly (part of the test
 #                                 command, so of CI); about 2 minutes here
@@ -12,11 +16,12 @@
 #                                 docs/reliability.md
 #   ./scripts/chaos.sh -run redis only the scenarios whose name matches
 #
-# It needs the shared PostgreSQL and Redis (OUTBOX_POSTGRES_URL,
-# OUTBOX_REDIS_URL; defaults: the local servers) and, for its private
-# servers, PostgreSQL's initdb/pg_ctl, redis-server/redis-cli,
-# nats-server and rabbitmq-server installed (./scripts/services.sh
-# install). It signals only processes it started.
+# It needs the shared PostgreSQL, Redis and MySQL (OUTBOX_POSTGRES_URL,
+# OUTBOX_REDIS_URL, OUTBOX_MYSQL_URL; defaults: the local servers) and,
+# for its private servers, PostgreSQL's initdb/pg_ctl,
+# redis-server/redis-cli, mariadbd/mariadb-install-db, nats-server and
+# rabbitmq-server installed (./scripts/services.sh install). It signals
+# only processes it started.
 # Output goes through ./scripts/services.sh redact: no password in a log.
 set -euo pipefail
 cd "$(dirname "$0")/.."

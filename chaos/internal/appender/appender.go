@@ -58,9 +58,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("appender", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.store, "store", "", "the store holding the outbox: postgres://..., redis://... or redis+cluster://host:port,host:port,...")
+	fs.StringVar(&c.store, "store", "", "the store holding the outbox: postgres://..., mysql://USER@HOST:PORT/DATABASE, redis://... or redis+cluster://host:port,host:port,...")
 	fs.StringVar(&c.schema, "schema", "public", "PostgreSQL schema of the outbox")
-	fs.StringVar(&c.table, "table", "outbox", "PostgreSQL table of the outbox")
+	fs.StringVar(&c.table, "table", "outbox", "PostgreSQL or MySQL table of the outbox")
 	fs.StringVar(&c.prefix, "prefix", "{outbox}", "Redis key prefix of the outbox")
 	fs.StringVar(&c.name, "name", "", "appender name: part of its keys and entry IDs, and its PostgreSQL application_name (letters, digits, '.', '_', '-'; at most 48 bytes)")
 	fs.IntVar(&c.keys, "keys", 0, "number of keys, NAME-k0000 .. NAME-k{N-1}")
@@ -81,7 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	switch {
 	case c.store == "":
-		return c, errors.New("appender: -store is required (postgres://..., redis://... or redis+cluster://...)")
+		return c, errors.New("appender: -store is required (postgres://..., mysql://..., redis://... or redis+cluster://...)")
 	case c.name == "":
 		return c, errors.New("appender: -name is required")
 	case len(c.name) > maxNameLen || strings.TrimLeft(c.name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "":

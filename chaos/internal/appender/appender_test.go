@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,15 +22,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox"
+	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 	"github.com/outboxrelay/outbox/chaos/history"
+	"github.com/outboxrelay/outbox/chaos/internal/mysqlurl"
+	"github.com/outboxrelay/outbox/chaos/internal/servers"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
@@ -203,6 +209,57 @@ func runFor(t *testing.T, args []string, d time.Duration, during func(ctx contex
 		t.Fatalf("run: %v; stderr:\n%s", err, stderr.String())
 	}
 	return st, stderr.String()
+}
+
+// runWhile runs the appender until during returns (or limit passes, which
+// fails t), then stops it as runFor does.
+func runWhile(t *testing.T, args []string, limit time.Duration, during func(ctx context.Context)) (*stats, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var stderr syncBuffer
+	var (
+		st  *stats
+		err error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st, err = run(ctx, args, &stderr)
+	}()
+	during(ctx)
+	if ctx.Err() != nil {
+		t.Errorf("the run took longer than %v", limit)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("appender did not return 15s after its context ended; stderr:\n%s", stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("run: %v; stderr:\n%s", err, stderr.String())
+	}
+	return st, stderr.String()
+}
+
+// countAppends counts the append lines of a history file (flushed line by
+// line).
+func countAppends(file string) int64 {
+	b, _ := os.ReadFile(file)
+	return int64(bytes.Count(b, []byte(`"op":"append"`)))
+}
+
+// waitAppends waits until file has more than n append lines and returns
+// their count, or returns n when ctx ends first.
+func waitAppends(ctx context.Context, file string, n int64) int64 {
+	for ctx.Err() == nil {
+		if c := countAppends(file); c > n {
+			return c
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
 }
 
 // recorded is what a history file says.
@@ -545,7 +602,7 @@ func TestBadFlags(t *testing.T) {
 func TestUnreachableStoreFails(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "h.jsonl")
-	for _, store := range []string{"postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=1", "redis://127.0.0.1:1/0"} {
+	for _, store := range []string{"postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=1", "redis://127.0.0.1:1/0", "mysql://root@127.0.0.1:1/x?timeout=1s"} {
 		var stderr syncBuffer
 		_, err := run(context.Background(), []string{"-store", store, "-name", "x", "-keys", "1", "-topic", "t", "-history", file, "-timeout", "2s"}, &stderr)
 		if err == nil || !strings.Contains(err.Error(), "opening the outbox") {
@@ -590,4 +647,183 @@ func TestCommitOutcome(t *testing.T) {
 			t.Errorf("%s: redisAborted = %v, want %v", c.name, got, c.aborted)
 		}
 	}
+	for _, c := range []struct {
+		name       string
+		err        error
+		rolledBack bool
+	}{
+		{"Deadlock", &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}, true},
+		{"TxDone", sql.ErrTxDone, true},
+		{"ConnectionKilled", &mysql.MySQLError{Number: 1927, Message: "Connection was killed"}, false},
+		{"Shutdown", &mysql.MySQLError{Number: 1053, Message: "Server shutdown in progress"}, false},
+		{"InvalidConn", mysql.ErrInvalidConn, false},
+		{"ConnectionLost", io.ErrUnexpectedEOF, false},
+	} {
+		if got := mysqlRolledBack(c.err); got != c.rolledBack {
+			t.Errorf("%s: mysqlRolledBack = %v, want %v", c.name, got, c.rolledBack)
+		}
+	}
+}
+
+// mysqlOutbox creates a database holding an outbox with the given
+// partitions, dropped when t ends, as "outbox migrate up" does, and
+// returns its store URL, the database's name and a pool on it.
+func mysqlOutbox(t *testing.T, partitions int) (string, string, *sql.DB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	admin, err := sql.Open("mysql", testenv.MySQLDSN(""))
+	if err == nil {
+		err = admin.PingContext(ctx)
+	}
+	if err != nil {
+		testenv.Unavailable(t, "MySQL", "OUTBOX_MYSQL_URL", err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	database := "chaos_appender_" + randHex()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+database+"`"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+database+"`"); err != nil {
+			t.Errorf("dropping %s: %v", database, err)
+		}
+	})
+	db, err := sql.Open("mysql", testenv.MySQLDSN(database))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := mysqloutbox.Migrate(ctx, db, mysqloutbox.Options{Partitions: partitions}); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	u, err := mysqlurl.WithDatabase(testenv.MySQLURL(), database, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, database, db
+}
+
+// mysqlIDs returns the IDs in the outbox table.
+func mysqlIDs(t *testing.T, db *sql.DB) map[string]bool {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), "SELECT id FROM outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestMySQLAppendsEveryKeyInOrder(t *testing.T) {
+	t.Parallel()
+	storeURL, _, db := mysqlOutbox(t, 4)
+	name := "my" + randHex()
+	file := filepath.Join(t.TempDir(), "appender.jsonl")
+	// The shared server flushes every commit and may be busy: the run
+	// lasts until 40 entries are appended, 30 s at most.
+	st, stderr := runWhile(t, []string{
+		"-store", storeURL, "-name", name, "-keys", "10",
+		"-topic", "chaos", "-workers", "2", "-history", file,
+	}, 30*time.Second, func(ctx context.Context) {
+		for n := int64(0); n < 40 && ctx.Err() == nil; {
+			n = waitAppends(ctx, file, n)
+		}
+	})
+
+	r := readHistory(t, file)
+	if len(r.appended) < 40 {
+		t.Fatalf("only %d entries appended; stderr:\n%s", len(r.appended), stderr)
+	}
+	if n := checkHistory(t, r, name, 10, 4); n != 10 {
+		t.Errorf("%d keys appended, want 10", n)
+	}
+	inStore := mysqlIDs(t, db)
+	for _, e := range r.appended {
+		if !inStore[e.ID] {
+			t.Errorf("appended entry %s is not in the outbox", e.ID)
+		}
+	}
+	checkNoStrays(t, inStore, r)
+	if got := st.appended.Load(); got != int64(len(r.appended)) {
+		t.Errorf("counted %d appends, history has %d", got, len(r.appended))
+	}
+	t.Logf("appended %d, unknown %d, retries %d", st.appended.Load(), st.unknown.Load(), st.retries.Load())
+}
+
+// TestMySQLSurvivesKilledConnections ends the appender's sessions with
+// KILL CONNECTION again and again: it appends again within 10 s of each
+// kill, every key in order, and every confirmed entry is in the outbox.
+func TestMySQLSurvivesKilledConnections(t *testing.T) {
+	t.Parallel()
+	storeURL, database, db := mysqlOutbox(t, 4)
+	u, err := url.Parse(storeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := u.User.Username() // the appender's sessions are this user's
+	name := "mykill" + randHex()
+	file := filepath.Join(t.TempDir(), "appender.jsonl")
+	const kills = 6
+	var (
+		killed   int
+		progress []int64 // appends counted at each kill
+	)
+	// Each kill waits for an append after the previous one (at most 10 s:
+	// the shared server flushes every commit and may be busy).
+	st, stderr := runWhile(t, []string{
+		"-store", storeURL, "-name", name, "-keys", "10",
+		"-topic", "chaos", "-workers", "2", "-history", file,
+	}, 90*time.Second, func(ctx context.Context) {
+		// Kill only once the appender has opened the outbox (New on a
+		// killed session fails the run, as it should) and appends.
+		n := waitAppends(ctx, file, 0)
+		for range kills {
+			progress = append(progress, n)
+			// The admin DSN names no database, so its own session is
+			// never one of the database's.
+			k, err := servers.KillConnections(ctx, testenv.MySQLDSN(""), servers.Sessions{User: user, Database: database}, 0)
+			if err != nil {
+				t.Errorf("KillConnections: %v", err)
+				return
+			}
+			killed += k
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n = waitAppends(wctx, file, n)
+			cancel()
+		}
+		progress = append(progress, n)
+	})
+	if killed < kills {
+		t.Errorf("killed %d sessions in %d rounds, want at least one per round", killed, kills)
+	}
+	for i := 1; i < len(progress); i++ {
+		if progress[i] <= progress[i-1] {
+			t.Errorf("no append between kill %d and %d (appends counted: %v); stderr:\n%s", i, i+1, progress, stderr)
+		}
+	}
+	r := readHistory(t, file)
+	checkHistory(t, r, name, 10, 4)
+	inStore := mysqlIDs(t, db)
+	for _, e := range r.appended {
+		if !inStore[e.ID] {
+			t.Errorf("appended entry %s is not in the outbox", e.ID)
+		}
+	}
+	checkNoStrays(t, inStore, r)
+	t.Logf("killed %d sessions; appended %d, unknown %d (%d at exit), retries %d; appends at each kill %v",
+		killed, st.appended.Load(), st.unknown.Load(), st.unresolved.Load(), st.retries.Load(), progress)
 }

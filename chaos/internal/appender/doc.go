@@ -18,19 +18,22 @@
 //
 // # One transaction
 //
-// Postgres: pool.Begin, Backend.AppendInTx, tx.Commit. Redis: a TxPipeline
-// (MULTI/EXEC) holding Backend.AppendInTx, its Exec checked with
-// redisoutbox.CheckExec. Outcomes:
+// Postgres: pool.Begin, Backend.AppendInTx, tx.Commit. MySQL (mysql://):
+// db.BeginTx, mysqloutbox's Backend.AppendInTx on the *sql.Tx, tx.Commit.
+// Redis: a TxPipeline (MULTI/EXEC) holding Backend.AppendInTx, its Exec
+// checked with redisoutbox.CheckExec. Outcomes:
 //
 //   - Commit or Exec succeeded: an append line for the entry.
 //   - A failure before the commit (Begin, AppendInTx) or a definite
 //     rollback (pgx.ErrTxCommitRollback, an ERROR-severity server error,
 //     an error pgconn reports as raised before anything was sent;
-//     EXECABORT, a WATCH conflict or CROSSSLOT on Redis): nothing was
+//     ER_LOCK_DEADLOCK or sql.ErrTxDone on MySQL; EXECABORT, a WATCH
+//     conflict or CROSSSLOT on Redis): nothing was
 //     committed; the same entry (same ID) is retried after a backoff of
 //     10 ms doubling to 500 ms.
 //   - Any other failure of the commit or Exec (a connection that died, a
-//     timeout, a FATAL server error such as pg_terminate_backend's, an
+//     timeout, a FATAL server error such as pg_terminate_backend's, any
+//     other MySQL error such as KILL CONNECTION's, an
 //     *redisoutbox.ExecError): the outcome is unknown; the same entry is
 //     retried until a retry is confirmed, which records the append line.
 //
@@ -49,9 +52,10 @@
 //
 // # Idempotent retries
 //
-// A retry after an unknown commit appends the same ID again. Both backends
-// skip an ID that is still in the outbox: Postgres inserts with ON
-// CONFLICT (id) DO NOTHING, Redis's append.lua adds the entry with HSETNX
+// A retry after an unknown commit appends the same ID again. Every backend
+// skips an ID that is still in the outbox: Postgres inserts with ON
+// CONFLICT (id) DO NOTHING, MySQL with ON DUPLICATE KEY UPDATE id = id on
+// the table's unique id, Redis's append.lua adds the entry with HSETNX
 // on the partition's entries hash (idempotency is per partition; an
 // entry's partition follows from its key, which a retry keeps). The retry
 // then commits nothing new and is confirmed. If the first copy had already

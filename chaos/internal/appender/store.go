@@ -39,7 +39,7 @@ func openStore(ctx context.Context, cfg config, log *logger) (store, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // without the URL, which may hold a password
 		}
-		return nil, fmt.Errorf("appender: -store is not a URL (%v); use postgres://..., redis://... or redis+cluster://host:port,host:port", err)
+		return nil, fmt.Errorf("appender: -store is not a URL (%v); use postgres://..., mysql://..., redis://... or redis+cluster://host:port,host:port", err)
 	}
 	slogger := slog.New(slog.NewTextHandler(log.w, nil)).With("appender", cfg.name)
 	switch u.Scheme {
@@ -47,10 +47,12 @@ func openStore(ctx context.Context, cfg config, log *logger) (store, error) {
 		return openPostgres(ctx, cfg, slogger)
 	case "redis", "rediss", "redis+cluster", "rediss+cluster":
 		return openRedis(ctx, cfg, u, slogger)
+	case "mysql":
+		return openMySQL(ctx, cfg, slogger)
 	case "":
-		return nil, fmt.Errorf("appender: -store %q has no scheme; use postgres://..., redis://... or redis+cluster://host:port,host:port", redact(cfg.store))
+		return nil, fmt.Errorf("appender: -store %q has no scheme; use postgres://..., mysql://..., redis://... or redis+cluster://host:port,host:port", redact(cfg.store))
 	default:
-		return nil, fmt.Errorf("appender: -store: unknown scheme %q; use postgres://..., redis://... or redis+cluster://host:port,host:port", u.Scheme)
+		return nil, fmt.Errorf("appender: -store: unknown scheme %q; use postgres://..., mysql://..., redis://... or redis+cluster://host:port,host:port", u.Scheme)
 	}
 }
 
