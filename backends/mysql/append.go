@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/outboxrelay/outbox"
@@ -18,7 +19,7 @@ import (
 // pkgName names this package in the errors of the header codec.
 const pkgName = "mysqloutbox"
 
-// Bounds of one append statement: at most maxAppendRows rows (8
+// Bounds of one append statement: at most maxAppendRows rows (at most 8
 // placeholders each, far below MySQL's 65,535) and, past the first row,
 // at most maxAppendBytes of keys, payloads and headers, well below the
 // smallest default max_allowed_packet (4 MiB on MySQL 5.7, 16 MiB on
@@ -32,17 +33,27 @@ const (
 // AppendInTx inserts entries as part of tx. See
 // [outbox.Backend.AppendInTx] for the contract.
 //
-// It first reads the outbox's seal with a shared lock that tx keeps until
-// it ends (seal_lock.sql): once the outbox is sealed the call fails with
-// an error wrapping [outbox.ErrSealed], in every isolation level, and a
-// Seal waits for tx. Then one multi-row INSERT ... ON DUPLICATE KEY UPDATE
-// id = id inserts the entries (an existing ID is a no-op; within one call
-// the first occurrence wins; larger calls are split into statements of at
-// most 500 rows and 1 MiB). Both statements are prepared once per
-// connection: two round trips per call. created_at is the server's clock,
-// next_at the later of it and NotBefore.
+// One statement, prepared once per connection, inserts the entries: an
+// INSERT ... SELECT of the rows (a UNION ALL of placeholders, ordered by
+// their position in entries, so seq follows slice order) joined to the
+// meta row where sealed = 0, read with LOCK IN SHARE MODE, ON DUPLICATE KEY
+// UPDATE id = id (an existing ID is a no-op; within one call the first
+// occurrence wins; larger calls are split into statements of at most 500
+// rows and 1 MiB). The locking read of the meta row reads its newest
+// committed version in every isolation level and tx keeps the shared lock
+// until it ends: a Seal waits for tx, and once the outbox is sealed the
+// join selects no row. One round trip per call when the statement
+// inserts every row. When it inserts fewer rows than it was given (IDs
+// that exist, or repeated in the call, or a sealed outbox), it reads the
+// seal with a shared lock (seal_lock.sql): sealed, the call fails with an
+// error wrapping [outbox.ErrSealed], in every isolation level; not
+// sealed, it runs the statement once more under that lock (a Seal and an
+// Unseal may both have committed in between; for IDs that exist it is a
+// no-op): three round trips. created_at is the server's clock, next_at
+// the later of it and NotBefore.
 //
-// With Options.KeySequence, after the seal it reads which IDs exist
+// With Options.KeySequence, it first reads the seal with a shared lock
+// (seal_lock.sql; sealed: the error above), then reads which IDs exist
 // already (a consistent read; they take no number), adds the call's
 // count of new entries of each key to the key's counter in the key
 // sequence table (upserted in tx in key-hash order, so its row lock
@@ -77,13 +88,14 @@ func (b *Backend) AppendInTx(ctx context.Context, tx *sql.Tx, entries ...outbox.
 	if err != nil {
 		return fmt.Errorf("mysqloutbox: %s: %w", op, err)
 	}
-	if err := b.checkSeal(ctx, tx); err != nil {
-		return err
-	}
 	if b.opts.KeySequence {
 		err = b.appendNumbered(ctx, tx, prepared)
 	} else {
-		err = b.insertRows(ctx, tx, appendRows(prepared, nil), true)
+		err = b.insertFenced(ctx, tx, appendRows(prepared, nil))
+	}
+	var final *finalError
+	if errors.As(err, &final) {
+		return final.err
 	}
 	var concurrent *concurrentIDError
 	if errors.As(err, &concurrent) {
@@ -152,25 +164,25 @@ func appendRows(prepared []outbox.Entry, seqs []int64) []appendRow {
 	return rows
 }
 
-// insertRows inserts rows in order, in statements of at most
-// maxAppendRows rows and maxAppendBytes bytes. skipDup adds ON DUPLICATE
-// KEY UPDATE id = id (an existing ID is a no-op).
-func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, skipDup bool) error {
+// finalError carries an error of AppendInTx already in its final form
+// (checkSeal's).
+type finalError struct{ err error }
+
+func (e *finalError) Error() string { return e.err.Error() }
+
+func (e *finalError) Unwrap() error { return e.err }
+
+// splitRows calls f with rows in order, in runs of at most maxAppendRows
+// rows and, past a run's first row, maxAppendBytes bytes: one statement
+// each.
+func splitRows(rows []appendRow, f func([]appendRow) error) error {
 	for len(rows) > 0 {
 		n, size := 1, rows[0].size
 		for n < len(rows) && n < maxAppendRows && size+rows[n].size <= maxAppendBytes {
 			size += rows[n].size
 			n++
 		}
-		args := make([]any, 0, 8*n)
-		for _, r := range rows[:n] {
-			args = append(args, r.id, r.partition, r.topic, r.key, r.payload, r.headers, r.notBefore, r.notBefore)
-		}
-		kind := insertStrict
-		if skipDup {
-			kind = insertSkipDup
-		}
-		if _, err := b.execShape(ctx, tx, appendKey{kind, n}, args); err != nil {
+		if err := f(rows[:n]); err != nil {
 			return err
 		}
 		rows = rows[n:]
@@ -178,31 +190,128 @@ func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow, 
 	return nil
 }
 
-// appendRowSQL is the VALUES tuple of one appended row: ? id,
+// insertFenced inserts rows in order with the statement of insertSkipDup,
+// which inserts nothing once the outbox is sealed. A statement that
+// inserted a row read the meta row unsealed and left tx its shared lock,
+// so the later statements of the call need no check. One that inserted
+// none before that (its IDs exist, or the outbox is sealed) is followed
+// by checkSeal (a locking read; sealed: its error, as a finalError) and,
+// when not sealed, is run once more under the lock checkSeal took: a Seal
+// and an Unseal may both have committed since it ran.
+func (b *Backend) insertFenced(ctx context.Context, tx *sql.Tx, rows []appendRow) error {
+	fenced := false // tx holds the meta row's shared lock, read unsealed
+	return splitRows(rows, func(chunk []appendRow) error {
+		args := make([]any, 0, 7*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.id, r.partition, r.topic, r.key, r.payload, r.headers, r.notBefore)
+		}
+		if len(chunk) == 1 {
+			args = append(args, chunk[0].notBefore)
+		}
+		k := appendKey{insertSkipDup, len(chunk)}
+		res, err := b.execShape(ctx, tx, k, args)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n > 0 || fenced {
+			fenced = true
+			return nil
+		}
+		if err := b.checkSeal(ctx, tx); err != nil {
+			return &finalError{err}
+		}
+		fenced = true
+		_, err = b.execShape(ctx, tx, k, args)
+		return err
+	})
+}
+
+// insertRows inserts rows in order, without the seal fence (the
+// KeySequence path checks it first): a duplicate ID fails.
+func (b *Backend) insertRows(ctx context.Context, tx *sql.Tx, rows []appendRow) error {
+	return splitRows(rows, func(chunk []appendRow) error {
+		args := make([]any, 0, 8*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.id, r.partition, r.topic, r.key, r.payload, r.headers, r.notBefore, r.notBefore)
+		}
+		_, err := b.execShape(ctx, tx, appendKey{insertStrict, len(chunk)}, args)
+		return err
+	})
+}
+
+// appendRowSQL is the VALUES tuple of one row of insertStrict: ? id,
 // ? partition, ? topic, ? key, ? payload, ? headers, ? not_before and
 // again ? not_before (microseconds since the epoch, or NULL); last_error
 // is the empty string (a TEXT column has no default on MySQL before 8.0.13).
 const appendRowSQL = "(?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL +
 	", GREATEST(" + nowSQL + ", COALESCE(TIMESTAMPADD(MICROSECOND, ?, " + epochSQL + "), " + nowSQL + ")), '')"
 
-// shapeSQL is the text of the statement k names. The INSERT of k.rows
-// rows reads UTC_TIMESTAMP once per statement, so the rows of one
-// statement share created_at; seq (AUTO_INCREMENT) numbers them in VALUES
-// order.
+// appendColumnsSQL is the column list of the appends.
+const appendColumnsSQL = " (id, `partition`, topic, `key`, payload, headers, not_before, created_at, next_at, last_error) "
+
+// fencedRowSQL is the placeholders of one row of insertSkipDup: id,
+// partition, topic, key, payload, headers and not_before (microseconds
+// since the epoch, or NULL), each in a CAST that gives it its type. Bare
+// placeholders in a UNION of rows sent as a prepared statement (the
+// driver's binary protocol) came out mistyped on MariaDB 10.11: strings
+// without their trailing spaces, numbers as 0 or NULL.
+const fencedRowSQL = "CAST(? AS BINARY), CAST(? AS SIGNED), CAST(? AS BINARY), CAST(? AS BINARY), CAST(? AS BINARY), CAST(? AS BINARY), CAST(? AS SIGNED)"
+
+// fencedSelectSQL selects the columns of appendColumnsSQL from the
+// placeholders of fencedRowSQL as columns v_id, v_part, v_topic, v_key,
+// v_payload, v_headers and v_nb of v; last_error is the empty string (a
+// TEXT column has no default on MySQL before 8.0.13).
+const fencedSelectSQL = "SELECT v.v_id, v.v_part, v.v_topic, v.v_key, v.v_payload, v.v_headers, " +
+	"TIMESTAMPADD(MICROSECOND, v.v_nb, " + epochSQL + "), " + nowSQL + ", GREATEST(" + nowSQL +
+	", COALESCE(TIMESTAMPADD(MICROSECOND, v.v_nb, " + epochSQL + "), " + nowSQL + ")), ''"
+
+// fencedOneSQL selects the columns of appendColumnsSQL from the
+// placeholders of fencedRowSQL and again ? not_before.
+const fencedOneSQL = "CAST(? AS BINARY), CAST(? AS SIGNED), CAST(? AS BINARY), CAST(? AS BINARY), CAST(? AS BINARY), CAST(? AS BINARY), " +
+	"TIMESTAMPADD(MICROSECOND, CAST(? AS SIGNED), " + epochSQL + "), " + nowSQL + ", GREATEST(" + nowSQL +
+	", COALESCE(TIMESTAMPADD(MICROSECOND, CAST(? AS SIGNED), " + epochSQL + "), " + nowSQL + ")), ''"
+
+// fencedSQL is the statement of insertSkipDup with rows rows: the rows,
+// numbered in order (v_n) in a UNION ALL, joined to the meta row where
+// sealed = 0, read with a shared lock, inserted in v_n order ON DUPLICATE
+// KEY UPDATE id = id. A single row (fencedOneSQL, 8 placeholders) is
+// selected from the meta row itself, without a derived table.
+func (b *Backend) fencedSQL(rows int) string {
+	const tail = " LOCK IN SHARE MODE ON DUPLICATE KEY UPDATE id = "
+	if rows == 1 {
+		return "INSERT INTO " + b.names.outbox + appendColumnsSQL + "SELECT " + fencedOneSQL + " FROM " + b.names.meta +
+			" AS m WHERE m.one = 1 AND m.sealed = 0" + tail + b.names.outbox + ".id"
+	}
+	const head = "SELECT 0 AS v_n, CAST(? AS BINARY) AS v_id, CAST(? AS SIGNED) AS v_part, CAST(? AS BINARY) AS v_topic, " +
+		"CAST(? AS BINARY) AS v_key, CAST(? AS BINARY) AS v_payload, CAST(? AS BINARY) AS v_headers, CAST(? AS SIGNED) AS v_nb"
+	var s strings.Builder
+	s.WriteString("INSERT INTO " + b.names.outbox + appendColumnsSQL + fencedSelectSQL + " FROM (" + head)
+	for i := 1; i < rows; i++ {
+		s.WriteString(" UNION ALL SELECT " + strconv.Itoa(i) + ", " + fencedRowSQL)
+	}
+	s.WriteString(") AS v JOIN " + b.names.meta + " AS m ON m.one = 1 AND m.sealed = 0 ORDER BY v.v_n" + tail + b.names.outbox + ".id")
+	return s.String()
+}
+
+// shapeSQL is the text of the statement k names. An INSERT reads
+// UTC_TIMESTAMP once per statement, so the rows of one statement share
+// created_at; seq (AUTO_INCREMENT) numbers them in slice order.
 func (b *Backend) shapeSQL(k appendKey) string {
 	var s strings.Builder
 	switch k.kind {
-	case insertSkipDup, insertStrict:
-		s.WriteString("INSERT INTO " + b.names.outbox +
-			" (id, `partition`, topic, `key`, payload, headers, not_before, created_at, next_at, last_error) VALUES ")
+	case insertSkipDup:
+		s.WriteString(b.fencedSQL(k.rows))
+	case insertStrict:
+		s.WriteString("INSERT INTO " + b.names.outbox + appendColumnsSQL + "VALUES ")
 		for i := range k.rows {
 			if i > 0 {
 				s.WriteString(", ")
 			}
 			s.WriteString(appendRowSQL)
-		}
-		if k.kind == insertSkipDup {
-			s.WriteString(" ON DUPLICATE KEY UPDATE id = id")
 		}
 	case selectIDs:
 		s.WriteString("SELECT id FROM " + b.names.outbox + " WHERE id IN (" + placeholders(k.rows) + ")")
@@ -236,8 +345,12 @@ func (b *Backend) queryShape(ctx context.Context, tx *sql.Tx, k appendKey, args 
 	return txQuery(ctx, tx, st, query, args...)
 }
 
-// appendNumbered is the append of Options.KeySequence, after the seal.
+// appendNumbered is the append of Options.KeySequence: the seal, then
+// the numbered entries.
 func (b *Backend) appendNumbered(ctx context.Context, tx *sql.Tx, prepared []outbox.Entry) error {
+	if err := b.checkSeal(ctx, tx); err != nil {
+		return &finalError{err}
+	}
 	fresh, err := b.newEntries(ctx, tx, prepared)
 	if err != nil || len(fresh) == 0 {
 		return err
@@ -264,7 +377,7 @@ func (b *Backend) appendNumbered(ctx context.Context, tx *sql.Tx, prepared []out
 			next[e.Key]++
 		}
 	}
-	err = b.insertRows(ctx, tx, appendRows(fresh, seqs), false)
+	err = b.insertRows(ctx, tx, appendRows(fresh, seqs))
 	if isMySQLError(err, errDupEntry) {
 		return &concurrentIDError{err}
 	}

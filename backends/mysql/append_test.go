@@ -13,6 +13,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
 	"github.com/outboxrelay/outbox/internal/headercodec"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // appendedRow is an outbox row as the tests read it back with SQL.
@@ -551,4 +552,106 @@ func TestKeySequenceWaiterIsDueAfterHolder(t *testing.T) {
 	if order != "A,B" || rowIDs(rows) != "A,B" || rows[0].headers[outbox.HeaderKeySeq] != "1" || rows[1].headers[outbox.HeaderKeySeq] != "2" {
 		t.Fatalf("due order %s, seq order %s, rows %+v; want A (1) before B (2)", order, rowIDs(rows), rows)
 	}
+}
+
+// TestAppendExistingAndSealed appends calls whose every ID exists (they
+// append nothing and succeed), values the derived rows of the insert
+// must keep byte for byte, and appends after a Seal (ErrSealed, even for
+// existing IDs), with the driver's default affected rows (a duplicate
+// counts 0) and with clientFoundRows=true (a duplicate counts 1).
+func TestAppendExistingAndSealed(t *testing.T) {
+	t.Parallel()
+	for _, foundRows := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clientFoundRows=%v", foundRows), func(t *testing.T) {
+			t.Parallel()
+			b, db := newBackend(t, mysqloutbox.Options{Partitions: 2})
+			if foundRows {
+				b, db = reopenWith(t, db, "clientFoundRows=true")
+			}
+			ctx := context.Background()
+			appendTx(t, b, db,
+				outbox.Entry{ID: "a", Topic: "t", Key: "k", Payload: []byte("first a")},
+				outbox.Entry{ID: "b", Topic: "t ", Key: "k\xff ", Payload: []byte("b \x00 ")},
+				outbox.Entry{ID: "b ", Topic: "t", Payload: []byte("b with a space")},
+			)
+			want := "a,b,b "
+			for _, es := range [][]outbox.Entry{
+				{{ID: "a", Topic: "t", Payload: []byte("second a")}},
+				{{ID: "b", Topic: "t"}, {ID: "a", Topic: "t"}, {ID: "b", Topic: "t"}},
+				{{ID: "b ", Topic: "t"}, {ID: "a", Topic: "t"}},
+			} {
+				appendTx(t, b, db, es...)
+				if got := rowIDs(readAppended(t, db)); got != want {
+					t.Fatalf("stored %q after a call of existing IDs; want %q", got, want)
+				}
+			}
+			appendTx(t, b, db, outbox.Entry{ID: "a", Topic: "t"}, outbox.Entry{ID: "c", Topic: "t"}, outbox.Entry{ID: "b", Topic: "t"})
+			rows := readAppended(t, db)
+			if got := rowIDs(rows); got != "a,b,b ,c" {
+				t.Fatalf("stored %q; want a,b,b ,c", got)
+			}
+			if string(rows[0].payload) != "first a" || rows[1].topic != "t " || rows[1].key != "k\xff " ||
+				string(rows[1].payload) != "b \x00 " || string(rows[2].payload) != "b with a space" {
+				t.Fatalf("rows %+v; want the first appends' values, trailing spaces and bytes kept", rows[:3])
+			}
+
+			if err := b.Seal(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, es := range [][]outbox.Entry{
+				{{ID: "d", Topic: "t"}},
+				{{ID: "a", Topic: "t"}},
+				{{ID: "a", Topic: "t"}, {ID: "e", Topic: "t"}},
+			} {
+				err := b.InTx(ctx, db, func(tx *sql.Tx) error { return b.AppendInTx(ctx, tx, es...) })
+				if !errors.Is(err, outbox.ErrSealed) {
+					t.Fatalf("append of %d entries to a sealed outbox: %v; want ErrSealed", len(es), err)
+				}
+			}
+			if got := rowIDs(readAppended(t, db)); got != "a,b,b ,c" {
+				t.Fatalf("stored %q after the seal; want a,b,b ,c", got)
+			}
+			if err := b.Unseal(ctx); err != nil {
+				t.Fatal(err)
+			}
+			appendTx(t, b, db, outbox.Entry{ID: "a", Topic: "t"}, outbox.Entry{ID: "d", Topic: "t", NotBefore: time.Now().Add(time.Hour)})
+			appendTx(t, b, db, outbox.Entry{ID: "e ", Topic: "t", Payload: []byte(" ")}) // a single row
+			appendTx(t, b, db, outbox.Entry{ID: "e", Topic: "t", NotBefore: time.Now().Add(time.Hour)})
+			rows = readAppended(t, db)
+			if got := rowIDs(rows); got != "a,b,b ,c,d,e ,e" {
+				t.Fatalf("stored %q after Unseal; want a,b,b ,c,d,e ,e", got)
+			}
+			if d, e := rows[4].delay, rows[6].delay; d < 59*time.Minute || d > 61*time.Minute || e < 59*time.Minute || e > 61*time.Minute ||
+				string(rows[5].payload) != " " {
+				t.Fatalf("rows %+v; want d and e due in an hour, e  with payload \" \"", rows[4:])
+			}
+		})
+	}
+}
+
+// reopenWith opens the database of db again with param added to its DSN,
+// and a Backend on it.
+func reopenWith(t *testing.T, db *sql.DB, param string) (*mysqloutbox.Backend, *sql.DB) {
+	t.Helper()
+	var name string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	dsn := testenv.MySQLDSN(name)
+	if strings.Contains(dsn, "?") {
+		dsn += "&" + param
+	} else {
+		dsn += "?" + param
+	}
+	db2, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db2.Close() })
+	b, err := mysqloutbox.New(context.Background(), db2, mysqloutbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, db2
 }
