@@ -173,7 +173,9 @@ type appendKey struct {
 type appendKind uint8
 
 const (
-	// insertSkipDup inserts rows with ON DUPLICATE KEY UPDATE id = id.
+	// insertSkipDup inserts rows with ON DUPLICATE KEY UPDATE id = id,
+	// through a join to the meta row WHERE sealed = 0 LOCK IN SHARE MODE
+	// (the seal fence inside the INSERT).
 	insertSkipDup appendKind = iota
 	// insertStrict inserts rows; a duplicate ID fails (KeySequence).
 	insertStrict
