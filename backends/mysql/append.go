@@ -417,13 +417,10 @@ func (b *Backend) newEntries(ctx context.Context, tx *sql.Tx, prepared []outbox.
 	return slices.DeleteFunc(fresh, func(e outbox.Entry) bool { return existing[e.ID] }), nil
 }
 
-// maxInList bounds the IDs and keys of one IN (...) list.
-const maxInList = 1000
-
 // existingIDs returns which IDs of entries are in the outbox.
 func (b *Backend) existingIDs(ctx context.Context, tx *sql.Tx, entries []outbox.Entry) (map[string]bool, error) {
 	found := map[string]bool{}
-	for chunk := range slices.Chunk(entries, maxInList) {
+	for chunk := range slices.Chunk(entries, maxIDsPerStatement) {
 		args := make([]any, len(chunk))
 		for i, e := range chunk {
 			args[i] = e.ID
@@ -470,7 +467,7 @@ func (b *Backend) bumpKeys(ctx context.Context, tx *sql.Tx, counts map[string]in
 		last[k.key] = n
 		return last, nil
 	}
-	for chunk := range slices.Chunk(keys, maxInList) {
+	for chunk := range slices.Chunk(keys, maxIDsPerStatement) {
 		up := make([]any, 0, 3*len(chunk))
 		sel := make([]any, 0, len(chunk))
 		byHash := make(map[[32]byte]string, len(chunk))

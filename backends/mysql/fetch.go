@@ -81,7 +81,7 @@ func (b *Backend) fetchBatch(ctx context.Context, op string, lease outbox.Lease,
 		return outbox.Batch{}, err
 	}
 	if err := outbox.CheckFetch(b.opts.Partitions, lease, limit); err != nil {
-		return outbox.Batch{}, argError(op, err)
+		return outbox.Batch{}, argErr(op, err)
 	}
 	var parked []outbox.CorruptEntry
 	for round := 1; ; round++ {

@@ -36,7 +36,7 @@ func FuzzCheckRow(f *testing.F) {
 	f.Add("t", []byte{0xde, 0xad, 0xbe, 0xef, 0x00, 0xff})
 	f.Fuzz(func(t *testing.T, topic string, raw []byte) {
 		c := checkRow(topic, raw, 0, 0)
-		_, err := headercodec.Decode(pkg, raw)
+		_, err := headercodec.Decode(pkgName, raw)
 		if (err != nil) != strings.Contains(c.reason, "headers column") {
 			t.Fatalf("decode error %v, reason %q", err, c.reason)
 		}

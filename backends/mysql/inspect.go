@@ -29,7 +29,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	notFound := fmt.Errorf("%s: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", pkg, op, id, outbox.ErrNotFound)
+	notFound := fmt.Errorf("%s: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", pkgName, op, id, outbox.ErrNotFound)
 	if !validText(id) || id == "" {
 		return notFound
 	}
@@ -85,7 +85,7 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 		return nil, err
 	}
 	if limit <= 0 {
-		return nil, fmt.Errorf("%s: %s: limit is %d, must be positive: %w", pkg, op, limit, outbox.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s: %s: limit is %d, must be positive: %w", pkgName, op, limit, outbox.ErrInvalidArgument)
 	}
 	infos, err := b.queryEntries(ctx, op, b.ops.qParked, bytesArg(after), limit)
 	if err != nil {
@@ -156,7 +156,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !validText(id) || id == "" })
 	total := 0
 	reasons := map[string]string{}
-	for _, chunk := range chunks(ids, maxIDsPerStatement) {
+	for chunk := range slices.Chunk(ids, maxIDsPerStatement) {
 		n, err := b.requeueChunk(ctx, chunk, reasons)
 		if err != nil {
 			return total, b.opsError(ctx, op, err)
@@ -347,7 +347,7 @@ func (b *Backend) Lookup(ctx context.Context, id string) (outbox.EntryInfo, erro
 	if err := b.checkOpen(op); err != nil {
 		return outbox.EntryInfo{}, err
 	}
-	notFound := fmt.Errorf("%s: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", pkg, op, id, outbox.ErrNotFound)
+	notFound := fmt.Errorf("%s: %s: no pending or parked entry has ID %q (never appended, already sent or cancelled): %w", pkgName, op, id, outbox.ErrNotFound)
 	if !validText(id) || id == "" {
 		return outbox.EntryInfo{}, notFound
 	}

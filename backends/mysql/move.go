@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/outboxrelay/outbox/internal/sqlrow"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,7 +53,7 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 		return nil, err
 	}
 	if err := outbox.CheckFetch(b.opts.Partitions, lease, limit); err != nil {
-		return nil, argError(op, err)
+		return nil, argErr(op, err)
 	}
 	rows, err := b.db.QueryContext(ctx, b.ops.qExport, lease.Partition, lease.Partition, lease.Owner, lease.Version, limit)
 	if err != nil {
@@ -116,7 +117,7 @@ func exportedInfo(r *entryRow, partition int) outbox.EntryInfo {
 	c := checkRow(topicCheck, r.headers, 0, 0)
 	info.Headers = c.headers
 	if c.reason != "" {
-		info.Parked, info.Deferred, info.LastError = true, false, withReason(info.LastError, c.reason)
+		info.Parked, info.Deferred, info.LastError = true, false, sqlrow.WithReason(info.LastError, c.reason)
 	}
 	if !info.Parked {
 		info.DueAt = nullTime(r.nextAt)
@@ -143,13 +144,13 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 		return nil
 	}
 	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
-		return argError(op, err)
+		return argErr(op, err)
 	}
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !validText(id) })
 	if len(ids) == 0 {
 		ids = []string{""} // still fenced: no stored entry has the empty ID
 	}
-	for _, chunk := range chunks(ids, maxIDsPerStatement) {
+	for chunk := range slices.Chunk(ids, maxIDsPerStatement) {
 		lost := false
 		err := b.inTx(ctx, func(tx *sql.Tx) error {
 			var one int
@@ -240,11 +241,11 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 	rows := make([]importRow, len(entries))
 	for i, e := range entries {
 		if err := checkImported(e); err != nil {
-			return 0, fmt.Errorf("%s: %s: %w: entry %d (id %q): %s", pkg, op, outbox.ErrInvalidEntry, i, e.ID, err)
+			return 0, fmt.Errorf("%s: %s: %w: entry %d (id %q): %s", pkgName, op, outbox.ErrInvalidEntry, i, e.ID, err)
 		}
 		r, err := b.importRow(e)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %s: entry %d (id %q): %w", pkg, op, i, e.ID, err)
+			return 0, fmt.Errorf("%s: %s: entry %d (id %q): %w", pkgName, op, i, e.ID, err)
 		}
 		rows[i] = r
 	}
@@ -493,7 +494,7 @@ func (b *Backend) Seal(ctx context.Context) error {
 	err := b.execStoppable(ctx, b.ops.qSeal)
 	if isMySQLError(err, errLockWait) {
 		return fmt.Errorf("%s: %s: a transaction that appended to %s stayed open longer than the server's innodb_lock_wait_timeout while Seal waited for it, so the outbox is not sealed: run Seal again (outbox move does), after finding the long transaction (information_schema.innodb_trx) if it happens again: %w",
-			pkg, op, b.names.outbox, err)
+			pkgName, op, b.names.outbox, err)
 	}
 	return b.opsError(ctx, op, err)
 }

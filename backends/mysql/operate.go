@@ -53,10 +53,10 @@ func (b *Backend) Entries(ctx context.Context, state outbox.EntryState, filter o
 	}
 	i := slices.Index(entryStates[:], state)
 	if i < 0 {
-		return nil, fmt.Errorf("%s: %s: state %q is unknown; use one of %v: %w", pkg, op, state, outbox.EntryStates, outbox.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s: %s: state %q is unknown; use one of %v: %w", pkgName, op, state, outbox.EntryStates, outbox.ErrInvalidArgument)
 	}
 	if limit <= 0 {
-		return nil, fmt.Errorf("%s: %s: limit is %d, must be positive: %w", pkg, op, limit, outbox.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s: %s: limit is %d, must be positive: %w", pkgName, op, limit, outbox.ErrInvalidArgument)
 	}
 	args := append([]any{bytesArg(after)}, filterArgs(filter)...)
 	return b.queryEntries(ctx, op, b.ops.qEntries[i], append(args, limit)...)
@@ -119,7 +119,7 @@ func (b *Backend) BlockedKeys(ctx context.Context, filter outbox.ListFilter, aft
 		return nil, err
 	}
 	if limit <= 0 {
-		return nil, fmt.Errorf("%s: %s: limit is %d, must be positive: %w", pkg, op, limit, outbox.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s: %s: limit is %d, must be positive: %w", pkgName, op, limit, outbox.ErrInvalidArgument)
 	}
 	first := after.Head.ID == "" && after.Since.IsZero()
 	args := append([]any{first, toMicros(after.Since), bytesArg(after.Head.ID)}, filterArgs(filter)...)
@@ -182,11 +182,11 @@ func (b *Backend) checkPauseTopic(op, topic string) error {
 	}
 	switch {
 	case topic == "":
-		return fmt.Errorf("%s: %s: the topic is empty; name the topic to pause or resume: %w", pkg, op, outbox.ErrInvalidArgument)
+		return fmt.Errorf("%s: %s: the topic is empty; name the topic to pause or resume: %w", pkgName, op, outbox.ErrInvalidArgument)
 	case len(topic) > outbox.MaxTopicLen:
-		return fmt.Errorf("%s: %s: the topic is %d bytes, over the %d no entry's topic exceeds: %w", pkg, op, len(topic), outbox.MaxTopicLen, outbox.ErrInvalidArgument)
+		return fmt.Errorf("%s: %s: the topic is %d bytes, over the %d no entry's topic exceeds: %w", pkgName, op, len(topic), outbox.MaxTopicLen, outbox.ErrInvalidArgument)
 	case !validText(topic):
-		return fmt.Errorf("%s: %s: topic %q is not valid UTF-8, which no topic is: %w", pkg, op, topic, outbox.ErrInvalidArgument)
+		return fmt.Errorf("%s: %s: topic %q is not valid UTF-8, which no topic is: %w", pkgName, op, topic, outbox.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -212,7 +212,7 @@ func (b *Backend) pausePartition(ctx context.Context, op, q string, partition in
 		return err
 	}
 	if err := outbox.CheckPartition(b.opts.Partitions, partition); err != nil {
-		return argError(op, err)
+		return argErr(op, err)
 	}
 	_, err := b.db.ExecContext(ctx, q, partition)
 	return b.opsError(ctx, op, err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/outboxrelay/outbox/internal/sqlrow"
 	"strconv"
 	"strings"
 	"time"
@@ -121,9 +122,6 @@ func foldSQL(col string) string {
 	return s
 }
 
-// maxIDsPerStatement bounds the IDs of one statement's IN list.
-const maxIDsPerStatement = 1000
-
 // opsError maps an error of an operator or move call with
 // interpretError (errors.go), and makes an error that came from a
 // context ending (a dropped connection, a finished transaction, a killed
@@ -133,14 +131,9 @@ func (b *Backend) opsError(ctx context.Context, op string, err error) error {
 		return nil
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%s: %s: %w (%v)", pkg, op, cerr, err)
+		return fmt.Errorf("%s: %s: %w (%v)", pkgName, op, cerr, err)
 	}
 	return b.interpretError(op, err)
-}
-
-// argError wraps an argument error of op.
-func argError(op string, err error) error {
-	return fmt.Errorf("%s: %s: %w", pkg, op, err)
 }
 
 // inTx runs fn in a transaction of the pool and commits it; an error of
@@ -155,19 +148,6 @@ func (b *Backend) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// chunks splits ids into slices of at most n.
-func chunks(ids []string, n int) [][]string {
-	var out [][]string
-	for len(ids) > n {
-		out = append(out, ids[:n])
-		ids = ids[n:]
-	}
-	if len(ids) > 0 {
-		out = append(out, ids)
-	}
-	return out
 }
 
 // anyArgs converts ids to statement arguments, after the leading ones.
@@ -220,7 +200,7 @@ func (r *entryRow) info(partitions int) outbox.EntryInfo {
 	info := outbox.EntryInfo{Entry: outbox.Entry{
 		ID: r.id, Topic: r.topic, Key: string(r.key), Payload: r.payload, Headers: c.headers,
 		NotBefore: nullTime(r.notBef), Partition: int(r.part), Attempts: attemptsOf(r.attempts),
-		LastError: withReason(r.lastErr, c.reason), CreatedAt: nullTime(r.created),
+		LastError: sqlrow.WithReason(r.lastErr, c.reason), CreatedAt: nullTime(r.created),
 	}, Parked: r.parked, Deferred: r.deferred, History: decodeHistory(r.history)}
 	if !info.Parked {
 		info.DueAt = nullTime(r.nextAt)

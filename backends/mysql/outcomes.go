@@ -34,7 +34,7 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 		return nil
 	}
 	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
-		return argError(op, err)
+		return argErr(op, err)
 	}
 	ids = uniqueIDs(ids)
 	return inChunks(len(ids), func(lo, hi int) error {
@@ -105,7 +105,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		return nil
 	}
 	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
-		return argError(op, err)
+		return argErr(op, err)
 	}
 	rows := make([][5]any, 0, len(failures))
 	seen := make(map[string]struct{}, len(failures))
@@ -152,11 +152,7 @@ func delayMicros(d time.Duration) int64 {
 // UTF-8 replaced by U+FFFD) and cuts it to at most maxErrorLen bytes, at
 // a character boundary.
 func cleanError(s string) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
-	if len(s) > maxErrorLen {
-		s = strings.ToValidUTF8(s[:maxErrorLen], "")
-	}
-	return s
+	return cutText(strings.ReplaceAll(s, "\x00", "\uFFFD"), maxErrorLen)
 }
 
 // Release returns unattempted entries to pending. Claims are the lease
@@ -175,7 +171,7 @@ func (b *Backend) Release(ctx context.Context, lease outbox.Lease, ids []string)
 		return nil
 	}
 	if err := outbox.CheckPartition(b.opts.Partitions, lease.Partition); err != nil {
-		return argError(op, err)
+		return argErr(op, err)
 	}
 	return b.checkLease(ctx, op, lease)
 }

@@ -92,18 +92,19 @@ func (b *Backend) closeRelay() {
 	}
 }
 
-// maxBatchIDs bounds the IDs (and failures) one statement takes: longer
+// maxIDsPerStatement bounds the IDs (and failures, and keys) one
+// statement takes, as a JSON argument or an IN (...) list: longer
 // lists are split into statements of at most this many, each fenced on
 // its own. It keeps a statement's JSON argument well under the smallest
 // max_allowed_packet the servers ship with (MariaDB 10.6: 16 MiB) even
 // for failures with 4,096-byte errors (about 4.5 MB for 1,000).
-const maxBatchIDs = 1000
+const maxIDsPerStatement = 1000
 
 // chunks calls fn with consecutive pieces of n items, at most
-// maxBatchIDs each, and stops at the first error.
+// maxIDsPerStatement each, and stops at the first error.
 func inChunks(n int, fn func(lo, hi int) error) error {
-	for lo := 0; lo < n; lo += maxBatchIDs {
-		if err := fn(lo, min(lo+maxBatchIDs, n)); err != nil {
+	for lo := 0; lo < n; lo += maxIDsPerStatement {
+		if err := fn(lo, min(lo+maxIDsPerStatement, n)); err != nil {
 			return err
 		}
 	}

@@ -15,8 +15,3 @@ func DecodeHeaders(raw []byte) (map[string]string, error) { return headercodec.D
 
 // pkgName names this package in the errors of [DecodeHeaders].
 const pkgName = "pgoutbox"
-
-// corruptHeadersReason is the reason an entry whose headers column does
-// not decode is parked with (and refused requeueing for): it names the
-// column, what the decoder found and what to do.
-func corruptHeadersReason(err error) string { return headercodec.Reason(pkgName, err, fixAdvice) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outboxrelay/outbox/internal/sqlrow"
 	"slices"
 	"strings"
 	"time"
@@ -96,7 +97,7 @@ func (b *Backend) Parked(ctx context.Context, after string, limit int) ([]outbox
 		e.Key, e.Partition, e.Attempts = string(key), int(part), attemptsOf(att)
 		e.NotBefore, e.CreatedAt = timeOf(notBef), timeOf(created)
 		c := checkRow(e.Topic, headers, part, b.opts.Partitions)
-		e.Headers, e.LastError = c.headers, withReason(e.LastError, c.reason)
+		e.Headers, e.LastError = c.headers, sqlrow.WithReason(e.LastError, c.reason)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outboxrelay/outbox/internal/sqlrow"
 	"slices"
 	"strings"
 	"time"
@@ -108,7 +109,7 @@ func (b *Backend) ExportBatch(ctx context.Context, lease outbox.Lease, limit int
 		c := checkRow(topicCheck, headers, int32(lease.Partition), 0)
 		info.Headers = c.headers
 		if c.reason != "" {
-			info.Parked, info.Deferred, info.LastError = true, false, withReason(info.LastError, c.reason)
+			info.Parked, info.Deferred, info.LastError = true, false, sqlrow.WithReason(info.LastError, c.reason)
 		}
 		if !info.Parked {
 			info.DueAt = timeOf(nextAt)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/outboxrelay/outbox/internal/sqlrow"
 	"slices"
 	"strings"
 	"time"
@@ -250,7 +251,7 @@ func (r *entryRow) info(partitions int) outbox.EntryInfo {
 	info := outbox.EntryInfo{Entry: outbox.Entry{
 		ID: r.id, Topic: r.topic, Key: string(r.key), Payload: r.payload, Headers: c.headers,
 		NotBefore: timeOf(r.notBef), Partition: int(r.part), Attempts: attemptsOf(r.attempts),
-		LastError: withReason(r.lastErr, c.reason), CreatedAt: timeOf(r.created),
+		LastError: sqlrow.WithReason(r.lastErr, c.reason), CreatedAt: timeOf(r.created),
 	}, Parked: r.parked, Deferred: r.deferred, History: decodeHistory(r.history)}
 	if !info.Parked {
 		info.DueAt = timeOf(r.nextAt)
