@@ -10,8 +10,8 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // the driver of the harness's own sessions
 
-	"github.com/outboxrelay/outbox/chaos/internal/mysqlurl"
 	"github.com/outboxrelay/outbox/chaos/internal/servers"
+	"github.com/outboxrelay/outbox/internal/mysqlurl"
 )
 
 // The MySQL scenarios: the outbox in MariaDB (or MySQL) through the real

@@ -1,6 +1,8 @@
 // Package mysqlurl turns the mysql:// store URLs of the outbox CLI into
-// go-sql-driver/mysql DSNs, for the chaos harness's own connections (the
-// appenders, the harness's admin sessions).
+// go-sql-driver/mysql DSNs, for the connections of the tests
+// (internal/testenv) and of the chaos harness (its appenders and admin
+// sessions). It imports only the standard library. The CLI parses its
+// store URLs itself, with TLS and the driver's parameters checked.
 package mysqlurl
 
 import (

@@ -20,7 +20,8 @@
 //
 // A container is started only for a variable that is unset, and only after
 // the local default did not answer: setting the variable keeps the tests off
-// Docker. This package imports nothing but the standard library; the
+// Docker. This package imports nothing but the standard library (and
+// internal/mysqlurl, which imports nothing else either); the
 // container is started by a program of its own module,
 // internal/testenv/containers (testcontainers-go), which the test binary
 // builds with the go command and runs, so that no other module of the

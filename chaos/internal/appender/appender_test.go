@@ -33,8 +33,8 @@ import (
 	pgoutbox "github.com/outboxrelay/outbox/backends/postgres"
 	redisoutbox "github.com/outboxrelay/outbox/backends/redis"
 	"github.com/outboxrelay/outbox/chaos/history"
-	"github.com/outboxrelay/outbox/chaos/internal/mysqlurl"
 	"github.com/outboxrelay/outbox/chaos/internal/servers"
+	"github.com/outboxrelay/outbox/internal/mysqlurl"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	mysqloutbox "github.com/outboxrelay/outbox/backends/mysql"
-	"github.com/outboxrelay/outbox/chaos/internal/mysqlurl"
+	"github.com/outboxrelay/outbox/internal/mysqlurl"
 )
 
 // mysqlStore appends with db.BeginTx, AppendInTx, tx.Commit.
