@@ -138,21 +138,8 @@ func (c *MigrateDownCmd) Run(app *cli.App) error {
 	if err != nil {
 		return err
 	}
-	if before.Version == 0 {
-		return fmt.Errorf("no outbox at %s%s: there is nothing to roll back", o.Outbox, o.In())
-	}
-	to := c.To
-	if to == -1 {
-		to = before.Version - 1
-	}
-	if to < 0 || to >= before.Version {
-		return cli.UsageError("--to %d: %s is at version %d; roll back to a version from 0 to %d", to, o.Outbox, before.Version, before.Version-1)
-	}
-	what := fmt.Sprintf("roll %s%s back from version %d to %d", o.Outbox, o.In(), before.Version, to)
-	if to == 0 {
-		what += ", which drops its tables (the migrations table included) and every entry in them, and its schema if 'outbox migrate up' created it and nothing else is in it"
-	}
-	if err := cli.Confirm(app, c.Yes, what, false); err != nil {
+	to, err := c.confirmDown(app, o, before.Version, ", and its schema if 'outbox migrate up' created it and nothing else is in it")
+	if err != nil {
 		return err
 	}
 	if err := pgoutbox.MigrateTo(ctx, o.Pool, pgoutbox.Options{Schema: c.Schema, Table: c.Table}, to); err != nil {
@@ -163,6 +150,28 @@ func (c *MigrateDownCmd) Run(app *cli.App) error {
 		return nil
 	}
 	return c.reportRemoved(ctx, app, o)
+}
+
+// confirmDown checks --to against at, the version the outbox is at (the
+// previous one when --to is not given), and asks for confirmation of the
+// roll back; atZero ends what a roll back to 0 also drops. It returns the
+// version to roll back to.
+func (c *MigrateDownCmd) confirmDown(app *cli.App, o *cli.Opened, at int, atZero string) (int, error) {
+	if at == 0 {
+		return 0, fmt.Errorf("no outbox at %s%s: there is nothing to roll back", o.Outbox, o.In())
+	}
+	to := c.To
+	if to == -1 {
+		to = at - 1
+	}
+	if to < 0 || to >= at {
+		return 0, cli.UsageError("--to %d: %s is at version %d; roll back to a version from 0 to %d", to, o.Outbox, at, at-1)
+	}
+	what := fmt.Sprintf("roll %s%s back from version %d to %d", o.Outbox, o.In(), at, to)
+	if to == 0 {
+		what += ", which drops its tables (the migrations table included) and every entry in them" + atZero
+	}
+	return to, cli.Confirm(app, c.Yes, what, false)
 }
 
 // reportRemoved says, after a roll back to 0, what is gone and what is

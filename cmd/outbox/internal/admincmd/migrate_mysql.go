@@ -73,21 +73,8 @@ func (c *MigrateDownCmd) mysqlDown(ctx context.Context, app *cli.App, o *cli.Ope
 	if err != nil {
 		return err
 	}
-	if before.Version == 0 {
-		return fmt.Errorf("no outbox at %s%s: there is nothing to roll back", o.Outbox, o.In())
-	}
-	to := c.To
-	if to == -1 {
-		to = before.Version - 1
-	}
-	if to < 0 || to >= before.Version {
-		return cli.UsageError("--to %d: %s is at version %d; roll back to a version from 0 to %d", to, o.Outbox, before.Version, before.Version-1)
-	}
-	what := fmt.Sprintf("roll %s%s back from version %d to %d", o.Outbox, o.In(), before.Version, to)
-	if to == 0 {
-		what += ", which drops its tables (the migrations table included) and every entry in them"
-	}
-	if err := cli.Confirm(app, c.Yes, what, false); err != nil {
+	to, err := c.confirmDown(app, o, before.Version, "")
+	if err != nil {
 		return err
 	}
 	if err := mysqloutbox.MigrateTo(ctx, o.SQL, mysqloutbox.Options{Table: c.Table}, to); err != nil {
