@@ -1,0 +1,93 @@
+package inbox
+
+import (
+	"context"
+	"time"
+)
+
+// Store is where an [Inbox] keeps what it applied: the IDs of the messages
+// whose transaction committed, each key's highest applied sequence number,
+// and each source partition's next offset. Tx is the transaction type the
+// store writes in, which is also the one the consumer's handler writes its
+// effects in (pgx.Tx, *sql.Tx, a Redis MULTI, or [MemoryTx]).
+//
+// A Store does one storage round trip per call where it can, never sleeps
+// and never retries: the Inbox owns policy (retries of transient conflicts,
+// gap handling, batching). Every method is safe for concurrent use, each
+// call with its own transaction. Methods do not retain the slices or maps
+// they are given. Context errors pass through unwrapped.
+//
+// The conformance suite in package inboxtest checks an implementation.
+type Store[Tx any] interface {
+	// InTx begins a transaction, calls fn with it and commits it when fn
+	// returns nil. When fn returns an error or panics, the transaction is
+	// rolled back and fn's error returned (the panic re-raised): nothing
+	// fn or the Store's methods wrote in tx stays. InTx does not retry;
+	// a commit that fails returns the store's error, for which Retryable
+	// says whether running the whole transaction again may succeed.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+
+	// Retryable reports whether err, returned by InTx or a method called
+	// in its transaction, is a transient conflict (a deadlock, a
+	// serialization failure, a lock wait timeout, a Redis WATCH conflict)
+	// after which running the transaction again from the start may
+	// succeed. It is false for nil and for context errors.
+	Retryable(err error) bool
+
+	// Record records ids as applied in tx, at the store's clock, and
+	// reports for each, in the same order, whether it was new: true when
+	// no committed transaction recorded it before (and it is not earlier
+	// in ids), false when one did. The record becomes visible to others
+	// when tx commits and is gone if it rolls back.
+	//
+	// Concurrent transactions recording the same ID: at most one of them
+	// commits with true reported for it. A SQL store makes the later
+	// Record wait for the earlier transaction to finish (then reports
+	// false if it committed, true if it rolled back); a store that cannot
+	// wait (Redis) reports true to both and fails all but one commit with
+	// an error for which Retryable is true. No ids returns (nil, nil).
+	// An empty ID gives an error wrapping [ErrInvalidMessage].
+	Record(ctx context.Context, tx Tx, ids []string) ([]bool, error)
+
+	// KeySeqs returns the highest applied sequence number of each of keys
+	// as committed (a key never set, or removed by Purge, is absent from
+	// the map) and guards them for tx: a concurrent transaction that
+	// reads or sets one of them waits for tx (SQL: SELECT ... FOR UPDATE)
+	// or fails its commit with a retryable error (Redis). No keys returns
+	// an empty map.
+	KeySeqs(ctx context.Context, tx Tx, keys []string) (map[string]int64, error)
+
+	// SetKeySeqs sets the highest applied sequence number of each key in
+	// seqs, in tx, at the store's clock (the time Purge compares). Empty
+	// seqs does nothing.
+	SetKeySeqs(ctx context.Context, tx Tx, seqs map[string]int64) error
+
+	// SaveOffsets stores, in tx, the next offset to read of each source
+	// partition in offsets (overwriting what was stored). Empty offsets
+	// does nothing.
+	SaveOffsets(ctx context.Context, tx Tx, offsets []Offset) error
+
+	// Offsets returns the stored next offsets of every partition of topic
+	// for consumer group, as committed, outside any transaction. A
+	// partition never stored is absent from the map.
+	Offsets(ctx context.Context, group, topic string) (map[int32]int64, error)
+
+	// Purge removes, in a transaction of its own, at most limit recorded
+	// IDs whose record is older than before, oldest first, and at most
+	// limit key sequence numbers last set before before; it returns how
+	// many IDs and how many keys it removed. Offsets are never removed.
+	// limit must be at least 1 (else an error wrapping
+	// [ErrInvalidArgument]). Purge never blocks on a row another
+	// transaction holds (SQL: SKIP LOCKED): a record being written is
+	// left for a later call.
+	Purge(ctx context.Context, before time.Time, limit int) (ids, keys int, err error)
+}
+
+// Offset is the next offset to read of one partition of one topic, for one
+// consumer group: the offset after the last record whose effects committed.
+type Offset struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Next      int64
+}
