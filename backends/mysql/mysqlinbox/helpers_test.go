@@ -10,6 +10,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/outboxrelay/outbox/backends/mysql/mysqlinbox"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
@@ -70,4 +71,21 @@ func tables(t testing.TB, db *sql.DB) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// newStore migrates an inbox with opts in a database of its own and
+// returns its store and the pool.
+func newStore(t testing.TB, opts mysqlinbox.Options) (*mysqlinbox.Store, *sql.DB) {
+	t.Helper()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	if err := mysqlinbox.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	s, err := mysqlinbox.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, db
 }
