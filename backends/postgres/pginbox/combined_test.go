@@ -30,8 +30,12 @@ var (
 // statement, and the same guard of a new key.
 func TestRecordWithKeySeqs(t *testing.T) {
 	bothStores(t,
-		func(t *testing.T, s inbox.Store[pgx.Tx], o pginbox.Options) { recordWithKeySeqs(t, s.(combined[pgx.Tx]), o) },
-		func(t *testing.T, s inbox.Store[*sql.Tx], o pginbox.Options) { recordWithKeySeqs(t, s.(combined[*sql.Tx]), o) })
+		func(t *testing.T, s inbox.Store[pgx.Tx], o pginbox.Options) {
+			recordWithKeySeqs(t, s.(combined[pgx.Tx]), o)
+		},
+		func(t *testing.T, s inbox.Store[*sql.Tx], o pginbox.Options) {
+			recordWithKeySeqs(t, s.(combined[*sql.Tx]), o)
+		})
 }
 
 func recordWithKeySeqs[Tx any](t *testing.T, s combined[Tx], opts pginbox.Options) {
