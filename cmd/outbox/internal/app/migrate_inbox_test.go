@@ -107,8 +107,11 @@ func TestMigrateInboxPostgres(t *testing.T) {
 	// A schema of the inbox's own goes with it.
 	own := cliSchema(t, pool)
 	cliOK(t, "migrate", "up", "--inbox", "--store", url, "--schema", own)
-	if got := cliOK(t, "migrate", "down", "--inbox", "--yes", "--store", url, "--schema", own); !strings.Contains(got, fmt.Sprintf(`dropped the schema "%s"`, own)) {
-		t.Fatalf("migrate down --inbox of a schema of its own: %q", got)
+	// Confirmed on a terminal this time: the prompt says what it costs.
+	r := cliWith(t, cliIO{stdin: "yes\n", stdinTTY: true}, "migrate", "down", "--inbox", "--store", url, "--schema", own)
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf(`dropped the schema "%s"`, own)) ||
+		!strings.Contains(r.stderr, "About to roll the inbox") || !strings.Contains(r.stderr, "apply again every message the broker redelivers") {
+		t.Fatalf("migrate down --inbox of a schema of its own, confirmed: %v", r)
 	}
 }
 
