@@ -165,6 +165,39 @@ func ExampleMigrationSQL() {
 	// -- pginbox migrations 001 to 001 for the inbox "billing"."orders_inbox"
 }
 
+// MigrateDown removes an inbox: its tables, the records in them, and the
+// schema when Migrate created it and nothing else is in it.
+func ExampleMigrateDown() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, os.Getenv("OUTBOX_POSTGRES_URL"))
+	if err != nil {
+		fmt.Println("connect:", err)
+		return
+	}
+	defer pool.Close()
+	opts := pginbox.Options{Schema: exampleSchema()}
+	defer dropSchema(pool, opts.Schema)
+	exists := func() bool {
+		var ok bool
+		_ = pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", opts.Schema).Scan(&ok)
+		return ok
+	}
+	if err := pginbox.Migrate(ctx, pool, opts); err != nil {
+		fmt.Println("migrate:", err)
+		return
+	}
+	fmt.Println("after Migrate, schema exists:", exists())
+	if err := pginbox.MigrateDown(ctx, pool, opts); err != nil {
+		fmt.Println("migrate down:", err)
+		return
+	}
+	fmt.Println("after MigrateDown, schema exists:", exists())
+	// Output:
+	// after Migrate, schema exists: true
+	// after MigrateDown, schema exists: false
+}
+
 func exampleSchema() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
