@@ -119,3 +119,22 @@ func serverHas(t testing.TB, db *sql.DB, name string) bool {
 	}
 	return n > 0
 }
+
+// openDB opens another pool on the database name (made by newDB), its
+// DSN changed by tweaks, closed when t ends.
+func openDB(t testing.TB, name string, tweaks ...func(*mysql.Config)) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tweak := range tweaks {
+		tweak(cfg)
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

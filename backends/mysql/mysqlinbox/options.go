@@ -1,6 +1,7 @@
 package mysqlinbox
 
 import (
+	"database/sql"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -25,6 +26,17 @@ type Options struct {
 	// backquote or trailing space. Every Store and Migrate of one inbox
 	// must use the same Table.
 	Table string
+
+	// Isolation is the isolation level of the transactions InTx begins
+	// (and so of the handlers' effects): sql.LevelReadCommitted,
+	// sql.LevelRepeatableRead or sql.LevelSerializable. Default
+	// sql.LevelDefault: the session's (REPEATABLE READ unless the server
+	// or the DSN says otherwise). The store is correct at each; READ
+	// COMMITTED takes no gap locks, so two transactions that read keys
+	// never seen before never wait for each other's gap (see the package
+	// documentation, "Locks"). Transactions you begin yourself for
+	// Inbox.Apply keep their own level.
+	Isolation sql.IsolationLevel
 }
 
 // withDefaults applies the defaults and checks the options, in one place.
@@ -35,6 +47,11 @@ func (o Options) withDefaults() (Options, error) {
 	if !validTable(o.Table) {
 		return o, fmt.Errorf("mysqlinbox: Options.Table %q is not a usable table name: use 1 to %d characters of UTF-8 without NUL, backquote or trailing space (the derived names add up to 11 more): %w",
 			o.Table, maxTableLen, inbox.ErrInvalidArgument)
+	}
+	switch o.Isolation {
+	case sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable:
+	default:
+		return o, fmt.Errorf("mysqlinbox: Options.Isolation %v is not supported; use sql.LevelDefault, LevelReadCommitted, LevelRepeatableRead or LevelSerializable: %w", o.Isolation, inbox.ErrInvalidArgument)
 	}
 	return o, nil
 }

@@ -92,6 +92,7 @@ const (
 // documentation for the round trips of each method.
 type Store struct {
 	db   *sql.DB
+	iso  sql.IsolationLevel
 	n    names
 	text [numQueries]string
 
@@ -121,7 +122,7 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 		return nil, errNilDB("New")
 	}
 	n := newNames(opts.Table)
-	return &Store{db: db, n: n, text: renderQueries(n)}, nil
+	return &Store{db: db, iso: opts.Isolation, n: n, text: renderQueries(n)}, nil
 }
 
 // Close releases the Store's prepared statements. The Store stays usable
@@ -210,16 +211,21 @@ func (s *Store) query(ctx context.Context, tx *sql.Tx, q query, args ...any) (*s
 }
 
 // InTx implements [inbox.Store]: it begins a transaction on the Store's
-// *sql.DB at the session's isolation level (REPEATABLE READ unless the
-// DSN or server says otherwise; the store is correct at READ COMMITTED
-// too), calls fn and commits when fn returns nil. When fn returns an
-// error or panics, the transaction is rolled back and fn's error returned
-// (the panic re-raised). A failed commit returns an error for which
-// Retryable reports a deadlock. Two round trips of its own (START
-// TRANSACTION, COMMIT).
+// *sql.DB at Options.Isolation (default: the session's level, REPEATABLE
+// READ unless the DSN or server says otherwise), calls fn and commits
+// when fn returns nil. When fn returns an error or panics, the
+// transaction is rolled back and fn's error returned (the panic
+// re-raised). A failed commit returns an error for which Retryable
+// reports a deadlock. Two round trips of its own (START TRANSACTION,
+// COMMIT; three with Options.Isolation, which the driver sets before
+// each transaction).
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	s.prepare(ctx)
-	tx, err := s.db.BeginTx(ctx, nil)
+	var opts *sql.TxOptions
+	if s.iso != sql.LevelDefault {
+		opts = &sql.TxOptions{Isolation: s.iso}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return s.interpretError("InTx: begin", err)
 	}
