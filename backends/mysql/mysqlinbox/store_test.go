@@ -167,8 +167,13 @@ func TestKeySeqsValues(t *testing.T) {
 		t.Fatalf("keyseq rows: %d (%d without a number), %v; want 6 (2: k and only-read, none for the rolled-back key)", rows, unset, err)
 	}
 	for _, call := range []func(ctx context.Context, tx *sql.Tx) error{
-		func(ctx context.Context, tx *sql.Tx) error { _, err := s.KeySeqs(ctx, tx, []string{long + "x"}); return err },
-		func(ctx context.Context, tx *sql.Tx) error { return s.SetKeySeqs(ctx, tx, map[string]int64{long + "x": 1}) },
+		func(ctx context.Context, tx *sql.Tx) error {
+			_, err := s.KeySeqs(ctx, tx, []string{long + "x"})
+			return err
+		},
+		func(ctx context.Context, tx *sql.Tx) error {
+			return s.SetKeySeqs(ctx, tx, map[string]int64{long + "x": 1})
+		},
 	} {
 		if err := s.InTx(t.Context(), call); !errors.Is(err, inbox.ErrInvalidMessage) {
 			t.Fatalf("a key of 4097 bytes: %v, want ErrInvalidMessage", err)
