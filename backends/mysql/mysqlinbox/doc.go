@@ -77,6 +77,16 @@
 // duplicate. The affected-rows count of INSERT IGNORE does not depend on
 // the DSN's clientFoundRows.
 //
+// Rejected alternatives: INSERT ... ON DUPLICATE KEY UPDATE id = id
+// reports per statement too, but takes an exclusive lock on each
+// duplicate (two redeliveries of one ID would serialize, where INSERT
+// IGNORE's shared lock lets them pass together), and its count changes
+// with clientFoundRows. MariaDB's INSERT ... RETURNING answers per row in
+// one round trip always, but MySQL 8 has none. A stored procedure would
+// too, at the price of CREATE ROUTINE grants and migrations that
+// goose-style tools cannot split. Checking with a SELECT first and
+// inserting after is racy, and at REPEATABLE READ wrong (see above).
+//
 // # Round trips
 //
 // Statements are prepared once per Store (on the first InTx, Offsets or
@@ -147,6 +157,16 @@
 // ID then skips) is the safe way on. A missing table is reported with
 // the advice to run Migrate. Errors start with "mysqlinbox:"; context
 // errors pass through unwrapped.
+//
+// After a deadlock the server has rolled the whole transaction back, and
+// the connection is no longer in a transaction: statements sent on it
+// afterwards would each commit on their own. A handler must therefore
+// return the errors of its statements, not swallow them, and a caller of
+// inbox.Inbox.Apply must roll back (and not commit) after an error.
+//
+// With binlog_format=STATEMENT, the server logs INSERT IGNORE ... SELECT
+// and INSERT ... SELECT ... ON DUPLICATE KEY UPDATE as unsafe (a warning
+// per statement); use ROW (MySQL's default) or MIXED (MariaDB's).
 //
 // # Grants
 //
