@@ -2,6 +2,8 @@ package mysqlinbox_test
 
 import (
 	"context"
+	"database/sql"
+	"io/fs"
 	"errors"
 	"slices"
 	"strings"
@@ -120,5 +122,64 @@ func TestOptionsRejectBadTables(t *testing.T) {
 	}
 	if err := mysqlinbox.Migrate(context.Background(), nil, mysqlinbox.Options{}); !errors.Is(err, inbox.ErrInvalidArgument) || !strings.Contains(err.Error(), "db is nil") {
 		t.Errorf("Migrate(nil db) = %v", err)
+	}
+}
+
+// TestMigrateOddTableNames: a table name with a quote, a backslash or
+// non-ASCII letters works for the tables and the lock name.
+func TestMigrateOddTableNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := newDB(t)
+	for _, table := range []string{`o'brien\x`, "收件箱", strings.Repeat("t", 48)} {
+		opts := mysqlinbox.Options{Table: table}
+		if err := mysqlinbox.Migrate(ctx, db, opts); err != nil {
+			t.Fatalf("Migrate(%q): %v", table, err)
+		}
+		s, err := mysqlinbox.New(db, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			got, err := s.Record(ctx, tx, []string{"a"})
+			if err == nil && !slices.Equal(got, []bool{true}) {
+				t.Errorf("Record in %q = %v", table, got)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("Record in %q: %v", table, err)
+		}
+		var lockName string
+		if err := db.QueryRowContext(ctx, "SELECT "+mysqlinbox.LockName(table)).Scan(&lockName); err != nil || len(lockName) > 64 {
+			t.Fatalf("LockName(%q) = %q, %v; want at most 64 characters", table, lockName, err)
+		}
+		if err := mysqlinbox.MigrateDown(ctx, db, opts); err != nil {
+			t.Fatalf("MigrateDown(%q): %v", table, err)
+		}
+	}
+	if got := tables(t, db); len(got) != 0 {
+		t.Fatalf("tables left: %v", got)
+	}
+}
+
+// TestMigrationFilesAsTheyAre: with the default table, the SQL of
+// MigrationSQL is the embedded files' own (what goose or golang-migrate
+// run from Migrations).
+func TestMigrationFilesAsTheyAre(t *testing.T) {
+	t.Parallel()
+	up, err := fs.ReadFile(mysqlinbox.Migrations, "001_create_inbox.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.ReadFile(mysqlinbox.Migrations, "001_create_inbox.down.sql"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := mysqlinbox.MigrationSQL(mysqlinbox.Options{})
+	if err != nil || !strings.Contains(s, string(up)) {
+		t.Fatalf("MigrationSQL with the default table is not the embedded file: %v", err)
+	}
+	if mysqlinbox.LatestVersion() != 1 {
+		t.Fatalf("LatestVersion = %d", mysqlinbox.LatestVersion())
 	}
 }
