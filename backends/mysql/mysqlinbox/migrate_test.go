@@ -3,8 +3,8 @@ package mysqlinbox_test
 import (
 	"context"
 	"database/sql"
-	"io/fs"
 	"errors"
+	"io/fs"
 	"slices"
 	"strings"
 	"sync"
