@@ -111,6 +111,10 @@
 // A batch (HandleBatch, the Kafka helper's MaxBatch) costs the same
 // statements for all its messages.
 //
+// The 11 statements, prepared on each pool connection that runs them,
+// count against the server's max_prepared_stmt_count (16,382 by default,
+// for all its clients); when the server refuses, they run unprepared.
+//
 // A transaction of another *sql.DB than the one given to New cannot use
 // the prepared statements: they then run unprepared (two or three round
 // trips each, unless the DSN sets interpolateParams=true).

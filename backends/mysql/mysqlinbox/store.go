@@ -161,7 +161,9 @@ func (s *Store) prepare(ctx context.Context) {
 			for _, p := range st[:q] {
 				p.Close()
 			}
-			s.lastTry = time.Now()
+			if ctx.Err() == nil { // a caller's ended context says nothing of the server
+				s.lastTry = time.Now()
+			}
 			return
 		}
 		st[q] = p
