@@ -113,7 +113,7 @@
 //
 // The 11 statements, prepared on each pool connection that runs them,
 // count against the server's max_prepared_stmt_count (16,382 by default,
-// for all its clients); when the server refuses, they run unprepared.
+// for all its clients): size it for the connections of every consumer.
 //
 // A transaction of another *sql.DB than the one given to New cannot use
 // the prepared statements: they then run unprepared (two or three round
