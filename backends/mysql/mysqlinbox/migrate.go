@@ -105,21 +105,38 @@ func renderMigration(sqlText, table string) string {
 	return b.String()
 }
 
+// Markers of a statement whose body holds semicolons (a stored
+// procedure), in goose's spelling.
+const (
+	statementBegin = "-- +goose StatementBegin"
+	statementEnd   = "-- +goose StatementEnd"
+)
+
 // statements splits a rendered migration into its statements (each ends
-// with a semicolon at the end of a line), without the comment lines:
+// with a semicolon at the end of a line, or spans the lines between
+// statementBegin and statementEnd), without the comment lines:
 // go-sql-driver/mysql runs one statement per call unless the DSN sets
 // multiStatements.
 func statements(sqlText string) []string {
 	var out []string
 	var cur strings.Builder
+	whole := false // between statementBegin and statementEnd
 	for _, line := range strings.Split(sqlText, "\n") {
 		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
+		switch {
+		case t == statementBegin:
+			whole = true
 			continue
+		case t == statementEnd:
+			whole = false
+			t = ";"
+		case t == "" || strings.HasPrefix(t, "--"):
+			continue
+		default:
+			cur.WriteString(line)
+			cur.WriteString("\n")
 		}
-		cur.WriteString(line)
-		cur.WriteString("\n")
-		if strings.HasSuffix(t, ";") {
+		if strings.HasSuffix(t, ";") && !whole {
 			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
 			cur.Reset()
 		}

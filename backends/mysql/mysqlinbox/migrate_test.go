@@ -42,8 +42,8 @@ func TestMigrateConcurrentIdempotentAndDown(t *testing.T) {
 		t.Fatalf("Migrate again: %v", err)
 	}
 	got, err := mysqlinbox.MigrationStatus(ctx, db, opts)
-	if err != nil || !slices.Equal(got, []int{1}) {
-		t.Fatalf("MigrationStatus = %v, %v; want [1]", got, err)
+	if err != nil || !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("MigrationStatus = %v, %v; want [1 2]", got, err)
 	}
 	// Another table name in the same database is another inbox.
 	if err := mysqlinbox.Migrate(ctx, db, mysqlinbox.Options{}); err != nil {
@@ -96,12 +96,13 @@ func TestMigrationSQLRendersTheTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CREATE TABLE IF NOT EXISTS `t2` (", "`t2_keyseq`", "`t2_offsets`", "-- 001_create_inbox"} {
+	for _, want := range []string{"CREATE TABLE IF NOT EXISTS `t2` (", "`t2_keyseq`", "`t2_offsets`", "-- 001_create_inbox",
+		"-- 002_procedures", "CREATE PROCEDURE `t2_record_keys`", "CREATE PROCEDURE `t2_finish`", "INSERT IGNORE INTO `t2` (id"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("MigrationSQL lacks %q:\n%s", want, s)
 		}
 	}
-	if strings.Contains(s, "EXISTS `inbox") {
+	if strings.Contains(s, "EXISTS `inbox") || strings.Contains(s, "`inbox_") {
 		t.Errorf("MigrationSQL kept a default name:\n%s", s)
 	}
 	d, err := mysqlinbox.MigrationSQL(mysqlinbox.Options{})
@@ -168,18 +169,23 @@ func TestMigrateOddTableNames(t *testing.T) {
 // run from Migrations).
 func TestMigrationFilesAsTheyAre(t *testing.T) {
 	t.Parallel()
-	up, err := fs.ReadFile(mysqlinbox.Migrations, "001_create_inbox.up.sql")
+	s, err := mysqlinbox.MigrationSQL(mysqlinbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fs.ReadFile(mysqlinbox.Migrations, "001_create_inbox.down.sql"); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"001_create_inbox", "002_procedures"} {
+		up, err := fs.ReadFile(mysqlinbox.Migrations, name+".up.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.ReadFile(mysqlinbox.Migrations, name+".down.sql"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(s, string(up)) {
+			t.Fatalf("MigrationSQL with the default table is not the embedded file %s", name)
+		}
 	}
-	s, err := mysqlinbox.MigrationSQL(mysqlinbox.Options{})
-	if err != nil || !strings.Contains(s, string(up)) {
-		t.Fatalf("MigrationSQL with the default table is not the embedded file: %v", err)
-	}
-	if mysqlinbox.LatestVersion() != 1 {
-		t.Fatalf("LatestVersion = %d", mysqlinbox.LatestVersion())
+	if mysqlinbox.LatestVersion() != 2 {
+		t.Fatalf("LatestVersion = %d, want 2", mysqlinbox.LatestVersion())
 	}
 }
