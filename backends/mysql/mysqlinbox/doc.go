@@ -19,7 +19,8 @@
 //
 // [Migrate] creates three tables in the connection's database (named
 // after [Options].Table, default "inbox"), from the embedded migration
-// 001_create_inbox ([Migrations], [MigrationSQL]); Table+"_migrations"
+// 001_create_inbox ([Migrations], [MigrationSQL]), and two procedures
+// (002_procedures: Table+"_record_keys", Table+"_finish"); Table+"_migrations"
 // records the applied versions, and a named lock ([LockName]) serializes
 // concurrent runs. MySQL commits each DDL statement on its own, so every
 // statement is IF NOT EXISTS and an interrupted run is completed by the
@@ -83,9 +84,10 @@
 // IGNORE's shared lock lets them pass together), and its count changes
 // with clientFoundRows. MariaDB's INSERT ... RETURNING answers per row in
 // one round trip always, but MySQL 8 has none. A stored procedure would
-// too, at the price of CREATE ROUTINE grants and migrations that
-// goose-style tools cannot split. Checking with a SELECT first and
-// inserting after is racy, and at REPEATABLE READ wrong (see above).
+// too, but Record needs none for its common cases; the procedures are
+// kept for what takes two statements otherwise (see Round trips).
+// Checking with a SELECT first and inserting after is racy, and at
+// REPEATABLE READ wrong (see above).
 //
 // # Round trips
 //
@@ -103,15 +105,27 @@
 //	Offsets       1, on the pool
 //	Purge         5 when nothing is old (SET TRANSACTION, START, two reads,
 //	              COMMIT), 7 when both IDs and keys are removed
+//	RecordWithKeySeqs  1 (one CALL; Record then KeySeqs without the procedure)
+//	Finish        1 (one CALL; SetKeySeqs then SaveOffsets without it)
 //
 // So inbox.Inbox.Handle of a message without a key or offset is 3 round
 // trips plus the handler's statements (START, INSERT IGNORE, COMMIT) —
 // one more than the handler's own transaction would cost without the
-// inbox — and of a message with a key, a sequence number and an offset 6.
-// A batch (HandleBatch, the Kafka helper's MaxBatch) costs the same
-// statements for all its messages.
+// inbox — and of a message with a key, a sequence number and an offset 4
+// (START, the two CALLs, COMMIT) with an Inbox that uses the optional
+// inbox.KeyRecorder and inbox.Finisher, 6 without. A batch (HandleBatch,
+// the Kafka helper's MaxBatch) costs the same statements for all its
+// messages.
 //
-// The 11 statements, prepared on each pool connection that runs them,
+// The combined calls need stored procedures because MySQL sends one
+// statement per round trip (unless the DSN sets multiStatements, which a
+// library cannot require) and an INSERT returns no rows. Migration 002
+// creates them, SQL SECURITY INVOKER (they run with the caller's
+// privileges); with an inbox migrated to version 1 only, the Store finds
+// them missing (error 1305, which changes nothing) and sends the separate
+// statements, trying the procedures again a minute later.
+//
+// The 13 statements, prepared on each pool connection that runs them,
 // count against the server's max_prepared_stmt_count (16,382 by default,
 // for all its clients): size it for the connections of every consumer.
 //
@@ -182,9 +196,12 @@
 //
 // # Grants
 //
-// Consumers need SELECT, INSERT, UPDATE and DELETE on the three tables;
-// Migrate needs CREATE and DROP as well (and INSERT on
-// Table+"_migrations").
+// Consumers need SELECT, INSERT, UPDATE and DELETE on the three tables
+// and EXECUTE on the two procedures; Migrate needs CREATE, DROP, CREATE
+// ROUTINE and ALTER ROUTINE as well (and INSERT and DELETE on
+// Table+"_migrations"). MySQL with binary logging accepts the procedures
+// without log_bin_trust_function_creators (that applies to functions and
+// triggers).
 //
 // # Retention
 //

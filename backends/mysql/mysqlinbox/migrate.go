@@ -149,7 +149,12 @@ func statements(sqlText string) []string {
 
 // MigrationSQL returns every up migration, rendered with opts.Table, for
 // a migration tool of your own; run it in the inbox's database. [Migrate]
-// runs the same statements. It fails only for a bad opts.Table.
+// runs the same statements. The procedures of migration 002 span the
+// lines between "-- +goose StatementBegin" and "-- +goose StatementEnd"
+// (their bodies hold semicolons): goose honors the markers, a tool that
+// sends the whole text as one multi-statement string (golang-migrate with
+// multiStatements=true) needs nothing, and the mysql command-line client
+// needs a DELIMITER around them. It fails only for a bad opts.Table.
 func MigrationSQL(opts Options) (string, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
