@@ -34,6 +34,9 @@ func TestMigrateConcurrentIdempotentAndDown(t *testing.T) {
 	if got := tables(t, db); !slices.Equal(got, want) {
 		t.Fatalf("tables after Migrate: %v, want %v", got, want)
 	}
+	if got := routines(t, db); !slices.Equal(got, []string{"orders_inbox_finish", "orders_inbox_record_keys"}) {
+		t.Fatalf("procedures after Migrate: %v", got)
+	}
 	var applied int
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM `orders_inbox_migrations`").Scan(&applied); err != nil || applied != mysqlinbox.LatestVersion() {
 		t.Fatalf("versions recorded once each: %d, %v; want %d", applied, err, mysqlinbox.LatestVersion())
@@ -55,6 +58,9 @@ func TestMigrateConcurrentIdempotentAndDown(t *testing.T) {
 	}
 	if got := tables(t, db); !slices.Equal(got, []string{"inbox", "inbox_keyseq", "inbox_migrations", "inbox_offsets"}) {
 		t.Fatalf("tables after MigrateDown of orders_inbox: %v; want only the default inbox's", got)
+	}
+	if got := routines(t, db); !slices.Equal(got, []string{"inbox_finish", "inbox_record_keys"}) {
+		t.Fatalf("procedures after MigrateDown of orders_inbox: %v; want only the default inbox's", got)
 	}
 	if got, err := mysqlinbox.MigrationStatus(ctx, db, opts); err != nil || len(got) != 0 {
 		t.Fatalf("MigrationStatus of a removed inbox = %v, %v; want none", got, err)
