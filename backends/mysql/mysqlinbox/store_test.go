@@ -412,6 +412,25 @@ func TestOtherPoolsAndDSNs(t *testing.T) {
 	if got, err := s.KeySeqs(ctx, tx, []string{"k", "new"}); err != nil || !maps.Equal(got, map[string]int64{"k": 5}) {
 		t.Fatalf("KeySeqs on another pool = %v, %v", got, err)
 	}
+	if fresh, seqs, err := s.RecordWithKeySeqs(ctx, tx, []string{"c", "e"}, []string{"k"}); err != nil || !slices.Equal(fresh, []bool{false, true}) || seqs["k"] != 5 {
+		t.Fatalf("RecordWithKeySeqs on another pool = %v, %v, %v", fresh, seqs, err)
+	}
+	if err := s.Finish(ctx, tx, map[string]int64{"k": 6}, []inbox.Offset{{Group: "g", Topic: "t", Partition: 3, Next: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// The same through a pool without interpolateParams: the driver
+	// prepares each statement, the CALL too, and reads its result sets.
+	plain := openDB(t, name)
+	tx, err = plain.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh, seqs, err := s.RecordWithKeySeqs(ctx, tx, []string{"e", "f"}, []string{"k"}); err != nil || !slices.Equal(fresh, []bool{false, true}) || seqs["k"] != 6 {
+		t.Fatalf("RecordWithKeySeqs on a plain pool = %v, %v, %v", fresh, seqs, err)
+	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +440,7 @@ func TestOtherPoolsAndDSNs(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
 	}
-	if got := recordIDs(t, s, "a", "d"); !slices.Equal(got, []bool{false, true}) {
+	if got := recordIDs(t, s, "a", "d", "f"); !slices.Equal(got, []bool{false, true, false}) {
 		t.Fatalf("Record after Close = %v", got)
 	}
 	if got, err := s.Offsets(ctx, "g", "t"); err != nil || !maps.Equal(got, map[int32]int64{3: 7}) {
