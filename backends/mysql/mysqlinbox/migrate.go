@@ -167,8 +167,9 @@ func MigrationSQL(opts Options) (string, error) {
 	return b.String(), nil
 }
 
-// Migrate creates the inbox tables of opts.Table in db's database, or
-// brings them to the newest version ([LatestVersion]), recording applied
+// Migrate creates the inbox tables (and the procedures of migration 002)
+// of opts.Table in db's database, or brings them to the newest version
+// ([LatestVersion]), recording applied
 // versions in Table+"_migrations". Running it again is a no-op, so every
 // replica of a consumer may run it at start-up.
 //
@@ -183,9 +184,9 @@ func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
 	return migrateTo(ctx, db, opts, LatestVersion(), "Migrate")
 }
 
-// MigrateDown removes the inbox of opts.Table: every table, with the
-// recorded IDs, the keys' sequence numbers and the stored offsets, and
-// Table+"_migrations" last. After it, consumers apply every message again
+// MigrateDown removes the inbox of opts.Table: its procedures, every
+// table, with the recorded IDs, the keys' sequence numbers and the stored
+// offsets, and Table+"_migrations" last. After it, consumers apply every message again
 // and start from the broker's offsets. It serializes with Migrate on the
 // same lock; on an inbox that does not exist it does nothing.
 func MigrateDown(ctx context.Context, db *sql.DB, opts Options) error {
