@@ -16,11 +16,11 @@ import (
 const errNoProcedure = 1305
 
 // procsMissing reports whether a call found the procedures of migration
-// 002 missing less than prepareRetry ago: until then, RecordWithKeySeqs
+// 002 missing less than retryAfter ago: until then, RecordWithKeySeqs
 // and Finish send their statements one by one without trying the CALL.
 func (s *Store) procsMissing() bool {
 	at := s.noProcs.Load()
-	return at != 0 && time.Since(time.Unix(0, at)) < prepareRetry
+	return at != 0 && time.Since(time.Unix(0, at)) < s.retryAfter
 }
 
 // noProcedure notes that err is the server's missing procedure (and so

@@ -200,3 +200,55 @@ func TestProceduresValidate(t *testing.T) {
 		t.Fatalf("Record(a) after the rejected calls = %v", got)
 	}
 }
+
+// TestProceduresComeBack: a Store that found the procedures missing sends
+// the separate statements, and calls the procedures again once they are
+// back and the retry interval has passed.
+func TestProceduresComeBack(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, mysqlinbox.Options{})
+	db.SetMaxOpenConns(1)
+	creates := map[string]string{}
+	for _, p := range []string{"inbox_record_keys", "inbox_finish"} {
+		var name, mode, text string
+		var rest [3]sql.NullString
+		if err := db.QueryRow("SHOW CREATE PROCEDURE `"+p+"`").Scan(&name, &mode, &text, &rest[0], &rest[1], &rest[2]); err != nil {
+			t.Fatal(err)
+		}
+		creates[p] = text
+		if _, err := db.Exec("DROP PROCEDURE `" + p + "`"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statements := func(round int) int {
+		t.Helper()
+		var n int
+		inTx(t, s, func(ctx context.Context, tx *sql.Tx) error {
+			q0, _ := sessionCounters(t, tx)
+			if _, _, err := s.RecordWithKeySeqs(ctx, tx, []string{fmt.Sprint("id", round)}, []string{"k"}); err != nil {
+				return err
+			}
+			q1, _ := sessionCounters(t, tx)
+			n = q1 - q0 - 1
+			return nil
+		})
+		return n
+	}
+	statements(0) // finds the procedures missing
+	if n := statements(1); n != 2 {
+		t.Fatalf("RecordWithKeySeqs without the procedures sent %d statements; want 2 (Record, KeySeqs), without trying the CALL", n)
+	}
+	for _, text := range creates {
+		if _, err := db.Exec(text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := statements(2); n != 2 {
+		t.Fatalf("RecordWithKeySeqs within the retry interval sent %d statements; want 2", n)
+	}
+	mysqlinbox.SetRetryAfter(s, 0)
+	statements(3)
+	if n := statements(4); n != 1 {
+		t.Fatalf("RecordWithKeySeqs with the procedures back sent %d statements; want 1 (the CALL)", n)
+	}
+}

@@ -82,9 +82,10 @@ const (
 	// maxPerStatement bounds the IDs, keys or offsets one statement
 	// carries; a longer list takes one statement per chunk.
 	maxPerStatement = 1000
-	// prepareRetry is how long the Store waits before preparing its
-	// statements again after a failure.
-	prepareRetry = time.Minute
+	// defaultRetryAfter is how long a Store waits before preparing its
+	// statements again after a failure, and before calling the procedures
+	// again after finding them missing.
+	defaultRetryAfter = time.Minute
 )
 
 // Store is the MySQL and MariaDB [inbox.Store] over *sql.Tx: the records
@@ -104,6 +105,8 @@ type Store struct {
 
 	stmts   atomic.Pointer[[numQueries]*sql.Stmt] // nil until prepared, and after Close
 	noProcs atomic.Int64                          // UnixNano when a CALL found migration 002's procedures missing
+
+	retryAfter time.Duration // defaultRetryAfter; tests shorten it
 
 	mu       sync.Mutex // serializes prepare and Close
 	lastTry  time.Time  // of a prepare that failed
@@ -129,7 +132,7 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 		return nil, errNilDB("New")
 	}
 	n := newNames(opts.Table)
-	return &Store{db: db, iso: opts.Isolation, n: n, text: renderQueries(n)}, nil
+	return &Store{db: db, iso: opts.Isolation, n: n, text: renderQueries(n), retryAfter: defaultRetryAfter}, nil
 }
 
 // Close releases the Store's prepared statements. The Store stays usable
@@ -160,7 +163,7 @@ func (s *Store) prepare(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.isClosed || s.stmts.Load() != nil || (!s.lastTry.IsZero() && time.Since(s.lastTry) < prepareRetry) {
+	if s.isClosed || s.stmts.Load() != nil || (!s.lastTry.IsZero() && time.Since(s.lastTry) < s.retryAfter) {
 		return
 	}
 	var st [numQueries]*sql.Stmt
