@@ -122,7 +122,7 @@ func (c *MigrateUpCmd) redisUp(ctx context.Context, app *cli.App, o *cli.Opened)
 type MigrateDownCmd struct {
 	cli.StoreFlags
 	InboxFlags
-	To      int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Roll back to this version (default: one version down; 0 drops every table of the outbox, entries and the migrations table included, and the schema if migrate up created it and nothing else is in it)."`
+	To      int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Roll back to this version (default: one version down; 0 drops every table of the outbox, entries and the migrations table included, and the schema if migrate up created it and nothing else is in it). With --inbox: 0, the default, which drops the inbox."`
 	Yes     bool          `noconfig:"" help:"Go ahead without asking (needed when there is no terminal to ask on)."`
 	Timeout time.Duration `default:"1m" help:"Give up after this long."`
 }

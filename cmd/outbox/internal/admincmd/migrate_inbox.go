@@ -243,8 +243,8 @@ func (c *MigrateDownCmd) runInbox(app *cli.App) error {
 	if !st.Exists {
 		return fmt.Errorf("no inbox at %s%s: there is nothing to roll back", t.name, o.In())
 	}
-	if c.To != -1 && c.To != 0 || c.To == -1 && st.Version != 1 {
-		return cli.UsageError("--to %d: migrate down --inbox rolls the inbox back to version 0 only (it is at %d); pass --to 0", c.To, st.Version)
+	if c.To != -1 && c.To != 0 {
+		return cli.UsageError("--to %d: migrate down --inbox rolls the inbox (at version %d) back to version 0 only, which drops it; leave --to off or pass --to 0", c.To, st.Version)
 	}
 	what := fmt.Sprintf("roll the inbox %s%s back from version %d to 0, which drops its tables (%s included) and every record in them", t.name, o.In(), st.Version, t.migrations)
 	undo := "This cannot be undone: its consumers then apply again every message the broker redelivers, and resume from the broker's committed offsets."
