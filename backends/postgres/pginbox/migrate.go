@@ -22,8 +22,9 @@ var migrationFS embed.FS
 
 // Migrations holds the schema migrations as numbered files
 // (NNN_name.up.sql, NNN_name.down.sql) at its root, in the layout
-// golang-migrate reads and with the names goose's SQL files use: run them
-// with such a tool instead of [Migrate] if you prefer. The files use the
+// golang-migrate reads (psql runs them as they are; for goose, put each
+// pair in one file under its -- +goose Up and -- +goose Down markers):
+// run them with such a tool instead of [Migrate] if you prefer. The files use the
 // default table name "inbox", unqualified, so they create the tables in
 // the first schema of search_path. For another Options.Table or
 // Options.Schema, run the SQL [MigrationSQL] returns instead (it renders
