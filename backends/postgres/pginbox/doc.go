@@ -65,6 +65,10 @@
 // versions. "<table>_offsets" is a handful of rows each updated by every
 // transaction of its partition: fillfactor 50 and a vacuum every 1,000
 // dead rows keep its updates HOT and the table a few pages long.
+// autovacuum_vacuum_insert_scale_factor needs PostgreSQL 13 or later (on
+// 12 the migration fails with "unrecognized parameter"). The settings
+// are storage parameters of the tables: change them with ALTER TABLE ...
+// SET (...) without a migration.
 //
 // # Queries
 //
