@@ -19,9 +19,8 @@ import (
 // with other PostgreSQL drivers such as lib/pq. Make it with [NewSQL]; it
 // is safe for concurrent use and holds no resources of its own.
 type SQLStore struct {
-	db   *sql.DB
-	opts Options
-	q    queries
+	db *sql.DB
+	q  queries // rendered for the Options NewSQL was given
 }
 
 var _ inbox.Store[*sql.Tx] = (*SQLStore)(nil)
@@ -39,7 +38,7 @@ func NewSQL(db *sql.DB, opts Options) (*SQLStore, error) {
 	if db == nil {
 		return nil, errors.New("pginbox: NewSQL: db is nil; pass a *sql.DB from sql.Open(\"pgx\", url)")
 	}
-	return &SQLStore{db: db, opts: opts, q: newQueries(opts)}, nil
+	return &SQLStore{db: db, q: newQueries(opts)}, nil
 }
 
 // InTx implements inbox.Store with db.BeginTx (default options): it calls

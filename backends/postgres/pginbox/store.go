@@ -17,8 +17,7 @@ import (
 // holds no resources of its own (closing the pool ends it).
 type Store struct {
 	pool *pgxpool.Pool
-	opts Options
-	q    queries
+	q    queries // rendered for the Options New was given
 }
 
 var _ inbox.Store[pgx.Tx] = (*Store)(nil)
@@ -35,7 +34,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pginbox: New: pool is nil; pass a *pgxpool.Pool from pgxpool.New")
 	}
-	return &Store{pool: pool, opts: opts, q: newQueries(opts)}, nil
+	return &Store{pool: pool, q: newQueries(opts)}, nil
 }
 
 // rollbackTimeout bounds the rollback InTx runs after fn failed, on a
