@@ -23,8 +23,9 @@
 // (002_procedures: Table+"_record_keys", Table+"_finish"); Table+"_migrations"
 // records the applied versions, and a named lock ([LockName]) serializes
 // concurrent runs. MySQL commits each DDL statement on its own, so every
-// statement is IF NOT EXISTS and an interrupted run is completed by the
-// next. [MigrateDown] drops them all.
+// statement can run again (CREATE TABLE IF NOT EXISTS; DROP PROCEDURE IF
+// EXISTS before each CREATE PROCEDURE) and an interrupted run is
+// completed by the next. [MigrateDown] drops them all.
 //
 //   - inbox (id VARBINARY(255) primary key, applied_at DATETIME(6), tok
 //     BIGINT; index applied_at_idx): one row per applied ID. VARBINARY
@@ -157,8 +158,8 @@
 // lock; two transactions that each read a new key falling into the same
 // gap of the index then wait for (or deadlock with) each other's insert,
 // which costs a retry (error 1213, which [Store.Retryable] accepts and
-// inbox.Inbox retries). That happens mostly while the table is nearly
-// empty. Options.Isolation = sql.LevelReadCommitted (for the transactions
+// inbox.Inbox retries). The fewer keys the table holds, the wider its
+// gaps and the likelier that is. Options.Isolation = sql.LevelReadCommitted (for the transactions
 // InTx begins) avoids gap locks altogether; the inbox is correct at both
 // levels. Likewise, the check of a duplicate ID holds a next-key lock
 // (InnoDB takes one for duplicate-key checks at both levels), which can
