@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/outboxrelay/outbox/backends/mysql/mysqlinbox"
 	"github.com/outboxrelay/outbox/inbox"
 )
@@ -193,5 +195,38 @@ func TestMigrationFilesAsTheyAre(t *testing.T) {
 	}
 	if mysqlinbox.LatestVersion() != 2 {
 		t.Fatalf("LatestVersion = %d, want 2", mysqlinbox.LatestVersion())
+	}
+}
+
+// TestMigrationSQLAsOneMultiStatement: the text MigrationSQL returns runs
+// as one multi-statement string (as golang-migrate sends a file, with
+// multiStatements=true), procedures included, and gives a working inbox.
+func TestMigrationSQLAsOneMultiStatement(t *testing.T) {
+	t.Parallel()
+	_, name := newDB(t)
+	db := openDB(t, name, func(c *mysql.Config) { c.MultiStatements = true })
+	text, err := mysqlinbox.MigrationSQL(mysqlinbox.Options{Table: "multi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(text); err != nil {
+		t.Fatalf("MigrationSQL as one multi-statement: %v", err)
+	}
+	if got := routines(t, db); !slices.Equal(got, []string{"multi_finish", "multi_record_keys"}) {
+		t.Fatalf("procedures: %v", got)
+	}
+	s, err := mysqlinbox.New(db, mysqlinbox.Options{Table: "multi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+		fresh, _, err := s.RecordWithKeySeqs(ctx, tx, []string{"a"}, []string{"k"})
+		if err == nil && !slices.Equal(fresh, []bool{true}) {
+			t.Errorf("RecordWithKeySeqs = %v", fresh)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
