@@ -1,12 +1,17 @@
 package mysqlinbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/outboxrelay/outbox/inbox"
@@ -82,8 +87,9 @@ func (s *Store) recordThenKeySeqs(ctx context.Context, tx *sql.Tx, ids, keys []s
 	return fresh, seqs, nil
 }
 
-// callRecordWithKeySeqs runs the procedure and reads its two result sets:
-// mine gets each ID the call inserted, seqs the numbers of the keys.
+// callRecordWithKeySeqs runs the procedure and reads its result sets
+// (see migration 002): mine gets each ID the call inserted, seqs the
+// numbers of the keys.
 func (s *Store) callRecordWithKeySeqs(ctx context.Context, tx *sql.Tx, ids []string, refs []keyRef, mine func(string), seqs map[string]int64) error {
 	tok := rand.Int64N(math.MaxInt64) + 1
 	rows, err := s.query(ctx, tx, qRecordWithKeySeqs, tok, hexArray(ids), keyArray(refs, nil))
@@ -91,44 +97,104 @@ func (s *Store) callRecordWithKeySeqs(ctx context.Context, tx *sql.Tx, ids []str
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var id []byte
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		mine(string(id))
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if !rows.NextResultSet() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return errMissingResult
-	}
 	byHash := make(map[[32]byte]string, len(refs))
 	for _, r := range refs {
 		byHash[r.hash] = r.key
 	}
-	for rows.Next() {
-		var h []byte
-		var seq sql.NullInt64
-		if err := rows.Scan(&h, &seq); err != nil {
-			return err
+	var inserted int64
+	var found sql.NullString
+	if !rows.Next() {
+		return cmp.Or(rows.Err(), errMissingResult)
+	}
+	if err := rows.Scan(&inserted, &found); err != nil {
+		return err
+	}
+	if found.Valid {
+		err = foundSeqs(found.String, byHash, seqs)
+	} else {
+		err = nextResult(rows, func() error { return scanKeySeq(rows, byHash, seqs) })
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case inserted == int64(len(ids)):
+		for _, id := range ids {
+			mine(id)
 		}
-		if seq.Valid {
-			var hash [32]byte
-			copy(hash[:], h)
-			seqs[byHash[hash]] = seq.Int64
+	case inserted > 0:
+		return nextResult(rows, func() error {
+			var id []byte
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			mine(string(id))
+			return nil
+		})
+	}
+	return nil
+}
+
+// nextResult moves rows to its next result set and calls row for each
+// row of it.
+func nextResult(rows *sql.Rows, row func() error) error {
+	if !rows.NextResultSet() {
+		return cmp.Or(rows.Err(), errMissingResult)
+	}
+	for rows.Next() {
+		if err := row(); err != nil {
+			return err
 		}
 	}
 	return rows.Err()
 }
 
+// scanKeySeq scans one (hash, seq) row into seqs.
+func scanKeySeq(rows *sql.Rows, byHash map[[32]byte]string, seqs map[string]int64) error {
+	var h []byte
+	var seq sql.NullInt64
+	if err := rows.Scan(&h, &seq); err != nil {
+		return err
+	}
+	if seq.Valid {
+		var hash [32]byte
+		copy(hash[:], h)
+		seqs[byHash[hash]] = seq.Int64
+	}
+	return nil
+}
+
+// foundSeqs reads the procedure's JSON array of [hash in hex, seq or
+// null] into seqs.
+func foundSeqs(found string, byHash map[[32]byte]string, seqs map[string]int64) error {
+	var pairs [][2]json.RawMessage
+	if err := json.Unmarshal([]byte(found), &pairs); err != nil {
+		return fmt.Errorf("reading the procedure's keys: %w", err)
+	}
+	for _, p := range pairs {
+		var h string
+		if err := json.Unmarshal(p[0], &h); err != nil {
+			return fmt.Errorf("reading the procedure's keys: %w", err)
+		}
+		if string(p[1]) == "null" {
+			continue
+		}
+		seq, err := strconv.ParseInt(string(p[1]), 10, 64)
+		if err != nil {
+			return fmt.Errorf("reading the procedure's keys: %w", err)
+		}
+		var hash [32]byte
+		if n, err := hex.Decode(hash[:], []byte(h)); err != nil || n != len(hash) {
+			return fmt.Errorf("reading the procedure's keys: hash %q", h)
+		}
+		seqs[byHash[hash]] = seq
+	}
+	return nil
+}
+
 // errMissingResult: the procedure returned fewer result sets than it
 // should (a procedure of another version).
-var errMissingResult = errorString("the procedure returned no keys: run mysqlinbox.Migrate to bring its procedures up to date")
+var errMissingResult error = errorString("the procedure returned fewer result sets than expected: run mysqlinbox.Migrate to bring its procedures up to date")
 
 type errorString string
 

@@ -67,6 +67,14 @@ func TestRecordWithKeySeqsAnswersAsTheTwoCalls(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				// Every key has a row (one without a number), every ID new.
+				fresh, seqs, err = s.RecordWithKeySeqs(ctx, tx, []string{"z1", "z2"}, []string{"read-only", "set"})
+				if err == nil && (!slices.Equal(fresh, []bool{true, true}) || !maps.Equal(seqs, map[string]int64{"set": 4})) {
+					t.Errorf("third RecordWithKeySeqs = %v, %v; want [true true], set: 4", fresh, seqs)
+				}
+				if err != nil {
+					return err
+				}
 				return s.Finish(ctx, tx, map[string]int64{"brand-new": 1, "K": 10},
 					[]inbox.Offset{{Group: "g", Topic: "t", Partition: 2, Next: 5}, {Group: "g", Topic: "t", Partition: 2, Next: 6}})
 			})
@@ -83,8 +91,8 @@ func TestRecordWithKeySeqsAnswersAsTheTwoCalls(t *testing.T) {
 				t.Fatalf("Offsets after Finish = %v, %v", got, err)
 			}
 			var records, unset int
-			if err := db.QueryRow("SELECT (SELECT count(*) FROM `inbox`), (SELECT count(*) FROM `inbox_keyseq` WHERE seq IS NULL)").Scan(&records, &unset); err != nil || records != 5 || unset != 1 {
-				t.Fatalf("%d records, %d keys without a number, %v; want old, new, x, X, y and read-only", records, unset, err)
+			if err := db.QueryRow("SELECT (SELECT count(*) FROM `inbox`), (SELECT count(*) FROM `inbox_keyseq` WHERE seq IS NULL)").Scan(&records, &unset); err != nil || records != 7 || unset != 1 {
+				t.Fatalf("%d records, %d keys without a number, %v; want old, new, x, X, y, z1, z2 and read-only", records, unset, err)
 			}
 		})
 	}

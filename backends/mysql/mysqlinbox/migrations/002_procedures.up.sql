@@ -19,41 +19,54 @@ DROP PROCEDURE IF EXISTS `inbox_record_keys`;
 
 -- inbox_record_keys(token, ids, keys): ids as in queries/record.sql,
 -- keys as in queries/key_seqs_lock.sql ([hash, key] pairs, sorted by
--- hash). Returns two result sets: the IDs this call inserted (its
--- token's rows), and the keys' rows (hash, seq; seq NULL for a key
--- without a number), locked for the transaction. The keys are locked
--- first (existing rows), then given lock rows (new keys), then read with
--- a locking read, which waits for a concurrent transaction that inserted
--- one of them meanwhile.
+-- hash; at least one). Returns the keys first: when every key has a row,
+-- one row (inserted, found) with found a JSON array of [hash, seq] (hash
+-- in hex, seq null for a key without a number), read under the locks;
+-- else a row (inserted, NULL) followed by the keys' rows (hash, seq),
+-- locked. inserted is how many IDs the INSERT inserted; when that is
+-- neither none nor all, a last result set lists them (the call's token's
+-- rows). The keys are locked first (existing rows), then given lock rows
+-- (new keys), then read with a locking read, which waits for a
+-- concurrent transaction that inserted one of them meanwhile. In the
+-- common case (every key known) the body runs three statements, one of
+-- them without a table.
 -- +goose StatementBegin
 CREATE PROCEDURE `inbox_record_keys`(IN p_tok BIGINT, IN p_ids LONGTEXT, IN p_keys LONGTEXT)
     SQL SECURITY INVOKER
     MODIFIES SQL DATA
 BEGIN
+    DECLARE inserted BIGINT DEFAULT 0;
     DECLARE locked BIGINT DEFAULT 0;
+    DECLARE found LONGTEXT DEFAULT NULL;
     INSERT IGNORE INTO `inbox` (id, applied_at, tok)
     SELECT UNHEX(j.h), UTC_TIMESTAMP(6), p_tok
     FROM JSON_TABLE(p_ids, '$[*]' COLUMNS (n FOR ORDINALITY, h VARCHAR(510) PATH '$')) AS j
     ORDER BY j.n;
-    SELECT r.id
-    FROM JSON_TABLE(p_ids, '$[*]' COLUMNS (h VARCHAR(510) PATH '$')) AS j
-    STRAIGHT_JOIN `inbox` AS r FORCE INDEX (PRIMARY) ON r.id = UNHEX(j.h)
-    WHERE r.tok = p_tok;
-    SELECT COUNT(*) INTO locked
+    SET inserted = ROW_COUNT();
+    SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY(HEX(r.key_hash), r.seq)) INTO locked, found
     FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (h VARCHAR(64) PATH '$[0]')) AS j
     STRAIGHT_JOIN `inbox_keyseq` AS r FORCE INDEX (PRIMARY) ON r.key_hash = UNHEX(j.h)
     FOR UPDATE;
-    IF locked < JSON_LENGTH(p_keys) THEN
+    IF locked = JSON_LENGTH(p_keys) THEN
+        SELECT inserted, found;
+    ELSE
         INSERT IGNORE INTO `inbox_keyseq` (key_hash, k, seq, updated_at)
         SELECT UNHEX(j.h), UNHEX(j.k), NULL, UTC_TIMESTAMP(6)
         FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (n FOR ORDINALITY, h VARCHAR(64) PATH '$[0]', k VARCHAR(8192) PATH '$[1]')) AS j
         ORDER BY j.n;
+        SELECT inserted, NULL;
+        SELECT r.key_hash, r.seq
+        FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (n FOR ORDINALITY, h VARCHAR(64) PATH '$[0]')) AS j
+        STRAIGHT_JOIN `inbox_keyseq` AS r FORCE INDEX (PRIMARY) ON r.key_hash = UNHEX(j.h)
+        ORDER BY j.n
+        FOR UPDATE;
     END IF;
-    SELECT r.key_hash, r.seq
-    FROM JSON_TABLE(p_keys, '$[*]' COLUMNS (n FOR ORDINALITY, h VARCHAR(64) PATH '$[0]')) AS j
-    STRAIGHT_JOIN `inbox_keyseq` AS r FORCE INDEX (PRIMARY) ON r.key_hash = UNHEX(j.h)
-    ORDER BY j.n
-    FOR UPDATE;
+    IF inserted > 0 AND inserted < JSON_LENGTH(p_ids) THEN
+        SELECT r.id
+        FROM JSON_TABLE(p_ids, '$[*]' COLUMNS (h VARCHAR(510) PATH '$')) AS j
+        STRAIGHT_JOIN `inbox` AS r FORCE INDEX (PRIMARY) ON r.id = UNHEX(j.h)
+        WHERE r.tok = p_tok;
+    END IF;
 END;
 -- +goose StatementEnd
 
