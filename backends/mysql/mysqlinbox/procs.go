@@ -1,17 +1,9 @@
 package mysqlinbox
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"maps"
-	"math"
-	"math/rand/v2"
-	"slices"
-	"strconv"
 	"time"
 
 	"github.com/outboxrelay/outbox/inbox"
@@ -20,9 +12,9 @@ import (
 // errNoProcedure is ER_SP_DOES_NOT_EXIST: migration 002 is not applied.
 const errNoProcedure = 1305
 
-// procsMissing reports whether a call found the procedures of migration
-// 002 missing less than retryAfter ago: until then, RecordWithKeySeqs
-// and Finish send their statements one by one without trying the CALL.
+// procsMissing reports whether a call found the procedure of migration
+// 002 missing less than retryAfter ago: until then, Finish sends its
+// statements one by one without trying the CALL.
 func (s *Store) procsMissing() bool {
 	at := s.noProcs.Load()
 	return at != 0 && time.Since(time.Unix(0, at)) < s.retryAfter
@@ -37,168 +29,6 @@ func (s *Store) noProcedure(err error) bool {
 	s.noProcs.Store(time.Now().UnixNano())
 	return true
 }
-
-// RecordWithKeySeqs is Record(ids) then KeySeqs(keys) in tx, with the same
-// answers and the same guards (see [Store.Record], [Store.KeySeqs]), in
-// one round trip: one CALL of the procedure migration 002 creates, which
-// returns both answers as two result sets. Without the procedure (an
-// inbox migrated to version 1 only), or for more than 1,000 IDs or keys,
-// it sends Record's and KeySeqs' statements one by one. inbox.Inbox uses
-// it when the store has it (inbox.KeyRecorder).
-func (s *Store) RecordWithKeySeqs(ctx context.Context, tx *sql.Tx, ids, keys []string) ([]bool, map[string]int64, error) {
-	if len(ids) == 0 || len(keys) == 0 || s.procsMissing() {
-		return s.recordThenKeySeqs(ctx, tx, ids, keys)
-	}
-	if tx == nil {
-		return nil, nil, errNilTx("RecordWithKeySeqs")
-	}
-	first, uniq, err := planIDs("RecordWithKeySeqs", ids)
-	if err != nil {
-		return nil, nil, err
-	}
-	refs, err := keyRefs("RecordWithKeySeqs", slices.Values(keys))
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(uniq) > maxPerStatement || len(refs) > maxPerStatement {
-		return s.recordThenKeySeqs(ctx, tx, ids, keys)
-	}
-	fresh := make([]bool, len(ids))
-	seqs := make(map[string]int64, len(refs))
-	err = s.callRecordWithKeySeqs(ctx, tx, uniq, refs, func(id string) { fresh[first[id]] = true }, seqs)
-	if s.noProcedure(err) {
-		return s.recordThenKeySeqs(ctx, tx, ids, keys)
-	}
-	if err != nil {
-		return nil, nil, s.interpretError("RecordWithKeySeqs", err)
-	}
-	return fresh, seqs, nil
-}
-
-func (s *Store) recordThenKeySeqs(ctx context.Context, tx *sql.Tx, ids, keys []string) ([]bool, map[string]int64, error) {
-	fresh, err := s.Record(ctx, tx, ids)
-	if err != nil {
-		return nil, nil, err
-	}
-	seqs, err := s.KeySeqs(ctx, tx, keys)
-	if err != nil {
-		return nil, nil, err
-	}
-	return fresh, seqs, nil
-}
-
-// callRecordWithKeySeqs runs the procedure and reads its result sets
-// (see migration 002): mine gets each ID the call inserted, seqs the
-// numbers of the keys.
-func (s *Store) callRecordWithKeySeqs(ctx context.Context, tx *sql.Tx, ids []string, refs []keyRef, mine func(string), seqs map[string]int64) error {
-	tok := rand.Int64N(math.MaxInt64) + 1
-	rows, err := s.query(ctx, tx, qRecordWithKeySeqs, tok, hexArray(ids), keyArray(refs, nil))
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	byHash := make(map[[32]byte]string, len(refs))
-	for _, r := range refs {
-		byHash[r.hash] = r.key
-	}
-	var inserted int64
-	var found sql.NullString
-	if !rows.Next() {
-		return cmp.Or(rows.Err(), errMissingResult)
-	}
-	if err := rows.Scan(&inserted, &found); err != nil {
-		return err
-	}
-	if found.Valid {
-		err = foundSeqs(found.String, byHash, seqs)
-	} else {
-		err = nextResult(rows, func() error { return scanKeySeq(rows, byHash, seqs) })
-	}
-	if err != nil {
-		return err
-	}
-	switch {
-	case inserted == int64(len(ids)):
-		for _, id := range ids {
-			mine(id)
-		}
-	case inserted > 0:
-		return nextResult(rows, func() error {
-			var id []byte
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			mine(string(id))
-			return nil
-		})
-	}
-	return nil
-}
-
-// nextResult moves rows to its next result set and calls row for each
-// row of it.
-func nextResult(rows *sql.Rows, row func() error) error {
-	if !rows.NextResultSet() {
-		return cmp.Or(rows.Err(), errMissingResult)
-	}
-	for rows.Next() {
-		if err := row(); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
-// scanKeySeq scans one (hash, seq) row into seqs.
-func scanKeySeq(rows *sql.Rows, byHash map[[32]byte]string, seqs map[string]int64) error {
-	var h []byte
-	var seq sql.NullInt64
-	if err := rows.Scan(&h, &seq); err != nil {
-		return err
-	}
-	if seq.Valid {
-		var hash [32]byte
-		copy(hash[:], h)
-		seqs[byHash[hash]] = seq.Int64
-	}
-	return nil
-}
-
-// foundSeqs reads the procedure's JSON array of [hash in hex, seq or
-// null] into seqs.
-func foundSeqs(found string, byHash map[[32]byte]string, seqs map[string]int64) error {
-	var pairs [][2]json.RawMessage
-	if err := json.Unmarshal([]byte(found), &pairs); err != nil {
-		return fmt.Errorf("reading the procedure's keys: %w", err)
-	}
-	for _, p := range pairs {
-		var h string
-		if err := json.Unmarshal(p[0], &h); err != nil {
-			return fmt.Errorf("reading the procedure's keys: %w", err)
-		}
-		if string(p[1]) == "null" {
-			continue
-		}
-		seq, err := strconv.ParseInt(string(p[1]), 10, 64)
-		if err != nil {
-			return fmt.Errorf("reading the procedure's keys: %w", err)
-		}
-		var hash [32]byte
-		if n, err := hex.Decode(hash[:], []byte(h)); err != nil || n != len(hash) {
-			return fmt.Errorf("reading the procedure's keys: hash %q", h)
-		}
-		seqs[byHash[hash]] = seq
-	}
-	return nil
-}
-
-// errMissingResult: the procedure returned fewer result sets than it
-// should (a procedure of another version).
-var errMissingResult error = errorString("the procedure returned fewer result sets than expected: run mysqlinbox.Migrate to bring its procedures up to date")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
 
 // Finish is SetKeySeqs(seqs) then SaveOffsets(offsets) in tx (see
 // [Store.SetKeySeqs], [Store.SaveOffsets]; either may be empty), in one
