@@ -149,9 +149,9 @@ func statements(sqlText string) []string {
 
 // MigrationSQL returns every up migration, rendered with opts.Table, for
 // a migration tool of your own; run it in the inbox's database. [Migrate]
-// runs the same statements. The procedures of migration 002 span the
+// runs the same statements. The procedure of migration 002 spans the
 // lines between "-- +goose StatementBegin" and "-- +goose StatementEnd"
-// (their bodies hold semicolons): goose honors the markers, a tool that
+// (its body holds semicolons): goose honors the markers, a tool that
 // sends the whole text as one multi-statement string (golang-migrate with
 // multiStatements=true) needs nothing, and the mysql command-line client
 // needs a DELIMITER around them. It fails only for a bad opts.Table.
@@ -167,7 +167,7 @@ func MigrationSQL(opts Options) (string, error) {
 	return b.String(), nil
 }
 
-// Migrate creates the inbox tables (and the procedures of migration 002)
+// Migrate creates the inbox tables (and the procedure of migration 002)
 // of opts.Table in db's database, or brings them to the newest version
 // ([LatestVersion]), recording applied
 // versions in Table+"_migrations". Running it again is a no-op, so every
@@ -184,7 +184,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
 	return migrateTo(ctx, db, opts, LatestVersion(), "Migrate")
 }
 
-// MigrateDown removes the inbox of opts.Table: its procedures, every
+// MigrateDown removes the inbox of opts.Table: its procedure, every
 // table, with the recorded IDs, the keys' sequence numbers and the stored
 // offsets, and Table+"_migrations" last. After it, consumers apply every message again
 // and start from the broker's offsets. It serializes with Migrate on the

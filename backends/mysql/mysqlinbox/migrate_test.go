@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/outboxrelay/outbox/backends/mysql/mysqlinbox"
 	"github.com/outboxrelay/outbox/inbox"
 )
@@ -34,7 +36,7 @@ func TestMigrateConcurrentIdempotentAndDown(t *testing.T) {
 	if got := tables(t, db); !slices.Equal(got, want) {
 		t.Fatalf("tables after Migrate: %v, want %v", got, want)
 	}
-	if got := routines(t, db); !slices.Equal(got, []string{"orders_inbox_finish", "orders_inbox_record_keys"}) {
+	if got := routines(t, db); !slices.Equal(got, []string{"orders_inbox_finish"}) {
 		t.Fatalf("procedures after Migrate: %v", got)
 	}
 	var applied int
@@ -59,7 +61,7 @@ func TestMigrateConcurrentIdempotentAndDown(t *testing.T) {
 	if got := tables(t, db); !slices.Equal(got, []string{"inbox", "inbox_keyseq", "inbox_migrations", "inbox_offsets"}) {
 		t.Fatalf("tables after MigrateDown of orders_inbox: %v; want only the default inbox's", got)
 	}
-	if got := routines(t, db); !slices.Equal(got, []string{"inbox_finish", "inbox_record_keys"}) {
+	if got := routines(t, db); !slices.Equal(got, []string{"inbox_finish"}) {
 		t.Fatalf("procedures after MigrateDown of orders_inbox: %v; want only the default inbox's", got)
 	}
 	if got, err := mysqlinbox.MigrationStatus(ctx, db, opts); err != nil || len(got) != 0 {
@@ -103,7 +105,7 @@ func TestMigrationSQLRendersTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"CREATE TABLE IF NOT EXISTS `t2` (", "`t2_keyseq`", "`t2_offsets`", "-- 001_create_inbox",
-		"-- 002_procedures", "CREATE PROCEDURE `t2_record_keys`", "CREATE PROCEDURE `t2_finish`", "INSERT IGNORE INTO `t2` (id"} {
+		"-- 002_finish_procedure", "CREATE PROCEDURE `t2_finish`", "INSERT INTO `t2_keyseq` (key_hash"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("MigrationSQL lacks %q:\n%s", want, s)
 		}
@@ -179,7 +181,7 @@ func TestMigrationFilesAsTheyAre(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"001_create_inbox", "002_procedures"} {
+	for _, name := range []string{"001_create_inbox", "002_finish_procedure"} {
 		up, err := fs.ReadFile(mysqlinbox.Migrations, name+".up.sql")
 		if err != nil {
 			t.Fatal(err)
@@ -193,5 +195,34 @@ func TestMigrationFilesAsTheyAre(t *testing.T) {
 	}
 	if mysqlinbox.LatestVersion() != 2 {
 		t.Fatalf("LatestVersion = %d, want 2", mysqlinbox.LatestVersion())
+	}
+}
+
+// TestMigrationSQLAsOneMultiStatement: the text MigrationSQL returns runs
+// as one multi-statement string (as golang-migrate sends a file, with
+// multiStatements=true), the procedure included, and gives a working inbox.
+func TestMigrationSQLAsOneMultiStatement(t *testing.T) {
+	t.Parallel()
+	_, name := newDB(t)
+	db := openDB(t, name, func(c *mysql.Config) { c.MultiStatements = true })
+	text, err := mysqlinbox.MigrationSQL(mysqlinbox.Options{Table: "multi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(text); err != nil {
+		t.Fatalf("MigrationSQL as one multi-statement: %v", err)
+	}
+	if got := routines(t, db); !slices.Equal(got, []string{"multi_finish"}) {
+		t.Fatalf("procedures: %v", got)
+	}
+	s, err := mysqlinbox.New(db, mysqlinbox.Options{Table: "multi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+		return s.Finish(ctx, tx, map[string]int64{"k": 1}, []inbox.Offset{{Group: "g", Topic: "t", Next: 1}})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -61,15 +61,15 @@ func validTable(s string) bool {
 		!strings.ContainsAny(s, "\x00`") && !strings.HasSuffix(s, " ")
 }
 
-// names are the backquoted names of an inbox's tables and procedures.
+// names are the backquoted names of an inbox's tables and procedure.
 type names struct {
 	table                              string // unquoted, as configured
 	inbox, keyseq, offsets, migrations string
-	recordKeys, finish                 string // the procedures of migration 002
+	finish                             string // the procedure of migration 002
 }
 
 func newNames(table string) names {
 	q := func(suffix string) string { return "`" + table + suffix + "`" }
 	return names{table: table, inbox: q(""), keyseq: q("_keyseq"), offsets: q("_offsets"), migrations: q("_migrations"),
-		recordKeys: q("_record_keys"), finish: q("_finish")}
+		finish: q("_finish")}
 }

@@ -176,13 +176,13 @@ func TestRoundTripsOutsideTransactions(t *testing.T) {
 		// Handle of a message without a key or offset: START, Record, COMMIT.
 		// With a known key, a sequence number and an offset: START, Record,
 		// KeySeqs, SetKeySeqs, SaveOffsets, COMMIT; or, with an Inbox that
-		// uses the optional RecordWithKeySeqs and Finish (inbox.KeyRecorder,
-		// inbox.Finisher), START, two CALLs, COMMIT. A duplicate: START,
+		// uses the optional Finish (inbox.Finisher), START, Record, KeySeqs,
+		// the CALL, COMMIT. A duplicate: START,
 		// Record, COMMIT. Purge with nothing to remove: SET TRANSACTION,
 		// START, two reads, COMMIT.
 		wantFull := 6
 		if cc.calls.Load() > 0 {
-			wantFull = 4
+			wantFull = 5
 		}
 		for _, c := range []struct {
 			name      string
@@ -204,16 +204,11 @@ func TestRoundTripsOutsideTransactions(t *testing.T) {
 	}
 }
 
-// combinedCounter counts the calls of the Store's combined methods,
-// which an Inbox uses when it knows them.
+// combinedCounter counts the calls of the Store's combined method
+// Finish, which an Inbox uses when it knows it.
 type combinedCounter struct {
 	*mysqlinbox.Store
 	calls atomic.Int64
-}
-
-func (c *combinedCounter) RecordWithKeySeqs(ctx context.Context, tx *sql.Tx, ids, keys []string) ([]bool, map[string]int64, error) {
-	c.calls.Add(1)
-	return c.Store.RecordWithKeySeqs(ctx, tx, ids, keys)
 }
 
 func (c *combinedCounter) Finish(ctx context.Context, tx *sql.Tx, seqs map[string]int64, offsets []inbox.Offset) error {

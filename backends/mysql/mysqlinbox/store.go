@@ -42,7 +42,6 @@ const (
 	qPurgeIDsDelete
 	qPurgeKeys
 	qPurgeKeysDelete
-	qRecordWithKeySeqs
 	qFinish
 	numQueries
 )
@@ -53,14 +52,14 @@ var queryFiles = [numQueries]string{
 	qSaveOffsets: "save_offsets", qOffsets: "offsets",
 	qPurgeIDs: "purge_ids", qPurgeIDsDelete: "purge_ids_delete",
 	qPurgeKeys: "purge_keys", qPurgeKeysDelete: "purge_keys_delete",
-	qRecordWithKeySeqs: "record_with_key_seqs", qFinish: "finish",
+	qFinish: "finish",
 }
 
 // renderQueries reads the embedded queries and puts the table names in.
 // A missing file is a defect of the build: it panics.
 func renderQueries(n names) [numQueries]string {
 	r := strings.NewReplacer("{inbox}", n.inbox, "{keyseq}", n.keyseq, "{offsets}", n.offsets,
-		"{record_keys}", n.recordKeys, "{finish}", n.finish)
+		"{finish}", n.finish)
 	var out [numQueries]string
 	for q, name := range queryFiles {
 		b, err := queryFS.ReadFile("queries/" + name + ".sql")
@@ -83,7 +82,7 @@ const (
 	// carries; a longer list takes one statement per chunk.
 	maxPerStatement = 1000
 	// defaultRetryAfter is how long a Store waits before preparing its
-	// statements again after a failure, and before calling the procedures
+	// statements again after a failure, and before calling the procedure
 	// again after finding them missing.
 	defaultRetryAfter = time.Minute
 )
@@ -104,7 +103,7 @@ type Store struct {
 	text [numQueries]string
 
 	stmts   atomic.Pointer[[numQueries]*sql.Stmt] // nil until prepared, and after Close
-	noProcs atomic.Int64                          // UnixNano when a CALL found migration 002's procedures missing
+	noProcs atomic.Int64                          // UnixNano when a CALL found migration 002's procedure missing
 
 	retryAfter time.Duration // defaultRetryAfter; tests shorten it
 
@@ -169,7 +168,7 @@ func (s *Store) prepare(ctx context.Context) {
 	var st [numQueries]*sql.Stmt
 	for q := range numQueries {
 		p, err := s.db.PrepareContext(ctx, s.text[q])
-		if err != nil && (q == qRecordWithKeySeqs || q == qFinish) && ctx.Err() == nil {
+		if err != nil && q == qFinish && ctx.Err() == nil {
 			continue // a server that checks the procedure at prepare: it runs unprepared, and fails with 1305
 		}
 		if err != nil {

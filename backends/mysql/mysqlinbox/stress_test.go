@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/metric/noop"
-
 	"github.com/outboxrelay/outbox/backends/mysql/mysqlinbox"
 	"github.com/outboxrelay/outbox/inbox"
 )
@@ -42,7 +40,7 @@ func overlappingBatches(t *testing.T, lv sql.IsolationLevel) {
 		t.Fatal(err)
 	}
 	cs := &conflictCounter{Store: s}
-	ib, err := inbox.New[*sql.Tx](cs, inbox.Options{MaxAttempts: 100, Logger: slog.New(slog.DiscardHandler), MeterProvider: noop.NewMeterProvider()})
+	ib, err := inbox.New[*sql.Tx](cs, inbox.Options{MaxAttempts: 100, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
