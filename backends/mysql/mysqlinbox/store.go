@@ -32,6 +32,7 @@ type query int
 
 const (
 	qRecord query = iota
+	qRecordOne
 	qRecordMine
 	qKeySeqs
 	qKeySeqsLock
@@ -47,7 +48,7 @@ const (
 )
 
 var queryFiles = [numQueries]string{
-	qRecord: "record", qRecordMine: "record_mine",
+	qRecord: "record", qRecordOne: "record_one", qRecordMine: "record_mine",
 	qKeySeqs: "key_seqs", qKeySeqsLock: "key_seqs_lock", qSetKeySeqs: "set_key_seqs",
 	qSaveOffsets: "save_offsets", qOffsets: "offsets",
 	qPurgeIDs: "purge_ids", qPurgeIDsDelete: "purge_ids_delete",
@@ -327,7 +328,17 @@ func planIDs(op string, ids []string) (first map[string]int, uniq []string, err 
 // recordChunk records ids (distinct, sorted) and returns those it
 // inserted.
 func (s *Store) recordChunk(ctx context.Context, tx *sql.Tx, ids []string) ([]string, error) {
-	tok := rand.Int64N(math.MaxInt64) + 1 // 0 is the default of rows written by hand
+	if len(ids) == 1 {
+		res, err := s.exec(ctx, tx, qRecordOne, []byte(ids[0]))
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return nil, err
+		}
+		return ids, nil
+	}
+	tok := rand.Int64N(math.MaxInt64) + 1 // 0 marks rows of one-ID calls and rows written by hand
 	list := hexArray(ids)
 	res, err := s.exec(ctx, tx, qRecord, tok, list)
 	if err != nil {

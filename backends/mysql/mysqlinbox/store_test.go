@@ -38,6 +38,16 @@ func recordIDs(t *testing.T, s *mysqlinbox.Store, ids ...string) []bool {
 	return fresh
 }
 
+// fresher is an ID next to id that differs from every ID of
+// TestIDsComparedByteForByte: id with \x01 after it, or in place of its
+// first byte when that would be too long.
+func fresher(id string) string {
+	if len(id) < 255 {
+		return id + "\x01"
+	}
+	return "\x01" + id[1:]
+}
+
 func repeatBool(n int, v bool) []bool {
 	out := make([]bool, n)
 	for i := range out {
@@ -60,6 +70,15 @@ func TestIDsComparedByteForByte(t *testing.T) {
 	if got := recordIDs(t, s, ids...); !slices.Equal(got, repeatBool(len(ids), false)) {
 		t.Fatalf("second Record = %v, want every ID recorded", got)
 	}
+	// One ID a call (the statement without the JSON array): the same.
+	for _, id := range ids {
+		if got := recordIDs(t, s, id); !slices.Equal(got, []bool{false}) {
+			t.Fatalf("Record(%q) alone = %v, want [false]", id, got)
+		}
+		if got := recordIDs(t, s, fresher(id)); !slices.Equal(got, []bool{true}) {
+			t.Fatalf("Record(%q) alone = %v, want [true]", fresher(id), got)
+		}
+	}
 	rows, err := db.Query("SELECT id FROM `inbox`")
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +94,9 @@ func TestIDsComparedByteForByte(t *testing.T) {
 	}
 	slices.Sort(stored)
 	want := slices.Clone(ids)
+	for _, id := range ids {
+		want = append(want, fresher(id))
+	}
 	slices.Sort(want)
 	if !slices.Equal(stored, want) {
 		t.Fatalf("stored IDs %q, want exactly %q", stored, want)

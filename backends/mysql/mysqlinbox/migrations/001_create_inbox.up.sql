@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS `inbox` (
     -- tok: a random number per Store.Record call, so that a call whose
     -- INSERT IGNORE inserted some of its IDs but not all can tell its own
     -- rows from rows other transactions committed (MySQL has no RETURNING
-    -- on INSERT). 0 for rows written by hand.
+    -- on INSERT). 0 for the rows of one-ID calls, which need none, and
+    -- rows written by hand.
     tok        BIGINT         NOT NULL DEFAULT 0,
     PRIMARY KEY (id),
     -- Purge removes the oldest records first, in bounded batches.
