@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -283,7 +284,7 @@ func TestRollbackReleasesWatches(t *testing.T) {
 	for name, end := range ends {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c := standaloneClient(t, func(o *redis.Options) { o.PoolSize = 1 }) // one connection, reused
+			c := standaloneClient(t, func(o *redis.Options) { o.PoolSize, o.PipelinePoolSize = 1, -1 }) // one connection, reused
 			other := standaloneClient(t, nil)
 			s := newStore(t, c)
 			ctx := testCtx(t)
@@ -367,8 +368,7 @@ func TestClusterKeysOutsideTheSlot(t *testing.T) {
 	c := clusterClient(t, nil)
 	s := newStore(t, c)
 	ctx := testCtx(t)
-	for i := range 8 { // keys on other masters (MOVED) and on this one (CROSSSLOT)
-		stray := fmt.Sprintf("test:stray:%s:%d", s.HashTag()[1:len(s.HashTag())-1], i)
+	for _, stray := range strayKeys(t, c, s) {
 		t.Cleanup(func() { c.Del(context.Background(), stray) })
 		err := s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
 			_, err := s.Record(ctx, tx, []string{"m"})
@@ -389,6 +389,36 @@ func TestClusterKeysOutsideTheSlot(t *testing.T) {
 	})
 	require.ErrorIs(t, err, inbox.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), `"no-tag"`)
+}
+
+// strayKeys returns keys outside the inbox's slot: two on its master
+// (which Redis refuses at EXEC, CROSSSLOT) and two on other masters
+// (refused when queued, MOVED).
+func strayKeys(t *testing.T, c *redis.ClusterClient, s *redisinbox.Store) []string {
+	t.Helper()
+	ctx := testCtx(t)
+	anchor := s.Prefix() + ":anchor"
+	slot := c.ClusterKeySlot(ctx, anchor).Val()
+	master, err := c.MasterForKey(ctx, anchor)
+	require.NoError(t, err)
+	var same, other []string
+	for i := 0; len(same) < 2 || len(other) < 2; i++ {
+		require.Less(t, i, 10000, "no stray keys found")
+		k := fmt.Sprintf("test:stray:%s:%d", strings.Trim(s.HashTag(), "{}"), i)
+		if c.ClusterKeySlot(ctx, k).Val() == slot {
+			continue
+		}
+		m, err := c.MasterForKey(ctx, k)
+		require.NoError(t, err)
+		if m.Options().Addr == master.Options().Addr {
+			if len(same) < 2 {
+				same = append(same, k)
+			}
+		} else if len(other) < 2 {
+			other = append(other, k)
+		}
+	}
+	return append(same, other...)
 }
 
 // TestExecErrorAtRunTime: a queued command that fails inside EXEC does not
