@@ -172,3 +172,35 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return next(ctx, cmds)
 	}
 }
+
+// backdate moves the committed records of ids and keys in s back by d:
+// their scores in the ids and seqs sorted sets (what Purge reads), and
+// the ID keys' values. A record that does not exist is left absent. (It
+// is the conformance suite's Harness.Backdate for this store.)
+func backdate(t *testing.T, c redis.UniversalClient, s *redisinbox.Store, d time.Duration, ids, keys []string) {
+	t.Helper()
+	ctx := testCtx(t)
+	move := func(zset string, members []string, key func(string) string) {
+		if len(members) == 0 {
+			return
+		}
+		scores, err := c.ZMScore(ctx, zset, members...).Result()
+		require.NoError(t, err)
+		var zs []redis.Z
+		for i, m := range members {
+			if scores[i] == 0 {
+				continue // absent
+			}
+			ms := scores[i] - float64(d.Milliseconds())
+			zs = append(zs, redis.Z{Score: ms, Member: m})
+			if key != nil {
+				require.NoError(t, c.Set(ctx, key(m), int64(ms), 0).Err())
+			}
+		}
+		if len(zs) > 0 {
+			require.NoError(t, c.ZAddXX(ctx, zset, zs...).Err())
+		}
+	}
+	move(s.Prefix()+":ids", ids, func(id string) string { return s.Prefix() + ":id:" + id })
+	move(s.Prefix()+":seqs", keys, nil)
+}

@@ -639,30 +639,33 @@ func TestPurge(t *testing.T) {
 			c := tg.client(t)
 			s := newStore(t, c)
 			ctx := testCtx(t)
-			for _, id := range []string{"p1", "p2", "p3"} {
+			for i, id := range []string{"p1", "p2", "p3", "p4"} {
 				record(t, s, id)
 				require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
 					return s.SetKeySeqs(ctx, tx, map[string]int64{"key-" + id: 1})
 				}))
+				// p1 is the oldest, 4h ago; p4 was written now.
+				backdate(t, c, s, time.Duration(3-i)*time.Hour, []string{id}, []string{"key-" + id})
 			}
 			_, _, err := s.Purge(ctx, time.Now(), 0)
 			require.ErrorIs(t, err, inbox.ErrInvalidArgument)
-			ids, keys, err := s.Purge(ctx, time.Now().Add(-time.Hour), 10)
+			ids, keys, err := s.Purge(ctx, time.Now().Add(-4*time.Hour), 10)
 			require.NoError(t, err)
-			assert.Equal(t, [2]int{0, 0}, [2]int{ids, keys}, "nothing is older than an hour")
+			assert.Equal(t, [2]int{0, 0}, [2]int{ids, keys}, "nothing is older than 4h")
 
-			future := time.Now().Add(time.Hour)
-			ids, keys, err = s.Purge(ctx, future, 2)
+			horizon := time.Now().Add(-30 * time.Minute)
+			ids, keys, err = s.Purge(ctx, horizon, 2)
 			require.NoError(t, err)
 			assert.Equal(t, [2]int{2, 2}, [2]int{ids, keys})
-			ids, keys, err = s.Purge(ctx, future, 2)
+			assert.Equal(t, []bool{true, true, false, false}, record(t, s, "p1", "p2", "p3", "p4"), "the two oldest went first")
+			ids, keys, err = s.Purge(ctx, horizon, 2)
 			require.NoError(t, err)
-			assert.Equal(t, [2]int{1, 1}, [2]int{ids, keys})
-			assert.Equal(t, []bool{true, true, true}, record(t, s, "p1", "p2", "p3"), "purged IDs are new again")
+			assert.Equal(t, [2]int{1, 1}, [2]int{ids, keys}, "p1 and p2 were recorded again just now")
+			assert.Equal(t, []bool{false, false, true, false}, record(t, s, "p1", "p2", "p3", "p4"))
 			require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
-				got, err := s.KeySeqs(ctx, tx, []string{"key-p1", "key-p2", "key-p3"})
+				got, err := s.KeySeqs(ctx, tx, []string{"key-p1", "key-p2", "key-p3", "key-p4"})
 				require.NoError(t, err)
-				assert.Empty(t, got, "purged keys are absent")
+				assert.Equal(t, map[string]int64{"key-p4": 1}, got, "purged keys are absent")
 				return nil
 			}))
 
@@ -670,7 +673,7 @@ func TestPurge(t *testing.T) {
 			// that listed it) and a vanished one are left alone.
 			res, err := redisinbox.RunPurgeScript(ctx, c,
 				[]string{s.Prefix() + ":ids", s.Prefix() + ":seqs", s.Prefix() + ":id:p1", s.Prefix() + ":id:gone"},
-				time.Now().Add(-time.Hour).UnixMilli(), 2, "p1", "gone").Int64Slice()
+				horizon.UnixMilli(), 2, "p1", "gone").Int64Slice()
 			require.NoError(t, err)
 			assert.Equal(t, []int64{0, 0}, res)
 			assert.Equal(t, []bool{false}, record(t, s, "p1"))
@@ -689,10 +692,90 @@ func TestJanitor(t *testing.T) {
 		ids[i] = fmt.Sprint("j", i)
 	}
 	record(t, s, ids...)
-	time.Sleep(5 * time.Millisecond) // the records' server time is at least 1ms in the past
-	n, _, err := inbox.PurgeOnce[*redisinbox.Tx](ctx, s, inbox.JanitorOptions{Retention: time.Millisecond, BatchSize: 10, Pause: time.Millisecond})
+	record(t, s, "fresh")
+	backdate(t, c, s, 2*time.Hour, ids, nil)
+	n, _, err := inbox.PurgeOnce[*redisinbox.Tx](ctx, s, inbox.JanitorOptions{Retention: time.Hour, BatchSize: 10, Pause: time.Millisecond})
 	require.NoError(t, err)
 	assert.Equal(t, 25, n)
-	assert.Zero(t, c.ZCard(ctx, s.Prefix()+":ids").Val())
+	assert.Equal(t, []string{"fresh"}, c.ZRange(ctx, s.Prefix()+":ids", 0, -1).Val())
 	assert.Zero(t, c.Exists(ctx, s.Prefix()+":id:j0").Val())
+}
+
+// TestConsumersApplyEachMessageOnce: four consumers handle the same 60
+// messages (over 3 keys, numbered), each in its own order and in batches,
+// at once; every message's effect is applied exactly once and each key
+// ends at its highest number.
+func TestConsumersApplyEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			c := tg.client(t)
+			s := newStore(t, c)
+			ctx := testCtx(t)
+			ib, err := inbox.New(s, inbox.Options{MaxAttempts: 1000})
+			require.NoError(t, err)
+			const n, consumers = 60, 4
+			msgs := make([]inbox.Message, n)
+			for i := range msgs {
+				msgs[i] = inbox.Message{ID: fmt.Sprint("m", i), Key: fmt.Sprint("k", i%3), Seq: int64(i/3 + 1)}
+			}
+			h := func(ctx context.Context, tx *redisinbox.Tx, m inbox.Message) error {
+				tx.Pipe().HIncrBy(ctx, s.Key("effects"), m.ID, 1)
+				return nil
+			}
+			var applied atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, consumers)
+			for w := range consumers {
+				wg.Go(func() {
+					// Consumer w takes batches of w+1 messages, the batches
+					// in their order for even w, backwards for odd w.
+					var batches [][]inbox.Message
+					for b := range slices.Chunk(msgs, w+1) {
+						batches = append(batches, b)
+					}
+					if w%2 == 1 {
+						slices.Reverse(batches)
+					}
+					for _, b := range batches {
+						rs, err := ib.HandleBatch(ctx, b, h)
+						if err != nil {
+							errs <- err
+							return
+						}
+						for _, r := range rs {
+							if r.Outcome == inbox.Applied {
+								applied.Add(1)
+							}
+						}
+					}
+				})
+			}
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				t.Fatal("watchdog: the consumers did not finish")
+			}
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, int64(n), applied.Load(), "each message applied by one consumer")
+			effects, err := c.HGetAll(ctx, s.Key("effects")).Result()
+			require.NoError(t, err)
+			assert.Len(t, effects, n)
+			for id, v := range effects {
+				assert.Equal(t, "1", v, id)
+			}
+			require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
+				got, err := s.KeySeqs(ctx, tx, []string{"k0", "k1", "k2"})
+				require.NoError(t, err)
+				assert.Equal(t, map[string]int64{"k0": 20, "k1": 20, "k2": 20}, got)
+				return nil
+			}))
+		})
+	}
 }
