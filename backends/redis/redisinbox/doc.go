@@ -78,6 +78,17 @@
 // node the effects may use any key, though the tag keeps them ready for
 // Cluster.
 //
+// # With the outbox
+//
+// A handler can append outbox entries in the same EXEC as its effects and
+// the record (consume, transform, produce): redisoutbox's AppendInTx
+// takes the Pipe, ob.AppendInTx(ctx, tx.Pipe(), entry). A duplicate then
+// appends nothing, and neither does a transaction that rolls back. On
+// Redis Cluster the outbox's partition keys are in slots of their own
+// ("{outbox:p}"), so this works on a single node (or Sentinel) only. An
+// append refused at run time (a sealed outbox) is an [*ExecError]: the
+// record and the other effects were applied.
+//
 // # What breaks the guarantee
 //
 // Beyond what package inbox lists (effects written outside the

@@ -90,14 +90,13 @@ func (s *Store) checkTags(keys []string) error {
 // is true; a command that fails at run time inside EXEC gives an
 // [*ExecError] (the rest was applied). InTx does not retry.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) error {
-	entered := false
-	var fnErr error
+	entered := false // past the anchor's WATCH: every error is fn's or the commit's
 	run := func(rtx *redis.Tx) error {
 		entered = true
 		tx := &Tx{s: s, rtx: rtx, pipe: rtx.TxPipeline()}
 		defer tx.finish(ctx)
-		if fnErr = fn(ctx, tx); fnErr != nil {
-			return fnErr
+		if err := fn(ctx, tx); err != nil {
+			return err
 		}
 		return tx.commit(ctx)
 	}
