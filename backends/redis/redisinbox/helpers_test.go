@@ -159,7 +159,7 @@ func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "cluster" { // go-redis's own reloads of the slot map
+		if n := cmd.Name(); n != "cluster" && n != "ping" { // go-redis's reloads of the slot map, a Ring's heartbeats
 			r.n.Add(1)
 		}
 		return next(ctx, cmd)

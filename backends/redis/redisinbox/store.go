@@ -21,10 +21,13 @@ import (
 type Store struct {
 	client redis.UniversalClient
 	// single is client when it is a *redis.Client (a single node or a
-	// failover client): its transactions need no anchor WATCH, which
-	// saves a round trip.
-	single *redis.Client
-	k      keys
+	// failover client), cluster when it is a *redis.ClusterClient: their
+	// transactions take a connection without the anchor WATCH, which
+	// saves a round trip (see InTx).
+	single  *redis.Client
+	cluster *redis.ClusterClient
+	slot    int // the Cluster slot of the prefix's hash tag
+	k       keys
 }
 
 var _ inbox.Store[*Tx] = (*Store)(nil)
@@ -48,6 +51,8 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{client: client, k: newKeys(opts.Prefix)}
 	s.single, _ = client.(*redis.Client)
+	s.cluster, _ = client.(*redis.ClusterClient)
+	s.slot = slotOf(s.k.tag)
 	return s, nil
 }
 
@@ -80,8 +85,9 @@ func (s *Store) checkTags(keys []string) error {
 }
 
 // InTx implements [inbox.Store]: it takes a connection (on Cluster, one to
-// the master of the inbox's slot, found by WATCHing the anchor key, which
-// is never written: one round trip), calls fn with a [Tx], and when fn
+// the master of the inbox's slot in go-redis's slot map; through any
+// other redis.UniversalClient, such as a Ring, by WATCHing the anchor key,
+// which is never written: one round trip), calls fn with a [Tx], and when fn
 // returns nil sends the queued writes with MULTI/EXEC (one round trip;
 // none when nothing was queued). When fn returns an error or panics,
 // nothing queued is sent, the WATCHes are released, and fn's error is
@@ -101,22 +107,35 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) e
 		return tx.commit(ctx)
 	}
 	var err error
-	if s.single != nil {
+	switch {
+	case s.single != nil:
 		err = s.single.Watch(ctx, run)
-	} else {
+	case s.cluster != nil:
+		// go-redis's ClusterClient.Watch would WATCH a key to find the
+		// node, a round trip; its slot map finds it without one. A slot
+		// that moved since is answered MOVED at the first command, which
+		// s.wrap turns into a retryable error (and a reload of the map).
+		var node *redis.Client
+		if node, err = s.cluster.MasterForKey(ctx, s.k.anchor); err == nil {
+			err = node.Watch(ctx, run)
+		}
+	default:
 		err = s.client.Watch(ctx, run, s.k.anchor)
 	}
 	if !entered {
-		return wrap(ctx, "InTx: WATCH of the anchor key", err)
+		return s.wrap(ctx, "InTx: taking a connection", err)
 	}
 	return err // fn's error as it returned it, or commit's, mapped by execErr
 }
 
 // Retryable implements [inbox.Store]: it is true for a commit that failed
-// because a WATCHed key changed (go-redis's redis.TxFailedErr, wrapped),
+// because a WATCHed key changed (go-redis's redis.TxFailedErr, wrapped)
+// and, on Cluster, for a transaction refused because the inbox's slot
+// moved to another master (MOVED or ASK of that slot, during a resharding
+// or after a failover; go-redis's slot map is reloaded meanwhile). It is
 // false for every other error, nil and context errors.
 func (s *Store) Retryable(err error) bool {
-	return err != nil && errors.Is(err, redis.TxFailedErr) && !isContext(err)
+	return err != nil && (errors.Is(err, redis.TxFailedErr) || errors.Is(err, errSlotMoved)) && !isContext(err)
 }
 
 // Record implements [inbox.Store], in one round trip: it WATCHes the ID
@@ -153,7 +172,7 @@ func (s *Store) Record(ctx context.Context, tx *Tx, ids []string) ([]bool, error
 		return nil
 	})
 	if err != nil {
-		return nil, wrap(ctx, "Record", err)
+		return nil, s.wrap(ctx, "Record", err)
 	}
 	if tm != nil {
 		tx.setNow(tm.Val())
@@ -206,7 +225,7 @@ func (s *Store) KeySeqs(ctx context.Context, tx *Tx, keys []string) (map[string]
 		return nil
 	})
 	if err != nil {
-		return nil, wrap(ctx, "KeySeqs", err)
+		return nil, s.wrap(ctx, "KeySeqs", err)
 	}
 	for i, v := range mget.Val() {
 		if v == nil {
@@ -235,7 +254,7 @@ func (s *Store) SetKeySeqs(ctx context.Context, tx *Tx, seqs map[string]int64) e
 	}
 	now, err := tx.now(ctx)
 	if err != nil {
-		return wrap(ctx, "SetKeySeqs: TIME", err)
+		return s.wrap(ctx, "SetKeySeqs: TIME", err)
 	}
 	keys := make([]string, 0, len(seqs))
 	for k := range seqs {

@@ -92,7 +92,7 @@ func (tx *Tx) WatchRead(ctx context.Context, keys []string, read func(p redis.Pi
 	if err == redis.Nil {
 		err = nil
 	}
-	return wrap(ctx, "Tx.WatchRead", err)
+	return tx.s.wrap(ctx, "Tx.WatchRead", err)
 }
 
 // watch queues a WATCH of keys in p, a pipeline on the transaction's
@@ -145,7 +145,7 @@ func (tx *Tx) commit(ctx context.Context) error {
 	if err == nil || errors.As(err, &rerr) {
 		tx.rawWatch = false // EXEC ran (or was refused): the server dropped the WATCHes
 	}
-	return execErr(ctx, tx.s.k.tag, cmds, err)
+	return tx.s.execErr(ctx, cmds, err)
 }
 
 // finish ends tx however fn ended (a commit, an error, a panic): a WATCH
