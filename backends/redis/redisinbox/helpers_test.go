@@ -127,16 +127,25 @@ func newStore(t *testing.T, c redis.UniversalClient) *redisinbox.Store {
 }
 
 // deletePrefix deletes every key under prefix (on every master of a
-// Cluster; they all share one slot).
+// Cluster), a page of SCAN per DEL: the keys share the prefix's hash tag,
+// so one DEL may name many of them on Cluster too.
 func deletePrefix(c redis.UniversalClient, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	del := func(ctx context.Context, node redis.Cmdable) error {
-		iter := node.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			_ = node.Del(ctx, iter.Val()).Err()
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, prefix+"*", 1000).Result()
+			if err != nil {
+				return err
+			}
+			if len(keys) > 0 {
+				_ = node.Del(ctx, keys...).Err() // one slot: the keys share the prefix's tag
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
 		}
-		return iter.Err()
 	}
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		_ = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return del(ctx, node) })

@@ -96,6 +96,9 @@ func (s *Store) checkTags(keys []string) error {
 // is true; a command that fails at run time inside EXEC gives an
 // [*ExecError] (the rest was applied). InTx does not retry.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	entered := false // past the anchor's WATCH: every error is fn's or the commit's
 	run := func(rtx *redis.Tx) error {
 		entered = true
@@ -140,13 +143,13 @@ func (s *Store) Retryable(err error) bool {
 
 // Record implements [inbox.Store], in one round trip: it WATCHes the ID
 // keys ("<prefix>:id:<id>") and reads them (MGET), with TIME when the
-// transaction has no time yet, then queues, for each new ID, SET of its
-// key (value: the server time in ms) and one ZADD of the new IDs to
+// transaction has no time yet, then queues one MSET of the new IDs' keys
+// (value: the server time in ms) and one ZADD of the new IDs to
 // "<prefix>:ids" (score: that time) for Purge. Two transactions recording
 // the same ID concurrently both get true; the second EXEC fails with a
 // retryable error, as its WATCH saw the first one's SET.
 func (s *Store) Record(ctx context.Context, tx *Tx, ids []string) ([]bool, error) {
-	if err := tx.check(s); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
@@ -185,17 +188,21 @@ func (s *Store) Record(ctx context.Context, tx *Tx, ids []string) ([]bool, error
 		tx.recorded = make(map[string]bool, len(ids))
 	}
 	fresh := make([]bool, len(ids))
-	var members []redis.Z
+	var (
+		pairs   []any
+		members []redis.Z
+	)
 	for i, id := range ids {
 		if vals[i] != nil || tx.recorded[id] {
 			continue
 		}
 		fresh[i] = true
 		tx.recorded[id] = true
-		tx.pipe.Set(ctx, keys[i], tx.nowMS, 0)
+		pairs = append(pairs, keys[i], tx.nowMS)
 		members = append(members, redis.Z{Score: float64(tx.nowMS), Member: id})
 	}
 	if len(members) > 0 {
+		tx.pipe.MSet(ctx, pairs...)
 		tx.pipe.ZAdd(ctx, s.k.ids, members...)
 	}
 	return fresh, nil
@@ -207,7 +214,7 @@ func (s *Store) Record(ctx context.Context, tx *Tx, ids []string) ([]bool, error
 // commit fail with a retryable error. A value that is not an integer is
 // an error naming the key.
 func (s *Store) KeySeqs(ctx context.Context, tx *Tx, keys []string) (map[string]int64, error) {
-	if err := tx.check(s); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return nil, err
 	}
 	out := make(map[string]int64, len(keys))
@@ -241,12 +248,12 @@ func (s *Store) KeySeqs(ctx context.Context, tx *Tx, keys []string) (map[string]
 	return out, nil
 }
 
-// SetKeySeqs implements [inbox.Store]: it queues SET of each key's
+// SetKeySeqs implements [inbox.Store]: it queues one MSET of the keys'
 // "<prefix>:seq:<key>" and one ZADD to "<prefix>:seqs" (score: the
 // transaction's server time in ms; reading it costs one round trip if
 // Record did not run first).
 func (s *Store) SetKeySeqs(ctx context.Context, tx *Tx, seqs map[string]int64) error {
-	if err := tx.check(s); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return err
 	}
 	if len(seqs) == 0 {
@@ -261,11 +268,13 @@ func (s *Store) SetKeySeqs(ctx context.Context, tx *Tx, seqs map[string]int64) e
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	pairs := make([]any, 0, 2*len(keys))
 	members := make([]redis.Z, len(keys))
 	for i, k := range keys {
-		tx.pipe.Set(ctx, s.k.seq(k), seqs[k], 0)
+		pairs = append(pairs, s.k.seq(k), seqs[k])
 		members[i] = redis.Z{Score: float64(now), Member: k}
 	}
+	tx.pipe.MSet(ctx, pairs...)
 	tx.pipe.ZAdd(ctx, s.k.seqs, members...)
 	return nil
 }
@@ -274,7 +283,7 @@ func (s *Store) SetKeySeqs(ctx context.Context, tx *Tx, seqs map[string]int64) e
 // "<prefix>:offsets", a field per partition (see "# Keys" in the package
 // doc), the next offset its value.
 func (s *Store) SaveOffsets(ctx context.Context, tx *Tx, offsets []inbox.Offset) error {
-	if err := tx.check(s); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return err
 	}
 	if len(offsets) == 0 {
@@ -293,6 +302,9 @@ func (s *Store) SaveOffsets(ctx context.Context, tx *Tx, offsets []inbox.Offset)
 // field per partition of every group and topic of the inbox, which
 // consumers have in the tens or hundreds.)
 func (s *Store) Offsets(ctx context.Context, group, topic string) (map[int32]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	all, err := s.client.HGetAll(ctx, s.k.offsets).Result()
 	if err != nil {
 		return nil, wrap(ctx, "Offsets", err)
@@ -322,6 +334,9 @@ func (s *Store) Offsets(ctx context.Context, group, topic string) (map[int32]int
 func (s *Store) Purge(ctx context.Context, before time.Time, limit int) (ids, keys int, err error) {
 	if limit < 1 {
 		return 0, 0, fmt.Errorf("redisinbox: Purge limit %d, want at least 1: %w", limit, inbox.ErrInvalidArgument)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
 	}
 	ms := before.UnixMilli()
 	rng := func(key string) *redis.ZRangeArgs {

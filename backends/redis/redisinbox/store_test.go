@@ -498,7 +498,7 @@ func TestExecErrorAtRunTime(t *testing.T) {
 			})
 			var ee *redisinbox.ExecError
 			require.ErrorAs(t, err, &ee)
-			assert.Equal(t, 4, ee.Index, "SET id, ZADD ids, GET, SET, HINCRBY")
+			assert.Equal(t, 4, ee.Index, "MSET ids, ZADD ids, GET, SET, HINCRBY")
 			assert.Equal(t, "hincrby", ee.Name)
 			assert.Contains(t, ee.Err.Error(), "WRONGTYPE")
 			assert.Contains(t, err.Error(), "repair the effect by hand")

@@ -71,7 +71,7 @@ func (tx *Tx) Watch(ctx context.Context, keys ...string) error {
 // missing key (redis.Nil) is not an error; any other failed read's error
 // is returned. A nil read only WATCHes.
 func (tx *Tx) WatchRead(ctx context.Context, keys []string, read func(p redis.Pipeliner)) error {
-	if err := tx.check(tx.s); err != nil {
+	if err := tx.check(ctx, tx.s); err != nil {
 		return err
 	}
 	if err := tx.s.checkTags(keys); err != nil {
@@ -123,8 +123,17 @@ func (tx *Tx) now(ctx context.Context) (int64, error) {
 // setNow records the server time t, as read by a pipelined TIME.
 func (tx *Tx) setNow(t time.Time) { tx.nowMS = max(t.UnixMilli(), 1) }
 
-// check reports whether tx is a live transaction of s.
-func (tx *Tx) check(s *Store) error {
+// check reports whether tx is a live transaction of s and ctx has not
+// ended.
+//
+// go-redis does not look at a context unless its client has
+// ContextTimeoutEnabled, so the checks of ctx (here and in InTx, commit,
+// Offsets and Purge) are what make an ended context fail a call and roll
+// its transaction back, as the Store contract says.
+func (tx *Tx) check(ctx context.Context, s *Store) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if tx == nil || tx.s != s {
 		return fmt.Errorf("redisinbox: a transaction of another Store, or nil; use the Tx this store's InTx passes to fn: %w", inbox.ErrInvalidArgument)
 	}
@@ -137,6 +146,9 @@ func (tx *Tx) check(s *Store) error {
 // commit sends the queued writes with EXEC. A transaction that queued
 // nothing has nothing to apply: its WATCHes are released by finish.
 func (tx *Tx) commit(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err // not sent: nothing is applied
+	}
 	if tx.pipe.Len() == 0 {
 		return nil
 	}
