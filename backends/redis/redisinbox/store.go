@@ -99,7 +99,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) e
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	entered := false // past the anchor's WATCH: every error is fn's or the commit's
+	entered := false // a connection was taken: every error from here on is fn's or the commit's
 	run := func(rtx *redis.Tx) error {
 		entered = true
 		tx := &Tx{s: s, rtx: rtx, pipe: rtx.TxPipeline()}

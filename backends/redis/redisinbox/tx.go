@@ -65,8 +65,10 @@ func (tx *Tx) Watch(ctx context.Context, keys ...string) error {
 // WatchRead WATCHes keys (see [Tx.Watch]) and runs the reads read queues,
 // after the WATCH, in one round trip on the transaction's connection: the
 // results, in the Cmders read created, are the committed values of the
-// keys (not the writes queued in Pipe), and they stay current until EXEC
-// or the commit fails. read must queue only reads (GET, HGET, ...): a
+// keys (not the writes queued in Pipe). Should a watched key change before
+// EXEC, the commit fails with a retryable error, so an effect computed
+// from these values is applied only while they still hold. read must
+// queue only reads (GET, HGET, ...): a
 // write there is applied at once, outside the transaction. A read of a
 // missing key (redis.Nil) is not an error; any other failed read's error
 // is returned. A nil read only WATCHes.
