@@ -149,40 +149,94 @@ func (s *Store) Retryable(err error) bool {
 // the same ID concurrently both get true; the second EXEC fails with a
 // retryable error, as its WATCH saw the first one's SET.
 func (s *Store) Record(ctx context.Context, tx *Tx, ids []string) ([]bool, error) {
+	fresh, _, err := s.read(ctx, "Record", tx, ids, nil)
+	return fresh, err
+}
+
+// KeySeqs implements [inbox.Store], in one round trip (none for no keys):
+// it WATCHes the keys' "<prefix>:seq:<key>" and reads them (MGET), so a
+// concurrent transaction that sets one of them first makes this one's
+// commit fail with a retryable error. A value that is not an integer is
+// an error naming the key.
+func (s *Store) KeySeqs(ctx context.Context, tx *Tx, keys []string) (map[string]int64, error) {
+	_, seqs, err := s.read(ctx, "KeySeqs", tx, nil, keys)
+	return seqs, err
+}
+
+// RecordWithKeySeqs is Record(ctx, tx, ids) then KeySeqs(ctx, tx, keys),
+// with the same answers and guards, in one round trip (the inbox's
+// optional KeyRecorder interface, which inbox.Inbox uses for a batch with
+// numbered messages): one pipeline WATCHes and reads both kinds of keys.
+// No ids returns no answers; no keys returns an empty map.
+func (s *Store) RecordWithKeySeqs(ctx context.Context, tx *Tx, ids, keys []string) ([]bool, map[string]int64, error) {
+	return s.read(ctx, "RecordWithKeySeqs", tx, ids, keys)
+}
+
+// read is the one round trip of Record, KeySeqs and RecordWithKeySeqs
+// (op): it WATCHes and reads (MGET) the keys of ids and the number keys of
+// keys, with TIME when ids are recorded and the transaction has no time
+// yet; then it queues the records of the new IDs in the MULTI and returns
+// the answers for ids (nil for none) and the numbers of keys (empty for
+// none). With neither it sends nothing.
+func (s *Store) read(ctx context.Context, op string, tx *Tx, ids, keys []string) ([]bool, map[string]int64, error) {
 	if err := tx.check(ctx, s); err != nil {
-		return nil, err
-	}
-	if len(ids) == 0 {
-		return nil, nil
+		return nil, nil, err
 	}
 	if slices.Contains(ids, "") {
-		return nil, fmt.Errorf("redisinbox: Record got an empty ID: %w", inbox.ErrInvalidMessage)
+		return nil, nil, fmt.Errorf("redisinbox: %s got an empty ID: %w", op, inbox.ErrInvalidMessage)
 	}
-	keys := make([]string, len(ids))
+	seqs := make(map[string]int64, len(keys))
+	if len(ids) == 0 && len(keys) == 0 {
+		return nil, seqs, nil
+	}
+	idKeys, seqKeys := make([]string, len(ids)), make([]string, len(keys))
 	for i, id := range ids {
-		keys[i] = s.k.id(id)
+		idKeys[i] = s.k.id(id)
+	}
+	for i, k := range keys {
+		seqKeys[i] = s.k.seq(k)
 	}
 	var (
-		mget *redis.SliceCmd
-		tm   *redis.TimeCmd
+		idVals, seqVals *redis.SliceCmd
+		tm              *redis.TimeCmd
 	)
 	_, err := tx.rtx.Pipelined(ctx, func(p redis.Pipeliner) error {
-		tx.watch(ctx, p, keys)
-		mget = p.MGet(ctx, keys...)
-		if tx.nowMS == 0 {
-			tm = p.Time(ctx)
+		tx.watch(ctx, p, append(slices.Clip(idKeys), seqKeys...))
+		if len(ids) > 0 {
+			idVals = p.MGet(ctx, idKeys...)
+			if tx.nowMS == 0 {
+				tm = p.Time(ctx)
+			}
+		}
+		if len(keys) > 0 {
+			seqVals = p.MGet(ctx, seqKeys...)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, s.wrap(ctx, "Record", err)
+		return nil, nil, s.wrap(ctx, op, err)
 	}
 	if tm != nil {
 		tx.setNow(tm.Val())
 	}
-	vals := mget.Val()
+	if seqVals != nil {
+		if err := parseSeqs(op, keys, seqKeys, seqVals.Val(), seqs); err != nil {
+			return nil, nil, err
+		}
+	}
+	if idVals == nil {
+		return nil, seqs, nil
+	}
+	fresh, err := s.queueRecords(ctx, op, tx, ids, idKeys, idVals.Val())
+	return fresh, seqs, err
+}
+
+// queueRecords answers, for each of ids, whether it is new (its key, read
+// as vals, is absent, and no earlier Record of tx took it), and queues the
+// new ones' records: one MSET of their keys and one ZADD to the ids set.
+func (s *Store) queueRecords(ctx context.Context, op string, tx *Tx, ids, idKeys []string, vals []any) ([]bool, error) {
 	if len(vals) != len(ids) {
-		return nil, fmt.Errorf("redisinbox: Record: MGET of %d keys returned %d values", len(ids), len(vals))
+		return nil, fmt.Errorf("redisinbox: %s: MGET of %d keys returned %d values", op, len(ids), len(vals))
 	}
 	if tx.recorded == nil {
 		tx.recorded = make(map[string]bool, len(ids))
@@ -198,7 +252,7 @@ func (s *Store) Record(ctx context.Context, tx *Tx, ids []string) ([]bool, error
 		}
 		fresh[i] = true
 		tx.recorded[id] = true
-		pairs = append(pairs, keys[i], tx.nowMS)
+		pairs = append(pairs, idKeys[i], tx.nowMS)
 		members = append(members, redis.Z{Score: float64(tx.nowMS), Member: id})
 	}
 	if len(members) > 0 {
@@ -208,44 +262,24 @@ func (s *Store) Record(ctx context.Context, tx *Tx, ids []string) ([]bool, error
 	return fresh, nil
 }
 
-// KeySeqs implements [inbox.Store], in one round trip (none for no keys):
-// it WATCHes the keys' "<prefix>:seq:<key>" and reads them (MGET), so a
-// concurrent transaction that sets one of them first makes this one's
-// commit fail with a retryable error. A value that is not an integer is
-// an error naming the key.
-func (s *Store) KeySeqs(ctx context.Context, tx *Tx, keys []string) (map[string]int64, error) {
-	if err := tx.check(ctx, s); err != nil {
-		return nil, err
+// parseSeqs puts into seqs the numbers of keys read (MGET of seqKeys) as
+// vals; an absent key stays absent.
+func parseSeqs(op string, keys, seqKeys []string, vals []any, seqs map[string]int64) error {
+	if len(vals) != len(keys) {
+		return fmt.Errorf("redisinbox: %s: MGET of %d keys returned %d values", op, len(keys), len(vals))
 	}
-	out := make(map[string]int64, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	rkeys := make([]string, len(keys))
-	for i, k := range keys {
-		rkeys[i] = s.k.seq(k)
-	}
-	var mget *redis.SliceCmd
-	_, err := tx.rtx.Pipelined(ctx, func(p redis.Pipeliner) error {
-		tx.watch(ctx, p, rkeys)
-		mget = p.MGet(ctx, rkeys...)
-		return nil
-	})
-	if err != nil {
-		return nil, s.wrap(ctx, "KeySeqs", err)
-	}
-	for i, v := range mget.Val() {
+	for i, v := range vals {
 		if v == nil {
 			continue
 		}
 		str, _ := v.(string)
 		n, err := strconv.ParseInt(str, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("redisinbox: KeySeqs: the key %q holds %q, but the inbox keeps a key's sequence number there as an integer: something other than redisinbox wrote it; delete it (DEL %s) and the key's next message is taken as its first", rkeys[i], str, rkeys[i])
+			return fmt.Errorf("redisinbox: %s: the key %q holds %q, but the inbox keeps a key's sequence number there as an integer: something other than redisinbox wrote it; delete it (DEL %s) and the key's next message is taken as its first", op, seqKeys[i], str, seqKeys[i])
 		}
-		out[keys[i]] = n
+		seqs[keys[i]] = n
 	}
-	return out, nil
+	return nil
 }
 
 // SetKeySeqs implements [inbox.Store]: it queues one MSET of the keys'
@@ -295,6 +329,17 @@ func (s *Store) SaveOffsets(ctx context.Context, tx *Tx, offsets []inbox.Offset)
 	}
 	tx.pipe.HSet(ctx, s.k.offsets, args...)
 	return nil
+}
+
+// Finish is SetKeySeqs(ctx, tx, seqs) then SaveOffsets(ctx, tx, offsets)
+// (the inbox's optional Finisher interface): both only queue writes in the
+// MULTI, so it sends nothing (but TIME, when the transaction has no time
+// yet and seqs is not empty). Either may be empty.
+func (s *Store) Finish(ctx context.Context, tx *Tx, seqs map[string]int64, offsets []inbox.Offset) error {
+	if err := s.SetKeySeqs(ctx, tx, seqs); err != nil {
+		return err
+	}
+	return s.SaveOffsets(ctx, tx, offsets)
 }
 
 // Offsets implements [inbox.Store], in one round trip: HGETALL of

@@ -849,3 +849,43 @@ func TestConsumersApplyEachMessageOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordWithKeySeqs: Record and KeySeqs in one round trip, with the
+// same answers and guards as the two calls; Finish sets numbers and
+// offsets without one.
+func TestRecordWithKeySeqs(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	c := standaloneClient(t, nil)
+	c.AddHook(rt)
+	s := newStore(t, c)
+	ctx := testCtx(t)
+	record(t, s, "old")
+	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
+		return s.Finish(ctx, tx, map[string]int64{"k1": 4}, []inbox.Offset{{Group: "g", Topic: "t", Partition: 1, Next: 9}})
+	}))
+
+	rt.n.Store(0)
+	err := s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
+		fresh, seqs, err := s.RecordWithKeySeqs(ctx, tx, []string{"new", "old", "new"}, []string{"k1", "k2"})
+		require.NoError(t, err)
+		assert.Equal(t, []bool{true, false, false}, fresh)
+		assert.Equal(t, map[string]int64{"k1": 4}, seqs)
+		assert.Equal(t, int64(1), rt.n.Load(), "one round trip")
+		fresh, seqs, err = s.RecordWithKeySeqs(ctx, tx, nil, nil)
+		require.NoError(t, err)
+		assert.Nil(t, fresh)
+		assert.Equal(t, map[string]int64{}, seqs)
+		_, _, err = s.RecordWithKeySeqs(ctx, tx, []string{""}, nil)
+		require.ErrorIs(t, err, inbox.ErrInvalidMessage)
+		require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx2 *redisinbox.Tx) error { // another consumer moves k2
+			return s.SetKeySeqs(ctx, tx2, map[string]int64{"k2": 1})
+		}))
+		return s.Finish(ctx, tx, map[string]int64{"k1": 5, "k2": 1}, nil)
+	})
+	assert.True(t, s.Retryable(err), "a key read by RecordWithKeySeqs is guarded: %v", err)
+	assert.Equal(t, []bool{true}, record(t, s, "new"), "nothing of the failed transaction was applied")
+	offs, err := s.Offsets(ctx, "g", "t")
+	require.NoError(t, err)
+	assert.Equal(t, map[int32]int64{1: 9}, offs)
+}
