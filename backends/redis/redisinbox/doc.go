@@ -37,10 +37,14 @@
 // Sentinel or Cluster alike:
 //
 //	a new message                          2: Record (WATCH + MGET of the ID keys, TIME), EXEC
-//	a new message with a sequence number   3: Record, KeySeqs (WATCH + MGET of the keys' numbers), EXEC
+//	a new message with a sequence number   2: RecordWithKeySeqs (the same plus WATCH + MGET of the keys' numbers), EXEC
 //	a duplicate                            2: Record, UNWATCH (nothing to apply: no EXEC)
 //	a duplicate with an offset             2: Record, EXEC (the offset)
-//	a batch of both kinds                  3
+//	a batch of both kinds                  2
+//
+// (An Inbox that does not use the optional RecordWithKeySeqs calls Record
+// and KeySeqs apart: one more round trip for numbered messages. SetKeySeqs,
+// SaveOffsets and Finish only queue writes in the MULTI.)
 //
 // A transaction that rolls back after a WATCH sends UNWATCH (one round
 // trip) so that no WATCH stays on the pooled connection to fail a later,
