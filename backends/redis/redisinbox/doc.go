@@ -54,8 +54,8 @@
 // slot's master by WATCHing a key, a round trip of its own (the anchor
 // key, "<prefix>:anchor", which is never written). InTx instead takes the
 // master from go-redis's slot map (ClusterClient.MasterForKey, no round
-// trip) and runs the transaction on that node's client, which saves one
-// round trip of three per transaction. The price is that a slot that moved
+// trip) and runs the transaction on that node's client, which saves that
+// round trip in every transaction (a new message: 2 instead of 3). The price is that a slot that moved
 // since the map was loaded (a resharding, a failover go-redis has not
 // seen) is answered MOVED or ASK at the transaction's first command; InTx
 // then asks go-redis to reload its map and returns an error for which
@@ -128,7 +128,10 @@
 //     unless the consumer resumes from offsets stored here (the Kafka
 //     helper does), which roll back with them and make the broker
 //     deliver those messages again. Use appendfsync always when an
-//     acknowledged effect must survive a crash.
+//     acknowledged effect must survive a crash. Replication is
+//     asynchronous: a failover to a replica that had not received the
+//     last EXECs loses them the same way (Redis's WAIT narrows that
+//     window; it does not close it).
 //
 // # Retention
 //
