@@ -908,3 +908,34 @@ func TestRecordWithKeySeqs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[int32]int64{1: 9}, offs)
 }
+
+// TestPurgeDuringATransaction: Purge never waits for a transaction; one
+// that WATCHed a record Purge removes fails its commit retryably, and run
+// again finds the record gone.
+func TestPurgeDuringATransaction(t *testing.T) {
+	t.Parallel()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			c := tg.client(t)
+			s := newStore(t, c)
+			ctx := testCtx(t)
+			record(t, s, "old")
+			backdate(t, c, s, 2*time.Hour, []string{"old"}, nil)
+			err := s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
+				fresh, err := s.Record(ctx, tx, []string{"old"})
+				require.NoError(t, err)
+				require.Equal(t, []bool{false}, fresh)
+				ids, _, err := s.Purge(ctx, time.Now().Add(-time.Hour), 10)
+				require.NoError(t, err)
+				require.Equal(t, 1, ids, "Purge does not wait for the open transaction")
+				return s.SaveOffsets(ctx, tx, []inbox.Offset{{Group: "g", Topic: "t", Next: 1}})
+			})
+			assert.True(t, s.Retryable(err), "%v", err)
+			offs, err := s.Offsets(ctx, "g", "t")
+			require.NoError(t, err)
+			assert.Empty(t, offs, "nothing of the failed transaction was applied")
+			assert.Equal(t, []bool{true}, record(t, s, "old"), "run again, the transaction finds the record gone")
+		})
+	}
+}
