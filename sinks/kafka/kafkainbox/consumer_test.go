@@ -314,3 +314,54 @@ func TestNewConsumerRejectsBadArguments(t *testing.T) {
 	var zero *kafkainbox.Consumer[*inbox.MemoryTx]
 	require.ErrorContains(t, zero.Run(context.Background()), "NewConsumer")
 }
+
+// flakyOffsets is a memory store whose Offsets fails its first calls.
+type flakyOffsets struct {
+	*inbox.Memory
+	failures atomic.Int64
+}
+
+func (s *flakyOffsets) Offsets(ctx context.Context, group, topic string) (map[int32]int64, error) {
+	if s.failures.Add(-1) >= 0 {
+		return nil, errors.New("the store is not reachable")
+	}
+	return s.Memory.Offsets(ctx, group, topic)
+}
+
+// When the store's offsets cannot be read at assignment, the consumer
+// does not fall back to the group's commit in Kafka (here past the
+// records, which would skip them): kgo joins again and asks again.
+func TestConsumerDoesNotConsumeWhenTheStoredOffsetsCannotBeRead(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "billing"
+	c := newCluster(t, 1, topic)
+	want := keyed("a", 5, 0)
+	prod := newProducer(t, c)
+	produce(t, prod, topic, want...)
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic, rt.TopicID = topic, c.TopicInfo(topic).TopicID
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset, rp.LeaderEpoch = 0, 5, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), prod)
+	require.NoError(t, err)
+	require.Zero(t, resp.Topics[0].Partitions[0].ErrorCode)
+
+	store := &flakyOffsets{Memory: inbox.NewMemory()}
+	store.failures.Store(2)
+	ib, err := inbox.New(inbox.Store[*inbox.MemoryTx](store), inbox.Options{Logger: quietLogger()})
+	require.NoError(t, err)
+	e := newEffects()
+	logs := &testenv.LogCapture{}
+	cons, err := kafkainbox.NewConsumer(ib, e.handler(), kafkainbox.Options{Group: group, Topics: []string{topic}, Logger: slog.New(logs)}, consumerOpts(c)...)
+	require.NoError(t, err)
+	stop, _ := run(t, cons)
+	waitFor(t, "the partition handled", func() bool { return storedOffsets(t, store.Memory, group, topic)[0] == 5 })
+	stop()
+	e.checkOnce(t, want)
+	require.Less(t, store.failures.Load(), int64(0), "Offsets was not called again after failing")
+	require.Len(t, logs.Attrs(slog.LevelWarn, func(m string) bool { return strings.HasPrefix(m, "kafkainbox: reading the stored offsets failed") }), 2, logs.String())
+}

@@ -200,18 +200,28 @@ func rebalanceScenario[Tx any](t *testing.T, hs harness[Tx], rounds int) {
 		}
 	}()
 
+	stable := func(n int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), watchdog)
+		defer cancel()
+		_, err := c.WaitGroupStable(ctx, group, n)
+		require.NoError(t, err, "waiting for the group to be stable with %d members", n)
+	}
 	var members []member
 	for range 4 {
 		members = append(members, start())
 	}
+	stable(4)
 	waitFor(t, "a quarter of the records applied by 4 consumers", func() bool { return hs.count(t) >= total/4 })
 	var wg sync.WaitGroup
 	for _, m := range members[2:] {
 		wg.Go(m.stop)
 	}
 	wg.Wait()
+	stable(2)
 	waitFor(t, "three fifths of the records applied by 2 consumers", func() bool { return hs.count(t) >= total*3/5 })
 	members = append(members, start(), start())
+	stable(4)
 	waitFor(t, "every record applied", func() bool { return hs.count(t) >= total })
 	<-produced
 	store := hs.ib.Store()
@@ -227,14 +237,19 @@ func rebalanceScenario[Tx any](t *testing.T, hs harness[Tx], rounds int) {
 		m.stop()
 	}
 	hs.checkOnce(t, want)
-	var sum kafkainbox.Stats
-	for _, m := range members {
+	var (
+		sum kafkainbox.Stats
+		per []int64
+	)
+	for i, m := range members {
 		s := m.c.Stats()
+		per = append(per, s.Applied)
+		require.Positive(t, s.Applied, "consumer %d applied nothing: it was never given a partition", i)
 		sum.Applied += s.Applied
 		sum.Duplicates += s.Duplicates
 		sum.Gaps += s.Gaps
 	}
-	t.Logf("%d records (%d published twice) over %d consumers: %+v", total, dups, len(members), sum)
+	t.Logf("%d records (%d published twice) over %d consumers (applied each: %v): %+v", total, dups, len(members), per, sum)
 	require.Equal(t, int64(total), sum.Applied)
 	require.Equal(t, dups, sum.Duplicates, "records read twice beyond the producer's duplicates: a partition did not resume from the store's offset")
 	require.Zero(t, sum.Gaps)
