@@ -40,7 +40,7 @@ type Consumer[Tx any] struct {
 	mu      sync.Mutex // guards failing
 	failing map[partition]*failure
 
-	applied, duplicates, gaps, batches, failures atomic.Int64
+	applied, duplicates, gaps, batches, failures, yielded atomic.Int64
 }
 
 type partition struct {
@@ -69,6 +69,10 @@ type Stats struct {
 	Batches int64
 	// Failures counts failed attempts of batches (each logged).
 	Failures int64
+	// Yielded counts the times a partition stopped before its next batch
+	// because a rebalance was waiting for the poll (it is rewound and
+	// its records fetched again by whoever owns it next).
+	Yielded int64
 }
 
 // NewConsumer returns a Consumer of opts.Topics for opts.Group that applies
@@ -132,6 +136,7 @@ func (c *Consumer[Tx]) Stats() Stats {
 		Gaps:       c.gaps.Load(),
 		Batches:    c.batches.Load(),
 		Failures:   c.failures.Load(),
+		Yielded:    c.yielded.Load(),
 	}
 }
 
@@ -264,7 +269,11 @@ func (c *Consumer[Tx]) split(fs kgo.Fetches) (works []work, dropped map[partitio
 func (c *Consumer[Tx]) handlePartition(ctx context.Context, w work) outcome {
 	recs := w.recs
 	for len(recs) > 0 {
-		if c.hurry.Load() || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return outcome{rewind: recs[0].Offset}
+		}
+		if c.hurry.Load() {
+			c.yielded.Add(1)
 			return outcome{rewind: recs[0].Offset}
 		}
 		msgs, convErr := c.messages(recs[:min(len(recs), c.opts.MaxBatch)])

@@ -365,3 +365,54 @@ func TestConsumerDoesNotConsumeWhenTheStoredOffsetsCannotBeRead(t *testing.T) {
 	require.Less(t, store.failures.Load(), int64(0), "Offsets was not called again after failing")
 	require.Len(t, logs.Attrs(slog.LevelWarn, func(m string) bool { return strings.HasPrefix(m, "kafkainbox: reading the stored offsets failed") }), 2, logs.String())
 }
+
+// When a member joins while the poll is being handled, the partitions
+// stop after the batch in flight (which commits) and are rewound, so the
+// rebalance does not wait for the whole poll; the new owner resumes from
+// the store: nothing is applied twice or read twice. (Whether the second
+// consumer applies anything depends on how fast the first one handles
+// its next poll before the cooperative rebalance's second phase.)
+func TestConsumerYieldsToAWaitingRebalance(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "billing"
+	c := newCluster(t, 4, topic)
+	var want []pub
+	for p := range int32(4) {
+		want = append(want, keyed(fmt.Sprintf("k%d", p), 20, p)...)
+	}
+	produce(t, newProducer(t, c), topic, want...)
+	_, ib := newMemoryInbox(t)
+	e := newEffects()
+	held := make(chan struct{})
+	release := make(chan struct{})
+	var once atomic.Bool
+	h := func(ctx context.Context, tx *inbox.MemoryTx, m inbox.Message) error {
+		if once.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+		return e.handler()(ctx, tx, m)
+	}
+	opts := kafkainbox.Options{Group: group, Topics: []string{topic}, MaxBatch: 1, Logger: quietLogger()}
+	a, err := kafkainbox.NewConsumer(ib, h, opts, consumerOpts(c)...)
+	require.NoError(t, err)
+	stopA, _ := run(t, a)
+	<-held
+	b, err := kafkainbox.NewConsumer(ib, h, opts, consumerOpts(c)...)
+	require.NoError(t, err)
+	stopB, _ := run(t, b)
+	waitFor(t, "kgo to signal the rebalance waiting for the first consumer's poll", a.RebalanceWaiting)
+	close(release)
+	waitFor(t, "every record applied", func() bool { return e.count() == len(want) })
+	ctx, cancel := context.WithTimeout(t.Context(), watchdog)
+	defer cancel()
+	_, err = c.WaitGroupStable(ctx, group, 2)
+	require.NoError(t, err)
+	stopA()
+	stopB()
+	e.checkOnce(t, want)
+	sa, sb := a.Stats(), b.Stats()
+	require.Positive(t, sa.Yielded, "the first consumer did not stop its partitions for the rebalance")
+	require.Equal(t, int64(len(want)), sa.Applied+sb.Applied)
+	require.Zero(t, sa.Duplicates+sb.Duplicates)
+}
