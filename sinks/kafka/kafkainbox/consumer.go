@@ -140,11 +140,12 @@ func (c *Consumer[Tx]) Stats() Stats {
 	}
 }
 
-// Run joins the group and handles records until ctx is done, then closes
-// the client (leaving the group, which hands the partitions to the other
-// members) and returns nil. Batches in flight when ctx is done are
-// rolled back (their offsets stay in the store, and they are handled
-// again by whoever gets the partition). A failed batch is tried again
+// Run joins the group and handles records until ctx is done, then lets
+// the batches in flight finish (no new one starts), for up to
+// Options.StopTimeout after which their context is canceled and they roll
+// back, closes the client (leaving the group, which hands the partitions
+// to the other members) and returns nil. The handler's context is not
+// ctx: it is canceled only at the StopTimeout. A failed batch is tried again
 // after a backoff, forever unless Options.MaxAttempts is set: then Run
 // returns a [*BatchError] once a batch failed that many times. Run also
 // returns an error if the client was closed under it. Run may be called
@@ -157,6 +158,12 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		return errors.New("kafkainbox: Run was called before; a Consumer runs once, make a new one")
 	}
 	defer c.cl.Close()
+	// Batches run in bctx: when ctx is done they are let finish for up to
+	// StopTimeout, so that a stop does not cut a commit short.
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopAfter := context.AfterFunc(ctx, func() { time.AfterFunc(c.opts.StopTimeout, cancel) })
+	defer stopAfter()
 	for {
 		c.resumeDue(time.Now())
 		c.hurry.Store(false)
@@ -167,7 +174,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		}
 		err := c.fetchErrors(fs)
 		if err == nil {
-			err = c.handle(ctx, fs)
+			err = c.handle(ctx, bctx, fs)
 		}
 		c.cl.AllowRebalance()
 		if ctx.Err() != nil {
@@ -221,15 +228,15 @@ type outcome struct {
 	err error
 }
 
-// handle handles a poll's records: each partition's in order, in batches,
-// the partitions concurrently; then rewinds and pauses the partitions that
-// did not finish.
-func (c *Consumer[Tx]) handle(ctx context.Context, fs kgo.Fetches) error {
+// handle handles a poll's records: each partition's in order, in batches
+// (run in bctx), the partitions concurrently, no new batch once ctx is
+// done; then rewinds and pauses the partitions that did not finish.
+func (c *Consumer[Tx]) handle(ctx, bctx context.Context, fs kgo.Fetches) error {
 	works, dropped := c.split(fs)
 	outs := make([]outcome, len(works))
 	var wg sync.WaitGroup
 	for i, w := range works {
-		wg.Go(func() { outs[i] = c.handlePartition(ctx, w) })
+		wg.Go(func() { outs[i] = c.handlePartition(ctx, bctx, w) })
 	}
 	wg.Wait()
 	return c.settle(ctx, works, outs, dropped)
@@ -265,8 +272,9 @@ func (c *Consumer[Tx]) split(fs kgo.Fetches) (works []work, dropped map[partitio
 
 // handlePartition handles one partition's records of a poll in batches of
 // at most MaxBatch, each in one transaction, stopping at the first
-// failure or when a rebalance waits.
-func (c *Consumer[Tx]) handlePartition(ctx context.Context, w work) outcome {
+// failure, when a rebalance waits or when ctx (Run's) is done. The
+// batches run in bctx.
+func (c *Consumer[Tx]) handlePartition(ctx, bctx context.Context, w work) outcome {
 	recs := w.recs
 	for len(recs) > 0 {
 		if ctx.Err() != nil {
@@ -278,7 +286,7 @@ func (c *Consumer[Tx]) handlePartition(ctx context.Context, w work) outcome {
 		}
 		msgs, convErr := c.messages(recs[:min(len(recs), c.opts.MaxBatch)])
 		if len(msgs) > 0 {
-			results, err := c.ib.HandleBatch(ctx, msgs, c.h)
+			results, err := c.ib.HandleBatch(bctx, msgs, c.h)
 			if err != nil {
 				return outcome{rewind: recs[0].Offset, err: err}
 			}

@@ -75,8 +75,9 @@
 //
 // # Stopping
 //
-// Run returns when its context is done: batches in flight are rolled
-// back, and the client leaves the group, handing its partitions over.
+// When Run's context is done no new batch starts; the batches in flight
+// are let commit for up to Options.StopTimeout (then rolled back), and
+// the client leaves the group, handing its partitions over.
 // Stopped any other way (a crash), the member's partitions move once the
 // group's session timeout expires, and their next owner resumes from the
 // store as well.

@@ -173,8 +173,14 @@ func rebalanceScenario[Tx any](t *testing.T, hs harness[Tx], rounds int) {
 	total := rounds * keys
 	prod := newProducer(t, c)
 	produced := make(chan struct{})
+	begin := make(chan struct{}) // closed once the 4 consumers share the partitions
 	go func() {
 		defer close(produced)
+		select {
+		case <-begin:
+		case <-t.Context().Done():
+			return
+		}
 		for r := 1; r <= rounds; r++ {
 			for hs.count(t) < (r-ahead)*keys {
 				if t.Context().Err() != nil {
@@ -212,6 +218,7 @@ func rebalanceScenario[Tx any](t *testing.T, hs harness[Tx], rounds int) {
 		members = append(members, start())
 	}
 	stable(4)
+	close(begin)
 	waitFor(t, "a quarter of the records applied by 4 consumers", func() bool { return hs.count(t) >= total/4 })
 	var wg sync.WaitGroup
 	for _, m := range members[2:] {
