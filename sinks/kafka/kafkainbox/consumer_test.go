@@ -271,7 +271,10 @@ func TestConsumerReportsGaps(t *testing.T) {
 	c := newCluster(t, 1, topic)
 	want := []pub{{id: "g-1", key: "g", seq: 1}, {id: "g-2", key: "g", seq: 2}, {id: "g-5", key: "g", seq: 5}, {id: "g-6", key: "g", seq: 6}}
 	produce(t, newProducer(t, c), topic, want...)
-	store, ib := newMemoryInbox(t)
+	store := inbox.NewMemory()
+	logs := &testenv.LogCapture{}
+	ib, err := inbox.New(store, inbox.Options{Logger: slog.New(logs)})
+	require.NoError(t, err)
 	e := newEffects()
 	cons, err := kafkainbox.NewConsumer(ib, e.handler(), kafkainbox.Options{Group: group, Topics: []string{topic}, Logger: quietLogger()}, consumerOpts(c)...)
 	require.NoError(t, err)
@@ -282,6 +285,12 @@ func TestConsumerReportsGaps(t *testing.T) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	require.Equal(t, []int64{1, 2, 5, 6}, e.byKey["g"])
+	gaps := logs.Attrs(slog.LevelWarn, func(m string) bool { return strings.HasPrefix(m, "inbox: sequence gap") })
+	require.Len(t, gaps, 1, logs.String())
+	require.Equal(t, "g-5", gaps[0]["id"])
+	require.Equal(t, "g", gaps[0]["key"])
+	require.Equal(t, "3", gaps[0]["missing_from"])
+	require.Equal(t, "4", gaps[0]["missing_to"])
 }
 
 func TestNewConsumerRejectsBadArguments(t *testing.T) {
