@@ -30,6 +30,10 @@ func TestConsumerMemory(t *testing.T) {
 		t.Parallel()
 		rebalanceScenario(t, memoryHarness(t), 60)
 	})
+	t.Run("HungConsumerLosesItsPartitionsAndCommitsLate", func(t *testing.T) {
+		t.Parallel()
+		zombieScenario(t, memoryHarness(t))
+	})
 }
 
 // Every record is applied once, each key in order, over several batches a

@@ -33,6 +33,10 @@ func TestConsumerPostgres(t *testing.T) {
 		t.Parallel()
 		rebalanceScenario(t, postgresHarness(t), 60)
 	})
+	t.Run("HungConsumerLosesItsPartitionsAndCommitsLate", func(t *testing.T) {
+		t.Parallel()
+		zombieScenario(t, postgresHarness(t))
+	})
 }
 
 var pgShared struct {
