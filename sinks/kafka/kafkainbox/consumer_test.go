@@ -429,3 +429,36 @@ func TestConsumerYieldsToAWaitingRebalance(t *testing.T) {
 	require.Equal(t, int64(len(want)), sa.Applied+sb.Applied)
 	require.Zero(t, sa.Duplicates+sb.Duplicates)
 }
+
+// The records of an aborted transaction (the Kafka sink's transactional
+// mode, when a relay's transaction fails) are not applied: the consumer
+// reads committed records only.
+func TestConsumerSkipsAbortedTransactions(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "billing"
+	c := newCluster(t, 1, topic)
+	txn, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("relay-0"))
+	require.NoError(t, err)
+	defer txn.Close()
+	ctx := context.Background()
+	inTxn := func(commit kgo.TransactionEndTry, pubs ...pub) {
+		t.Helper()
+		require.NoError(t, txn.BeginTransaction())
+		require.NoError(t, txn.ProduceSync(ctx, records(topic, pubs)...).FirstErr())
+		require.NoError(t, txn.EndTransaction(ctx, commit))
+	}
+	inTxn(kgo.TryCommit, pub{id: "a-1", key: "a", seq: 1})
+	inTxn(kgo.TryAbort, pub{id: "a-2", key: "a", seq: 2}, pub{id: "aborted", key: "x", seq: 1})
+	inTxn(kgo.TryCommit, pub{id: "a-2", key: "a", seq: 2}, pub{id: "a-3", key: "a", seq: 3})
+
+	store, ib := newMemoryInbox(t)
+	e := newEffects()
+	cons, err := kafkainbox.NewConsumer(ib, e.handler(), kafkainbox.Options{Group: group, Topics: []string{topic}, Logger: quietLogger()}, consumerOpts(c)...)
+	require.NoError(t, err)
+	stop, _ := run(t, cons)
+	// 3 committed records, 2 aborted ones, 3 transaction markers.
+	waitFor(t, "the partition handled to its end", func() bool { return storedOffsets(t, store, group, topic)[0] >= 7 })
+	stop()
+	e.checkOnce(t, []pub{{id: "a-1", key: "a", seq: 1}, {id: "a-2", key: "a", seq: 2}, {id: "a-3", key: "a", seq: 3}})
+	require.Equal(t, kafkainbox.Stats{Applied: 3, Batches: cons.Stats().Batches}, cons.Stats())
+}

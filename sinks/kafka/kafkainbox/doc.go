@@ -34,6 +34,10 @@
 // Even a record read twice (a partition lost, not revoked, and handled by
 // two members for a moment) is applied once: the inbox records its ID.
 //
+// The Consumer reads with read_committed isolation by default: the
+// records of a transaction the Kafka sink aborted (its transactional
+// mode) are never handed to the inbox.
+//
 // # Batches and order
 //
 // Each poll's records are grouped by partition. A partition's records are
@@ -66,7 +70,9 @@
 // first record, paused for Options.RetryBackoff (doubling up to
 // Options.MaxRetryBackoff) and tried again, with a log line per failed
 // attempt naming the topic, partition, offset and error, while the other
-// partitions go on. By default it is tried forever: a poison record stops
+// partitions go on. (A resumed partition is fetched once the broker
+// answers the fetch in flight: up to kgo.FetchMaxWait, default 5s, when
+// the other partitions are idle.) By default it is tried forever: a poison record stops
 // its partition, visibly, until the handler is fixed (or the operator
 // moves the stored offset past it, in the store, with the consumers
 // stopped). With Options.MaxAttempts, Run returns a [*BatchError] once a
