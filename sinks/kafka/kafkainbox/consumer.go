@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -267,7 +268,7 @@ func (c *Consumer[Tx]) split(fs kgo.Fetches) (works []work, dropped map[partitio
 			return
 		}
 		idx[k] = len(works)
-		works = append(works, work{partition: k, recs: p.Records})
+		works = append(works, work{partition: k, recs: slices.Clip(p.Records)}) // an append copies
 	})
 	return works, dropped
 }
