@@ -65,7 +65,8 @@
 // # Failures
 //
 // A batch whose transaction fails (the handler returns an error, the
-// store fails, a record carries no outbox-id or a bad outbox-key-seq) is
+// store fails, a record carries no outbox-id or a bad outbox-key-seq, the
+// inbox's GapFail policy refuses a gap) is
 // not applied and not skipped: its partition is rewound to the batch's
 // first record, paused for Options.RetryBackoff (doubling up to
 // Options.MaxRetryBackoff) and tried again, with a log line per failed
