@@ -64,21 +64,20 @@
 //
 // # Failures
 //
-// A batch whose transaction fails (the handler returns an error, the
-// store fails, a record carries no outbox-id or a bad outbox-key-seq, the
-// inbox's GapFail policy refuses a gap) is
-// not applied and not skipped: its partition is rewound to the batch's
-// first record, paused for Options.RetryBackoff (doubling up to
-// Options.MaxRetryBackoff) and tried again, with a log line per failed
-// attempt naming the topic, partition, offset and error, while the other
-// partitions go on. (A resumed partition is fetched once the broker
-// answers the fetch in flight: up to kgo.FetchMaxWait, default 5s, when
-// the other partitions are idle.) By default it is tried forever: a poison record stops
-// its partition, visibly, until the handler is fixed (or the operator
-// moves the stored offset past it, in the store, with the consumers
-// stopped). With Options.MaxAttempts, Run returns a [*BatchError] once a
-// batch failed that many times; the stored offset stays at its first
-// record.
+// A batch whose transaction fails (the handler returns an error, the store
+// fails, a record carries no outbox-id or a bad outbox-key-seq, the
+// inbox's GapFail policy refuses a gap) is not applied and not skipped:
+// its partition is rewound to the batch's first record, paused for
+// Options.RetryBackoff (doubling up to Options.MaxRetryBackoff) and tried
+// again, with a log line per failed attempt naming the topic, partition,
+// offset and error, while the other partitions go on. (A resumed partition
+// is fetched once the broker answers the fetch in flight: up to
+// kgo.FetchMaxWait, default 5s, when the other partitions are idle.) By
+// default it is tried forever: a poison record stops its partition,
+// visibly, until the handler is fixed (or the operator moves the stored
+// offset past it, in the store, with the consumers stopped). With
+// Options.MaxAttempts, Run returns a [*BatchError] once a batch failed
+// that many times; the stored offset stays at its first record.
 //
 // # Stopping
 //
