@@ -43,11 +43,13 @@
 // Each poll's records are grouped by partition. A partition's records are
 // handled in their order, in batches of at most Options.MaxBatch (default
 // 500), each batch one transaction; different partitions are handled
-// concurrently, each in transactions of its own. The records of one key
-// are in one partition (the Kafka sink's partitioner keys by record key),
-// so each key's effects commit in order, and the inbox checks the
-// outbox-key-seq numbers (a gap is counted in Stats.Gaps and reported by
-// the inbox by its gap policy).
+// concurrently, each in transactions of its own; the next poll waits for
+// all of them, so one slow batch delays the other partitions' next records
+// (a failed one does not: it is retried in a later poll). The records of
+// one key are in one partition (the Kafka sink's partitioner keys by
+// record key), so each key's effects commit in order, and the inbox checks
+// the outbox-key-seq numbers (a gap is counted in Stats.Gaps and reported
+// by the inbox by its gap policy).
 //
 // # Rebalances
 //
