@@ -19,6 +19,8 @@ const (
 	DefaultMaxBatch = 1
 	// DefaultNakDelay is the default of Options.NakDelay.
 	DefaultNakDelay = time.Second
+	// DefaultAttempts is the default of Options.Attempts.
+	DefaultAttempts = 3
 )
 
 // Options configure a [Consumer]. The zero value is the defaults.
@@ -35,11 +37,21 @@ type Options struct {
 	// duplicates, at a cost).
 	MaxBatch int
 
-	// NakDelay is the delay of the Nak a message gets when its batch's
-	// transaction fails (a handler error, a store error the inbox does
-	// not retry, a gap under GapFail): JetStream redelivers it after
-	// that long. Default [DefaultNakDelay] (1s). The consumer's MaxDeliver
-	// bounds the redeliveries (see the package documentation, "Errors").
+	// Attempts is how many times Run runs a batch's transaction while it
+	// fails (a handler error, a store error the inbox does not retry, a
+	// gap under GapFail), NakDelay apart, holding the messages (it tells
+	// JetStream it is still working on them, InProgress, so their
+	// AckWait starts again), before it Naks them. Trying in place keeps a
+	// key's order whatever the consumer's MaxAckPending; a Nak'd message
+	// comes back after the ones delivered meanwhile. 1 Naks after the
+	// first failure. Default [DefaultAttempts] (3).
+	Attempts int
+
+	// NakDelay is the pause between two attempts of a failed batch, and
+	// the delay of the Nak each of its messages gets after the last
+	// attempt: JetStream redelivers it after that long. Default
+	// [DefaultNakDelay] (1s). The consumer's MaxDeliver bounds the
+	// redeliveries (see the package documentation, "Errors").
 	NakDelay time.Duration
 
 	// IDHeader is the header that carries the outbox entry's ID (natssink's
@@ -57,8 +69,11 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() error {
-	if o.MaxBatch < 0 || o.NakDelay < 0 {
-		return fmt.Errorf("natsinbox: Options.MaxBatch (%d) and Options.NakDelay (%v) must not be negative; leave them 0 for the defaults: %w", o.MaxBatch, o.NakDelay, inbox.ErrInvalidArgument)
+	if o.MaxBatch < 0 || o.Attempts < 0 || o.NakDelay < 0 {
+		return fmt.Errorf("natsinbox: Options.MaxBatch (%d), Attempts (%d) and NakDelay (%v) must not be negative; leave them 0 for the defaults: %w", o.MaxBatch, o.Attempts, o.NakDelay, inbox.ErrInvalidArgument)
+	}
+	if o.Attempts == 0 {
+		o.Attempts = DefaultAttempts
 	}
 	if o.MaxBatch == 0 {
 		o.MaxBatch = DefaultMaxBatch
@@ -130,8 +145,10 @@ type pulled struct {
 // For each batch: a message Message cannot read (no ID) is terminated
 // (Term; never redelivered) and logged with the reason; the others go
 // through one inbox.HandleBatch, after which each is acknowledged (Ack),
-// duplicates included. When HandleBatch fails, each message of the batch
-// is Nak'd with Options.NakDelay and Run goes on with the next batch.
+// duplicates included. When HandleBatch fails, Run tries it again, up to
+// Options.Attempts times in all, Options.NakDelay apart; when it still
+// fails, each message of the batch is Nak'd with NakDelay and Run goes on
+// with the next batch.
 // When ctx ends, the messages pulled and not handled are Nak'd without a
 // delay, for another consumer to take at once.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
@@ -245,7 +262,7 @@ func (c *Consumer[Tx]) handle(ctx context.Context, batch []jetstream.Msg) error 
 	if len(msgs) == 0 {
 		return nil
 	}
-	if _, err := c.ib.HandleBatch(ctx, msgs, c.h); err != nil {
+	if err := c.apply(ctx, kept, msgs); err != nil {
 		return c.failed(ctx, kept, msgs, err)
 	}
 	for i, msg := range kept {
@@ -256,6 +273,46 @@ func (c *Consumer[Tx]) handle(ctx context.Context, batch []jetstream.Msg) error 
 	return nil
 }
 
+// apply runs the batch's transaction, up to Options.Attempts times,
+// NakDelay apart, while it fails, telling JetStream before each new
+// attempt that the messages are still being worked on.
+func (c *Consumer[Tx]) apply(ctx context.Context, batch []jetstream.Msg, msgs []inbox.Message) error {
+	for attempt := 1; ; attempt++ {
+		_, err := c.ib.HandleBatch(ctx, msgs, c.h)
+		if err == nil || ctx.Err() != nil || attempt >= c.opts.Attempts {
+			return err
+		}
+		c.opts.Logger.WarnContext(ctx, "natsinbox: handling a batch failed; trying it again in place", "ids", ids(msgs), "attempt", attempt, "nak_delay", c.opts.NakDelay, "err", err)
+		if err := sleep(ctx, c.opts.NakDelay); err != nil {
+			return err
+		}
+		for _, msg := range batch {
+			if perr := msg.InProgress(); perr != nil {
+				return fmt.Errorf("natsinbox: tell JetStream a failed batch is being tried again: %w (the batch failed with: %w)", perr, err)
+			}
+		}
+	}
+}
+
+func ids(msgs []inbox.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // failed Naks the messages of a batch whose transaction failed: with
 // NakDelay, or at once when ctx is done (Run is stopping).
 func (c *Consumer[Tx]) failed(ctx context.Context, batch []jetstream.Msg, msgs []inbox.Message, err error) error {
@@ -263,11 +320,7 @@ func (c *Consumer[Tx]) failed(ctx context.Context, batch []jetstream.Msg, msgs [
 	if ctx.Err() != nil {
 		delay = 0
 	} else {
-		ids := make([]string, len(msgs))
-		for i, m := range msgs {
-			ids[i] = m.ID
-		}
-		c.opts.Logger.WarnContext(ctx, "natsinbox: handling a batch failed; its messages are redelivered after the Nak delay", "ids", ids, "nak_delay", delay, "err", err)
+		c.opts.Logger.WarnContext(ctx, "natsinbox: handling a batch failed; its messages are redelivered after the Nak delay", "ids", ids(msgs), "attempts", c.opts.Attempts, "nak_delay", delay, "err", err)
 	}
 	for i, msg := range batch {
 		var nerr error

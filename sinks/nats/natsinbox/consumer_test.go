@@ -146,60 +146,75 @@ func TestLostAckIsRedeliveredAndSkippedAsDuplicate(t *testing.T) {
 	assert.Equal(t, 1, *n.(*int), "the handler ran once; the redelivery was skipped")
 }
 
-// A handler error rolls the batch back and Naks it; the redelivery is
-// applied once. With MaxAckPending 1 the failed message comes back before
-// the next one: the key's order holds.
-func TestHandlerErrorNaksAndTheRedeliveryIsAppliedOnce(t *testing.T) {
+// A handler error rolls the batch back; Run tries it again in place
+// (Attempts), then Naks it; the message is applied once, and the key's
+// order holds: retried in place whatever MaxAckPending, or Nak'd with
+// MaxAckPending 1, where the failed message comes back before the next.
+func TestHandlerErrorIsRetriedThenNakedAndAppliedOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	ib := newInbox(t, inbox.Options{Gaps: inbox.GapFail})
-	for i := 1; i <= 3; i++ {
-		e.publish("outbox-id", "e"+strconv.Itoa(i), "outbox-key", "k", outbox.HeaderKeySeq, strconv.Itoa(i))
+	for _, tc := range []struct {
+		name          string
+		attempts      int
+		maxAckPending int
+		wantDelivered uint64 // e2's deliveries
+	}{
+		{"NakedWithMaxAckPending1", 1, 1, 3},
+		{"RetriedInPlace", 3, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ib := newInbox(t, inbox.Options{}) // GapApply: a key out of order shows in the effects
+			for i := 1; i <= 3; i++ {
+				e.publish("outbox-id", "e"+strconv.Itoa(i), "outbox-key", "k", outbox.HeaderKeySeq, strconv.Itoa(i))
+			}
+			cons := e.consumer(e.js, func(c *jetstream.ConsumerConfig) { c.MaxAckPending = tc.maxAckPending })
+			fx := newEffects()
+			var (
+				mu        sync.Mutex
+				failures  int
+				delivered uint64
+			)
+			h := fx.handler(func(m inbox.Message) error {
+				if m.ID != "e2" {
+					return nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				md, err := m.Data.(jetstream.Msg).Metadata()
+				if err != nil {
+					return err
+				}
+				delivered = md.NumDelivered
+				if failures < 2 {
+					failures++
+					return errors.New("the database is down")
+				}
+				return nil
+			})
+			c, err := natsinbox.NewConsumer(ib, h, cons, natsinbox.Options{Attempts: tc.attempts, NakDelay: 10 * time.Millisecond})
+			require.NoError(t, err)
+			stop := runConsumer(t, c)
+			got := fx.wait(t, 3)
+			eventually(t, "every message acknowledged", func() bool {
+				ci := info(t, cons)
+				return ci.NumAckPending == 0 && ci.NumPending == 0
+			})
+			require.NoError(t, stop())
+			assert.Equal(t, []effect{{"e1", "k", 1}, {"e2", "k", 2}, {"e3", "k", 3}}, got)
+			assert.Equal(t, tc.wantDelivered, delivered, "e2's deliveries")
+			assert.Equal(t, 2, failures)
+		})
 	}
-	cons := e.consumer(e.js, func(c *jetstream.ConsumerConfig) { c.MaxAckPending = 1 })
-	fx := newEffects()
-	var (
-		mu        sync.Mutex
-		failures  int
-		delivered uint64
-	)
-	h := fx.handler(func(m inbox.Message) error {
-		if m.ID != "e2" {
-			return nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		md, err := m.Data.(jetstream.Msg).Metadata()
-		if err != nil {
-			return err
-		}
-		delivered = md.NumDelivered
-		if failures < 2 {
-			failures++
-			return errors.New("the database is down")
-		}
-		return nil
-	})
-	c, err := natsinbox.NewConsumer(ib, h, cons, natsinbox.Options{NakDelay: 10 * time.Millisecond})
-	require.NoError(t, err)
-	stop := runConsumer(t, c)
-	got := fx.wait(t, 3)
-	eventually(t, "every message acknowledged", func() bool {
-		ci := info(t, cons)
-		return ci.NumAckPending == 0 && ci.NumPending == 0
-	})
-	require.NoError(t, stop())
-	assert.Equal(t, []effect{{"e1", "k", 1}, {"e2", "k", 2}, {"e3", "k", 3}}, got)
-	assert.Equal(t, uint64(3), delivered, "e2 applied on its third delivery")
 }
 
 // Many keys, interleaved, some messages stored twice (copies outside the
 // stream's duplicate window): each entry is applied once, each key's in
-// order; GapFail makes an order violation fail the test.
+// order (under GapApply, an order violation shows in the effects).
 func TestManyKeysExactlyOnceInKeyOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ib := newInbox(t, inbox.Options{Gaps: inbox.GapFail})
+	ib := newInbox(t, inbox.Options{}) // GapApply: a key out of order shows in the effects
 	const keys, perKey = 8, 40
 	var all []outbox.Entry
 	for s := 1; s <= perKey; s++ {

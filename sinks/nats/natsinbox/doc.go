@@ -34,12 +34,17 @@
 //
 // When a batch's transaction fails (the handler returned an error, a
 // store error the inbox does not retry, a gap under GapFail), nothing of
-// it was applied, and each of its messages is Nak'd with
-// [Options.NakDelay] (1s): JetStream redelivers them after that delay, and
-// Run goes on with the next messages. A message that always fails comes
-// back until the consumer's MaxDeliver (unlimited by default): set
-// MaxDeliver (or BackOff) on the consumer to bound it; JetStream then
-// stops delivering the message and publishes the advisory
+// it was applied. Run tries it again in place, holding its messages, up
+// to [Options.Attempts] (3) times in all, [Options.NakDelay] (1s) apart,
+// telling JetStream before each attempt that it is still working on them
+// (InProgress, which restarts their AckWait): a short outage of the
+// database costs a pause and keeps every order. When the last attempt
+// fails, each message of the batch is Nak'd with NakDelay: JetStream
+// redelivers them after that delay, and Run goes on with the next
+// messages. A message that always fails comes back until the consumer's
+// MaxDeliver (unlimited by default): set MaxDeliver (or BackOff) on the
+// consumer to bound it; JetStream then stops delivering the message and
+// publishes the advisory
 // $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>, on which
 // a dead-letter process can fetch it from the stream by its sequence.
 //
@@ -60,15 +65,14 @@
 //
 // A pull consumer delivers a stream's messages in stream order, and
 // natssink stores a key's messages in append order, so one Run applies a
-// key's messages in order while nothing is redelivered. A redelivered
-// message (Nak'd after a failed batch, or past its AckWait) comes after
-// messages delivered meanwhile: with MaxAckPending above 1, the key's
-// later messages can be applied before it (the inbox reports the skipped
-// numbers as a gap, and the redelivered one as Late; see inbox.GapPolicy).
-// Where a key's order must hold through failures, give the consumer
-// MaxAckPending 1 (one message in flight: a failed message is redelivered
-// before any later one) or partition the stream by key among consumers
-// that each have it. Several Runs on one consumer share its messages and
+// key's messages in order while nothing is redelivered; a batch retried
+// in place keeps it. A redelivered message (Nak'd after the last attempt,
+// or past its AckWait) comes after the messages delivered meanwhile: with
+// MaxAckPending above 1, the key's later messages can be applied before
+// it (the inbox reports the skipped numbers as a gap, and the redelivered
+// one as Late; see inbox.GapPolicy). Where a key's order must hold
+// through longer failures, give the consumer MaxAckPending 1 (one message
+// in flight: a Nak'd message is redelivered before any later one). Several Runs on one consumer share its messages and
 // apply a key's messages concurrently: order then needs one Run per
 // consumer.
 package natsinbox
