@@ -257,6 +257,10 @@ func TestManyKeysExactlyOnceInKeyOrder(t *testing.T) {
 	require.Equal(t, "sentinel", got[len(got)-1].ID)
 	checkOnceInKeyOrder(t, got[:len(got)-1], all)
 	assert.Zero(t, tp.ready(tp.queue), "everything acknowledged")
+	// The stop's nack of "every outstanding delivery" (tag 0, none
+	// left) did not close the channel: a round trip on it still works.
+	_, err = ch.QueueDeclarePassive(tp.queue, true, false, false, false, nil)
+	require.NoError(t, err, "the consumer's channel is still open after Run stopped")
 }
 
 // A delivery without an ID is rejected to the queue's dead-letter
