@@ -74,9 +74,10 @@
 // through longer failures, give the consumer MaxAckPending 1 (one message
 // in flight: a Nak'd message is redelivered before any later one).
 //
-// A consumer that dies (its connection closed) does not take its pull
-// requests with it: the server goes on sending them messages until they
-// expire (nats.go's PullExpiry, 30s), and those messages, with the ones
+// A consumer that dies (its connection closed) may not take its pull
+// requests with it: the server (2.9.10 here) goes on sending them
+// messages until they expire (nats.go's PullExpiry, 30s), and those
+// messages, with the ones
 // the consumer had pulled and not acknowledged, come back after AckWait,
 // behind the messages another consumer got meanwhile. So a key's order
 // does not hold across a consumer's death (the inbox reports the gaps
