@@ -159,17 +159,18 @@ var errBatchFailed = errors.New("amqpinbox: batch failed")
 // new Consumer: what was not acknowledged went back to the queue when
 // the channel closed, and what of it committed is skipped as a duplicate.
 //
-// For each batch: a delivery Message cannot read (no ID) is rejected
-// (basic.nack, requeue false: dead-lettered if the queue has a
-// dead-letter exchange, else dropped) and logged; the others go through
-// one inbox.HandleBatch, after which they are acknowledged with one
-// basic.ack (multiple, up to the batch's last delivery tag), duplicates
-// included. When HandleBatch fails, Run tries it again, up to
-// Options.Attempts times in all, Options.RetryDelay apart; when it still
-// fails, Run cancels its consumer, returns every unacknowledged delivery
-// to the queue (basic.nack, multiple, requeue), waits RetryDelay and
-// consumes again; see the package documentation ("Errors"). When ctx ends, it does the same without the
-// wait and returns.
+// For each batch: a delivery Message cannot read (no ID, or a sequence
+// header that is not a sequence number) is rejected (basic.nack, requeue
+// false: dead-lettered if the queue has a dead-letter exchange, else
+// dropped) and logged; the others go through one inbox.HandleBatch, after
+// which they are acknowledged with one basic.ack (multiple, up to the
+// batch's last delivery tag), duplicates included. When HandleBatch
+// fails, Run tries it again, up to Options.Attempts times in all,
+// Options.RetryDelay apart; when it still fails, Run cancels its
+// consumer, returns every unacknowledged delivery to the queue
+// (basic.nack, multiple, requeue), waits RetryDelay and consumes again;
+// see the package documentation ("Errors"). When ctx ends, it does the
+// same without the wait and returns.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err := c.ch.Qos(c.opts.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("amqpinbox: set the channel's prefetch (basic.qos %d): %w", c.opts.Prefetch, err)
@@ -267,7 +268,7 @@ func (c *Consumer[Tx]) handle(ctx context.Context, batch []amqp.Delivery) error 
 		if err != nil {
 			c.opts.Logger.ErrorContext(ctx, "amqpinbox: rejecting a delivery the inbox cannot handle (dead-lettered if the queue has a dead-letter exchange, else dropped)", "queue", c.queue, "err", err)
 			if err := c.ch.Nack(d.DeliveryTag, false, false); err != nil {
-				return fmt.Errorf("amqpinbox: reject a delivery without an ID: %w", err)
+				return fmt.Errorf("amqpinbox: reject a delivery the inbox cannot handle: %w", err)
 			}
 			continue
 		}

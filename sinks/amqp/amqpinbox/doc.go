@@ -69,7 +69,8 @@
 // delivered again too, and count against the limit: set it above the
 // failures in a row you expect.
 //
-// A delivery without an ID cannot be deduplicated: Run rejects it
+// A delivery without an ID cannot be deduplicated, nor one whose
+// outbox-key-seq is not a sequence number ordered: Run rejects it
 // (basic.nack without requeue: dead-lettered if the queue has a
 // dead-letter exchange, dropped otherwise) and logs it at Error level.
 //

@@ -142,7 +142,8 @@ type pulled struct {
 // connection closed: what was not acknowledged is redelivered after
 // AckWait and skipped as a duplicate if its transaction committed).
 //
-// For each batch: a message Message cannot read (no ID) is terminated
+// For each batch: a message Message cannot read (no ID, or a sequence
+// header that is not a sequence number) is terminated
 // (Term; never redelivered) and logged with the reason; the others go
 // through one inbox.HandleBatch, after which each is acknowledged (Ack),
 // duplicates included. When HandleBatch fails, Run tries it again, up to
@@ -183,8 +184,8 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	}
 }
 
-// pump moves the iterator's messages to pulls until it fails or stop closes; its
-// last send is the error that ended it. Once stop is closed it Naks (no
+// pump moves the iterator's messages to pulls until it fails or stop
+// closes; its last send is the error that ended it. Once stop is closed it Naks (no
 // delay) what the drained iterator still gives, for another consumer to
 // take at once. It closes done when it returns.
 func pump(it jetstream.MessagesContext, pulls chan<- pulled, stop <-chan struct{}, done chan<- struct{}) {
@@ -252,7 +253,7 @@ func (c *Consumer[Tx]) handle(ctx context.Context, batch []jetstream.Msg) error 
 			// Term, not TermWithReason: a server before 2.10 does not
 			// understand "+TERM <reason>" and keeps the message.
 			if err := msg.Term(); err != nil {
-				return fmt.Errorf("natsinbox: terminate a message without an ID: %w", err)
+				return fmt.Errorf("natsinbox: terminate a message the inbox cannot handle: %w", err)
 			}
 			continue
 		}

@@ -48,7 +48,8 @@
 // $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>, on which
 // a dead-letter process can fetch it from the stream by its sequence.
 //
-// A message without an ID cannot be deduplicated: Run terminates it (Term:
+// A message without an ID cannot be deduplicated, nor one whose
+// outbox-key-seq is not a sequence number ordered: Run terminates it (Term:
 // JetStream does not redeliver it and publishes the advisory
 // $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>) and
 // logs it, with the reason, at Error level. (It does not use
