@@ -309,3 +309,55 @@ func TestRunEndsWhenTheQueueIsDeleted(t *testing.T) {
 	}
 	require.ErrorIs(t, stop(), amqpinbox.ErrCancelled)
 }
+
+// A message that always fails is returned to the queue until a quorum
+// queue's delivery limit; the broker then dead-letters it, and the
+// messages after it are applied.
+func TestMessageThatAlwaysFailsIsDeadLetteredAtTheDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	dlq := uniq("dlq")
+	tp := newTopo(t, amqp.Table{
+		"x-queue-type": "quorum", "x-delivery-limit": 2,
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
+	})
+	tp.declare(dlq, nil)
+	tp.publish("k", amqp.Publishing{MessageId: "poison", Body: []byte("poison")})
+	tp.publish("k", amqp.Publishing{MessageId: "entry-2"})
+	var (
+		mu    sync.Mutex
+		tries int
+	)
+	fx := newEffects()
+	h := fx.handler(func(m inbox.Message) error {
+		if m.ID != "poison" {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		return errors.New("cannot apply this one")
+	})
+	_, ch := tp.channel()
+	c, err := amqpinbox.NewConsumer(memInbox(t), h, ch, tp.queue, amqpinbox.Options{Prefetch: 1, Attempts: 1, RetryDelay: 10 * time.Millisecond})
+	require.NoError(t, err)
+	stop, _ := runConsumer(t, c)
+	got := fx.wait(t, 1)
+	var dead amqp.Delivery
+	deadline := time.Now().Add(time.Minute)
+	for ok := false; !ok; {
+		require.True(t, time.Now().Before(deadline), "the poison message reached no dead-letter queue within a minute")
+		dead, ok, err = tp.ch.Get(dlq, true)
+		require.NoError(t, err)
+		if !ok {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	require.NoError(t, stop())
+	assert.Equal(t, "poison", dead.MessageId)
+	assert.Equal(t, []effect{{ID: "entry-2", Key: "k"}}, got)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("the poison message was tried %d times before it was dead-lettered (x-delivery-limit 2)", tries)
+	assert.GreaterOrEqual(t, tries, 2)
+	assert.Zero(t, tp.ready(tp.queue))
+}

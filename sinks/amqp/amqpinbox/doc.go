@@ -63,11 +63,13 @@
 // A message that always fails is returned and redelivered for ever, and
 // holds back the queue behind it. To dead-letter it instead, use a
 // quorum queue with a delivery limit (x-delivery-limit) and a
-// dead-letter exchange (x-dead-letter-exchange): after that many
-// deliveries the broker moves it to the dead-letter exchange itself.
+// dead-letter exchange (x-dead-letter-exchange): when the message has
+// been returned more often than the limit the broker moves it to the
+// dead-letter exchange itself (with x-delivery-limit 2 it is tried 3
+// times, Attempts 1: TestMessageThatAlwaysFailsIsDeadLetteredAtTheDeliveryLimit).
 // The messages returned with the failed one (prefetched behind it) are
 // delivered again too, and count against the limit: set it above the
-// failures in a row you expect.
+// failures in a row you expect, or Prefetch to MaxBatch.
 //
 // A delivery without an ID cannot be deduplicated, nor one whose
 // outbox-key-seq is not a sequence number ordered: Run rejects it

@@ -329,3 +329,48 @@ func TestStoppedRunNaksWhatItDidNotApply(t *testing.T) {
 	require.NoError(t, stop())
 	assert.Len(t, got, n)
 }
+
+// A message that always fails is Nak'd until the consumer's MaxDeliver;
+// JetStream then stops delivering it and says so with the MAX_DELIVERIES
+// advisory (where a dead-letter process picks it up), and the messages
+// after it are applied.
+func TestMessageThatAlwaysFailsStopsAtMaxDeliver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	durable := "c" + suffix()
+	cons := e.consumer(e.js, func(c *jetstream.ConsumerConfig) {
+		c.Durable = durable
+		c.MaxDeliver = 3
+	})
+	adv, err := e.nc.SubscribeSync(fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.%s", e.stream, durable))
+	require.NoError(t, err)
+	require.NoError(t, e.nc.Flush())
+	e.publish("outbox-id", "poison")
+	e.publish("outbox-id", "entry-2")
+	fx := newEffects()
+	var (
+		mu    sync.Mutex
+		tries int
+	)
+	h := fx.handler(func(m inbox.Message) error {
+		if m.ID != "poison" {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		return errors.New("cannot apply this one")
+	})
+	c, err := natsinbox.NewConsumer(newInbox(t, inbox.Options{}), h, cons, natsinbox.Options{Attempts: 1, NakDelay: 10 * time.Millisecond})
+	require.NoError(t, err)
+	stop := runConsumer(t, c)
+	msg, err := adv.NextMsg(time.Minute)
+	require.NoError(t, err, "no MAX_DELIVERIES advisory")
+	assert.Contains(t, string(msg.Data), `"deliveries":3`)
+	got := fx.wait(t, 1)
+	require.NoError(t, stop())
+	assert.Equal(t, []effect{{ID: "entry-2"}}, got)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 3, tries, "one try per delivery, MaxDeliver of them")
+}
