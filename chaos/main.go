@@ -39,6 +39,7 @@ import (
 
 	"github.com/outboxrelay/outbox/chaos/internal/appender"
 	"github.com/outboxrelay/outbox/chaos/internal/controlrelay"
+	"github.com/outboxrelay/outbox/chaos/internal/inboxconsumer"
 )
 
 func main() {
@@ -50,6 +51,8 @@ func main() {
 		err = appender.Main(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "control-relay":
 		err = controlrelay.Main(ctx, os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "inbox-consumer":
+		err = inboxconsumer.Main(ctx, os.Args[2:])
 	default:
 		err = runHarness(ctx, os.Args[1:])
 	}

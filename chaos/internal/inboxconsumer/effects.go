@@ -1,0 +1,83 @@
+package inboxconsumer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox/chaos/internal/exactlyonce"
+)
+
+// Setup creates schema in the PostgreSQL at pgURL with the consumers'
+// effect table and the inbox's tables. Run it once before the consumers
+// start; it is idempotent.
+func Setup(ctx context.Context, pgURL, schema string) error {
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		return fmt.Errorf("inboxconsumer: connecting to PostgreSQL: %w", err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	sql := "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{schema}.Sanitize() + ";\n" +
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	n bigserial PRIMARY KEY,
+	entry_id text NOT NULL,
+	key text NOT NULL,
+	seq bigint NOT NULL,
+	pid integer NOT NULL,
+	at timestamptz NOT NULL DEFAULT clock_timestamp()
+);`, effectsTable(schema)) + inboxSchema(schema)
+	if _, err := c.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("inboxconsumer: creating the tables in schema %s: %w", schema, err)
+	}
+	return nil
+}
+
+// effectsTable is the quoted name of schema's effect table: one row per
+// message a consumer applied, n its insertion order.
+func effectsTable(schema string) string { return pgx.Identifier{schema, "effects"}.Sanitize() }
+
+// insertEffect is the consumers' effect: one row, in tx.
+func insertEffect(ctx context.Context, tx pgx.Tx, schema, id, key string, seq int64, pid int) error {
+	_, err := tx.Exec(ctx, "INSERT INTO "+effectsTable(schema)+" (entry_id, key, seq, pid) VALUES ($1, $2, $3, $4)", id, key, seq, pid)
+	return err
+}
+
+// ReadEffects returns every effect row of schema, in insertion order.
+func ReadEffects(ctx context.Context, pgURL, schema string) ([]exactlyonce.Effect, error) {
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		return nil, fmt.Errorf("inboxconsumer: connecting to PostgreSQL: %w", err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	rows, err := c.Query(ctx, "SELECT n, entry_id, key, seq, pid FROM "+effectsTable(schema)+" ORDER BY n")
+	if err != nil {
+		return nil, fmt.Errorf("inboxconsumer: reading the effects: %w", err)
+	}
+	var out []exactlyonce.Effect
+	for rows.Next() {
+		var f exactlyonce.Effect
+		if err := rows.Scan(&f.N, &f.ID, &f.Key, &f.Seq, &f.PID); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("inboxconsumer: reading the effects: %w", err)
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inboxconsumer: reading the effects: %w", err)
+	}
+	return out, nil
+}
+
+// CountEffects returns how many distinct entry IDs have an effect in
+// schema, and how many effect rows there are: what the harness polls to
+// see the consumers catch up.
+func CountEffects(ctx context.Context, pgURL, schema string) (applied, rows int, err error) {
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		return 0, 0, fmt.Errorf("inboxconsumer: connecting to PostgreSQL: %w", err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	err = c.QueryRow(ctx, "SELECT count(DISTINCT entry_id), count(*) FROM "+effectsTable(schema)).Scan(&applied, &rows)
+	return applied, rows, err
+}

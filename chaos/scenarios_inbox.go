@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxrelay/outbox/chaos/history"
+	"github.com/outboxrelay/outbox/chaos/internal/exactlyonce"
+	"github.com/outboxrelay/outbox/chaos/internal/inboxconsumer"
+	"github.com/outboxrelay/outbox/chaos/internal/proc"
+	"github.com/outboxrelay/outbox/chaos/internal/servers"
+)
+
+// The inbox/ scenarios go one step past the broker: consumer processes
+// (`chaos inbox-consumer`) read the topic in a consumer group and write
+// one effect row per entry in a PostgreSQL schema of their own, and the
+// check is on those rows (package exactlyonce): every committed entry
+// applied exactly once, each key in append order.
+
+// inboxSpec makes a scenario an inbox/ one.
+type inboxSpec struct {
+	// mode is the consumers' -mode: inboxconsumer.ModeInbox, or
+	// ModePlain for the negative control.
+	mode string
+	// consumers is how many consumer processes run.
+	consumers int
+}
+
+// control: the scenario is the negative control, which must show
+// duplicates.
+func (s *inboxSpec) control() bool { return s.mode == inboxconsumer.ModePlain }
+
+func inboxScenarios() []*scenario {
+	return []*scenario{
+		inboxChaos("inbox/postgres", inboxconsumer.ModeInbox,
+			"outbox -> 3 relays -> kfake -> 3 consumers with the inbox (PostgreSQL): consumers and relays SIGKILLed, broker produce faults, consumer sessions terminated, in turn every 2-3 s",
+			"Appenders number each key's entries (the outbox's KeySequence: header outbox-key-seq). Three consumer processes share the topic's partitions in a consumer group (static membership: a restarted consumer takes its predecessor's partitions at once) and apply each record through the inbox: the effect row, the entry's ID, the key's sequence number and the partition's next offset commit in one transaction, and a consumer resumes from the offsets stored with the effects, never from Kafka's. Faults in turn: a consumer SIGKILLed mid-stream and started again; a relay SIGKILLed and started again (the entries it had published and not marked sent are published again: duplicates on the topic); the broker failing the next produce requests or dropping their connections; every consumer PostgreSQL session terminated (a transaction dies mid-statement or during COMMIT, its outcome unknown to the consumer, which runs it again). At the end, after the outbox is drained and the consumers have caught up, the effect table must hold every committed entry exactly once, and each key's effects in append order (by the effect rows' bigserial)."),
+		inboxChaos("inbox/control-no-inbox", inboxconsumer.ModePlain,
+			"negative control: the same run with consumers WITHOUT the inbox (a transaction per record, offsets committed to Kafka after it)",
+			"The same pipeline and the same faults, but the consumers apply each record in a transaction holding only the effect and commit its offset to Kafka afterwards (marked after the commit, committed every 5 s): the usual at-least-once consumer. A killed consumer's successor starts from the last committed offset and applies again what was applied since, and every duplicate record on the topic (a killed relay's re-publishes) is applied twice. The exactly-once check must find duplicates, or it could not see one."),
+	}
+}
+
+func inboxChaos(name, mode, title, notes string) *scenario {
+	return &scenario{
+		name: name, backend: backendPostgres, relays: 3,
+		inbox: &inboxSpec{mode: mode, consumers: 3},
+		title: title, notes: notes,
+		every: 2 * time.Second, jitter: time.Second,
+		full: 120 * time.Second, short: 14 * time.Second,
+		inject: injectInboxFault,
+	}
+}
+
+// inboxRun is an inbox/ scenario's part of a run: its consumers and what
+// their effects came to.
+type inboxRun struct {
+	schema string // the consumers' schema in the shared PostgreSQL
+	group  string
+
+	mu        sync.Mutex
+	consumers []*consumerProc // by slot
+	kills     int
+
+	effects *exactlyonce.Report
+}
+
+type consumerProc struct {
+	slot, gen int
+	p         *proc.Proc
+	ending    bool // the harness killed or terminated it
+}
+
+// injectInboxFault injects fault i: a consumer killed, a relay killed, a
+// broker fault, the consumers' sessions terminated, in turn.
+func injectInboxFault(ctx context.Context, r *run, i int) error {
+	if err := r.inbox.checkAlive(); err != nil {
+		return err
+	}
+	switch i % 4 {
+	case 0:
+		return r.killConsumer()
+	case 1:
+		return killRelay(r)
+	case 2:
+		if i%8 == 2 {
+			r.fault("produce errors", "the next 20 produce requests fail with NOT_ENOUGH_REPLICAS")
+			return r.broker.FailProduce(ctx, 20, "NOT_ENOUGH_REPLICAS")
+		}
+		r.fault("connections dropped", "the next 5 produce requests drop their connection")
+		return r.broker.DropConnections(ctx, 5)
+	default:
+		n, err := servers.TerminateBackends(ctx, r.h.pgURL, r.consumerAppName())
+		if err != nil {
+			return err
+		}
+		r.fault("consumer sessions terminated", "pg_terminate_backend on %d sessions of %s*", n, r.consumerAppName())
+		return nil
+	}
+}
+
+// consumerAppName is the application_name prefix of the consumers'
+// PostgreSQL sessions.
+func (r *run) consumerAppName() string { return r.appName() + "cons-" }
+
+// setupInbox creates the consumers' schema and starts them.
+func (r *run) setupInbox(ctx context.Context) error {
+	r.inbox = &inboxRun{
+		schema: "chaos_" + strings.ReplaceAll(r.id, "-", "_") + "_in",
+		group:  "chaos-" + r.id,
+	}
+	r.cleanup = append(r.cleanup, func() { dropSchema(r.h.pgURL, r.inbox.schema) })
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := inboxconsumer.Setup(sctx, r.h.pgURL, r.inbox.schema); err != nil {
+		return err
+	}
+	r.cleanup = append(r.cleanup, r.stopConsumers)
+	for slot := range r.sc.inbox.consumers {
+		if err := r.startConsumer(slot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startConsumer starts a consumer in slot (a new generation of it, with
+// the slot's static instance ID).
+func (r *run) startConsumer(slot int) error {
+	ir := r.inbox
+	ir.mu.Lock()
+	gen := 0
+	for len(ir.consumers) <= slot {
+		ir.consumers = append(ir.consumers, nil)
+	}
+	if c := ir.consumers[slot]; c != nil {
+		gen = c.gen + 1
+	}
+	ir.mu.Unlock()
+	name := fmt.Sprintf("cons-%d", slot)
+	u, err := url.Parse(r.h.pgURL)
+	if err != nil {
+		return fmt.Errorf("OUTBOX_POSTGRES_URL: %w", err)
+	}
+	q := u.Query()
+	q.Set("application_name", r.consumerAppName()+fmt.Sprint(slot))
+	u.RawQuery = q.Encode()
+	args := []string{"inbox-consumer",
+		"-kafka-brokers", r.broker.Brokers(),
+		"-topic", topic,
+		"-group", ir.group,
+		"-instance", name,
+		"-store", u.String(),
+		"-schema", ir.schema,
+		"-mode", r.sc.inbox.mode,
+	}
+	logName := fmt.Sprintf("%s.%d.log", name, gen)
+	p, err := proc.Start(name, filepath.Join(r.dir, logName), r.h.self, args, nil)
+	if err != nil {
+		return err
+	}
+	ir.mu.Lock()
+	ir.consumers[slot] = &consumerProc{slot: slot, gen: gen, p: p}
+	ir.mu.Unlock()
+	r.logf("started %s generation %d (PID %d)", name, gen, p.PID())
+	return nil
+}
+
+// killConsumer SIGKILLs a consumer and starts it again at once.
+func (r *run) killConsumer() error {
+	ir := r.inbox
+	slot := r.rng.IntN(r.sc.inbox.consumers)
+	ir.mu.Lock()
+	c := ir.consumers[slot]
+	c.ending = true
+	ir.kills++
+	ir.mu.Unlock()
+	r.fault("consumer SIGKILLed", "cons-%d generation %d (PID %d), started again at once", slot, c.gen, c.p.PID())
+	if err := c.p.Kill(); err != nil {
+		return err
+	}
+	return r.startConsumer(slot)
+}
+
+// checkAlive fails the run when a consumer exited on its own.
+func (ir *inboxRun) checkAlive() error {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	for _, c := range ir.consumers {
+		if c == nil || c.ending {
+			continue
+		}
+		if done, err := c.p.Exited(); done {
+			return fmt.Errorf("cons-%d exited on its own (%v); see %s", c.slot, err, c.p.Log)
+		}
+	}
+	return nil
+}
+
+func (r *run) stopConsumers() {
+	ir := r.inbox
+	ir.mu.Lock()
+	cs := append([]*consumerProc(nil), ir.consumers...)
+	for _, c := range cs {
+		if c != nil {
+			c.ending = true
+		}
+	}
+	ir.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		if c == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := c.p.Terminate(15 * time.Second); err != nil && !errors.Is(err, proc.ErrExited) {
+				r.logf("cons-%d: %v", c.slot, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// checkEffects waits for the consumers to apply every committed entry
+// (and then for the effect table to stay still a moment), stops them and
+// checks the effect rows against the appenders' histories.
+func (r *run) checkEffects(ctx context.Context) error {
+	files := make([]string, r.h.cfg.appenders)
+	for i := range files {
+		files[i] = r.appHistory(i)
+	}
+	h, err := history.ReadFiles(files...)
+	if err != nil {
+		return err
+	}
+	committed, unknown := h.Entries()
+	if err := r.quiesceConsumers(ctx, len(committed)); err != nil {
+		return err
+	}
+	if err := r.inbox.checkAlive(); err != nil {
+		return err
+	}
+	r.stopConsumers()
+	effects, err := inboxconsumer.ReadEffects(ctx, r.h.pgURL, r.inbox.schema)
+	if err != nil {
+		return err
+	}
+	entries := make([]exactlyonce.Entry, 0, len(committed)+len(unknown))
+	for _, e := range committed {
+		entries = append(entries, exactlyonce.Entry{ID: e.ID, Key: e.Key, Seq: e.Seq})
+	}
+	for _, e := range unknown {
+		entries = append(entries, exactlyonce.Entry{ID: e.ID, Key: e.Key, Seq: e.Seq, Unknown: true})
+	}
+	rep := exactlyonce.Check(entries, effects)
+	r.inbox.mu.Lock()
+	r.inbox.effects = &rep
+	r.inbox.mu.Unlock()
+	r.logf("effects: %v", rep)
+	return nil
+}
+
+// quiesceConsumers waits, for at most a minute, until the effect table
+// holds at least want distinct entries and its row count has not changed
+// for two seconds. It returns nil when the minute is up (what is missing
+// is then reported by the check).
+func (r *run) quiesceConsumers(ctx context.Context, want int) error {
+	const still = 2 * time.Second
+	deadline := time.Now().Add(time.Minute)
+	last, lastChange := -1, time.Now()
+	for time.Now().Before(deadline) {
+		applied, rows, err := inboxconsumer.CountEffects(ctx, r.h.pgURL, r.inbox.schema)
+		if err != nil {
+			r.logf("counting effects: %v", err)
+		} else {
+			if rows != last {
+				last, lastChange = rows, time.Now()
+			}
+			if applied >= want && time.Since(lastChange) >= still {
+				r.logf("consumers caught up: %d entries applied, %d effect rows", applied, rows)
+				return nil
+			}
+		}
+		if err := r.inbox.checkAlive(); err != nil {
+			return err
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	r.logf("consumers did not catch up within a minute (want %d entries applied)", want)
+	return nil
+}
+
+// effectsTable is the inbox/ scenarios' table: the exactly-once check's
+// counts.
+func effectsTable(rs []*result) string {
+	var b strings.Builder
+	for _, r := range rs {
+		if r.sc.inbox == nil || r.effects == nil {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\n| scenario (effects) | consumers | entries (unknown, applied) | effects | missing | duplicates (entries) | order violations | unexpected | consumer kills | verdict |\n" +
+				"|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		}
+		e := r.effects
+		fmt.Fprintf(&b, "| %s | %d, %s | %d (%d, %d) | %d | %d | %d (%d) | %d | %d | %d | %s |\n",
+			r.sc.name, r.sc.inbox.consumers, r.sc.inbox.mode, e.Entries, e.Unknown, e.UnknownApplied, e.Effects,
+			len(e.Missing), e.Duplicates, e.DuplicateIDs, len(e.OrderViolations), len(e.Unexpected), r.consumerKills, r.verdict())
+	}
+	return b.String()
+}
+
+// inboxPassed is passed() for an inbox/ scenario: the broker's history
+// check must pass (the relays are the ordinary ones), and the effects
+// must be exactly once, or, for the negative control, must show
+// duplicates.
+func (r *result) inboxPassed() bool {
+	if r.effects == nil || !r.report.OK() {
+		return false
+	}
+	if r.sc.inbox.control() {
+		return r.effects.Duplicates > 0
+	}
+	return r.effects.OK()
+}
+
+// finishInbox is the end of an inbox/ run: the effects' check after the
+// broker's.
+func (r *run) finishInbox(ctx context.Context, rep *history.Report, err error) (*history.Report, error) {
+	if err != nil || r.inbox == nil {
+		return rep, err
+	}
+	return rep, r.checkEffects(ctx)
+}
