@@ -39,8 +39,8 @@ func (s *inboxSpec) control() bool { return s.mode == inboxconsumer.ModePlain }
 func inboxScenarios() []*scenario {
 	return []*scenario{
 		inboxChaos("inbox/postgres", inboxconsumer.ModeInbox,
-			"outbox -> 3 relays -> kfake -> 3 consumers with the inbox (PostgreSQL): consumers and relays SIGKILLed, broker produce faults, consumer sessions terminated, in turn every 2-3 s",
-			"Appenders number each key's entries (the outbox's KeySequence: header outbox-key-seq). Three consumer processes share the topic's partitions in a consumer group (static membership: a restarted consumer takes its predecessor's partitions at once) and apply each record through the inbox: the effect row, the entry's ID, the key's sequence number and the partition's next offset commit in one transaction, and a consumer resumes from the offsets stored with the effects, never from Kafka's. Faults in turn: a consumer SIGKILLed mid-stream and started again; a relay SIGKILLed and started again (the entries it had published and not marked sent are published again: duplicates on the topic); the broker failing the next produce requests or dropping their connections; every consumer PostgreSQL session terminated (a transaction dies mid-statement or during COMMIT, its outcome unknown to the consumer, which runs it again). At the end, after the outbox is drained and the consumers have caught up, the effect table must hold every committed entry exactly once, and each key's effects in append order (by the effect rows' bigserial)."),
+			"outbox -> 3 relays -> kfake -> 3 consumers with the inbox (PostgreSQL): a consumer SIGKILLed, a relay SIGKILLed mid-publish, a consumer SIGSTOPped past its session, consumer sessions terminated, broker produce faults, in turn every 2-3 s",
+			"Appenders number each key's entries (the outbox's KeySequence: header outbox-key-seq). Three consumer processes share the topic's partitions in a consumer group (static membership: a restarted consumer takes its predecessor's partitions at once) and apply each record through the inbox: the effect row, the entry's ID, the key's sequence number and the partition's next offset commit in one transaction, and a consumer resumes from the offsets stored with the effects, never from Kafka's. Faults in turn: a consumer SIGKILLed mid-stream and started again; a relay SIGKILLed while the broker holds produce requests for 600ms (what it had in flight is written after its death and never marked sent, so the relay that takes its partitions over publishes it again: duplicates on the topic); a consumer SIGSTOPped for 8 s, past its 6 s session timeout, so that the group gives its partitions to the others while it holds a batch, maybe in an open transaction, which it finishes when continued (a zombie) before it joins again; every consumer PostgreSQL session terminated (a transaction dies mid-statement or during COMMIT, its outcome unknown to the consumer, which runs it again); the broker failing the next produce requests or dropping their connections. At the end, after the outbox is drained and the consumers have caught up, the effect table must hold every committed entry exactly once, and each key's effects in append order (by the effect rows' bigserial)."),
 		inboxChaos("inbox/control-no-inbox", inboxconsumer.ModePlain,
 			"negative control: the same run with consumers WITHOUT the inbox (a transaction per record, offsets committed to Kafka after it)",
 			"The same pipeline and the same faults, but the consumers apply each record in a transaction holding only the effect and commit its offset to Kafka afterwards (marked after the commit, committed every 5 s): the usual at-least-once consumer. A killed consumer's successor starts from the last committed offset and applies again what was applied since, and every duplicate record on the topic (a killed relay's re-publishes) is applied twice. The exactly-once check must find duplicates, or it could not see one."),
@@ -54,7 +54,7 @@ func inboxChaos(name, mode, title, notes string) *scenario {
 		title: title, notes: notes,
 		every: 2 * time.Second, jitter: time.Second,
 		full: 120 * time.Second, short: 14 * time.Second,
-		inject: injectInboxFault,
+		inject: injectInboxFault, heal: healInbox,
 	}
 }
 
@@ -67,6 +67,7 @@ type inboxRun struct {
 	mu        sync.Mutex
 	consumers []*consumerProc // by slot
 	kills     int
+	contAt    time.Time // when the last SIGSTOPped consumer is continued
 
 	effects *exactlyonce.Report
 }
@@ -77,32 +78,86 @@ type consumerProc struct {
 	ending    bool // the harness killed or terminated it
 }
 
-// injectInboxFault injects fault i: a consumer killed, a relay killed, a
-// broker fault, the consumers' sessions terminated, in turn.
+// consumerHold is how long a SIGSTOPped consumer stays stopped: past
+// its session timeout (6 s), so that the group gives its partitions to
+// the others while it still holds a batch (and maybe a transaction).
+const consumerHold = 8 * time.Second
+
+// injectInboxFault injects fault i; in turn: a consumer SIGKILLed, a
+// relay SIGKILLed mid-publish, a consumer SIGSTOPped past its session,
+// the consumers' sessions terminated, a broker produce fault.
 func injectInboxFault(ctx context.Context, r *run, i int) error {
 	if err := r.inbox.checkAlive(); err != nil {
 		return err
 	}
-	switch i % 4 {
+	switch i % 5 {
 	case 0:
 		return r.killConsumer()
 	case 1:
-		return killRelay(r)
+		return killRelayMidPublish(ctx, r)
 	case 2:
-		if i%8 == 2 {
-			r.fault("produce errors", "the next 20 produce requests fail with NOT_ENOUGH_REPLICAS")
-			return r.broker.FailProduce(ctx, 20, "NOT_ENOUGH_REPLICAS")
-		}
-		r.fault("connections dropped", "the next 5 produce requests drop their connection")
-		return r.broker.DropConnections(ctx, 5)
-	default:
+		return r.stopConsumer()
+	case 3:
 		n, err := servers.TerminateBackends(ctx, r.h.pgURL, r.consumerAppName())
 		if err != nil {
 			return err
 		}
 		r.fault("consumer sessions terminated", "pg_terminate_backend on %d sessions of %s*", n, r.consumerAppName())
 		return nil
+	default:
+		if i%10 == 4 {
+			r.fault("produce errors", "the next 20 produce requests fail with NOT_ENOUGH_REPLICAS")
+			return r.broker.FailProduce(ctx, 20, "NOT_ENOUGH_REPLICAS")
+		}
+		r.fault("connections dropped", "the next 5 produce requests drop their connection")
+		return r.broker.DropConnections(ctx, 5)
 	}
+}
+
+// killRelayMidPublish holds the next produce requests at the broker a
+// moment and SIGKILLs a relay meanwhile: what it had in flight is often
+// written after its death and never marked sent, so the relay taking its
+// partitions over publishes it again (duplicates on the topic, which the
+// consumers must not apply twice).
+func killRelayMidPublish(ctx context.Context, r *run) error {
+	if err := r.broker.DelayProduce(ctx, 3, 600*time.Millisecond); err != nil {
+		return err
+	}
+	if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		return err
+	}
+	return killRelay(r)
+}
+
+// stopConsumer SIGSTOPs a consumer for consumerHold and then continues
+// it: the group hands its partitions to the others in the meantime, and
+// when it wakes it finishes the batch it held (a zombie) before it learns
+// it left the group and joins again.
+func (r *run) stopConsumer() error {
+	ir := r.inbox
+	slot := r.rng.IntN(r.sc.inbox.consumers)
+	ir.mu.Lock()
+	c := ir.consumers[slot]
+	ir.contAt = time.Now().Add(consumerHold)
+	ir.mu.Unlock()
+	r.fault("consumer SIGSTOPped", "cons-%d generation %d for %v (past its 6s session timeout), then SIGCONT", slot, c.gen, consumerHold)
+	if err := c.p.Stop(); err != nil {
+		return err
+	}
+	time.AfterFunc(consumerHold, func() {
+		if err := c.p.Cont(); err == nil {
+			r.logf("SIGCONT cons-%d generation %d", slot, c.gen)
+		}
+	})
+	return nil
+}
+
+// healInbox waits until a stopped consumer was continued.
+func healInbox(ctx context.Context, r *run) error {
+	r.inbox.mu.Lock()
+	d := time.Until(r.inbox.contAt)
+	r.inbox.mu.Unlock()
+	return sleep(ctx, d+100*time.Millisecond)
 }
 
 // consumerAppName is the application_name prefix of the consumers'
