@@ -151,7 +151,7 @@ func newCluster(t *testing.T) (brokers string, producer *kgo.Client) {
 // applies only what was produced since.
 func TestInboxModeAppliesEachEntryOnceAndResumesFromStoredOffsets(t *testing.T) {
 	t.Parallel()
-	pgURL, schema, _ := newSchema(t)
+	pgURL, schema, pool := newSchema(t)
 	brokers, producer := newCluster(t)
 	recs, dups := records(5, 12)
 	produce(t, producer, recs...)
@@ -160,6 +160,15 @@ func TestInboxModeAppliesEachEntryOnceAndResumesFromStoredOffsets(t *testing.T) 
 	r := exactlyonce.Check(entries(5, 12), effects)
 	require.True(t, r.OK(), "%v", r)
 	require.Positive(t, dups)
+	// The partitions' next offsets are stored with the effects: together
+	// they pass every record produced (one offset each).
+	stored, err := newPGStore(pool, schema).Offsets(context.Background(), "g", testTopic)
+	require.NoError(t, err)
+	var next int64
+	for _, n := range stored {
+		next += n
+	}
+	require.Equal(t, int64(len(recs)), next, "stored offsets %v", stored)
 
 	more, _ := records(5, 18)
 	produce(t, producer, more[len(recs):]...) // numbers 13..18
