@@ -16,17 +16,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backends/postgres/pginbox"
 	"github.com/outboxrelay/outbox/inbox"
-	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
+	"github.com/outboxrelay/outbox/sinks/kafka/kafkainbox"
 )
 
 // Modes of the consumer (-mode).
 const (
-	// ModeInbox applies each record through the inbox: the effect, the
-	// entry's ID, its key's sequence number and the partition's next
-	// offset in one transaction; offsets are read back from PostgreSQL on
-	// assignment and never committed to Kafka.
+	// ModeInbox applies each record through the inbox (kafkainbox's
+	// Consumer over a pginbox Store): the effect, the entry's ID, its
+	// key's sequence number and the partition's next offset in one
+	// transaction; a partition resumes from the offset stored there when
+	// assigned (kafkainbox also commits offsets to Kafka, for lag
+	// monitoring only: they are never read back).
 	ModeInbox = "inbox"
 	// ModePlain is the negative control: one transaction per record
 	// holding only the effect, the record's offset marked after the
@@ -85,14 +87,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 type consumer struct {
 	cfg  config
 	pool *pgxpool.Pool
-	cl   *kgo.Client
 	log  *slog.Logger
 	pid  int
 
-	ib    *inbox.Inbox[pgx.Tx]
-	store *pgStore
-
-	records, applied, duplicates, retries atomic.Int64
+	// plain mode's client and counts (inbox mode counts in kafkainbox).
+	cl                        *kgo.Client
+	records, applied, retries atomic.Int64
 }
 
 // Main runs the consumer with the command-line arguments args (without
@@ -100,7 +100,8 @@ type consumer struct {
 // leaving the group; it returns an error for bad flags, a database or
 // broker it cannot reach at start, or a record without an outbox ID.
 // Failed transactions are retried (with a backoff) until they commit:
-// a record is never skipped.
+// a record is never skipped. Inbox mode is kafkainbox's Consumer over a
+// pginbox Store; plain mode is a kgo consumer of its own (below).
 func Main(ctx context.Context, args []string) error {
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {
@@ -117,29 +118,57 @@ func Main(ctx context.Context, args []string) error {
 		return fmt.Errorf("inbox-consumer: -store: %v", err)
 	}
 	defer c.pool.Close()
+	start := time.Now()
 	if cfg.mode == ModeInbox {
-		c.store = newPGStore(c.pool, cfg.schema)
-		if c.ib, err = inbox.New(inbox.Store[pgx.Tx](c.store), inbox.Options{Logger: c.log, MaxAttempts: 20}); err != nil {
-			return err
-		}
+		return c.runInbox(ctx, start)
 	}
-	if c.cl, err = kgo.NewClient(c.kafkaOpts()...); err != nil {
+	if c.cl, err = kgo.NewClient(c.plainOpts()...); err != nil {
 		return fmt.Errorf("inbox-consumer: %w", err)
 	}
-	start := time.Now()
 	err = c.loop(ctx)
-	c.cl.Close() // leaves the group; plain mode commits its marks first
-	c.log.Info(fmt.Sprintf("inbox-consumer %s: summary after %v: records %d, applied %d, duplicates skipped %d, transactions retried %d",
-		cfg.instance, time.Since(start).Round(time.Millisecond), c.records.Load(), c.applied.Load(), c.duplicates.Load(), c.retries.Load()))
+	c.cl.Close() // leaves the group after committing the marked offsets
+	c.summary(start, fmt.Sprintf("records %d, applied %d, transactions retried %d", c.records.Load(), c.applied.Load(), c.retries.Load()))
 	return err
 }
 
-func (c *consumer) kafkaOpts() []kgo.Opt {
+func (c *consumer) summary(start time.Time, counts string) {
+	c.log.Info(fmt.Sprintf("inbox-consumer %s: summary after %v: %s", c.cfg.instance, time.Since(start).Round(time.Millisecond), counts))
+}
+
+// runInbox runs kafkainbox's Consumer: the effect, the inbox record, the
+// key's sequence number and the partition's next offset in one
+// transaction, offsets resumed from the store on assignment.
+func (c *consumer) runInbox(ctx context.Context, start time.Time) error {
+	st, err := pginbox.New(c.pool, inboxOptions(c.cfg.schema))
+	if err != nil {
+		return err
+	}
+	ib, err := inbox.New(inbox.Store[pgx.Tx](st), inbox.Options{Logger: c.log, MaxAttempts: 20})
+	if err != nil {
+		return err
+	}
+	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		return insertEffect(ctx, tx, c.cfg.schema, m.ID, m.Key, m.Seq, c.pid)
+	}
+	kc, err := kafkainbox.NewConsumer(ib, h, kafkainbox.Options{
+		Group: c.cfg.group, Topics: []string{c.cfg.topic}, MaxBatch: c.cfg.batch,
+		MaxRetryBackoff: time.Second, Logger: c.log,
+	}, c.groupOpts()...)
+	if err != nil {
+		return err
+	}
+	err = kc.Run(ctx)
+	s := kc.Stats()
+	c.summary(start, fmt.Sprintf("applied %d, duplicates skipped %d, gaps %d, transactions %d, failed attempts %d, yielded %d",
+		s.Applied, s.Duplicates, s.Gaps, s.Batches, s.Failures, s.Yielded))
+	return err
+}
+
+// groupOpts are the group member's options of both modes: a 6 s session
+// (kfake's minimum), and static membership with -instance.
+func (c *consumer) groupOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(c.cfg.brokers, ",")...),
-		kgo.ConsumerGroup(c.cfg.group),
-		kgo.ConsumeTopics(c.cfg.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(6 * time.Second),
 		kgo.HeartbeatInterval(time.Second),
@@ -148,29 +177,18 @@ func (c *consumer) kafkaOpts() []kgo.Opt {
 	if c.cfg.instance != "" {
 		opts = append(opts, kgo.InstanceID(c.cfg.instance))
 	}
-	if c.cfg.mode == ModeInbox {
-		return append(opts, kgo.DisableAutoCommit(), kgo.AdjustFetchOffsetsFn(c.storedOffsets))
-	}
-	return append(opts, kgo.AutoCommitMarks())
+	return opts
 }
 
-// storedOffsets replaces the offsets the group would start from (Kafka's
-// committed ones, never written in inbox mode) with those stored with the
-// effects.
-func (c *consumer) storedOffsets(ctx context.Context, in map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	for topic, parts := range in {
-		stored, err := c.store.Offsets(ctx, c.cfg.group, topic)
-		if err != nil {
-			return nil, fmt.Errorf("inbox-consumer: reading the stored offsets of %s: %w", topic, err)
-		}
-		for p := range parts {
-			if next, ok := stored[p]; ok {
-				parts[p] = kgo.NewOffset().At(next)
-			}
-		}
-		c.log.Info("partitions assigned; resuming from the stored offsets", "topic", topic, "stored", stored)
-	}
-	return in, nil
+// plainOpts: the group's offsets in Kafka, each record's marked after its
+// transaction committed and committed every 5 s (kgo's default).
+func (c *consumer) plainOpts() []kgo.Opt {
+	return append(c.groupOpts(),
+		kgo.ConsumerGroup(c.cfg.group),
+		kgo.ConsumeTopics(c.cfg.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.AutoCommitMarks(),
+	)
 }
 
 func (c *consumer) loop(ctx context.Context) error {
@@ -197,59 +215,23 @@ func (c *consumer) loop(ctx context.Context) error {
 	}
 }
 
-// partition applies one partition's fetched records, in order.
+// partition applies one partition's fetched records, in order, each in a
+// transaction of its own, marking its offset after the commit.
 func (c *consumer) partition(ctx context.Context, recs []*kgo.Record) error {
 	c.records.Add(int64(len(recs)))
-	if c.cfg.mode == ModePlain {
-		for _, r := range recs {
-			if err := c.plain(ctx, r); err != nil {
-				return err
-			}
-			c.cl.MarkCommitRecords(r)
-		}
-		return nil
-	}
-	for len(recs) > 0 {
-		n := min(len(recs), c.cfg.batch)
-		if err := c.inboxBatch(ctx, recs[:n]); err != nil {
+	for _, r := range recs {
+		if err := c.plain(ctx, r); err != nil {
 			return err
 		}
-		recs = recs[n:]
+		c.cl.MarkCommitRecords(r)
 	}
 	return nil
-}
-
-// inboxBatch applies recs through the inbox, again and again until it
-// commits (or ctx ends).
-func (c *consumer) inboxBatch(ctx context.Context, recs []*kgo.Record) error {
-	msgs := make([]inbox.Message, len(recs))
-	for i, r := range recs {
-		m, err := c.message(r)
-		if err != nil {
-			return err
-		}
-		msgs[i] = m
-	}
-	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		return insertEffect(ctx, tx, c.cfg.schema, m.ID, m.Key, m.Seq, c.pid)
-	}
-	return c.untilDone(ctx, func() error {
-		rs, err := c.ib.HandleBatch(ctx, msgs, h)
-		for _, r := range rs {
-			if r.Outcome == inbox.Applied {
-				c.applied.Add(1)
-			} else {
-				c.duplicates.Add(1)
-			}
-		}
-		return err
-	})
 }
 
 // plain applies one record in a transaction of its own, without the
 // inbox, again and again until it commits (or ctx ends).
 func (c *consumer) plain(ctx context.Context, r *kgo.Record) error {
-	m, err := c.message(r)
+	m, err := kafkainbox.Message(r)
 	if err != nil {
 		return err
 	}
@@ -285,23 +267,4 @@ func (c *consumer) untilDone(ctx context.Context, fn func() error) error {
 		}
 		backoff = min(2*backoff, time.Second)
 	}
-}
-
-// message is what the inbox needs of r: the outbox ID, key and per-key
-// sequence number from its headers, and the offset after it.
-func (c *consumer) message(r *kgo.Record) (inbox.Message, error) {
-	id := kafkasink.EntryID(r)
-	if id == "" {
-		return inbox.Message{}, fmt.Errorf("inbox-consumer: record %s/%d@%d has no %s header: the relay sets it on every record", r.Topic, r.Partition, r.Offset, kafkasink.DefaultIDHeader)
-	}
-	m := inbox.Message{ID: id, Key: string(r.Key), Data: r,
-		Offset: &inbox.Offset{Group: c.cfg.group, Topic: r.Topic, Partition: r.Partition, Next: r.Offset + 1}}
-	if v, ok := kafkasink.Header(r, outbox.HeaderKeySeq); ok {
-		seq, err := outbox.ParseKeySeq(v)
-		if err != nil {
-			return inbox.Message{}, fmt.Errorf("inbox-consumer: record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
-		}
-		m.Seq = seq
-	}
-	return m, nil
 }

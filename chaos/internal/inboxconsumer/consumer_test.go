@@ -16,9 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/backends/postgres/pginbox"
 	"github.com/outboxrelay/outbox/chaos/internal/exactlyonce"
-	"github.com/outboxrelay/outbox/inbox"
-	"github.com/outboxrelay/outbox/inbox/inboxtest"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
 )
@@ -46,15 +45,6 @@ func newSchema(t *testing.T) (pgURL, schema string, pool *pgxpool.Pool) {
 		pool.Close()
 	})
 	return pgURL, schema, pool
-}
-
-// The stand-in store passes the inbox store conformance suite.
-func TestPGStoreConformance(t *testing.T) {
-	t.Parallel()
-	inboxtest.Run(t, inboxtest.Harness[pgx.Tx]{New: func(t *testing.T) inbox.Store[pgx.Tx] {
-		_, schema, pool := newSchema(t)
-		return newPGStore(pool, schema)
-	}})
 }
 
 const testTopic = "t"
@@ -162,7 +152,9 @@ func TestInboxModeAppliesEachEntryOnceAndResumesFromStoredOffsets(t *testing.T) 
 	require.Positive(t, dups)
 	// The partitions' next offsets are stored with the effects: together
 	// they pass every record produced (one offset each).
-	stored, err := newPGStore(pool, schema).Offsets(context.Background(), "g", testTopic)
+	st, err := pginbox.New(pool, inboxOptions(schema))
+	require.NoError(t, err)
+	stored, err := st.Offsets(context.Background(), "g", testTopic)
 	require.NoError(t, err)
 	var next int64
 	for _, n := range stored {

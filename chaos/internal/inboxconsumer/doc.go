@@ -10,9 +10,17 @@
 // # Tables
 //
 // [Setup] creates, in the consumers' schema, the effect table "effects"
-// (n bigserial, entry_id, key, seq, pid, at) and the inbox's tables
-// "inbox", "inbox_keyseq" and "inbox_offsets". [ReadEffects] reads the
-// effects back in insertion order for package exactlyonce's check.
+// (n bigserial, entry_id, key, seq, pid, at) and, with pginbox.Migrate,
+// the inbox's tables "inbox", "inbox_keyseq", "inbox_offsets" and
+// "inbox_migrations". [ReadEffects] reads the effects back in insertion
+// order for package exactlyonce's check.
+//
+// # Modes
+//
+// Inbox mode is the library as a user would run it: kafkainbox.Consumer
+// over a pginbox.Store, the handler inserting the effect row in the
+// inbox's transaction. Plain mode is a kgo group consumer of its own
+// (the negative control).
 //
 // # Faults
 //

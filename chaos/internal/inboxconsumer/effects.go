@@ -5,32 +5,42 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxrelay/outbox/backends/postgres/pginbox"
 	"github.com/outboxrelay/outbox/chaos/internal/exactlyonce"
 )
 
 // Setup creates schema in the PostgreSQL at pgURL with the consumers'
-// effect table and the inbox's tables. Run it once before the consumers
-// start; it is idempotent.
+// effect table and the inbox's tables (pginbox.Migrate). Run it once
+// before the consumers start; it is idempotent.
 func Setup(ctx context.Context, pgURL, schema string) error {
-	c, err := pgx.Connect(ctx, pgURL)
+	pool, err := pgxpool.New(ctx, pgURL)
 	if err != nil {
 		return fmt.Errorf("inboxconsumer: connecting to PostgreSQL: %w", err)
 	}
-	defer c.Close(context.WithoutCancel(ctx))
-	sql := "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{schema}.Sanitize() + ";\n" +
-		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	defer pool.Close()
+	if err := pginbox.Migrate(ctx, pool, inboxOptions(schema)); err != nil {
+		return err
+	}
+	sql := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	n bigserial PRIMARY KEY,
 	entry_id text NOT NULL,
 	key text NOT NULL,
 	seq bigint NOT NULL,
 	pid integer NOT NULL,
 	at timestamptz NOT NULL DEFAULT clock_timestamp()
-);`, effectsTable(schema)) + inboxSchema(schema)
-	if _, err := c.Exec(ctx, sql); err != nil {
+);`, effectsTable(schema))
+	if _, err := pool.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("inboxconsumer: creating the tables in schema %s: %w", schema, err)
 	}
 	return nil
+}
+
+// inboxOptions are the consumers' inbox tables: "inbox", "inbox_keyseq"
+// and "inbox_offsets" in schema.
+func inboxOptions(schema string) pginbox.Options {
+	return pginbox.Options{Schema: schema, Table: "inbox"}
 }
 
 // effectsTable is the quoted name of schema's effect table: one row per
