@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -75,7 +76,25 @@ type inboxRun struct {
 type consumerProc struct {
 	slot, gen int
 	p         *proc.Proc
-	ending    bool // the harness killed or terminated it
+	ending    bool      // the harness killed or terminated it
+	stopped   time.Time // until when it is SIGSTOPped
+}
+
+// pickConsumer picks a consumer slot at random among those not
+// SIGSTOPped at the moment (the others stay the zombies they are meant
+// to be). Call it with ir.mu held.
+func (r *run) pickConsumer() *consumerProc {
+	ir := r.inbox
+	var free []*consumerProc
+	for _, c := range ir.consumers {
+		if c != nil && time.Now().After(c.stopped) {
+			free = append(free, c)
+		}
+	}
+	if len(free) == 0 {
+		return ir.consumers[r.rng.IntN(len(ir.consumers))]
+	}
+	return free[r.rng.IntN(len(free))]
 }
 
 // consumerHold is how long a SIGSTOPped consumer stays stopped: past
@@ -135,10 +154,11 @@ func killRelayMidPublish(ctx context.Context, r *run) error {
 // it left the group and joins again.
 func (r *run) stopConsumer() error {
 	ir := r.inbox
-	slot := r.rng.IntN(r.sc.inbox.consumers)
 	ir.mu.Lock()
-	c := ir.consumers[slot]
+	c := r.pickConsumer()
+	slot := c.slot
 	ir.contAt = time.Now().Add(consumerHold)
+	c.stopped = ir.contAt
 	ir.mu.Unlock()
 	r.fault("consumer SIGSTOPped", "cons-%d generation %d for %v (past its 6s session timeout), then SIGCONT", slot, c.gen, consumerHold)
 	if err := c.p.Stop(); err != nil {
@@ -230,9 +250,9 @@ func (r *run) startConsumer(slot int) error {
 // killConsumer SIGKILLs a consumer and starts it again at once.
 func (r *run) killConsumer() error {
 	ir := r.inbox
-	slot := r.rng.IntN(r.sc.inbox.consumers)
 	ir.mu.Lock()
-	c := ir.consumers[slot]
+	c := r.pickConsumer()
+	slot := c.slot
 	c.ending = true
 	ir.kills++
 	ir.mu.Unlock()
@@ -302,6 +322,7 @@ func (r *run) checkEffects(ctx context.Context) error {
 		return err
 	}
 	r.stopConsumers()
+	r.observeConsumers()
 	effects, err := inboxconsumer.ReadEffects(ctx, r.h.pgURL, r.inbox.schema)
 	if err != nil {
 		return err
@@ -319,6 +340,28 @@ func (r *run) checkEffects(ctx context.Context) error {
 	r.inbox.mu.Unlock()
 	r.logf("effects: %v", rep)
 	return nil
+}
+
+// observeConsumers keeps, for the report, the summary line each consumer
+// process that was stopped gracefully printed at exit (SIGKILLed ones
+// print none).
+func (r *run) observeConsumers() {
+	files, _ := filepath.Glob(filepath.Join(r.dir, "cons-*.log"))
+	var lines []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if i := strings.Index(line, "inbox-consumer cons-"); i >= 0 && strings.Contains(line, ": summary after ") {
+				lines = append(lines, strings.TrimSuffix(strings.SplitN(line[i:], "\"", 2)[0], "\""))
+			}
+		}
+	}
+	if len(lines) > 0 {
+		r.observe("The consumers still running at the end, at their exit (counts since their start):\n\n```\n%s\n```", strings.Join(lines, "\n"))
+	}
 }
 
 // quiesceConsumers waits, for at most a minute, until the effect table

@@ -173,6 +173,8 @@ func (c *consumer) groupOpts() []kgo.Opt {
 		kgo.SessionTimeout(6 * time.Second),
 		kgo.HeartbeatInterval(time.Second),
 		kgo.RebalanceTimeout(10 * time.Second),
+		// Joins, assignments, revocations and fencing, for the log.
+		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)),
 	}
 	if c.cfg.instance != "" {
 		opts = append(opts, kgo.InstanceID(c.cfg.instance))
