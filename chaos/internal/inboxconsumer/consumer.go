@@ -2,6 +2,7 @@ package inboxconsumer
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxrelay/outbox/backends/mysql/mysqlinbox"
 	"github.com/outboxrelay/outbox/backends/postgres/pginbox"
 	"github.com/outboxrelay/outbox/inbox"
 	"github.com/outboxrelay/outbox/sinks/kafka/kafkainbox"
@@ -58,8 +60,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.topic, "topic", "", "topic to consume")
 	fs.StringVar(&c.group, "group", "", "consumer group")
 	fs.StringVar(&c.instance, "instance", "", "static group membership instance ID (a restarted consumer with the same ID takes its predecessor's partitions at once); empty: a dynamic member")
-	fs.StringVar(&c.store, "store", "", "PostgreSQL URL of the consumer's database (effects, inbox records, offsets)")
-	fs.StringVar(&c.schema, "schema", "", "schema of the effect and inbox tables (see Setup)")
+	fs.StringVar(&c.store, "store", "", "the consumer's database (effects, inbox records, offsets): postgres://... or mysql://USER@HOST:PORT/DATABASE")
+	fs.StringVar(&c.schema, "schema", "", "PostgreSQL schema of the effect and inbox tables (see Setup); unused with mysql://")
 	fs.StringVar(&c.mode, "mode", ModeInbox, "inbox (exactly once) or plain (the negative control: at least once)")
 	fs.IntVar(&c.batch, "batch", 50, "inbox mode: records of one partition per transaction, at most")
 	if err := fs.Parse(args); err != nil {
@@ -73,8 +75,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("inbox-consumer: unexpected arguments %q: every setting is a flag", fs.Args())
 	case c.brokers == "" || c.topic == "" || c.group == "":
 		return c, errors.New("inbox-consumer: -kafka-brokers, -topic and -group are required")
-	case c.store == "" || c.schema == "":
-		return c, errors.New("inbox-consumer: -store and -schema are required")
+	case c.store == "" || (c.schema == "" && !isMySQL(c.store)):
+		return c, errors.New("inbox-consumer: -store is required, and -schema with a postgres:// store")
 	case c.mode != ModeInbox && c.mode != ModePlain:
 		return c, fmt.Errorf("inbox-consumer: -mode %q: use %s or %s", c.mode, ModeInbox, ModePlain)
 	case c.batch < 1:
@@ -85,13 +87,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 // consumer is one run of the process.
 type consumer struct {
-	cfg  config
-	pool *pgxpool.Pool
-	log  *slog.Logger
-	pid  int
+	cfg config
+	log *slog.Logger
+	pid int
 
-	// plain mode's client and counts (inbox mode counts in kafkainbox).
+	// plain mode's client, its transaction of one record's effect, and
+	// its counts (inbox mode counts in kafkainbox).
 	cl                        *kgo.Client
+	applyPlain                func(ctx context.Context, m inbox.Message) error
 	records, applied, retries atomic.Int64
 }
 
@@ -101,7 +104,8 @@ type consumer struct {
 // broker it cannot reach at start, or a record without an outbox ID.
 // Failed transactions are retried (with a backoff) until they commit:
 // a record is never skipped. Inbox mode is kafkainbox's Consumer over a
-// pginbox Store; plain mode is a kgo consumer of its own (below).
+// pginbox or mysqlinbox Store; plain mode is a kgo consumer of its own
+// (below).
 func Main(ctx context.Context, args []string) error {
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {
@@ -109,48 +113,83 @@ func Main(ctx context.Context, args []string) error {
 	}
 	c := &consumer{cfg: cfg, pid: os.Getpid(),
 		log: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("consumer", cfg.instance, "mode", cfg.mode)}
+	if isMySQL(cfg.store) {
+		return c.mainMySQL(ctx)
+	}
 	pc, err := pgxpool.ParseConfig(cfg.store)
 	if err != nil {
 		return fmt.Errorf("inbox-consumer: -store: %v", err)
 	}
 	pc.MaxConns = 4
-	if c.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
 		return fmt.Errorf("inbox-consumer: -store: %v", err)
 	}
-	defer c.pool.Close()
-	start := time.Now()
+	defer pool.Close()
 	if cfg.mode == ModeInbox {
-		return c.runInbox(ctx, start)
+		st, err := pginbox.New(pool, inboxOptions(cfg.schema))
+		if err != nil {
+			return err
+		}
+		return runInbox(ctx, c, inbox.Store[pgx.Tx](st), func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+			return insertEffect(ctx, tx, cfg.schema, m.ID, m.Key, m.Seq, c.pid)
+		})
 	}
-	if c.cl, err = kgo.NewClient(c.plainOpts()...); err != nil {
-		return fmt.Errorf("inbox-consumer: %w", err)
+	c.applyPlain = func(ctx context.Context, m inbox.Message) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return insertEffect(ctx, tx, cfg.schema, m.ID, m.Key, m.Seq, c.pid)
+		})
 	}
-	err = c.loop(ctx)
-	c.cl.Close() // leaves the group after committing the marked offsets
-	c.summary(start, fmt.Sprintf("records %d, applied %d, transactions retried %d", c.records.Load(), c.applied.Load(), c.retries.Load()))
-	return err
+	return c.runPlain(ctx)
+}
+
+// mainMySQL is Main with the effects and the inbox in MySQL or MariaDB.
+func (c *consumer) mainMySQL(ctx context.Context) error {
+	db, err := openMySQL(c.cfg.store)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(4)
+	if c.cfg.mode == ModeInbox {
+		st, err := mysqlinbox.New(db, mysqlInboxOptions)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		return runInbox(ctx, c, inbox.Store[*sql.Tx](st), func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+			return insertEffectMySQL(ctx, tx, m.ID, m.Key, m.Seq, c.pid)
+		})
+	}
+	c.applyPlain = func(ctx context.Context, m inbox.Message) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := insertEffectMySQL(ctx, tx, m.ID, m.Key, m.Seq, c.pid); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	return c.runPlain(ctx)
 }
 
 func (c *consumer) summary(start time.Time, counts string) {
 	c.log.Info(fmt.Sprintf("inbox-consumer %s: summary after %v: %s", c.cfg.instance, time.Since(start).Round(time.Millisecond), counts))
 }
 
-// runInbox runs kafkainbox's Consumer: the effect, the inbox record, the
-// key's sequence number and the partition's next offset in one
-// transaction, offsets resumed from the store on assignment.
-func (c *consumer) runInbox(ctx context.Context, start time.Time) error {
-	st, err := pginbox.New(c.pool, inboxOptions(c.cfg.schema))
+// runInbox runs kafkainbox's Consumer over st with insert as the
+// handler: the effect, the inbox record, the key's sequence number and
+// the partition's next offset in one transaction, offsets resumed from
+// the store on assignment.
+func runInbox[Tx any](ctx context.Context, c *consumer, st inbox.Store[Tx], insert inbox.Handler[Tx]) error {
+	start := time.Now()
+	ib, err := inbox.New(st, inbox.Options{Logger: c.log, MaxAttempts: 20})
 	if err != nil {
 		return err
 	}
-	ib, err := inbox.New(inbox.Store[pgx.Tx](st), inbox.Options{Logger: c.log, MaxAttempts: 20})
-	if err != nil {
-		return err
-	}
-	h := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		return insertEffect(ctx, tx, c.cfg.schema, m.ID, m.Key, m.Seq, c.pid)
-	}
-	kc, err := kafkainbox.NewConsumer(ib, h, kafkainbox.Options{
+	kc, err := kafkainbox.NewConsumer(ib, insert, kafkainbox.Options{
 		Group: c.cfg.group, Topics: []string{c.cfg.topic}, MaxBatch: c.cfg.batch,
 		MaxRetryBackoff: time.Second, Logger: c.log,
 	}, c.groupOpts()...)
@@ -161,6 +200,19 @@ func (c *consumer) runInbox(ctx context.Context, start time.Time) error {
 	s := kc.Stats()
 	c.summary(start, fmt.Sprintf("applied %d, duplicates skipped %d, gaps %d, transactions %d, failed attempts %d, yielded %d",
 		s.Applied, s.Duplicates, s.Gaps, s.Batches, s.Failures, s.Yielded))
+	return err
+}
+
+// runPlain runs the negative control's consumer: applyPlain per record.
+func (c *consumer) runPlain(ctx context.Context) error {
+	start := time.Now()
+	var err error
+	if c.cl, err = kgo.NewClient(c.plainOpts()...); err != nil {
+		return fmt.Errorf("inbox-consumer: %w", err)
+	}
+	err = c.loop(ctx)
+	c.cl.Close() // leaves the group after committing the marked offsets
+	c.summary(start, fmt.Sprintf("records %d, applied %d, transactions retried %d", c.records.Load(), c.applied.Load(), c.retries.Load()))
 	return err
 }
 
@@ -238,9 +290,7 @@ func (c *consumer) plain(ctx context.Context, r *kgo.Record) error {
 		return err
 	}
 	return c.untilDone(ctx, func() error {
-		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			return insertEffect(ctx, tx, c.cfg.schema, m.ID, m.Key, m.Seq, c.pid)
-		})
+		err := c.applyPlain(ctx, m)
 		if err == nil {
 			c.applied.Add(1)
 		}

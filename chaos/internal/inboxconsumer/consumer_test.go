@@ -2,6 +2,7 @@ package inboxconsumer
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/backends/postgres/pginbox"
 	"github.com/outboxrelay/outbox/chaos/internal/exactlyonce"
+	"github.com/outboxrelay/outbox/internal/mysqlurl"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
 )
@@ -98,7 +100,11 @@ func runConsumer(t *testing.T, pgURL, schema string, rows int, args ...string) [
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Main(ctx, append([]string{"-store", pgURL, "-schema", schema}, args...)) }()
+	args = append([]string{"-store", pgURL}, args...)
+	if schema != "" {
+		args = append(args, "-schema", schema)
+	}
+	go func() { done <- Main(ctx, args) }()
 	// A watchdog, not a timing assertion: a consumer that never gets
 	// there fails the test instead of hanging it.
 	deadline := time.Now().Add(60 * time.Second)
@@ -196,7 +202,7 @@ func TestFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"-store", "x", "-schema", "s"}, "-kafka-brokers, -topic and -group are required"},
-		{[]string{"-kafka-brokers", "b", "-topic", "t", "-group", "g"}, "-store and -schema are required"},
+		{[]string{"-kafka-brokers", "b", "-topic", "t", "-group", "g"}, "-store is required, and -schema"},
 		{[]string{"-kafka-brokers", "b", "-topic", "t", "-group", "g", "-store", "x", "-schema", "s", "-mode", "x"}, `-mode "x"`},
 		{[]string{"-kafka-brokers", "b", "-topic", "t", "-group", "g", "-store", "x", "-schema", "s", "-batch", "0"}, "-batch 0"},
 		{[]string{"extra"}, "unexpected arguments"},
@@ -209,4 +215,56 @@ func TestFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ModeInbox, c.mode)
 	require.Equal(t, 50, c.batch)
+}
+
+// newMySQLDatabase makes a fresh database in the test MySQL with the
+// effect and inbox tables, dropped after the test, and returns its
+// mysql:// URL.
+func newMySQLDatabase(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := sql.Open("mysql", testenv.MySQLDSN(""))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.PingContext(ctx); err != nil {
+		testenv.Unavailable(t, "MySQL", "OUTBOX_MYSQL_URL", err)
+	}
+	db := fmt.Sprintf("chaos_inboxconsumer_%d_%d", time.Now().UnixNano(), schemas.Add(1))
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE `"+db+"`")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+db+"`") })
+	store, err := mysqlurl.WithDatabase(testenv.MySQLURL(), db, "")
+	require.NoError(t, err)
+	require.NoError(t, Setup(ctx, store, ""))
+	return store
+}
+
+// The same in MySQL: with the inbox every entry once, without it every
+// duplicate on the topic applied twice.
+func TestMySQLModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{ModeInbox, ModePlain} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			store := newMySQLDatabase(t)
+			brokers, producer := newCluster(t)
+			recs, dups := records(3, 9)
+			produce(t, producer, recs...)
+			rows := 3 * 9
+			if mode == ModePlain {
+				rows = len(recs)
+			}
+			effects := runConsumer(t, store, "", rows,
+				"-kafka-brokers", brokers, "-topic", testTopic, "-group", "g", "-mode", mode)
+			r := exactlyonce.Check(entries(3, 9), effects)
+			require.Empty(t, r.Missing)
+			require.Empty(t, r.OrderViolations)
+			if mode == ModeInbox {
+				require.True(t, r.OK(), "%v", r)
+			} else {
+				require.Equal(t, dups, r.Duplicates)
+			}
+		})
+	}
 }

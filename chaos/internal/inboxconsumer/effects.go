@@ -3,6 +3,7 @@ package inboxconsumer
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,10 +12,40 @@ import (
 	"github.com/outboxrelay/outbox/chaos/internal/exactlyonce"
 )
 
-// Setup creates schema in the PostgreSQL at pgURL with the consumers'
-// effect table and the inbox's tables (pginbox.Migrate). Run it once
-// before the consumers start; it is idempotent.
-func Setup(ctx context.Context, pgURL, schema string) error {
+// Setup creates the consumers' effect table and the inbox's tables in
+// the database of store: in PostgreSQL (postgres://) in schema, which it
+// creates (pginbox.Migrate); in MySQL or MariaDB (mysql://) in the URL's
+// database, schema unused (mysqlinbox.Migrate). Run it once before the
+// consumers start; it is idempotent.
+func Setup(ctx context.Context, store, schema string) error {
+	if isMySQL(store) {
+		return setupMySQL(ctx, store)
+	}
+	return setupPG(ctx, store, schema)
+}
+
+// ReadEffects returns every effect row in store (and schema, in
+// PostgreSQL), in insertion order.
+func ReadEffects(ctx context.Context, store, schema string) ([]exactlyonce.Effect, error) {
+	if isMySQL(store) {
+		return readEffectsMySQL(ctx, store)
+	}
+	return readEffectsPG(ctx, store, schema)
+}
+
+// CountEffects returns how many distinct entry IDs have an effect in
+// store (and schema, in PostgreSQL), and how many effect rows there are:
+// what the harness polls to see the consumers catch up.
+func CountEffects(ctx context.Context, store, schema string) (applied, rows int, err error) {
+	if isMySQL(store) {
+		return countEffectsMySQL(ctx, store)
+	}
+	return countEffectsPG(ctx, store, schema)
+}
+
+func isMySQL(store string) bool { return strings.HasPrefix(store, "mysql://") }
+
+func setupPG(ctx context.Context, pgURL, schema string) error {
 	pool, err := pgxpool.New(ctx, pgURL)
 	if err != nil {
 		return fmt.Errorf("inboxconsumer: connecting to PostgreSQL: %w", err)
@@ -47,14 +78,13 @@ func inboxOptions(schema string) pginbox.Options {
 // message a consumer applied, n its insertion order.
 func effectsTable(schema string) string { return pgx.Identifier{schema, "effects"}.Sanitize() }
 
-// insertEffect is the consumers' effect: one row, in tx.
+// insertEffect is the consumers' effect in PostgreSQL: one row, in tx.
 func insertEffect(ctx context.Context, tx pgx.Tx, schema, id, key string, seq int64, pid int) error {
 	_, err := tx.Exec(ctx, "INSERT INTO "+effectsTable(schema)+" (entry_id, key, seq, pid) VALUES ($1, $2, $3, $4)", id, key, seq, pid)
 	return err
 }
 
-// ReadEffects returns every effect row of schema, in insertion order.
-func ReadEffects(ctx context.Context, pgURL, schema string) ([]exactlyonce.Effect, error) {
+func readEffectsPG(ctx context.Context, pgURL, schema string) ([]exactlyonce.Effect, error) {
 	c, err := pgx.Connect(ctx, pgURL)
 	if err != nil {
 		return nil, fmt.Errorf("inboxconsumer: connecting to PostgreSQL: %w", err)
@@ -79,10 +109,7 @@ func ReadEffects(ctx context.Context, pgURL, schema string) ([]exactlyonce.Effec
 	return out, nil
 }
 
-// CountEffects returns how many distinct entry IDs have an effect in
-// schema, and how many effect rows there are: what the harness polls to
-// see the consumers catch up.
-func CountEffects(ctx context.Context, pgURL, schema string) (applied, rows int, err error) {
+func countEffectsPG(ctx context.Context, pgURL, schema string) (applied, rows int, err error) {
 	c, err := pgx.Connect(ctx, pgURL)
 	if err != nil {
 		return 0, 0, fmt.Errorf("inboxconsumer: connecting to PostgreSQL: %w", err)
