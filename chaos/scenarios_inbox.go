@@ -16,6 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/chaos/internal/inboxconsumer"
 	"github.com/outboxrelay/outbox/chaos/internal/proc"
 	"github.com/outboxrelay/outbox/chaos/internal/servers"
+	"github.com/outboxrelay/outbox/internal/mysqlurl"
 )
 
 // The inbox/ scenarios go one step past the broker: consumer processes
@@ -31,6 +32,10 @@ type inboxSpec struct {
 	mode string
 	// consumers is how many consumer processes run.
 	consumers int
+	// mysql: the consumers' effects and inbox are in a database of the
+	// run's own on the shared MySQL, instead of a schema of the shared
+	// PostgreSQL.
+	mysql bool
 }
 
 // control: the scenario is the negative control, which must show
@@ -38,6 +43,10 @@ type inboxSpec struct {
 func (s *inboxSpec) control() bool { return s.mode == inboxconsumer.ModePlain }
 
 func inboxScenarios() []*scenario {
+	my := inboxChaos("inbox/mysql", inboxconsumer.ModeInbox,
+		"outbox (MySQL) -> 3 relays -> kfake -> 3 consumers with the inbox (MySQL): a consumer SIGKILLed, a relay SIGKILLed mid-publish, a consumer SIGSTOPped past its session, broker produce faults, in turn every 2-3 s",
+		"The inbox/postgres run with the outbox in a MySQL database of the run's own (mysqloutbox, KeySequence on) and the consumers' effect table and inbox (mysqlinbox) in another, on the shared MySQL/MariaDB server; the effect rows are ordered by an AUTO_INCREMENT column. The harness kills MariaDB sessions only on private servers, so the consumers' sessions are not killed here: that turn kills a consumer instead.")
+	my.backend, my.inbox.mysql = backendMySQL, true
 	return []*scenario{
 		inboxChaos("inbox/postgres", inboxconsumer.ModeInbox,
 			"outbox -> 3 relays -> kfake -> 3 consumers with the inbox (PostgreSQL): a consumer SIGKILLed, a relay SIGKILLed mid-publish, a consumer SIGSTOPped past its session, consumer sessions terminated, broker produce faults, in turn every 2-3 s",
@@ -45,6 +54,7 @@ func inboxScenarios() []*scenario {
 		inboxChaos("inbox/control-no-inbox", inboxconsumer.ModePlain,
 			"negative control: the same run with consumers WITHOUT the inbox (a transaction per record, offsets committed to Kafka after it)",
 			"The same pipeline and the same faults, but the consumers apply each record in a transaction holding only the effect and commit its offset to Kafka afterwards (marked after the commit, committed every 5 s): the usual at-least-once consumer. A killed consumer's successor starts from the last committed offset and applies again what was applied since, and every duplicate record on the topic (a killed relay's re-publishes) is applied twice. The exactly-once check must find duplicates, or it could not see one."),
+		my,
 	}
 }
 
@@ -63,6 +73,7 @@ func inboxChaos(name, mode, title, notes string) *scenario {
 // their effects came to.
 type inboxRun struct {
 	schema string // the consumers' schema in the shared PostgreSQL
+	store  string // the consumers' database: the shared PostgreSQL, or their MySQL database
 	group  string
 
 	mu        sync.Mutex
@@ -117,6 +128,9 @@ func injectInboxFault(ctx context.Context, r *run, i int) error {
 	case 2:
 		return r.stopConsumer()
 	case 3:
+		if r.sc.inbox.mysql {
+			return r.killConsumer()
+		}
 		n, err := servers.TerminateBackends(ctx, r.h.pgURL, r.consumerAppName())
 		if err != nil {
 			return err
@@ -186,14 +200,18 @@ func (r *run) consumerAppName() string { return r.appName() + "cons-" }
 
 // setupInbox creates the consumers' schema and starts them.
 func (r *run) setupInbox(ctx context.Context) error {
-	r.inbox = &inboxRun{
-		schema: "chaos_" + strings.ReplaceAll(r.id, "-", "_") + "_in",
-		group:  "chaos-" + r.id,
-	}
-	r.cleanup = append(r.cleanup, func() { dropSchema(r.h.pgURL, r.inbox.schema) })
+	name := "chaos_" + strings.ReplaceAll(r.id, "-", "_") + "_in"
+	r.inbox = &inboxRun{schema: name, store: r.h.pgURL, group: "chaos-" + r.id}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := inboxconsumer.Setup(sctx, r.h.pgURL, r.inbox.schema); err != nil {
+	if r.sc.inbox.mysql {
+		if err := r.setupConsumerMySQL(sctx, name); err != nil {
+			return err
+		}
+	} else {
+		r.cleanup = append(r.cleanup, func() { dropSchema(r.h.pgURL, name) })
+	}
+	if err := inboxconsumer.Setup(sctx, r.inbox.store, r.inbox.schema); err != nil {
 		return err
 	}
 	r.cleanup = append(r.cleanup, r.stopConsumers)
@@ -203,6 +221,42 @@ func (r *run) setupInbox(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// setupConsumerMySQL makes the consumers' database on the shared MySQL,
+// dropped at the end, and points the inbox run's store at it.
+func (r *run) setupConsumerMySQL(ctx context.Context, database string) error {
+	admin, err := mysqlurl.DSN(r.h.mysqlURL)
+	if err != nil {
+		return fmt.Errorf("OUTBOX_MYSQL_URL: %w", err)
+	}
+	if err := mysqlExec(ctx, admin, "CREATE DATABASE `"+database+"`"); err != nil {
+		return err
+	}
+	r.cleanup = append(r.cleanup, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = mysqlExec(ctx, admin, "DROP DATABASE IF EXISTS `"+database+"`")
+	})
+	r.inbox.store, err = mysqlurl.WithDatabase(r.h.mysqlURL, database, "")
+	return err
+}
+
+// consumerStore is the -store of consumer slot: the shared PostgreSQL
+// with an application_name of the run's (what the session kills
+// match), or the consumers' MySQL database.
+func (r *run) consumerStore(slot int) (string, error) {
+	if r.sc.inbox.mysql {
+		return r.inbox.store, nil
+	}
+	u, err := url.Parse(r.h.pgURL)
+	if err != nil {
+		return "", fmt.Errorf("OUTBOX_POSTGRES_URL: %w", err)
+	}
+	q := u.Query()
+	q.Set("application_name", r.consumerAppName()+fmt.Sprint(slot))
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // startConsumer starts a consumer in slot (a new generation of it, with
@@ -219,19 +273,16 @@ func (r *run) startConsumer(slot int) error {
 	}
 	ir.mu.Unlock()
 	name := fmt.Sprintf("cons-%d", slot)
-	u, err := url.Parse(r.h.pgURL)
+	store, err := r.consumerStore(slot)
 	if err != nil {
-		return fmt.Errorf("OUTBOX_POSTGRES_URL: %w", err)
+		return err
 	}
-	q := u.Query()
-	q.Set("application_name", r.consumerAppName()+fmt.Sprint(slot))
-	u.RawQuery = q.Encode()
 	args := []string{"inbox-consumer",
 		"-kafka-brokers", r.broker.Brokers(),
 		"-topic", topic,
 		"-group", ir.group,
 		"-instance", name,
-		"-store", u.String(),
+		"-store", store,
 		"-schema", ir.schema,
 		"-mode", r.sc.inbox.mode,
 	}
@@ -323,7 +374,7 @@ func (r *run) checkEffects(ctx context.Context) error {
 	}
 	r.stopConsumers()
 	r.observeConsumers()
-	effects, err := inboxconsumer.ReadEffects(ctx, r.h.pgURL, r.inbox.schema)
+	effects, err := inboxconsumer.ReadEffects(ctx, r.inbox.store, r.inbox.schema)
 	if err != nil {
 		return err
 	}
@@ -373,7 +424,7 @@ func (r *run) quiesceConsumers(ctx context.Context, want int) error {
 	deadline := time.Now().Add(time.Minute)
 	last, lastChange := -1, time.Now()
 	for time.Now().Before(deadline) {
-		applied, rows, err := inboxconsumer.CountEffects(ctx, r.h.pgURL, r.inbox.schema)
+		applied, rows, err := inboxconsumer.CountEffects(ctx, r.inbox.store, r.inbox.schema)
 		if err != nil {
 			r.logf("counting effects: %v", err)
 		} else {
@@ -409,8 +460,12 @@ func effectsTable(rs []*result) string {
 				"|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		}
 		e := r.effects
-		fmt.Fprintf(&b, "| %s | %d, %s | %d (%d, %d) | %d | %d | %d (%d) | %d | %d | %d | %s |\n",
-			r.sc.name, r.sc.inbox.consumers, r.sc.inbox.mode, e.Entries, e.Unknown, e.UnknownApplied, e.Effects,
+		where := "postgres"
+		if r.sc.inbox.mysql {
+			where = "mysql"
+		}
+		fmt.Fprintf(&b, "| %s | %d, %s, %s | %d (%d, %d) | %d | %d | %d (%d) | %d | %d | %d | %s |\n",
+			r.sc.name, r.sc.inbox.consumers, r.sc.inbox.mode, where, e.Entries, e.Unknown, e.UnknownApplied, e.Effects,
 			len(e.Missing), e.Duplicates, e.DuplicateIDs, len(e.OrderViolations), len(e.Unexpected), r.consumerKills, r.verdict())
 	}
 	return b.String()
