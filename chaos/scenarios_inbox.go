@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,11 +33,15 @@ type inboxSpec struct {
 	mode string
 	// consumers is how many consumer processes run.
 	consumers int
-	// mysql: the consumers' effects and inbox are in a database of the
-	// run's own on the shared MySQL, instead of a schema of the shared
-	// PostgreSQL.
-	mysql bool
+	// db is where the consumers keep their effects and inbox: a schema
+	// of the run's own in the shared PostgreSQL (""), a database of its
+	// own in the shared MySQL ("mysql"), or a hash-tagged prefix of its
+	// own in the shared Redis ("redis").
+	db string
 }
+
+// where names the consumers' database in the report.
+func (s *inboxSpec) where() string { return cmp.Or(s.db, "postgres") }
 
 // control: the scenario is the negative control, which must show
 // duplicates.
@@ -46,7 +51,11 @@ func inboxScenarios() []*scenario {
 	my := inboxChaos("inbox/mysql", inboxconsumer.ModeInbox,
 		"outbox (MySQL) -> 3 relays -> kfake -> 3 consumers with the inbox (MySQL): a consumer SIGKILLed, a relay SIGKILLed mid-publish, a consumer SIGSTOPped past its session, broker produce faults, in turn every 2-3 s",
 		"The inbox/postgres run with the outbox in a MySQL database of the run's own (mysqloutbox, KeySequence on) and the consumers' effect table and inbox (mysqlinbox) in another, on the shared MySQL/MariaDB server; the effect rows are ordered by an AUTO_INCREMENT column. The harness kills MariaDB sessions only on private servers, so the consumers' sessions are not killed here: that turn kills a consumer instead.")
-	my.backend, my.inbox.mysql = backendMySQL, true
+	my.backend, my.inbox.db = backendMySQL, "mysql"
+	rd := inboxChaos("inbox/redis", inboxconsumer.ModeInbox,
+		"outbox (Redis) -> 3 relays -> kfake -> 3 consumers with the inbox (Redis): a consumer SIGKILLed, a relay SIGKILLed mid-publish, a consumer SIGSTOPped past its session, broker produce faults, in turn every 2-3 s",
+		"The inbox/postgres run with the outbox under a prefix of the run's own on the shared Redis (KeySequence on) and the consumers' inbox (redisinbox: MULTI/EXEC guarded by WATCH) under another; the effect is an RPUSH onto a list queued in the inbox's MULTI, so the list's order is the order of the EXECs. The consumers' connections are not killed on the shared server: that turn kills a consumer instead.")
+	rd.backend, rd.inbox.db = backendRedis, "redis"
 	return []*scenario{
 		inboxChaos("inbox/postgres", inboxconsumer.ModeInbox,
 			"outbox -> 3 relays -> kfake -> 3 consumers with the inbox (PostgreSQL): a consumer SIGKILLed, a relay SIGKILLed mid-publish, a consumer SIGSTOPped past its session, consumer sessions terminated, broker produce faults, in turn every 2-3 s",
@@ -54,7 +63,7 @@ func inboxScenarios() []*scenario {
 		inboxChaos("inbox/control-no-inbox", inboxconsumer.ModePlain,
 			"negative control: the same run with consumers WITHOUT the inbox (a transaction per record, offsets committed to Kafka after it)",
 			"The same pipeline and the same faults, but the consumers apply each record in a transaction holding only the effect and commit its offset to Kafka afterwards (marked after the commit, committed every 5 s): the usual at-least-once consumer. A killed consumer's successor starts from the last committed offset and applies again what was applied since, and every duplicate record on the topic (a killed relay's re-publishes) is applied twice. The exactly-once check must find duplicates, or it could not see one."),
-		my,
+		my, rd,
 	}
 }
 
@@ -128,7 +137,7 @@ func injectInboxFault(ctx context.Context, r *run, i int) error {
 	case 2:
 		return r.stopConsumer()
 	case 3:
-		if r.sc.inbox.mysql {
+		if r.sc.inbox.db != "" {
 			return r.killConsumer()
 		}
 		n, err := servers.TerminateBackends(ctx, r.h.pgURL, r.consumerAppName())
@@ -204,11 +213,16 @@ func (r *run) setupInbox(ctx context.Context) error {
 	r.inbox = &inboxRun{schema: name, store: r.h.pgURL, group: "chaos-" + r.id}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if r.sc.inbox.mysql {
+	switch r.sc.inbox.db {
+	case "mysql":
 		if err := r.setupConsumerMySQL(sctx, name); err != nil {
 			return err
 		}
-	} else {
+	case "redis":
+		if err := r.setupConsumerRedis(); err != nil {
+			return err
+		}
+	default:
 		r.cleanup = append(r.cleanup, func() { dropSchema(r.h.pgURL, name) })
 	}
 	if err := inboxconsumer.Setup(sctx, r.inbox.store, r.inbox.schema); err != nil {
@@ -242,11 +256,27 @@ func (r *run) setupConsumerMySQL(ctx context.Context, database string) error {
 	return err
 }
 
+// setupConsumerRedis points the inbox run's store at a prefix of its own
+// on the shared Redis, whose keys are deleted at the end.
+func (r *run) setupConsumerRedis() error {
+	tag := "chaos-" + r.id + "-in"
+	u, err := url.Parse(r.h.redisURL)
+	if err != nil {
+		return errors.New("OUTBOX_REDIS_URL is not a URL")
+	}
+	q := u.Query()
+	q.Set("prefix", "{"+tag+"}")
+	u.RawQuery = q.Encode()
+	r.inbox.store = u.String()
+	r.cleanup = append(r.cleanup, func() { dropRedisKeys(r.h.redisURL, tag) })
+	return nil
+}
+
 // consumerStore is the -store of consumer slot: the shared PostgreSQL
 // with an application_name of the run's (what the session kills
 // match), or the consumers' MySQL database.
 func (r *run) consumerStore(slot int) (string, error) {
-	if r.sc.inbox.mysql {
+	if r.sc.inbox.db != "" {
 		return r.inbox.store, nil
 	}
 	u, err := url.Parse(r.h.pgURL)
@@ -460,12 +490,8 @@ func effectsTable(rs []*result) string {
 				"|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		}
 		e := r.effects
-		where := "postgres"
-		if r.sc.inbox.mysql {
-			where = "mysql"
-		}
 		fmt.Fprintf(&b, "| %s | %d, %s, %s | %d (%d, %d) | %d | %d | %d (%d) | %d | %d | %d | %s |\n",
-			r.sc.name, r.sc.inbox.consumers, r.sc.inbox.mode, where, e.Entries, e.Unknown, e.UnknownApplied, e.Effects,
+			r.sc.name, r.sc.inbox.consumers, r.sc.inbox.mode, r.sc.inbox.where(), e.Entries, e.Unknown, e.UnknownApplied, e.Effects,
 			len(e.Missing), e.Duplicates, e.DuplicateIDs, len(e.OrderViolations), len(e.Unexpected), r.consumerKills, r.verdict())
 	}
 	return b.String()

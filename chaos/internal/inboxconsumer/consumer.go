@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxrelay/outbox/backends/mysql/mysqlinbox"
 	"github.com/outboxrelay/outbox/backends/postgres/pginbox"
+	"github.com/outboxrelay/outbox/backends/redis/redisinbox"
 	"github.com/outboxrelay/outbox/inbox"
 	"github.com/outboxrelay/outbox/sinks/kafka/kafkainbox"
 )
@@ -60,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.topic, "topic", "", "topic to consume")
 	fs.StringVar(&c.group, "group", "", "consumer group")
 	fs.StringVar(&c.instance, "instance", "", "static group membership instance ID (a restarted consumer with the same ID takes its predecessor's partitions at once); empty: a dynamic member")
-	fs.StringVar(&c.store, "store", "", "the consumer's database (effects, inbox records, offsets): postgres://... or mysql://USER@HOST:PORT/DATABASE")
+	fs.StringVar(&c.store, "store", "", "the consumer's database (effects, inbox records, offsets): postgres://..., mysql://USER@HOST:PORT/DATABASE or redis://HOST:PORT/DB?prefix={tag}")
 	fs.StringVar(&c.schema, "schema", "", "PostgreSQL schema of the effect and inbox tables (see Setup); unused with mysql://")
 	fs.StringVar(&c.mode, "mode", ModeInbox, "inbox (exactly once) or plain (the negative control: at least once)")
 	fs.IntVar(&c.batch, "batch", 50, "inbox mode: records of one partition per transaction, at most")
@@ -75,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("inbox-consumer: unexpected arguments %q: every setting is a flag", fs.Args())
 	case c.brokers == "" || c.topic == "" || c.group == "":
 		return c, errors.New("inbox-consumer: -kafka-brokers, -topic and -group are required")
-	case c.store == "" || (c.schema == "" && !isMySQL(c.store)):
+	case c.store == "" || (c.schema == "" && strings.HasPrefix(c.store, "postgres")):
 		return c, errors.New("inbox-consumer: -store is required, and -schema with a postgres:// store")
 	case c.mode != ModeInbox && c.mode != ModePlain:
 		return c, fmt.Errorf("inbox-consumer: -mode %q: use %s or %s", c.mode, ModeInbox, ModePlain)
@@ -115,6 +116,9 @@ func Main(ctx context.Context, args []string) error {
 		log: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("consumer", cfg.instance, "mode", cfg.mode)}
 	if isMySQL(cfg.store) {
 		return c.mainMySQL(ctx)
+	}
+	if isRedis(cfg.store) {
+		return c.mainRedis(ctx)
 	}
 	pc, err := pgxpool.ParseConfig(cfg.store)
 	if err != nil {
@@ -171,6 +175,29 @@ func (c *consumer) mainMySQL(ctx context.Context) error {
 			return err
 		}
 		return tx.Commit()
+	}
+	return c.runPlain(ctx)
+}
+
+// mainRedis is Main with the effects and the inbox in Redis: the effect
+// is queued in the inbox's MULTI (redisinbox.Tx.Pipe).
+func (c *consumer) mainRedis(ctx context.Context) error {
+	client, prefix, err := openRedis(c.cfg.store)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	if c.cfg.mode == ModeInbox {
+		st, err := redisinbox.New(client, redisinbox.Options{Prefix: prefix})
+		if err != nil {
+			return err
+		}
+		return runInbox(ctx, c, inbox.Store[*redisinbox.Tx](st), func(ctx context.Context, tx *redisinbox.Tx, m inbox.Message) error {
+			return insertEffectRedis(ctx, tx, prefix, m.ID, m.Key, m.Seq, c.pid)
+		})
+	}
+	c.applyPlain = func(ctx context.Context, m inbox.Message) error {
+		return client.RPush(ctx, redisEffectsKey(prefix), fmt.Sprintf("%s\t%s\t%d\t%d", m.ID, m.Key, m.Seq, c.pid)).Err()
 	}
 	return c.runPlain(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -248,6 +250,63 @@ func TestMySQLModes(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			store := newMySQLDatabase(t)
+			brokers, producer := newCluster(t)
+			recs, dups := records(3, 9)
+			produce(t, producer, recs...)
+			rows := 3 * 9
+			if mode == ModePlain {
+				rows = len(recs)
+			}
+			effects := runConsumer(t, store, "", rows,
+				"-kafka-brokers", brokers, "-topic", testTopic, "-group", "g", "-mode", mode)
+			r := exactlyonce.Check(entries(3, 9), effects)
+			require.Empty(t, r.Missing)
+			require.Empty(t, r.OrderViolations)
+			if mode == ModeInbox {
+				require.True(t, r.OK(), "%v", r)
+			} else {
+				require.Equal(t, dups, r.Duplicates)
+			}
+		})
+	}
+}
+
+// newRedisStore returns a redis:// store URL with a prefix of the test's
+// own in the test Redis, whose keys are deleted after the test.
+func newRedisStore(t *testing.T) string {
+	t.Helper()
+	opt, err := redis.ParseURL(testenv.RedisURL())
+	require.NoError(t, err)
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		testenv.Unavailable(t, "Redis", "OUTBOX_REDIS_URL", err)
+	}
+	tag := fmt.Sprintf("chaos-inboxconsumer-%d-%d", time.Now().UnixNano(), schemas.Add(1))
+	t.Cleanup(func() {
+		keys, _ := c.Keys(context.Background(), "{"+tag+"}*").Result()
+		if len(keys) > 0 {
+			_ = c.Del(context.Background(), keys...).Err()
+		}
+	})
+	u, err := url.Parse(testenv.RedisURL())
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("prefix", "{"+tag+"}")
+	u.RawQuery = q.Encode()
+	require.NoError(t, Setup(ctx, u.String(), ""))
+	return u.String()
+}
+
+// The same in Redis, the effect queued in the inbox's MULTI.
+func TestRedisModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{ModeInbox, ModePlain} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			store := newRedisStore(t)
 			brokers, producer := newCluster(t)
 			recs, dups := records(3, 9)
 			produce(t, producer, recs...)

@@ -15,9 +15,13 @@ import (
 // Setup creates the consumers' effect table and the inbox's tables in
 // the database of store: in PostgreSQL (postgres://) in schema, which it
 // creates (pginbox.Migrate); in MySQL or MariaDB (mysql://) in the URL's
-// database, schema unused (mysqlinbox.Migrate). Run it once before the
+// database, schema unused (mysqlinbox.Migrate); in Redis
+// (redis://...?prefix={tag}) there is nothing to create. Run it once before the
 // consumers start; it is idempotent.
 func Setup(ctx context.Context, store, schema string) error {
+	if isRedis(store) {
+		return nil // nothing to create
+	}
 	if isMySQL(store) {
 		return setupMySQL(ctx, store)
 	}
@@ -27,6 +31,9 @@ func Setup(ctx context.Context, store, schema string) error {
 // ReadEffects returns every effect row in store (and schema, in
 // PostgreSQL), in insertion order.
 func ReadEffects(ctx context.Context, store, schema string) ([]exactlyonce.Effect, error) {
+	if isRedis(store) {
+		return readEffectsRedis(ctx, store)
+	}
 	if isMySQL(store) {
 		return readEffectsMySQL(ctx, store)
 	}
@@ -37,6 +44,9 @@ func ReadEffects(ctx context.Context, store, schema string) ([]exactlyonce.Effec
 // store (and schema, in PostgreSQL), and how many effect rows there are:
 // what the harness polls to see the consumers catch up.
 func CountEffects(ctx context.Context, store, schema string) (applied, rows int, err error) {
+	if isRedis(store) {
+		return countEffectsRedis(ctx, store)
+	}
 	if isMySQL(store) {
 		return countEffectsMySQL(ctx, store)
 	}
