@@ -8,6 +8,11 @@
 // histories with package
 // [github.com/outboxrelay/outbox/chaos/history]: nothing committed lost,
 // per-key order kept, duplicates per fault, recovery time per fault.
+// The inbox/ scenarios also run consumer processes (`chaos
+// inbox-consumer`, package internal/inboxconsumer) that apply the records
+// through the inbox into an effect table, and check the effects with
+// package internal/exactlyonce: every committed entry applied exactly
+// once, in its key's order.
 //
 // Run it with ./scripts/chaos.sh (which builds it):
 //

@@ -344,6 +344,18 @@ check: a relay that publishes its batches shuffled, and a sink that drops
 0.1% of records while reporting them published. A control the checker
 passes fails the run.
 
+The inbox/ scenarios go one step further, to the consuming service:
+consumer processes (` + "`chaos inbox-consumer`" + `, three of them in a Kafka
+consumer group) apply every record through the inbox (package inbox, the
+Kafka helper kafkainbox, and the PostgreSQL, MySQL or Redis inbox store)
+into an effect table of their own, while consumers are SIGKILLed or
+SIGSTOPped past their session, relays are SIGKILLed mid-publish and the
+broker fails produce requests. The effects are then checked (package
+chaos/internal/exactlyonce): every committed entry applied exactly once,
+each key's effects in append order. Their negative control runs the same
+faults with consumers without the inbox (offsets committed to Kafka after
+each transaction): the check must find duplicates.
+
 ` + "`./scripts/chaos.sh -short`" + ` runs every scenario briefly as part of CI
 (.ci/run); the full run (` + "`./scripts/chaos.sh -report docs/reliability.md`" + `)
 wrote this file.
