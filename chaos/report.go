@@ -253,9 +253,7 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 			continue
 		}
 		fmt.Fprintf(&b, "\nResult (%s):\n\n```\n%v\n```\n", r.verdict(), r.report)
-		if r.effects != nil {
-			fmt.Fprintf(&b, "\nThe consumers' effects (%d consumer SIGKILLs):\n\n```\n%v\n```\n", r.consumerKills, r.effects)
-		}
+		b.WriteString(effectsSection(r))
 		if kinds := byKind(r.report); len(kinds) > 0 {
 			b.WriteString("\nBy kind of fault (lost entries by the fault before their commit, duplicates by the fault before their delivery):\n\n| fault | count | lost | duplicates | recovery p50 / max |\n|---|---:|---:|---:|---|\n")
 			for _, k := range kinds {

@@ -497,6 +497,15 @@ func effectsTable(rs []*result) string {
 	return b.String()
 }
 
+// effectsSection is what the report says of an inbox/ scenario's effects
+// ("" for the others).
+func effectsSection(r *result) string {
+	if r.effects == nil {
+		return ""
+	}
+	return fmt.Sprintf("\nThe consumers' effects (%d consumer SIGKILLs):\n\n```\n%v\n```\n", r.consumerKills, r.effects)
+}
+
 // inboxPassed is passed() for an inbox/ scenario: the broker's history
 // check must pass (the relays are the ordinary ones), and the effects
 // must be exactly once, or, for the negative control, must show
