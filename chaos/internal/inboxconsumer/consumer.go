@@ -69,19 +69,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
 		}
-		return c, fmt.Errorf("inbox-consumer: %w", err)
+		return c, fmt.Errorf("inboxconsumer: %w", err)
 	}
 	switch {
 	case fs.NArg() > 0:
-		return c, fmt.Errorf("inbox-consumer: unexpected arguments %q: every setting is a flag", fs.Args())
+		return c, fmt.Errorf("inboxconsumer: unexpected arguments %q: every setting is a flag", fs.Args())
 	case c.brokers == "" || c.topic == "" || c.group == "":
-		return c, errors.New("inbox-consumer: -kafka-brokers, -topic and -group are required")
+		return c, errors.New("inboxconsumer: -kafka-brokers, -topic and -group are required")
 	case c.store == "" || (c.schema == "" && strings.HasPrefix(c.store, "postgres")):
-		return c, errors.New("inbox-consumer: -store is required, and -schema with a postgres:// store")
+		return c, errors.New("inboxconsumer: -store is required, and -schema with a postgres:// store")
 	case c.mode != ModeInbox && c.mode != ModePlain:
-		return c, fmt.Errorf("inbox-consumer: -mode %q: use %s or %s", c.mode, ModeInbox, ModePlain)
+		return c, fmt.Errorf("inboxconsumer: -mode %q: use %s or %s", c.mode, ModeInbox, ModePlain)
 	case c.batch < 1:
-		return c, fmt.Errorf("inbox-consumer: -batch %d: give 1 or more", c.batch)
+		return c, fmt.Errorf("inboxconsumer: -batch %d: give 1 or more", c.batch)
 	}
 	return c, nil
 }
@@ -122,12 +122,12 @@ func Main(ctx context.Context, args []string) error {
 	}
 	pc, err := pgxpool.ParseConfig(cfg.store)
 	if err != nil {
-		return fmt.Errorf("inbox-consumer: -store: %v", err)
+		return fmt.Errorf("inboxconsumer: -store: %v", err)
 	}
 	pc.MaxConns = 4
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return fmt.Errorf("inbox-consumer: -store: %v", err)
+		return fmt.Errorf("inboxconsumer: -store: %v", err)
 	}
 	defer pool.Close()
 	if cfg.mode == ModeInbox {
@@ -235,7 +235,7 @@ func (c *consumer) runPlain(ctx context.Context) error {
 	start := time.Now()
 	var err error
 	if c.cl, err = kgo.NewClient(c.plainOpts()...); err != nil {
-		return fmt.Errorf("inbox-consumer: %w", err)
+		return fmt.Errorf("inboxconsumer: %w", err)
 	}
 	err = c.loop(ctx)
 	c.cl.Close() // leaves the group after committing the marked offsets

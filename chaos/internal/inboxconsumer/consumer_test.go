@@ -211,7 +211,7 @@ func TestFlags(t *testing.T) {
 	} {
 		_, err := parseFlags(tc.args, &sb)
 		require.ErrorContains(t, err, tc.want, "%q", tc.args)
-		require.True(t, strings.HasPrefix(err.Error(), "inbox-consumer: "), "%v", err)
+		require.True(t, strings.HasPrefix(err.Error(), "inboxconsumer: "), "%v", err)
 	}
 	c, err := parseFlags([]string{"-kafka-brokers", "b", "-topic", "t", "-group", "g", "-store", "x", "-schema", "s"}, &sb)
 	require.NoError(t, err)
