@@ -517,7 +517,9 @@ func (r *result) inboxPassed() bool {
 	if r.sc.inbox.control() {
 		return r.effects.Duplicates > 0
 	}
-	return r.effects.OK()
+	// The appenders number the keys (-key-sequence): every effect must
+	// have seen its record's number, or the order check ran blind.
+	return r.effects.OK() && r.effects.Unnumbered == 0
 }
 
 // finishInbox is the end of an inbox/ run: the effects' check after the

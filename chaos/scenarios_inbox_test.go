@@ -35,6 +35,7 @@ func TestInboxVerdicts(t *testing.T) {
 		{"InboxMissingFails", withInbox, ok, &missing, nil, "FAIL"},
 		{"InboxWithoutEffectsFails", withInbox, ok, nil, nil, "FAIL"},
 		{"InboxBrokerLossFails", withInbox, lost, &once, nil, "FAIL"},
+		{"InboxUnnumberedFails", withInbox, ok, &exactlyonce.Report{Entries: 3, Applied: 3, Effects: 3, Unnumbered: 3}, nil, "FAIL"},
 		{"InboxErrorIsAnError", withInbox, nil, nil, errors.New("boom"), "ERROR"},
 		{"ControlWithDuplicatesIsCaught", control, ok, &twice, nil, "caught"},
 		{"ControlExactlyOnceIsNotCaught", control, ok, &once, nil, "NOT CAUGHT"},

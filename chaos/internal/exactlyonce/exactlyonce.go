@@ -25,7 +25,10 @@
 //     record's outbox-key-seq header) is set and differs from the
 //     appender's number for that ID.
 //
-// The check fails on any of them ([Report.OK]).
+// The check fails on any of them ([Report.OK]). It also counts the
+// effects of numbered entries that recorded no number (Unnumbered): not a
+// failure of exactly once, but a sign that the producer did not number
+// the keys, which a caller that expects numbers checks.
 package exactlyonce
 
 import (
@@ -97,6 +100,9 @@ type Report struct {
 	// SeqMismatches counts effects whose recorded Seq differs from the
 	// appender's.
 	SeqMismatches int
+	// Unnumbered counts effects that recorded no Seq though their entry
+	// has one.
+	Unnumbered int
 	// ByPID counts the effects each consumer process wrote.
 	ByPID map[int]int
 }
@@ -145,7 +151,10 @@ func Check(entries []Entry, effects []Effect) Report {
 			}
 			continue
 		}
-		if f.Seq != 0 && e.Seq != 0 && f.Seq != e.Seq {
+		switch {
+		case e.Seq != 0 && f.Seq == 0:
+			r.Unnumbered++
+		case f.Seq != 0 && e.Seq != 0 && f.Seq != e.Seq:
 			r.SeqMismatches++
 		}
 		if applied[f.ID] > 1 {
@@ -192,9 +201,9 @@ func (r Report) String() string {
 	if !r.OK() {
 		verdict = "NOT exactly once"
 	}
-	fmt.Fprintf(&b, "%s: entries %d (+%d unknown, %d of them applied), effects %d, missing %d, duplicates %d (of %d entries), order violations %d, unexpected %d, seq mismatches %d, consumer processes %d",
+	fmt.Fprintf(&b, "%s: entries %d (+%d unknown, %d of them applied), effects %d, missing %d, duplicates %d (of %d entries), order violations %d, unexpected %d, seq mismatches %d, unnumbered %d, consumer processes %d",
 		verdict, r.Entries, r.Unknown, r.UnknownApplied, r.Effects, len(r.Missing), r.Duplicates, r.DuplicateIDs,
-		len(r.OrderViolations), len(r.Unexpected), r.SeqMismatches, len(r.ByPID))
+		len(r.OrderViolations), len(r.Unexpected), r.SeqMismatches, r.Unnumbered, len(r.ByPID))
 	const n = 5
 	for _, e := range r.Missing[:min(n, len(r.Missing))] {
 		fmt.Fprintf(&b, "\n  missing: id %s key %q seq %d", e.ID, e.Key, e.Seq)

@@ -113,6 +113,16 @@ func TestCheck(t *testing.T) {
 		}(),
 		check: func(t *testing.T, r exactlyonce.Report) { require.Equal(t, 1, r.SeqMismatches) },
 	}, {
+		name:    "UnnumberedEffectIsCountedButPasses",
+		entries: entries(),
+		effects: func() []exactlyonce.Effect {
+			fs := effects("a-1", "a-2", "a-3", "b-1", "b-2", "b-3")
+			fs[1].Seq = 0
+			return fs
+		}(),
+		ok:    true,
+		check: func(t *testing.T, r exactlyonce.Report) { require.Equal(t, 1, r.Unnumbered) },
+	}, {
 		name: "UnknownEntryMayBeMissingButNotDuplicated",
 		entries: append(entries(),
 			exactlyonce.Entry{ID: "a-4", Key: "a", Seq: 4, Unknown: true},
