@@ -226,6 +226,27 @@ func (m *Memory) Offsets(ctx context.Context, group, topic string) (map[int32]in
 	return out, nil
 }
 
+// Backdate moves the committed records of ids (the time each was
+// recorded) and of keys (the time each key's number was last set) back by
+// d, as if they had been written d earlier; IDs and keys not recorded are
+// ignored. It is for tests of retention (the inboxtest Harness.Backdate)
+// and is safe for concurrent use.
+func (m *Memory) Backdate(d time.Duration, ids, keys []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		if at, ok := m.ids[id]; ok {
+			m.ids[id] = at.Add(-d)
+		}
+	}
+	for _, k := range keys {
+		if s, ok := m.seqs[k]; ok {
+			s.at = s.at.Add(-d)
+			m.seqs[k] = s
+		}
+	}
+}
+
 // Purge implements [Store].
 func (m *Memory) Purge(ctx context.Context, before time.Time, limit int) (int, int, error) {
 	if limit < 1 {
