@@ -130,13 +130,15 @@ func (m *Memory) InTx(ctx context.Context, fn func(ctx context.Context, tx *Memo
 	if err != nil {
 		return err
 	}
+	finished := false
 	defer func() {
-		if p := recover(); p != nil {
+		if !finished { // fn panicked (the panic goes on) or called runtime.Goexit
 			_ = tx.Rollback()
-			panic(p)
 		}
 	}()
-	if err := fn(ctx, tx); err != nil {
+	err = fn(ctx, tx)
+	finished = true
+	if err != nil {
 		_ = tx.Rollback()
 		return err
 	}

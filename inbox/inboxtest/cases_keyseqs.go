@@ -106,31 +106,34 @@ func (e *env[Tx]) increment(ctx context.Context, key string) error {
 	}
 }
 
-// incrementConcurrently increments each of keys from two goroutines, n
-// times each, and checks that every key ends at its start plus 2n: a
-// transaction that read a key's number is not overtaken by another
+// incrementConcurrently increments each of keys n times from two
+// goroutines at once (started together for each increment, so that their
+// transactions overlap) and checks that every key ends at its start plus
+// 2n: a transaction that read a key's number is not overtaken by another
 // setting it.
 func (e *env[Tx]) incrementConcurrently(keys []string, n int, start map[string]int64) {
 	e.t.Helper()
 	ctx := e.ctx()
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for range 2 {
-		wg.Go(func() {
-			for range n {
-				for _, k := range keys {
+	for range n {
+		for _, k := range keys {
+			var wg sync.WaitGroup
+			errs := make(chan error, 2)
+			begin := make(chan struct{})
+			for range 2 {
+				wg.Go(func() {
+					<-begin
 					if err := e.increment(ctx, k); err != nil {
 						errs <- err
-						return
 					}
-				}
+				})
 			}
-		})
-	}
-	watchdog(e.t, &wg, "two goroutines updating the same keys")
-	close(errs)
-	for err := range errs {
-		e.t.Fatalf("increment: %v", err)
+			close(begin)
+			watchdog(e.t, &wg, "two goroutines updating the same key")
+			close(errs)
+			for err := range errs {
+				e.t.Fatalf("increment(%s): %v", k, err)
+			}
+		}
 	}
 	got := e.seqs(keys...)
 	for _, k := range keys {
@@ -159,26 +162,29 @@ func absentKeyGuarded[Tx any](t *testing.T, e *env[Tx]) {
 }
 
 // concurrentHandlersOfOneKey: two goroutines handle messages of one key
-// with numbers 2..n+1 through Inbox.Handle (different IDs): each number
-// is applied in order exactly once and seen late once, without gaps, and
-// the key ends at n+1.
+// with the same numbers 2..n+1 through Inbox.Handle (different IDs), both
+// starting each number together: each number is applied in order once
+// and late once, without gaps, and the key ends at n+1.
 func concurrentHandlersOfOneKey[Tx any](t *testing.T, e *env[Tx]) {
 	const n = 20
 	e.setSeqs(map[string]int64{"k": 1})
 	ib := e.inbox(inbox.Options{})
 	ctx := e.ctx()
 	var (
-		wg                sync.WaitGroup
 		mu                sync.Mutex
 		inOrder, late     int
 		gaps, errs, first []string
 	)
-	for _, side := range []string{"A", "B"} {
-		wg.Go(func() {
-			for seq := int64(2); seq <= n+1; seq++ {
+	for seq := int64(2); seq <= n+1; seq++ {
+		var wg sync.WaitGroup
+		begin := make(chan struct{})
+		for _, side := range []string{"A", "B"} {
+			wg.Go(func() {
+				<-begin
 				m := inbox.Message{ID: fmt.Sprintf("%s-%d", side, seq), Key: "k", Seq: seq}
 				r, err := ib.Handle(ctx, m, func(context.Context, Tx, inbox.Message) error { return nil })
 				mu.Lock()
+				defer mu.Unlock()
 				switch {
 				case err != nil:
 					errs = append(errs, err.Error())
@@ -191,16 +197,16 @@ func concurrentHandlersOfOneKey[Tx any](t *testing.T, e *env[Tx]) {
 				default:
 					inOrder++
 				}
-				mu.Unlock()
-			}
-		})
+			})
+		}
+		close(begin)
+		watchdog(t, &wg, "two goroutines handling one key")
 	}
-	watchdog(t, &wg, "two goroutines handling one key")
 	if len(errs) > 0 {
 		t.Fatalf("Handle errors: %v", errs)
 	}
 	if inOrder != n || late != n || len(gaps) > 0 || len(first) > 0 {
-		t.Errorf("two goroutines handling numbers 2..%d of one key: %d in order, %d late, gaps %v, first %v; want %d in order, %d late, no gap (a handler read a number another transaction was changing)",
+		t.Errorf("two goroutines handling numbers 2..%d of one key at once: %d in order, %d late, gaps %v, first %v; want %d in order, %d late, no gap (a handler read a number another transaction was changing)",
 			n+1, inOrder, late, gaps, first, n, n)
 	}
 	if got := e.seqs("k"); got["k"] != n+1 {
