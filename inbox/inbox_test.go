@@ -121,7 +121,9 @@ func TestGapApplyReportsAndApplies(t *testing.T) {
 	if _, ok := seqOf(t, s, "c"); ok {
 		t.Error("key c has a number, though its message had none")
 	}
-	gaps := logs.Attrs(slog.LevelWarn, func(msg string) bool { return msg == "inbox: sequence gap: the consumer did not see these numbers of the key before this message" })
+	gaps := logs.Attrs(slog.LevelWarn, func(msg string) bool {
+		return msg == "inbox: sequence gap: the consumer did not see these numbers of the key before this message"
+	})
 	if len(gaps) != 1 || gaps[0]["id"] != "a5" || gaps[0]["key"] != "a" || gaps[0]["missing_from"] != "2" || gaps[0]["missing_to"] != "4" || gaps[0]["missing"] != "3" {
 		t.Errorf("gap log lines = %v, want one for a5: key a, 2..4, 3 missing\n%s", gaps, logs)
 	}
