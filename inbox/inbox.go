@@ -340,9 +340,11 @@ func (ib *Inbox[Tx]) apply(ctx context.Context, tx Tx, msgs []Message, h Handler
 	if len(fresh) != len(ids) {
 		return nil, fmt.Errorf("inbox: Store.Record returned %d answers for %d IDs", len(fresh), len(ids))
 	}
-	last, err := ib.store.KeySeqs(ctx, tx, seqKeys(msgs, fresh))
-	if err != nil {
-		return nil, err
+	var last map[string]int64
+	if keys := seqKeys(msgs, fresh); len(keys) > 0 { // no round trip for a batch without numbered keys
+		if last, err = ib.store.KeySeqs(ctx, tx, keys); err != nil {
+			return nil, err
+		}
 	}
 	results := make([]Result, len(msgs))
 	set := map[string]int64{}
@@ -372,8 +374,10 @@ func (ib *Inbox[Tx]) apply(ctx context.Context, tx Tx, msgs []Message, h Handler
 		}
 		return results, errHeld
 	}
-	if err := ib.store.SetKeySeqs(ctx, tx, set); err != nil {
-		return nil, err
+	if len(set) > 0 {
+		if err := ib.store.SetKeySeqs(ctx, tx, set); err != nil {
+			return nil, err
+		}
 	}
 	if offs := offsets(msgs); len(offs) > 0 {
 		if err := ib.store.SaveOffsets(ctx, tx, offs); err != nil {

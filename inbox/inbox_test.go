@@ -484,3 +484,53 @@ func TestOutcomeString(t *testing.T) {
 		t.Errorf("GapError.Error() = %q", got)
 	}
 }
+
+// counting is a Memory that counts the store calls of its transactions.
+type counting struct {
+	*inbox.Memory
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *counting) count(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[name]++
+}
+
+func (c *counting) KeySeqs(ctx context.Context, tx *inbox.MemoryTx, keys []string) (map[string]int64, error) {
+	c.count("KeySeqs")
+	return c.Memory.KeySeqs(ctx, tx, keys)
+}
+
+func (c *counting) SetKeySeqs(ctx context.Context, tx *inbox.MemoryTx, seqs map[string]int64) error {
+	c.count("SetKeySeqs")
+	return c.Memory.SetKeySeqs(ctx, tx, seqs)
+}
+
+func (c *counting) SaveOffsets(ctx context.Context, tx *inbox.MemoryTx, offs []inbox.Offset) error {
+	c.count("SaveOffsets")
+	return c.Memory.SaveOffsets(ctx, tx, offs)
+}
+
+// TestNoRoundTripsForWhatABatchLacks: a batch without numbered keys does
+// not read or set key numbers, and one without offsets stores none: a SQL
+// store's transaction is then the Record and the handler's own work.
+func TestNoRoundTripsForWhatABatchLacks(t *testing.T) {
+	t.Parallel()
+	s := &counting{Memory: inbox.NewMemory(), calls: map[string]int{}}
+	ib := newInbox(t, s, inbox.Options{})
+	var rec recorder
+	handle(t, ib, rec.handle, inbox.Message{ID: "a"}, inbox.Message{ID: "b", Key: "k"})
+	if len(s.calls) != 0 {
+		t.Errorf("store calls for a batch without numbers or offsets: %v, want none besides Record", s.calls)
+	}
+	handle(t, ib, rec.handle, inbox.Message{ID: "a", Key: "k", Seq: 1}) // a duplicate: its number is not checked
+	if len(s.calls) != 0 {
+		t.Errorf("store calls for a duplicate: %v, want none besides Record", s.calls)
+	}
+	handle(t, ib, rec.handle, inbox.Message{ID: "c", Key: "k", Seq: 1, Offset: &inbox.Offset{Topic: "t", Next: 1}})
+	if want := map[string]int{"KeySeqs": 1, "SetKeySeqs": 1, "SaveOffsets": 1}; !maps.Equal(s.calls, want) {
+		t.Errorf("store calls for a numbered message with an offset: %v, want %v", s.calls, want)
+	}
+}

@@ -198,3 +198,17 @@ func TestRunJanitorRoundsLogsAndStops(t *testing.T) {
 		}
 	})
 }
+
+func TestPurgeOnceContextErrorUnwrapped(t *testing.T) {
+	t.Parallel()
+	s := inbox.NewMemory()
+	fill(t, s, 3, 0, 2*time.Hour)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, _, err := inbox.PurgeOnce(ctx, s, inbox.JanitorOptions{Retention: time.Hour, MeterProvider: noop.NewMeterProvider()}); err != context.Canceled {
+		t.Fatalf("PurgeOnce with an ended context = %v, want context.Canceled itself", err)
+	}
+	if got := recordIDs(t, s, "id-0"); got[0] {
+		t.Error("id-0 purged by a PurgeOnce whose context had ended")
+	}
+}
