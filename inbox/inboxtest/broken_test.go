@@ -55,6 +55,8 @@ var variants = []variant{
 		[]string{"Tx/PanicRollsBackAndIsReraised"}},
 	{"check-then-insert", "transactions not serialized: Record checks the committed IDs, then inserts, so concurrent transactions both find an ID new",
 		[]string{"Concurrent/SameIDExactlyOneApplies"}},
+	{"dirty-read", "transactions not serialized and Record sees other transactions' uncommitted records (READ UNCOMMITTED, or a Redis SET outside the MULTI)",
+		[]string{"Concurrent/RolledBackRecordFreesID"}},
 	{"keyseqs-unguarded", "transactions not serialized and KeySeqs guards nothing: concurrent read-and-set of a key loses updates",
 		[]string{"KeySeqs/ConcurrentUpdatesSerialize", "KeySeqs/AbsentKeyGuarded", "KeySeqs/ConcurrentHandlersOfOneKey"}},
 	{"absent-keys-unguarded", "KeySeqs guards the keys it finds but not absent ones (SELECT ... FOR UPDATE locks no row)",
@@ -119,7 +121,7 @@ func TestSuiteRejectsBrokenStores(t *testing.T) {
 
 // broken wraps an inbox.Memory and breaks the contract its variant names.
 //
-// The "loose" variants (check-then-insert, keyseqs-unguarded,
+// The "loose" variants (check-then-insert, dirty-read, keyseqs-unguarded,
 // absent-keys-unguarded) cannot use the Memory's transactions, which run
 // one at a time: they run each transaction on a scratch Memory of its own
 // (for Begin, Commit and OnCommit) and keep the committed IDs and key
@@ -157,7 +159,11 @@ func newBroken(variant string) *broken {
 var _ inbox.Store[*inbox.MemoryTx] = (*broken)(nil)
 
 func (b *broken) loose() bool {
-	return b.variant == "check-then-insert" || b.variant == "keyseqs-unguarded" || b.variant == "absent-keys-unguarded"
+	switch b.variant {
+	case "check-then-insert", "dirty-read", "keyseqs-unguarded", "absent-keys-unguarded":
+		return true
+	}
+	return false
 }
 
 func (b *broken) state(tx *inbox.MemoryTx) *txState {
@@ -321,15 +327,28 @@ func (b *broken) looseRecord(tx *inbox.MemoryTx, ids []string) ([]bool, error) {
 	fresh := make([]bool, len(ids))
 	b.mu.Lock()
 	for i, id := range ids {
-		fresh[i] = !b.ids[id] && !st.idSet[id]
+		fresh[i] = !b.ids[id] && !st.idSet[id] && !(b.variant == "dirty-read" && b.uncommitted(id))
 		st.idSet[id] = true
 	}
 	b.mu.Unlock()
-	time.Sleep(5 * time.Millisecond) // the window between the check and the insert
+	if b.variant == "check-then-insert" {
+		time.Sleep(5 * time.Millisecond) // the window between the check and the insert
+	}
 	b.mu.Lock()
 	st.ids = append(st.ids, ids...)
 	b.mu.Unlock()
 	return fresh, nil
+}
+
+// uncommitted reports whether an open transaction recorded id; b.mu is
+// held.
+func (b *broken) uncommitted(id string) bool {
+	for _, st := range b.open {
+		if st.idSet[id] {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *broken) KeySeqs(ctx context.Context, tx *inbox.MemoryTx, keys []string) (map[string]int64, error) {

@@ -78,6 +78,7 @@ func concurrentCases[Tx any]() []testCase[Tx] {
 	return []testCase[Tx]{
 		{"SameIDExactlyOneApplies", sameIDExactlyOneApplies[Tx]},
 		{"DifferentIDsAllApplied", differentIDsAllApplied[Tx]},
+		{"RolledBackRecordFreesID", rolledBackRecordFreesID[Tx]},
 	}
 }
 
@@ -175,4 +176,59 @@ func differentIDsAllApplied[Tx any](t *testing.T, e *env[Tx]) {
 		}
 	}
 	wantAnswers(t, "Record of every ID handled", e.probe(ids...), all(len(ids), false))
+}
+
+// rolledBackRecordFreesID: while a transaction holds an uncommitted
+// record of an ID, another handles the same ID; the first rolls back: the
+// second applies it (it must not take the uncommitted record for a
+// committed one, or the message is lost).
+func rolledBackRecordFreesID[Tx any](t *testing.T, e *env[Tx]) {
+	ib := e.inbox(inbox.Options{})
+	ctx := e.ctx()
+	ready, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock()
+	errAbort := errors.New("abort")
+	first := make(chan error, 1)
+	go func() {
+		first <- e.s.InTx(ctx, func(ctx context.Context, tx Tx) error {
+			if _, err := e.s.Record(ctx, tx, []string{"x"}); err != nil {
+				return err
+			}
+			close(ready)
+			<-release
+			return errAbort
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-first:
+		t.Fatalf("the first transaction failed: %v", err)
+	}
+	type answer struct {
+		r   inbox.Result
+		err error
+	}
+	second := make(chan answer, 1)
+	go func() {
+		r, err := ib.Handle(ctx, inbox.Message{ID: "x"}, func(context.Context, Tx, inbox.Message) error { return nil })
+		second <- answer{r, err}
+	}()
+	// Let the second reach its Record (a SQL store makes it wait there);
+	// the outcome must not depend on whether it did.
+	time.Sleep(50 * time.Millisecond)
+	unblock()
+	if err := <-first; !errors.Is(err, errAbort) {
+		t.Fatalf("the first transaction = %v, want its rollback", err)
+	}
+	select {
+	case a := <-second:
+		if a.err != nil || a.r.Outcome != inbox.Applied {
+			t.Fatalf("Handle(x) while another transaction recorded x and then rolled back = %v, %v; want applied (the other record never committed)", a.r.Outcome, a.err)
+		}
+	case <-time.After(caseTimeout):
+		t.Fatalf("watchdog: Handle(x) did not return in %v after the transaction holding x rolled back", caseTimeout)
+	}
+	wantAnswers(t, "Record(x) after", e.probe("x"), []bool{false})
 }

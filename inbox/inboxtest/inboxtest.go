@@ -15,7 +15,8 @@
 //     re-raises) leaves no record, key number or offset.
 //   - Concurrent: handlers of the same ID on many goroutines, through
 //     inbox.Inbox.Handle with retries: exactly one applies; different
-//     IDs all apply.
+//     IDs all apply; an uncommitted record of an ID that then rolls back
+//     does not make another handler of the ID skip it.
 //   - KeySeqs: round trip, absent keys absent, keys compared exactly,
 //     concurrent updates of one key serialize (no lost update), also from
 //     an absent key.
