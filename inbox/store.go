@@ -36,8 +36,10 @@ type Store[Tx any] interface {
 
 	// Record records ids as applied in tx, at the store's clock, and
 	// reports for each, in the same order, whether it was new: true when
-	// no committed transaction recorded it before (and it is not earlier
-	// in ids), false when one did. The record becomes visible to others
+	// no committed transaction recorded it before, no earlier Record call
+	// of tx recorded it, and it is not earlier in ids; false otherwise.
+	// A store whose database cannot take all of ids in one statement
+	// splits them and still answers in order. The record becomes visible to others
 	// when tx commits and is gone if it rolls back.
 	//
 	// Concurrent transactions recording the same ID: at most one of them

@@ -43,6 +43,10 @@ var variants = []variant{
 		[]string{"Record/BatchDuplicatesAnsweredInOrder", "Inbox/DuplicatesSkipHandler"}},
 	{"answers-sorted", "Record answers in the IDs' sorted order (a query's row order), not in the order given",
 		[]string{"Record/BatchAnswersInOrder", "Record/BatchDuplicatesAnsweredInOrder"}},
+	{"own-records-new", "Record reports an ID new when an earlier Record of the same transaction recorded it",
+		[]string{"Record/SameTransactionTwice"}},
+	{"large-batch-chunks-swapped", "Record of more than 1000 IDs answers its chunks of 1000 in the wrong order (a store splitting a batch)",
+		[]string{"Record/LargeBatch"}},
 	{"ids-case-insensitive", "IDs compared ignoring case and trailing spaces (a _ci, PAD SPACE collation)",
 		[]string{"Record/IDsComparedExactly"}},
 	{"ids-truncated", "IDs cut to their first 64 bytes (a VARCHAR(64) column)",
@@ -269,13 +273,21 @@ func (b *broken) Record(ctx context.Context, tx *inbox.MemoryTx, ids []string) (
 	case "ids-truncated":
 		ids = mapStrings(ids, func(s string) string { return s[:min(len(s), 64)] })
 	}
+	st := b.state(tx)
+	b.mu.Lock()
+	earlier := slices.Clone(st.ids)
+	b.mu.Unlock()
 	fresh, err := b.Memory.Record(ctx, tx, ids)
 	if err != nil {
 		return nil, err
 	}
-	st := b.state(tx)
 	b.mu.Lock()
 	st.ids = append(st.ids, ids...)
+	for i, id := range ids {
+		if b.variant == "own-records-new" && slices.Contains(earlier, id) {
+			fresh[i] = true
+		}
+	}
 	for i, id := range ids {
 		if b.forgotten[id] {
 			fresh[i] = true
@@ -298,6 +310,10 @@ func (b *broken) misanswer(ids []string, fresh []bool) []bool {
 			} else {
 				first[id] = fresh[i]
 			}
+		}
+	case "large-batch-chunks-swapped":
+		if len(fresh) > 1000 {
+			return slices.Concat(fresh[1000:min(2000, len(fresh))], fresh[:1000], fresh[min(2000, len(fresh)):])
 		}
 	case "answers-sorted":
 		order := make([]int, len(ids))

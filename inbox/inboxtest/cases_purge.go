@@ -25,6 +25,7 @@ func purgeCases[Tx any]() []testCase[Tx] {
 		{"InvalidLimit", purgeInvalidLimit[Tx]},
 		{"SkipsOpenTransactions", purgeSkipsOpen[Tx]},
 		{"JanitorAcrossBatches", janitorAcrossBatches[Tx]},
+		{"ConcurrentPurgesCountOnce", concurrentPurgesCountOnce[Tx]},
 	}
 }
 
@@ -186,5 +187,52 @@ func janitorAcrossBatches[Tx any](t *testing.T, e *env[Tx]) {
 	wantAnswers(t, "Record of the old IDs and new", e.probe(append(oldIDs, "new")...), append(all(len(oldIDs), true), false))
 	if got := e.seqs(append(oldKeys, "newkey")...); len(got) != 1 || got["newkey"] != 1 {
 		t.Fatalf("KeySeqs of the old keys and newkey = %v, want only newkey: 1", got)
+	}
+}
+
+// concurrentPurgesCountOnce: janitors in several processes purge at once:
+// together they remove every old record, and count each once (a record
+// another Purge removed first is not counted again). A Purge failing with
+// a retryable conflict is tried again.
+func concurrentPurgesCountOnce[Tx any](t *testing.T, e *env[Tx]) {
+	const nIDs, nKeys, janitors = 60, 40, 4
+	e.write(generation{ids: names("old", nIDs), keys: names("oldkey", nKeys)})
+	before := time.Now().Add(time.Hour)
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		ids, keys int
+		errs      []error
+		begin     = make(chan struct{})
+		ctx       = e.ctx()
+	)
+	for range janitors {
+		wg.Go(func() {
+			<-begin
+			for {
+				i, k, err := e.s.Purge(ctx, before, 3)
+				mu.Lock()
+				ids, keys = ids+i, keys+k
+				if err != nil && !e.s.Retryable(err) {
+					errs = append(errs, err)
+				}
+				stop := len(errs) > 0 || (err == nil && i == 0 && k == 0)
+				mu.Unlock()
+				if stop {
+					return
+				}
+			}
+		})
+	}
+	close(begin)
+	watchdog(t, &wg, fmt.Sprintf("%d concurrent purges", janitors))
+	if len(errs) > 0 {
+		t.Fatalf("concurrent Purge errors: %v", errs)
+	}
+	if ids != nIDs || keys != nKeys {
+		t.Fatalf("%d Purges at once, each until it removed nothing, counted %d IDs and %d keys removed; want %d and %d", janitors, ids, keys, nIDs, nKeys)
+	}
+	if i, k := e.purge(before, 100); i != 0 || k != 0 {
+		t.Fatalf("a Purge after them removed %d IDs and %d keys, want none", i, k)
 	}
 }

@@ -16,6 +16,8 @@ func recordCases[Tx any]() []testCase[Tx] {
 		{"BatchDuplicatesAnsweredInOrder", batchDuplicates[Tx]},
 		{"BatchAnswersInOrder", batchAnswersInOrder[Tx]},
 		{"IDsComparedExactly", idsComparedExactly[Tx]},
+		{"SameTransactionTwice", sameTransactionTwice[Tx]},
+		{"LargeBatch", largeBatch[Tx]},
 		{"NoIDs", noIDs[Tx]},
 		{"EmptyIDInvalid", emptyIDInvalid[Tx]},
 	}
@@ -100,4 +102,45 @@ func emptyIDInvalid[Tx any](t *testing.T, e *env[Tx]) {
 		t.Fatalf("Record(ok, \"\") = %v, want an error wrapping inbox.ErrInvalidMessage", err)
 	}
 	wantAnswers(t, "Record(ok) after the failed transaction", e.probe("ok"), []bool{true})
+}
+
+// sameTransactionTwice: an ID recorded by an earlier Record call of the
+// same transaction is not new (inbox.Inbox.Apply called twice in one
+// caller's transaction must not apply a message twice).
+func sameTransactionTwice[Tx any](t *testing.T, e *env[Tx]) {
+	e.record("old")
+	e.commit("Record twice in one transaction", func(ctx context.Context, tx Tx) error {
+		first, err := e.s.Record(ctx, tx, []string{"x", "old"})
+		if err != nil {
+			return err
+		}
+		second, err := e.s.Record(ctx, tx, []string{"y", "x", "old"})
+		if err != nil {
+			return err
+		}
+		wantAnswers(t, "Record(x, old)", first, []bool{true, false})
+		wantAnswers(t, "Record(y, x, old) after Record(x, old) in the same transaction", second, []bool{true, false, false})
+		return nil
+	})
+	wantAnswers(t, "Record(x, y) after the commit", e.probe("x", "y"), []bool{false, false})
+}
+
+// largeBatch: one Record of 3000 IDs, some committed before,
+// answers each in order (a store must split what its database cannot take
+// in one statement).
+func largeBatch[Tx any](t *testing.T, e *env[Tx]) {
+	const n = 3000
+	var ids, old []string
+	want := make([]bool, n)
+	for i := range n {
+		id := fmt.Sprintf("large-%04d-%s", (i*7919)%n, strings.Repeat("z", i%50))
+		ids = append(ids, id)
+		want[i] = (i*i)%7 < 3 // a pattern that does not repeat every 1000 IDs
+		if !want[i] {
+			old = append(old, id)
+		}
+	}
+	e.record(old...)
+	wantAnswers(t, fmt.Sprintf("Record of %d IDs, some committed", n), e.record(ids...), want)
+	wantAnswers(t, "the same IDs again", e.probe(ids...), all(n, false))
 }
