@@ -53,8 +53,9 @@ func NewMemory() *Memory {
 
 // MemoryTx is a transaction of a [Memory] store. What it records becomes
 // visible when Commit succeeds; functions registered with OnCommit run
-// then, in order, so a consumer's in-memory effects commit with the
-// records. A MemoryTx is meant for one goroutine.
+// then, in order and before the next transaction begins, so a consumer's
+// in-memory effects commit with the records, in commit order. A MemoryTx
+// is meant for one goroutine.
 type MemoryTx struct {
 	m        *Memory
 	done     bool
@@ -76,15 +77,22 @@ func (m *Memory) Begin(ctx context.Context) (*MemoryTx, error) {
 }
 
 // OnCommit registers fn to run when tx commits (not when it rolls back).
+// The functions run in Commit, in the order registered, before the
+// store's next transaction begins: the effects of transactions take
+// place one transaction at a time, in commit order (so a key's effects
+// keep its messages' order), and fn must not begin a transaction of the
+// same store (it would wait for itself).
 func (tx *MemoryTx) OnCommit(fn func()) { tx.onCommit = append(tx.onCommit, fn) }
 
-// Commit makes tx's records visible and runs its OnCommit functions.
+// Commit makes tx's records visible and runs its OnCommit functions, then
+// lets the next transaction begin.
 func (tx *MemoryTx) Commit() error {
 	if tx.done {
 		return ErrTxDone
 	}
 	tx.done = true
 	m := tx.m
+	defer func() { <-m.txSem }() // after the OnCommit functions, even if one panics
 	m.mu.Lock()
 	now := m.now()
 	for _, id := range tx.ids {
@@ -97,7 +105,6 @@ func (tx *MemoryTx) Commit() error {
 		m.offsets[k] = n
 	}
 	m.mu.Unlock()
-	<-m.txSem
 	for _, fn := range tx.onCommit {
 		fn()
 	}
