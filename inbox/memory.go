@@ -68,6 +68,9 @@ type MemoryTx struct {
 
 // Begin starts a transaction, waiting for the running one to finish.
 func (m *Memory) Begin(ctx context.Context) (*MemoryTx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case m.txSem <- struct{}{}:
 	case <-ctx.Done():
@@ -121,7 +124,10 @@ func (tx *MemoryTx) Rollback() error {
 	return nil
 }
 
-func (tx *MemoryTx) check(m *Memory) error {
+func (tx *MemoryTx) check(ctx context.Context, m *Memory) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if tx == nil || tx.m != m {
 		return fmt.Errorf("inbox: a transaction of another Memory store, or nil; begin it with this store's Begin: %w", ErrInvalidArgument)
 	}
@@ -131,7 +137,8 @@ func (tx *MemoryTx) check(m *Memory) error {
 	return nil
 }
 
-// InTx implements [Store].
+// InTx implements [Store]. A transaction whose context ends before it
+// commits is rolled back, with the context's error.
 func (m *Memory) InTx(ctx context.Context, fn func(ctx context.Context, tx *MemoryTx) error) (err error) {
 	tx, err := m.Begin(ctx)
 	if err != nil {
@@ -145,6 +152,9 @@ func (m *Memory) InTx(ctx context.Context, fn func(ctx context.Context, tx *Memo
 	}()
 	err = fn(ctx, tx)
 	finished = true
+	if err == nil {
+		err = ctx.Err() // a transaction whose context ended does not commit
+	}
 	if err != nil {
 		_ = tx.Rollback()
 		return err
@@ -157,7 +167,7 @@ func (m *Memory) Retryable(error) bool { return false }
 
 // Record implements [Store].
 func (m *Memory) Record(ctx context.Context, tx *MemoryTx, ids []string) ([]bool, error) {
-	if err := tx.check(m); err != nil {
+	if err := tx.check(ctx, m); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
@@ -183,7 +193,7 @@ func (m *Memory) Record(ctx context.Context, tx *MemoryTx, ids []string) ([]bool
 
 // KeySeqs implements [Store].
 func (m *Memory) KeySeqs(ctx context.Context, tx *MemoryTx, keys []string) (map[string]int64, error) {
-	if err := tx.check(m); err != nil {
+	if err := tx.check(ctx, m); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -199,7 +209,7 @@ func (m *Memory) KeySeqs(ctx context.Context, tx *MemoryTx, keys []string) (map[
 
 // SetKeySeqs implements [Store].
 func (m *Memory) SetKeySeqs(ctx context.Context, tx *MemoryTx, seqs map[string]int64) error {
-	if err := tx.check(m); err != nil {
+	if err := tx.check(ctx, m); err != nil {
 		return err
 	}
 	for k, s := range seqs {
@@ -210,7 +220,7 @@ func (m *Memory) SetKeySeqs(ctx context.Context, tx *MemoryTx, seqs map[string]i
 
 // SaveOffsets implements [Store].
 func (m *Memory) SaveOffsets(ctx context.Context, tx *MemoryTx, offsets []Offset) error {
-	if err := tx.check(m); err != nil {
+	if err := tx.check(ctx, m); err != nil {
 		return err
 	}
 	for _, o := range offsets {

@@ -15,6 +15,7 @@ func txCases[Tx any]() []testCase[Tx] {
 	return []testCase[Tx]{
 		{"RollbackRecordsNothing", rollbackRecordsNothing[Tx]},
 		{"PanicRollsBackAndIsReraised", panicRollsBack[Tx]},
+		{"ContextErrorsPassThrough", contextErrorsPassThrough[Tx]},
 	}
 }
 
@@ -231,4 +232,44 @@ func rolledBackRecordFreesID[Tx any](t *testing.T, e *env[Tx]) {
 		t.Fatalf("watchdog: Handle(x) did not return in %v after the transaction holding x rolled back", caseTimeout)
 	}
 	wantAnswers(t, "Record(x) after", e.probe("x"), []bool{false})
+}
+
+// contextErrorsPassThrough: with its context ended, each method fails
+// with an error errors.Is finds the context's error in, and Retryable is
+// false for it (and for nil); a transaction whose context ends inside it
+// commits nothing.
+func contextErrorsPassThrough[Tx any](t *testing.T, e *env[Tx]) {
+	ctx, cancel := context.WithCancel(e.t.Context())
+	cancel()
+	if err := e.s.InTx(ctx, func(context.Context, Tx) error { return nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("InTx with an ended context = %v, want context.Canceled", err)
+	}
+	if _, err := e.s.Offsets(ctx, "g", "t"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Offsets with an ended context = %v, want context.Canceled", err)
+	}
+	if _, _, err := e.s.Purge(ctx, time.Now(), 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("Purge with an ended context = %v, want context.Canceled", err)
+	}
+	for _, err := range []error{nil, context.Canceled, context.DeadlineExceeded} {
+		if e.s.Retryable(err) {
+			t.Errorf("Retryable(%v) = true, want false", err)
+		}
+	}
+	inner, cancelInner := context.WithCancel(e.t.Context())
+	defer cancelInner()
+	err := e.s.InTx(inner, func(ctx context.Context, tx Tx) error {
+		if _, err := e.s.Record(ctx, tx, []string{"c"}); err != nil {
+			return err
+		}
+		cancelInner()
+		_, err := e.s.Record(ctx, tx, []string{"d"})
+		return err
+	})
+	if err == nil {
+		t.Errorf("InTx whose context ended inside it = nil, want an error")
+	}
+	if e.s.Retryable(err) {
+		t.Errorf("Retryable(%v) = true for a transaction whose context ended, want false", err)
+	}
+	wantAnswers(t, "Record(c, d) after the transaction whose context ended", e.probe("c", "d"), []bool{true, true})
 }
