@@ -24,7 +24,10 @@ type Store[Tx any] interface {
 	// rolled back and fn's error returned (the panic re-raised): nothing
 	// fn or the Store's methods wrote in tx stays. InTx does not retry;
 	// a commit that fails returns the store's error, for which Retryable
-	// says whether running the whole transaction again may succeed.
+	// says whether running the whole transaction again may succeed. A
+	// transaction whose ctx ends before it commits is rolled back, with
+	// an error errors.Is finds ctx's error in; with ctx already ended,
+	// InTx returns that error (fn may not run).
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 
 	// Retryable reports whether err, returned by InTx or a method called
