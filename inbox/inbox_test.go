@@ -302,6 +302,31 @@ func TestRetriesConflicts(t *testing.T) {
 	})
 }
 
+// TestRetriesHandlerConflicts: a handler whose effect fails with a
+// conflict the store calls retryable (a deadlock of the effect's INSERT)
+// runs again in a new transaction.
+func TestRetriesHandlerConflicts(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &conflicting{Memory: inbox.NewMemory()}
+		ib := newInbox(t, s, inbox.Options{})
+		var rec recorder
+		calls := 0
+		r, err := ib.Handle(t.Context(), inbox.Message{ID: "m"}, func(ctx context.Context, tx *inbox.MemoryTx, m inbox.Message) error {
+			if calls++; calls < 3 {
+				return errConflict
+			}
+			return rec.handle(ctx, tx, m)
+		})
+		if err != nil || r.Outcome != inbox.Applied || calls != 3 {
+			t.Fatalf("Handle with a handler conflicting twice = %+v, %v after %d calls; want applied at the 3rd", r, err, calls)
+		}
+		if applied, _ := rec.got(); !slices.Equal(applied, []string{"m"}) {
+			t.Errorf("applied %v, want [m] once", applied)
+		}
+	})
+}
+
 func TestMaxAttemptsRespected(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

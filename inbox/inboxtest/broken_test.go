@@ -3,6 +3,7 @@ package inboxtest_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"runtime"
@@ -79,6 +80,8 @@ var variants = []variant{
 		[]string{"Purge/Bounded", "Purge/OldestFirst"}},
 	{"purge-ignores-horizon", "Purge removes records newer than its horizon",
 		[]string{"Purge/OnlyBeforeHorizon", "Purge/KeysToo"}},
+	{"purge-keeps-keys", "Purge removes old IDs but never key numbers",
+		[]string{"Purge/KeysToo", "Purge/Bounded", "Purge/JanitorAcrossBatches"}},
 	{"purge-any-limit", "Purge takes a limit below 1 as no limit instead of rejecting it",
 		[]string{"Purge/InvalidLimit"}},
 	{"purge-takes-open", "Purge removes the records of transactions still open (they are gone once those commit)",
@@ -139,6 +142,7 @@ type broken struct {
 	forgotten map[string]bool              // purge-takes-open: IDs purged while their transaction was open
 	offsets   map[string]map[int32]int64   // offsets-outside-tx: "group\x00topic" -> saved at once
 	groups    map[string]bool              // offsets-any-group: groups saved
+	setSeqs   map[string]int64             // purge-keeps-keys: every key number set
 	ids       map[string]bool              // loose: committed IDs
 	seqs      map[string]int64             // loose: committed key numbers
 	keyLocks  map[string]chan struct{}     // loose: held key guards
@@ -156,7 +160,7 @@ func newBroken(variant string) *broken {
 	return &broken{
 		Memory: inbox.NewMemory(), variant: variant,
 		open: map[*inbox.MemoryTx]*txState{}, forgotten: map[string]bool{}, offsets: map[string]map[int32]int64{},
-		groups: map[string]bool{}, ids: map[string]bool{}, seqs: map[string]int64{}, keyLocks: map[string]chan struct{}{},
+		groups: map[string]bool{}, setSeqs: map[string]int64{}, ids: map[string]bool{}, seqs: map[string]int64{}, keyLocks: map[string]chan struct{}{},
 	}
 }
 
@@ -448,6 +452,10 @@ func (b *broken) SetKeySeqs(ctx context.Context, tx *inbox.MemoryTx, seqs map[st
 			st.seqs[k] = s
 		}
 		return nil
+	case b.variant == "purge-keeps-keys":
+		b.mu.Lock()
+		maps.Copy(b.setSeqs, seqs)
+		b.mu.Unlock()
 	case b.variant == "keys-case-insensitive":
 		folded := map[string]int64{}
 		for k, s := range seqs {
@@ -504,13 +512,7 @@ func (b *broken) Offsets(ctx context.Context, group, topic string) (map[int32]in
 		return out, nil
 	case "offsets-any-group":
 		b.mu.Lock()
-		groups := slices.Collect(func(yield func(string) bool) {
-			for g := range b.groups {
-				if !yield(g) {
-					return
-				}
-			}
-		})
+		groups := slices.Collect(maps.Keys(b.groups))
 		b.mu.Unlock()
 		out := map[int32]int64{}
 		for _, g := range groups {
@@ -549,8 +551,33 @@ func (b *broken) Purge(ctx context.Context, before time.Time, limit int) (int, i
 		if err := b.waitNoneOpen(ctx); err != nil {
 			return 0, 0, err
 		}
+	case "purge-keeps-keys":
+		return b.purgeIDsOnly(ctx, before, limit)
 	}
 	return b.Memory.Purge(ctx, before, limit)
+}
+
+// purgeIDsOnly purges, then sets again the key numbers the purge
+// removed.
+func (b *broken) purgeIDsOnly(ctx context.Context, before time.Time, limit int) (int, int, error) {
+	ids, _, err := b.Memory.Purge(ctx, before, limit)
+	if err != nil {
+		return ids, 0, err
+	}
+	b.mu.Lock()
+	seqs := maps.Clone(b.setSeqs)
+	b.mu.Unlock()
+	err = b.Memory.InTx(ctx, func(ctx context.Context, tx *inbox.MemoryTx) error {
+		kept, err := b.Memory.KeySeqs(ctx, tx, slices.Collect(maps.Keys(seqs)))
+		if err != nil {
+			return err
+		}
+		for k := range kept {
+			delete(seqs, k)
+		}
+		return b.Memory.SetKeySeqs(ctx, tx, seqs)
+	})
+	return ids, 0, err
 }
 
 // waitNoneOpen waits until no transaction is in progress.
