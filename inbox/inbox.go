@@ -288,6 +288,12 @@ func (ib *Inbox[Tx]) HandleBatch(ctx context.Context, msgs []Message, h Handler[
 // applied. Apply does not retry, and under GapHold it returns a
 // [*GapError] instead of waiting. Metrics count the results when Apply
 // returns. No msgs returns (nil, nil).
+//
+// Apply called twice in one transaction sees the IDs the first call
+// recorded (a message in both is a Duplicate the second time), but
+// whether it sees the key numbers the first call set depends on the store
+// (Store.KeySeqs reads them as committed; a SQL store also sees its own
+// transaction's): pass a key's messages to one call, in order.
 func (ib *Inbox[Tx]) Apply(ctx context.Context, tx Tx, msgs []Message, h Handler[Tx]) ([]Result, error) {
 	if len(msgs) == 0 {
 		return nil, nil
