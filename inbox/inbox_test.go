@@ -538,24 +538,66 @@ func (c *counting) SaveOffsets(ctx context.Context, tx *inbox.MemoryTx, offs []i
 	return c.Memory.SaveOffsets(ctx, tx, offs)
 }
 
-// TestNoRoundTripsForWhatABatchLacks: a batch without numbered keys does
-// not read or set key numbers, and one without offsets stores none: a SQL
-// store's transaction is then the Record and the handler's own work.
-func TestNoRoundTripsForWhatABatchLacks(t *testing.T) {
+func (c *counting) RecordWithKeySeqs(ctx context.Context, tx *inbox.MemoryTx, ids, keys []string) ([]bool, map[string]int64, error) {
+	c.count("RecordWithKeySeqs")
+	return c.Memory.RecordWithKeySeqs(ctx, tx, ids, keys)
+}
+
+func (c *counting) Finish(ctx context.Context, tx *inbox.MemoryTx, seqs map[string]int64, offs []inbox.Offset) error {
+	c.count("Finish")
+	return c.Memory.Finish(ctx, tx, seqs, offs)
+}
+
+func (c *counting) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = map[string]int{}
+	return out
+}
+
+// plain hides the optional interfaces of the store it wraps.
+type plain struct{ inbox.Store[*inbox.MemoryTx] }
+
+// TestRoundTrips: which store calls (beyond Record) a batch costs, with a
+// plain store and with one that implements KeyRecorder and Finisher: none
+// for what a batch lacks (numbered keys, offsets), and with the optional
+// interfaces one before and one after the handlers.
+func TestRoundTrips(t *testing.T) {
 	t.Parallel()
-	s := &counting{Memory: inbox.NewMemory(), calls: map[string]int{}}
-	ib := newInbox(t, s, inbox.Options{})
-	var rec recorder
-	handle(t, ib, rec.handle, inbox.Message{ID: "a"}, inbox.Message{ID: "b", Key: "k"})
-	if len(s.calls) != 0 {
-		t.Errorf("store calls for a batch without numbers or offsets: %v, want none besides Record", s.calls)
-	}
-	handle(t, ib, rec.handle, inbox.Message{ID: "a", Key: "k", Seq: 1}) // a duplicate: its number is not checked
-	if len(s.calls) != 0 {
-		t.Errorf("store calls for a duplicate: %v, want none besides Record", s.calls)
-	}
-	handle(t, ib, rec.handle, inbox.Message{ID: "c", Key: "k", Seq: 1, Offset: &inbox.Offset{Topic: "t", Next: 1}})
-	if want := map[string]int{"KeySeqs": 1, "SetKeySeqs": 1, "SaveOffsets": 1}; !maps.Equal(s.calls, want) {
-		t.Errorf("store calls for a numbered message with an offset: %v, want %v", s.calls, want)
+	numbered := inbox.Message{ID: "c", Key: "k", Seq: 1, Offset: &inbox.Offset{Topic: "t", Next: 1}}
+	for _, c := range []struct {
+		name     string
+		optional bool
+		msgs     []inbox.Message
+		want     map[string]int
+	}{
+		{"PlainUnnumbered", false, []inbox.Message{{ID: "a"}, {ID: "b", Key: "k"}}, map[string]int{}},
+		{"PlainNumberedWithOffset", false, []inbox.Message{numbered}, map[string]int{"KeySeqs": 1, "SetKeySeqs": 1, "SaveOffsets": 1}},
+		{"PlainDuplicate", false, []inbox.Message{{ID: "a", Key: "k", Seq: 1}}, map[string]int{}},
+		{"OptionalUnnumbered", true, []inbox.Message{{ID: "a"}, {ID: "b", Key: "k"}}, map[string]int{}},
+		{"OptionalNumberedWithOffset", true, []inbox.Message{numbered}, map[string]int{"RecordWithKeySeqs": 1, "Finish": 1}},
+		{"OptionalOffsetOnly", true, []inbox.Message{{ID: "d", Offset: &inbox.Offset{Topic: "t", Next: 2}}}, map[string]int{"Finish": 1}},
+		{"OptionalDuplicate", true, []inbox.Message{{ID: "a", Key: "k", Seq: 1}}, map[string]int{"RecordWithKeySeqs": 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := &counting{Memory: inbox.NewMemory(), calls: map[string]int{}}
+			var store inbox.Store[*inbox.MemoryTx] = s
+			if !c.optional {
+				store = plain{s}
+			}
+			ib := newInbox(t, store, inbox.Options{})
+			var rec recorder
+			handle(t, ib, rec.handle, inbox.Message{ID: "a"})
+			s.take()
+			rs := handle(t, ib, rec.handle, c.msgs...)
+			if got := s.take(); !maps.Equal(got, c.want) {
+				t.Errorf("store calls besides Record = %v, want %v", got, c.want)
+			}
+			if c.msgs[0].ID == "c" && (rs[0].Outcome != inbox.Applied || rs[0].First) {
+				t.Errorf("result %+v, want applied", rs[0])
+			}
+		})
 	}
 }

@@ -38,7 +38,11 @@ type offsetKey struct {
 	partition    int32
 }
 
-var _ Store[*MemoryTx] = (*Memory)(nil)
+var (
+	_ Store[*MemoryTx]       = (*Memory)(nil)
+	_ KeyRecorder[*MemoryTx] = (*Memory)(nil)
+	_ Finisher[*MemoryTx]    = (*Memory)(nil)
+)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
@@ -189,6 +193,27 @@ func (m *Memory) Record(ctx context.Context, tx *MemoryTx, ids []string) ([]bool
 		tx.ids = append(tx.ids, id)
 	}
 	return fresh, nil
+}
+
+// RecordWithKeySeqs implements [KeyRecorder]: Record, then KeySeqs.
+func (m *Memory) RecordWithKeySeqs(ctx context.Context, tx *MemoryTx, ids, keys []string) ([]bool, map[string]int64, error) {
+	fresh, err := m.Record(ctx, tx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	seqs, err := m.KeySeqs(ctx, tx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fresh, seqs, nil
+}
+
+// Finish implements [Finisher]: SetKeySeqs, then SaveOffsets.
+func (m *Memory) Finish(ctx context.Context, tx *MemoryTx, seqs map[string]int64, offsets []Offset) error {
+	if err := m.SetKeySeqs(ctx, tx, seqs); err != nil {
+		return err
+	}
+	return m.SaveOffsets(ctx, tx, offsets)
 }
 
 // KeySeqs implements [Store].

@@ -96,3 +96,28 @@ type Offset struct {
 	Partition int32
 	Next      int64
 }
+
+// KeyRecorder is an optional interface of a [Store] that records IDs and
+// reads key numbers in one round trip; the [Inbox] uses it, when the
+// store implements it, for a batch with numbered messages (a SQL store:
+// one statement instead of two, a per-record cost that shows on a
+// message a transaction).
+type KeyRecorder[Tx any] interface {
+	// RecordWithKeySeqs is Record(ctx, tx, ids) followed by
+	// KeySeqs(ctx, tx, keys), with the same answers and guards, in one
+	// round trip. It returns Record's answers and KeySeqs' map. No keys
+	// returns an empty map; no ids returns no answers. The Inbox passes
+	// the keys of every numbered message in the batch, duplicates' too.
+	RecordWithKeySeqs(ctx context.Context, tx Tx, ids, keys []string) ([]bool, map[string]int64, error)
+}
+
+// Finisher is an optional interface of a [Store] that writes a batch's
+// key numbers and offsets in one round trip; the [Inbox] uses it, when
+// the store implements it, once after the handlers of a batch that has
+// something to write.
+type Finisher[Tx any] interface {
+	// Finish is SetKeySeqs(ctx, tx, seqs) followed by SaveOffsets(ctx,
+	// tx, offsets), with the same effects, in one round trip. Either may
+	// be empty; both empty does nothing.
+	Finish(ctx context.Context, tx Tx, seqs map[string]int64, offsets []Offset) error
+}

@@ -31,3 +31,17 @@ func TestMemoryWithoutBackdate(t *testing.T) {
 	t.Parallel()
 	inboxtest.Run(t, memoryHarness(false))
 }
+
+// plainMemory hides inbox.Memory's optional interfaces (KeyRecorder,
+// Finisher), so the suite's Inbox cases take the plain path.
+type plainMemory struct{ inbox.Store[*inbox.MemoryTx] }
+
+func TestMemoryPlain(t *testing.T) {
+	t.Parallel()
+	inboxtest.Run(t, inboxtest.Harness[*inbox.MemoryTx]{
+		New: func(t *testing.T) inbox.Store[*inbox.MemoryTx] { return plainMemory{inbox.NewMemory()} },
+		Backdate: func(t *testing.T, s inbox.Store[*inbox.MemoryTx], d time.Duration, ids, keys []string) {
+			s.(plainMemory).Store.(*inbox.Memory).Backdate(d, ids, keys)
+		},
+	})
+}
