@@ -164,7 +164,11 @@ func newBroken(variant string) *broken {
 	}
 }
 
-var _ inbox.Store[*inbox.MemoryTx] = (*broken)(nil)
+var (
+	_ inbox.Store[*inbox.MemoryTx]       = (*broken)(nil)
+	_ inbox.KeyRecorder[*inbox.MemoryTx] = (*broken)(nil)
+	_ inbox.Finisher[*inbox.MemoryTx]    = (*broken)(nil)
+)
 
 func (b *broken) loose() bool {
 	switch b.variant {
@@ -464,6 +468,27 @@ func (b *broken) SetKeySeqs(ctx context.Context, tx *inbox.MemoryTx, seqs map[st
 		seqs = folded
 	}
 	return b.Memory.SetKeySeqs(ctx, tx, seqs)
+}
+
+// RecordWithKeySeqs implements inbox.KeyRecorder through the wrapper's
+// own (broken) Record and KeySeqs; without it, the Memory's would be
+// promoted and bypass them.
+func (b *broken) RecordWithKeySeqs(ctx context.Context, tx *inbox.MemoryTx, ids, keys []string) ([]bool, map[string]int64, error) {
+	fresh, err := b.Record(ctx, tx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	seqs, err := b.KeySeqs(ctx, tx, keys)
+	return fresh, seqs, err
+}
+
+// Finish implements inbox.Finisher through the wrapper's SetKeySeqs and
+// SaveOffsets.
+func (b *broken) Finish(ctx context.Context, tx *inbox.MemoryTx, seqs map[string]int64, offsets []inbox.Offset) error {
+	if err := b.SetKeySeqs(ctx, tx, seqs); err != nil || len(offsets) == 0 {
+		return err
+	}
+	return b.SaveOffsets(ctx, tx, offsets)
 }
 
 func (b *broken) SaveOffsets(ctx context.Context, tx *inbox.MemoryTx, offsets []inbox.Offset) error {
