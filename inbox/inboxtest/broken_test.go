@@ -70,6 +70,10 @@ var variants = []variant{
 		[]string{"KeySeqs/AbsentKeysAbsent", "Inbox/GapReportedAndApplied"}},
 	{"keys-case-insensitive", "keys compared ignoring case and trailing spaces",
 		[]string{"KeySeqs/KeysComparedExactly"}},
+	{"recorder-unguarded", "transactions not serialized; KeySeqs guards its keys but RecordWithKeySeqs (inbox.KeyRecorder) does not",
+		[]string{"KeyRecorder/GuardsKeys", "KeySeqs/ConcurrentHandlersOfOneKey"}},
+	{"finish-drops-offsets", "Finish (inbox.Finisher) sets the key numbers but not the offsets",
+		[]string{"Finisher/WritesAsSetKeySeqsAndSaveOffsets", "Inbox/OffsetsStoredWithBatch"}},
 	{"offsets-outside-tx", "SaveOffsets writes at once, outside the transaction (visible before commit, kept after rollback)",
 		[]string{"Offsets/SavedWithTransactionOnly", "Tx/RollbackRecordsNothing"}},
 	{"offsets-keep-max", "SaveOffsets keeps the higher offset instead of overwriting (a rewind is lost)",
@@ -129,7 +133,7 @@ func TestSuiteRejectsBrokenStores(t *testing.T) {
 // broken wraps an inbox.Memory and breaks the contract its variant names.
 //
 // The "loose" variants (check-then-insert, dirty-read, keyseqs-unguarded,
-// absent-keys-unguarded) cannot use the Memory's transactions, which run
+// absent-keys-unguarded, recorder-unguarded) cannot use the Memory's transactions, which run
 // one at a time: they run each transaction on a scratch Memory of its own
 // (for Begin, Commit and OnCommit) and keep the committed IDs and key
 // numbers in the wrapper, as a database without the right locks would.
@@ -172,7 +176,7 @@ var (
 
 func (b *broken) loose() bool {
 	switch b.variant {
-	case "check-then-insert", "dirty-read", "keyseqs-unguarded", "absent-keys-unguarded":
+	case "check-then-insert", "dirty-read", "keyseqs-unguarded", "absent-keys-unguarded", "recorder-unguarded":
 		return true
 	}
 	return false
@@ -377,7 +381,7 @@ func (b *broken) uncommitted(id string) bool {
 
 func (b *broken) KeySeqs(ctx context.Context, tx *inbox.MemoryTx, keys []string) (map[string]int64, error) {
 	if b.loose() {
-		return b.looseKeySeqs(ctx, tx, keys)
+		return b.looseKeySeqs(ctx, tx, keys, true)
 	}
 	if b.variant == "keys-case-insensitive" {
 		got, err := b.Memory.KeySeqs(ctx, tx, mapStrings(keys, fold))
@@ -400,16 +404,16 @@ func (b *broken) KeySeqs(ctx context.Context, tx *inbox.MemoryTx, keys []string)
 	return got, err
 }
 
-// looseKeySeqs reads the committed numbers; it takes each key's guard
-// (held until the transaction ends) unless the variant leaves the key
-// unguarded, and then gives other transactions time to read too.
-func (b *broken) looseKeySeqs(ctx context.Context, tx *inbox.MemoryTx, keys []string) (map[string]int64, error) {
+// looseKeySeqs reads the committed numbers; with guard, it takes each
+// key's guard (held until the transaction ends) unless the variant leaves
+// the key unguarded; then it gives other transactions time to read too.
+func (b *broken) looseKeySeqs(ctx context.Context, tx *inbox.MemoryTx, keys []string, guard bool) (map[string]int64, error) {
 	st := b.state(tx)
 	for _, k := range keys {
 		b.mu.Lock()
 		_, present := b.seqs[k]
 		b.mu.Unlock()
-		if b.variant == "keyseqs-unguarded" || (b.variant == "absent-keys-unguarded" && !present) || slices.Contains(st.locked, k) {
+		if !guard || b.variant == "keyseqs-unguarded" || (b.variant == "absent-keys-unguarded" && !present) || slices.Contains(st.locked, k) {
 			continue
 		}
 		select {
@@ -478,6 +482,10 @@ func (b *broken) RecordWithKeySeqs(ctx context.Context, tx *inbox.MemoryTx, ids,
 	if err != nil {
 		return nil, nil, err
 	}
+	if b.variant == "recorder-unguarded" {
+		seqs, err := b.looseKeySeqs(ctx, tx, keys, false)
+		return fresh, seqs, err
+	}
 	seqs, err := b.KeySeqs(ctx, tx, keys)
 	return fresh, seqs, err
 }
@@ -485,7 +493,7 @@ func (b *broken) RecordWithKeySeqs(ctx context.Context, tx *inbox.MemoryTx, ids,
 // Finish implements inbox.Finisher through the wrapper's SetKeySeqs and
 // SaveOffsets.
 func (b *broken) Finish(ctx context.Context, tx *inbox.MemoryTx, seqs map[string]int64, offsets []inbox.Offset) error {
-	if err := b.SetKeySeqs(ctx, tx, seqs); err != nil || len(offsets) == 0 {
+	if err := b.SetKeySeqs(ctx, tx, seqs); err != nil || len(offsets) == 0 || b.variant == "finish-drops-offsets" {
 		return err
 	}
 	return b.SaveOffsets(ctx, tx, offsets)

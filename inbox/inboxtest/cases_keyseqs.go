@@ -87,13 +87,21 @@ func mapsKeys(m map[string]int64) []string {
 	return out
 }
 
+// keyReader reads and guards key's number in tx: KeySeqs, or an optional
+// interface's method that does what KeySeqs does.
+type keyReader[Tx any] func(ctx context.Context, tx Tx, key string) (map[string]int64, error)
+
+func (e *env[Tx]) keySeqsReader(ctx context.Context, tx Tx, key string) (map[string]int64, error) {
+	return e.s.KeySeqs(ctx, tx, []string{key})
+}
+
 // increment adds 1 to key's number (absent counts as 0) in one
 // transaction, running it again while the store says a conflict is
 // retryable.
-func (e *env[Tx]) increment(ctx context.Context, key string) error {
+func (e *env[Tx]) increment(ctx context.Context, key string, read keyReader[Tx]) error {
 	for attempt := 1; ; attempt++ {
 		err := e.s.InTx(ctx, func(ctx context.Context, tx Tx) error {
-			got, err := e.s.KeySeqs(ctx, tx, []string{key})
+			got, err := read(ctx, tx, key)
 			if err != nil {
 				return err
 			}
@@ -111,7 +119,7 @@ func (e *env[Tx]) increment(ctx context.Context, key string) error {
 // transactions overlap) and checks that every key ends at its start plus
 // 2n: a transaction that read a key's number is not overtaken by another
 // setting it.
-func (e *env[Tx]) incrementConcurrently(keys []string, n int, start map[string]int64) {
+func (e *env[Tx]) incrementConcurrently(keys []string, n int, start map[string]int64, read keyReader[Tx]) {
 	e.t.Helper()
 	ctx := e.ctx()
 	for range n {
@@ -122,7 +130,7 @@ func (e *env[Tx]) incrementConcurrently(keys []string, n int, start map[string]i
 			for range 2 {
 				wg.Go(func() {
 					<-begin
-					if err := e.increment(ctx, k); err != nil {
+					if err := e.increment(ctx, k, read); err != nil {
 						errs <- err
 					}
 				})
@@ -148,7 +156,7 @@ func (e *env[Tx]) incrementConcurrently(keys []string, n int, start map[string]i
 // key, many times: no update is lost.
 func concurrentUpdatesSerialize[Tx any](t *testing.T, e *env[Tx]) {
 	e.setSeqs(map[string]int64{"hot": 100})
-	e.incrementConcurrently([]string{"hot"}, 25, map[string]int64{"hot": 100})
+	e.incrementConcurrently([]string{"hot"}, 25, map[string]int64{"hot": 100}, e.keySeqsReader)
 }
 
 // absentKeyGuarded: the same for keys that are absent when the two
@@ -158,7 +166,7 @@ func absentKeyGuarded[Tx any](t *testing.T, e *env[Tx]) {
 	for i := range 25 {
 		keys = append(keys, fmt.Sprintf("new-%d", i))
 	}
-	e.incrementConcurrently(keys, 1, nil)
+	e.incrementConcurrently(keys, 1, nil, e.keySeqsReader)
 }
 
 // concurrentHandlersOfOneKey: two goroutines handle messages of one key

@@ -29,6 +29,10 @@
 //   - Inbox: the portable layer over the store: duplicates skip the
 //     handler, gaps are reported and applied, a handler's error rolls
 //     back, offsets are stored with the batch.
+//   - KeyRecorder, Finisher: only for a store that implements these
+//     optional interfaces (Run asks a store made by Harness.New before the
+//     cases): their methods do what the calls they combine do, guards and
+//     rollbacks included. The Inbox cases then go through them too.
 //
 // # Requirements
 //
@@ -78,7 +82,8 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 	if h.New == nil {
 		t.Fatal("inboxtest: Harness.New is required")
 	}
-	for _, a := range areas[Tx]() {
+	probe := h.New(t) // which optional interfaces the stores implement
+	for _, a := range append(areas[Tx](), optionalAreas(probe)...) {
 		t.Run(a.name, func(t *testing.T) {
 			t.Parallel()
 			for _, c := range a.cases {
