@@ -120,7 +120,7 @@ func areas[Tx any]() []area[Tx] {
 
 // caseTimeout bounds every store call of a case: a store that blocks
 // where it must not fails the case instead of hanging the suite.
-const caseTimeout = time.Minute
+const caseTimeout = 2 * time.Minute
 
 // env is one case's store and its helpers. Each helper fails the test on
 // an unexpected error.
