@@ -153,7 +153,7 @@ func purgeSkipsOpen[Tx any](t *testing.T, e *env[Tx]) {
 	case err := <-txDone:
 		t.Fatalf("the transaction holding a record failed: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(e.t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(e.t.Context(), 20*time.Second)
 	defer cancel()
 	_, _, err := e.s.Purge(ctx, time.Now().Add(time.Hour), 100)
 	unblock()
