@@ -56,10 +56,13 @@ type Store[Tx any] interface {
 
 	// KeySeqs returns the highest applied sequence number of each of keys
 	// as committed (a key never set, or removed by Purge, is absent from
-	// the map) and guards them for tx: a concurrent transaction that
-	// reads or sets one of them waits for tx (SQL: SELECT ... FOR UPDATE)
-	// or fails its commit with a retryable error (Redis). No keys returns
-	// an empty map.
+	// the map) and guards them for tx, present or absent: a concurrent
+	// transaction that reads or sets one of them waits for tx or fails
+	// with an error for which Retryable is true (SQL: a locking read
+	// that also locks a key without a row, such as an upsert of a
+	// placeholder row reported absent, or a deadlock on the gap lock), or
+	// fails its commit with a retryable error (Redis: WATCH). No keys
+	// returns an empty map.
 	KeySeqs(ctx context.Context, tx Tx, keys []string) (map[string]int64, error)
 
 	// SetKeySeqs sets the highest applied sequence number of each key in
