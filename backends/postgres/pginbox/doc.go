@@ -84,7 +84,13 @@
 //   - SetKeySeqs, SaveOffsets: upserts from arrays, in key order.
 //   - Offsets: a primary-key range scan.
 //   - Purge: one statement with two DELETEs, each of at most limit rows
-//     chosen oldest first through its time index FOR UPDATE SKIP LOCKED.
+//     chosen oldest first through its time index FOR UPDATE SKIP LOCKED,
+//     then deleted through the primary key (= ANY(ARRAY(...)); IN (...)
+//     is planned as a semi join over the whole table).
+//   - RecordWithKeySeqs and Finish, the Inbox's optional KeyRecorder and
+//     Finisher: Record with KeySeqs, and SetKeySeqs with SaveOffsets, in
+//     one statement each, so a transaction of numbered messages with
+//     offsets costs two round trips besides its effects instead of four.
 //
 // Arrays travel as Go slices with pgx and as array literals in strings
 // with database/sql, so [SQLStore] works with any PostgreSQL driver.
