@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,8 +83,10 @@ type Stats struct {
 //
 // kopts configure the kgo client the Consumer makes and owns (at least
 // kgo.SeedBrokers; also TLS, SASL, FetchMaxWait, session timeouts...).
-// The balancer defaults to kgo.CooperativeStickyBalancer (a kgo.Balancers
-// in kopts overrides it). The Consumer sets, over anything in kopts:
+// The balancer defaults to kgo.CooperativeStickyBalancer and the
+// isolation level to read_committed, so that the records of an aborted
+// transaction (the Kafka sink's transactional mode) are never applied
+// (kgo.Balancers and kgo.FetchIsolationLevel in kopts override them). The Consumer sets, over anything in kopts:
 // ConsumerGroup, ConsumeTopics, ConsumeResetOffset (Options.ResetOffset),
 // BlockRebalanceOnPoll, AdjustFetchOffsetsFn, OnPartitionsRevoked,
 // OnPartitionsLost, OnPartitionsCallbackBlocked, and AutoCommitMarks (or
@@ -99,7 +102,7 @@ func NewConsumer[Tx any](ib *inbox.Inbox[Tx], h inbox.Handler[Tx], opts Options,
 	}
 	c := &Consumer[Tx]{ib: ib, h: h, opts: opts, failing: map[partition]*failure{}}
 	all := make([]kgo.Opt, 0, len(kopts)+12)
-	all = append(all, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	all = append(all, kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	all = append(all, kopts...)
 	all = append(all,
 		kgo.ConsumerGroup(opts.Group),
@@ -265,7 +268,7 @@ func (c *Consumer[Tx]) split(fs kgo.Fetches) (works []work, dropped map[partitio
 			return
 		}
 		idx[k] = len(works)
-		works = append(works, work{partition: k, recs: p.Records})
+		works = append(works, work{partition: k, recs: slices.Clip(p.Records)}) // an append copies
 	})
 	return works, dropped
 }

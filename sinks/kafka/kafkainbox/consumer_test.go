@@ -30,6 +30,10 @@ func TestConsumerMemory(t *testing.T) {
 		t.Parallel()
 		rebalanceScenario(t, memoryHarness(t), 60)
 	})
+	t.Run("HungConsumerLosesItsPartitionsAndCommitsLate", func(t *testing.T) {
+		t.Parallel()
+		zombieScenario(t, memoryHarness(t))
+	})
 }
 
 // Every record is applied once, each key in order, over several batches a
@@ -271,7 +275,10 @@ func TestConsumerReportsGaps(t *testing.T) {
 	c := newCluster(t, 1, topic)
 	want := []pub{{id: "g-1", key: "g", seq: 1}, {id: "g-2", key: "g", seq: 2}, {id: "g-5", key: "g", seq: 5}, {id: "g-6", key: "g", seq: 6}}
 	produce(t, newProducer(t, c), topic, want...)
-	store, ib := newMemoryInbox(t)
+	store := inbox.NewMemory()
+	logs := &testenv.LogCapture{}
+	ib, err := inbox.New(store, inbox.Options{Logger: slog.New(logs)})
+	require.NoError(t, err)
 	e := newEffects()
 	cons, err := kafkainbox.NewConsumer(ib, e.handler(), kafkainbox.Options{Group: group, Topics: []string{topic}, Logger: quietLogger()}, consumerOpts(c)...)
 	require.NoError(t, err)
@@ -282,6 +289,12 @@ func TestConsumerReportsGaps(t *testing.T) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	require.Equal(t, []int64{1, 2, 5, 6}, e.byKey["g"])
+	gaps := logs.Attrs(slog.LevelWarn, func(m string) bool { return strings.HasPrefix(m, "inbox: sequence gap") })
+	require.Len(t, gaps, 1, logs.String())
+	require.Equal(t, "g-5", gaps[0]["id"])
+	require.Equal(t, "g", gaps[0]["key"])
+	require.Equal(t, "3", gaps[0]["missing_from"])
+	require.Equal(t, "4", gaps[0]["missing_to"])
 }
 
 func TestNewConsumerRejectsBadArguments(t *testing.T) {
@@ -415,4 +428,37 @@ func TestConsumerYieldsToAWaitingRebalance(t *testing.T) {
 	require.Positive(t, sa.Yielded, "the first consumer did not stop its partitions for the rebalance")
 	require.Equal(t, int64(len(want)), sa.Applied+sb.Applied)
 	require.Zero(t, sa.Duplicates+sb.Duplicates)
+}
+
+// The records of an aborted transaction (the Kafka sink's transactional
+// mode, when a relay's transaction fails) are not applied: the consumer
+// reads committed records only.
+func TestConsumerSkipsAbortedTransactions(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "billing"
+	c := newCluster(t, 1, topic)
+	txn, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("relay-0"))
+	require.NoError(t, err)
+	defer txn.Close()
+	ctx := context.Background()
+	inTxn := func(commit kgo.TransactionEndTry, pubs ...pub) {
+		t.Helper()
+		require.NoError(t, txn.BeginTransaction())
+		require.NoError(t, txn.ProduceSync(ctx, records(topic, pubs)...).FirstErr())
+		require.NoError(t, txn.EndTransaction(ctx, commit))
+	}
+	inTxn(kgo.TryCommit, pub{id: "a-1", key: "a", seq: 1})
+	inTxn(kgo.TryAbort, pub{id: "a-2", key: "a", seq: 2}, pub{id: "aborted", key: "x", seq: 1})
+	inTxn(kgo.TryCommit, pub{id: "a-2", key: "a", seq: 2}, pub{id: "a-3", key: "a", seq: 3})
+
+	store, ib := newMemoryInbox(t)
+	e := newEffects()
+	cons, err := kafkainbox.NewConsumer(ib, e.handler(), kafkainbox.Options{Group: group, Topics: []string{topic}, Logger: quietLogger()}, consumerOpts(c)...)
+	require.NoError(t, err)
+	stop, _ := run(t, cons)
+	// 3 committed records, 2 aborted ones, 3 transaction markers.
+	waitFor(t, "the partition handled to its end", func() bool { return storedOffsets(t, store, group, topic)[0] >= 7 })
+	stop()
+	e.checkOnce(t, []pub{{id: "a-1", key: "a", seq: 1}, {id: "a-2", key: "a", seq: 2}, {id: "a-3", key: "a", seq: 3}})
+	require.Equal(t, kafkainbox.Stats{Applied: 3, Batches: cons.Stats().Batches}, cons.Stats())
 }

@@ -141,11 +141,14 @@ type BatchError struct {
 	Err error
 }
 
+// Error names the partition, the offset and the attempts, and says what
+// to do.
 func (e *BatchError) Error() string {
 	return fmt.Sprintf("kafkainbox: the batch of %s[%d] from offset %d failed %d times, last: %v; fix the handler or the record, then start the consumer again: it resumes at that offset",
 		e.Topic, e.Partition, e.Offset, e.Attempts, e.Err)
 }
 
+// Unwrap returns the last attempt's error.
 func (e *BatchError) Unwrap() error { return e.Err }
 
 // errNoConsumer guards the methods of a nil or zero Consumer.

@@ -3,15 +3,16 @@ package kafkainbox_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -32,6 +33,14 @@ func TestConsumerPostgres(t *testing.T) {
 	t.Run("RebalanceFourToTwoToFour", func(t *testing.T) {
 		t.Parallel()
 		rebalanceScenario(t, postgresHarness(t), 60)
+	})
+	t.Run("HungConsumerLosesItsPartitionsAndCommitsLate", func(t *testing.T) {
+		t.Parallel()
+		zombieScenario(t, postgresHarness(t))
+	})
+	t.Run("SQLCrashBetweenStoreCommitAndKafkaCommit", func(t *testing.T) {
+		t.Parallel()
+		crashScenario(t, postgresSQLHarness(t))
 	})
 }
 
@@ -67,17 +76,13 @@ func pgPool(t testing.TB) *pgxpool.Pool {
 	return pgShared.pool
 }
 
-// postgresHarness migrates an inbox into a fresh schema (dropped when t
-// ends) next to an effects table without any unique constraint, so that
-// an effect applied twice shows as two rows.
-func postgresHarness(t testing.TB) harness[pgx.Tx] {
+// newSchema makes a fresh schema name, dropped with everything in it when
+// t ends.
+func newSchema(t testing.TB, p *pgxpool.Pool) string {
 	t.Helper()
-	p := pgPool(t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "kafkainbox_test_" + hex.EncodeToString(b[:])
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -85,11 +90,81 @@ func postgresHarness(t testing.TB) harness[pgx.Tx] {
 			t.Errorf("dropping test schema %s: %v", schema, err)
 		}
 	})
-	opts := pginbox.Options{Schema: schema}
+	return schema
+}
+
+// migrateWithEffects migrates an inbox into a fresh schema, next to an
+// effects table without any unique constraint (an effect applied twice
+// shows as two rows), and returns the inbox's options, the table's name
+// and the check of its rows.
+func migrateWithEffects(t testing.TB, p *pgxpool.Pool) (pginbox.Options, string, func(testing.TB) int, func(testing.TB, []pub)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	opts := pginbox.Options{Schema: newSchema(t, p)}
 	require.NoError(t, pginbox.Migrate(ctx, p, opts))
-	table := pgx.Identifier{schema, "effects"}.Sanitize()
+	table := pgx.Identifier{opts.Schema, "effects"}.Sanitize()
 	_, err := p.Exec(ctx, "CREATE TABLE "+table+" (n bigserial PRIMARY KEY, id text NOT NULL, key text NOT NULL, seq bigint NOT NULL, src text NOT NULL)")
 	require.NoError(t, err)
+	count := func(testing.TB) int {
+		var n int
+		if err := p.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+	check := func(t testing.TB, want []pub) {
+		t.Helper()
+		rows, err := p.Query(context.Background(), "SELECT id, key, seq FROM "+table+" ORDER BY n")
+		require.NoError(t, err)
+		got := newEffects()
+		for rows.Next() {
+			var m inbox.Message
+			require.NoError(t, rows.Scan(&m.ID, &m.Key, &m.Seq))
+			got.add(m)
+		}
+		require.NoError(t, rows.Err())
+		got.checkOnce(t, want)
+	}
+	return opts, table, count, check
+}
+
+func effectArgs(m inbox.Message) []any {
+	r := m.Data.(*kgo.Record)
+	return []any{m.ID, m.Key, m.Seq, fmt.Sprintf("%s[%d]@%d", r.Topic, r.Partition, r.Offset)}
+}
+
+// postgresSQLHarness is postgresHarness over database/sql (pginbox.NewSQL,
+// pgx's stdlib driver): the handler writes through a *sql.Tx.
+func postgresSQLHarness(t testing.TB) harness[*sql.Tx] {
+	t.Helper()
+	p := pgPool(t)
+	opts, table, count, check := migrateWithEffects(t, p)
+	db := stdlib.OpenDBFromPool(p)
+	t.Cleanup(func() { _ = db.Close() })
+	store, err := pginbox.NewSQL(db, opts)
+	require.NoError(t, err)
+	ib, err := inbox.New(inbox.Store[*sql.Tx](store), inbox.Options{Logger: quietLogger()})
+	require.NoError(t, err)
+	insert := "INSERT INTO " + table + " (id, key, seq, src) VALUES ($1, $2, $3, $4)"
+	return harness[*sql.Tx]{
+		ib: ib,
+		h: func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+			_, err := tx.ExecContext(ctx, insert, effectArgs(m)...)
+			return err
+		},
+		count:     count,
+		checkOnce: check,
+	}
+}
+
+// postgresHarness migrates an inbox into a fresh schema (dropped when t
+// ends) next to an effects table without any unique constraint, so that
+// an effect applied twice shows as two rows.
+func postgresHarness(t testing.TB) harness[pgx.Tx] {
+	t.Helper()
+	p := pgPool(t)
+	opts, table, count, check := migrateWithEffects(t, p)
 	store, err := pginbox.New(p, opts)
 	require.NoError(t, err)
 	ib, err := inbox.New(inbox.Store[pgx.Tx](store), inbox.Options{Logger: quietLogger()})
@@ -98,34 +173,10 @@ func postgresHarness(t testing.TB) harness[pgx.Tx] {
 	return harness[pgx.Tx]{
 		ib: ib,
 		h: func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-			r := m.Data.(*kgo.Record)
-			_, err := tx.Exec(ctx, insert, m.ID, m.Key, m.Seq, fmt.Sprintf("%s[%d]@%d", r.Topic, r.Partition, r.Offset))
+			_, err := tx.Exec(ctx, insert, effectArgs(m)...)
 			return err
 		},
-		count: func(testing.TB) int {
-			var n int
-			if err := p.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-				return -1
-			}
-			return n
-		},
-		checkOnce: func(t testing.TB, want []pub) {
-			t.Helper()
-			rows, err := p.Query(context.Background(), "SELECT id, key, seq FROM "+table+" ORDER BY n")
-			require.NoError(t, err)
-			got := newEffects()
-			for rows.Next() {
-				var m inbox.Message
-				require.NoError(t, rows.Scan(&m.ID, &m.Key, &m.Seq))
-				got.add(m)
-			}
-			require.NoError(t, rows.Err())
-			got.checkOnce(t, want)
-			// The effects of one key committed in order, so their
-			// rows' serial numbers are in order too.
-			for k, seqs := range got.byKey {
-				require.True(t, slices.IsSorted(seqs), "key %s: %v", k, seqs)
-			}
-		},
+		count:     count,
+		checkOnce: check,
 	}
 }
