@@ -8,6 +8,11 @@
 // histories with package
 // [github.com/outboxrelay/outbox/chaos/history]: nothing committed lost,
 // per-key order kept, duplicates per fault, recovery time per fault.
+// The inbox/ scenarios also run consumer processes (`chaos
+// inbox-consumer`, package internal/inboxconsumer) that apply the records
+// through the inbox into an effect table, and check the effects with
+// package internal/exactlyonce: every committed entry applied exactly
+// once, in its key's order.
 //
 // Run it with ./scripts/chaos.sh (which builds it):
 //
@@ -39,6 +44,7 @@ import (
 
 	"github.com/outboxrelay/outbox/chaos/internal/appender"
 	"github.com/outboxrelay/outbox/chaos/internal/controlrelay"
+	"github.com/outboxrelay/outbox/chaos/internal/inboxconsumer"
 )
 
 func main() {
@@ -50,6 +56,8 @@ func main() {
 		err = appender.Main(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "control-relay":
 		err = controlrelay.Main(ctx, os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "inbox-consumer":
+		err = inboxconsumer.Main(ctx, os.Args[2:])
 	default:
 		err = runHarness(ctx, os.Args[1:])
 	}

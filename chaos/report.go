@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/chaos/history"
+	"github.com/outboxrelay/outbox/chaos/internal/exactlyonce"
 )
 
 // result is what one scenario run came to.
@@ -28,6 +29,10 @@ type result struct {
 	relayLog []logCount
 	// appenders are the appenders' summary lines.
 	appenders []string
+	// effects is an inbox/ scenario's exactly-once check, consumerKills
+	// how many consumers it SIGKILLed.
+	effects       *exactlyonce.Report
+	consumerKills int
 }
 
 // passed: the run completed and, inside the guarantees, nothing was lost,
@@ -39,6 +44,9 @@ func (r *result) passed() bool {
 	}
 	if r.err != nil || r.report == nil {
 		return false
+	}
+	if r.sc.inbox != nil {
+		return r.inboxPassed()
 	}
 	if r.sc.control != "" {
 		return !r.report.OK()
@@ -58,6 +66,10 @@ func (r *result) verdict() string {
 		return "skipped"
 	case r.err != nil:
 		return "ERROR"
+	case r.sc.inbox != nil && r.sc.inbox.control():
+		return map[bool]string{true: "caught", false: "NOT CAUGHT"}[r.passed()]
+	case r.sc.inbox != nil:
+		return map[bool]string{true: "ok", false: "FAIL"}[r.passed()]
 	case r.sc.control != "" && r.passed():
 		return "caught"
 	case r.sc.control != "":
@@ -80,6 +92,9 @@ func (r *result) summary() string {
 	}
 	if r.sc.control != "" && r.passed() {
 		return fmt.Sprintf("chaos: %s: caught in %s (a negative control: the checker must fail it, and did): %v", r.sc.name, r.elapsed.Round(time.Second), r.report)
+	}
+	if r.sc.inbox != nil {
+		return fmt.Sprintf("chaos: %s: %s in %s: %v; consumers' effects (%d consumer kills): %v", r.sc.name, r.verdict(), r.elapsed.Round(time.Second), r.report, r.consumerKills, r.effects)
 	}
 	return fmt.Sprintf("chaos: %s: %s in %s: %v", r.sc.name, r.verdict(), r.elapsed.Round(time.Second), r.report)
 }
@@ -136,6 +151,7 @@ func markdownTable(rs []*result) string {
 			p.Duplicates, p.MaxDuplicatesPerFault(), len(p.OrderViolations), len(p.Unexpected),
 			dur(p.RecoveryP50), dur(p.RecoveryP90), dur(p.RecoveryMax), r.verdict())
 	}
+	b.WriteString(effectsTable(rs))
 	return b.String()
 }
 
@@ -237,6 +253,7 @@ func writeReport(path string, h *harness, rs []*result, took time.Duration) erro
 			continue
 		}
 		fmt.Fprintf(&b, "\nResult (%s):\n\n```\n%v\n```\n", r.verdict(), r.report)
+		b.WriteString(effectsSection(r))
 		if kinds := byKind(r.report); len(kinds) > 0 {
 			b.WriteString("\nBy kind of fault (lost entries by the fault before their commit, duplicates by the fault before their delivery):\n\n| fault | count | lost | duplicates | recovery p50 / max |\n|---|---:|---:|---:|---|\n")
 			for _, k := range kinds {
@@ -324,6 +341,18 @@ Two negative controls run through the same pipeline and must fail the
 check: a relay that publishes its batches shuffled, and a sink that drops
 0.1% of records while reporting them published. A control the checker
 passes fails the run.
+
+The inbox/ scenarios go one step further, to the consuming service:
+consumer processes (` + "`chaos inbox-consumer`" + `, three of them in a Kafka
+consumer group) apply every record through the inbox (package inbox, the
+Kafka helper kafkainbox, and the PostgreSQL, MySQL or Redis inbox store)
+into an effect table of their own, while consumers are SIGKILLed or
+SIGSTOPped past their session, relays are SIGKILLed mid-publish and the
+broker fails produce requests. The effects are then checked (package
+chaos/internal/exactlyonce): every committed entry applied exactly once,
+each key's effects in append order. Their negative control runs the same
+faults with consumers without the inbox (offsets committed to Kafka after
+each transaction): the check must find duplicates.
 
 ` + "`./scripts/chaos.sh -short`" + ` runs every scenario briefly as part of CI
 (.ci/run); the full run (` + "`./scripts/chaos.sh -report docs/reliability.md`" + `)

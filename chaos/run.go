@@ -63,6 +63,9 @@ type run struct {
 	// The store URLs of the relays and the appenders in MySQL scenarios
 	// (see mysqlSessionURL).
 	myRelayURL, myAppURL string
+
+	// inbox is an inbox/ scenario's consumers (nil in the others).
+	inbox *inboxRun
 }
 
 type relayProc struct {
@@ -115,6 +118,11 @@ func (h *harness) runScenario(ctx context.Context, sc *scenario) (res *result) {
 	var missing *missingError
 	if errors.As(err, &missing) && os.Getenv("OUTBOX_REQUIRE_SERVICES") != "1" {
 		res.report, res.err, res.skipped = nil, nil, missing.Error()
+	}
+	if r.inbox != nil {
+		r.inbox.mu.Lock()
+		res.effects, res.consumerKills = r.inbox.effects, r.inbox.kills
+		r.inbox.mu.Unlock()
 	}
 	r.mu.Lock()
 	res.events = r.events
@@ -182,6 +190,11 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 		}
 	}
 	r.cleanup = append(r.cleanup, r.stopAppenders)
+	if r.sc.inbox != nil {
+		if err := r.setupInbox(ctx); err != nil {
+			return nil, fmt.Errorf("consumers: %w", err)
+		}
+	}
 
 	if r.sc.watch != nil {
 		wctx, cancel := context.WithCancel(ctx)
@@ -241,7 +254,8 @@ func (r *run) execute(ctx context.Context) (*history.Report, error) {
 	if err := r.faults.Close(); err != nil {
 		return nil, err
 	}
-	return r.check(ctx)
+	rep, err := r.check(ctx)
+	return r.finishInbox(ctx, rep, err)
 }
 
 // check reads what the broker holds and checks it against the histories.
@@ -484,6 +498,9 @@ func (r *run) startAppender(i int) error {
 		"-history", r.appHistory(i),
 	}
 	args = append(args, singleDash(r.storeArgs)...)
+	if r.sc.inbox != nil {
+		args = append(args, "-key-sequence")
+	}
 	p, err := proc.Start(name, filepath.Join(r.dir, name+".log"), r.h.self, args, nil)
 	if err != nil {
 		return err

@@ -59,6 +59,9 @@ type scenario struct {
 	// control names the broken relay of a negative control (`chaos
 	// control-relay -mode control`): the checker must fail the run.
 	control string
+	// inbox makes it an inbox/ scenario: consumer processes apply the
+	// records and their effects are checked (scenarios_inbox.go).
+	inbox *inboxSpec
 }
 
 func (sc *scenario) slug() string {
@@ -93,7 +96,7 @@ func (sc *scenario) phase(c config) time.Duration {
 }
 
 func scenarios() []*scenario {
-	return []*scenario{
+	return append([]*scenario{
 		relayKill("relay-kill/postgres", backendPostgres),
 		relayKill("relay-kill/redis", backendRedis),
 		relayStop("relay-stop/postgres", backendPostgres),
@@ -115,7 +118,7 @@ func scenarios() []*scenario {
 		negativeControl("control/lossy-sink", "lossy",
 			"negative control: a sink that drops 0.1% of records and reports them published (no fault injected)",
 			"The relay's sink skips one record in a thousand and reports it published, so the outbox marks it sent: the checker must report those entries lost."),
-	}
+	}, inboxScenarios()...)
 }
 
 func negativeControl(name, mode, title, notes string) *scenario {

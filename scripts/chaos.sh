@@ -9,6 +9,10 @@
 # database of its own on the shared server, mysql/conn-kill (KILL
 # CONNECTION of the relays' sessions) and mysql/server-restart (mariadbd
 # SIGKILLed) on a private mariadbd made with mariadb-install-db.
+# The inbox/ scenarios add consumer processes (chaos inbox-consumer) that
+# apply the topic through the inbox (PostgreSQL, MySQL or Redis) into an
+# effect table, checked exactly once; inbox/control-no-inbox, the same
+# without the inbox, must show duplicate effects.
 #
 #   ./scripts/chaos.sh -short     every scenario briefly (part of the test
 #                                 command, so of CI); about 2 minutes here

@@ -41,6 +41,7 @@ type config struct {
 	history      string
 	payloadBytes int
 	timeout      time.Duration
+	keySequence  bool
 }
 
 // Main runs the appender with the command-line arguments args (without
@@ -70,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.history, "history", "", "history file to write (must not exist or be empty)")
 	fs.IntVar(&c.payloadBytes, "payload-bytes", 64, "payload size in bytes")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "limit of one transaction's Begin+append, and of its commit")
+	fs.BoolVar(&c.keySequence, "key-sequence", false, "number each key's entries in the outbox (the backend's Options.KeySequence: header outbox-key-seq, 1, 2, 3, ... in commit order, the appender's own numbers)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err

@@ -88,7 +88,7 @@ func openPostgres(ctx context.Context, cfg config, log *slog.Logger) (store, err
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	b, err := pgoutbox.New(octx, pool, pgoutbox.Options{Schema: cfg.schema, Table: cfg.table, Logger: log})
+	b, err := pgoutbox.New(octx, pool, pgoutbox.Options{Schema: cfg.schema, Table: cfg.table, Logger: log, KeySequence: cfg.keySequence})
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("appender: opening the outbox %s.%s at %s: %w", cfg.schema, cfg.table, redact(cfg.store), err)
@@ -204,7 +204,7 @@ func openRedis(ctx context.Context, cfg config, u *url.URL, log *slog.Logger) (s
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	b, err := redisoutbox.New(octx, client, redisoutbox.Options{Prefix: cfg.prefix, Logger: log})
+	b, err := redisoutbox.New(octx, client, redisoutbox.Options{Prefix: cfg.prefix, Logger: log, KeySequence: cfg.keySequence})
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("appender: opening the outbox at prefix %s of %s: %w", cfg.prefix, redact(cfg.store), err)

@@ -35,7 +35,7 @@ func openMySQL(ctx context.Context, cfg config, log *slog.Logger) (store, error)
 	db.SetMaxIdleConns(cfg.workers + 1)
 	octx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	b, err := mysqloutbox.New(octx, db, mysqloutbox.Options{Table: cfg.table, Logger: log})
+	b, err := mysqloutbox.New(octx, db, mysqloutbox.Options{Table: cfg.table, Logger: log, KeySequence: cfg.keySequence})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("appender: opening the outbox %s at %s: %w", cfg.table, redact(cfg.store), err)
