@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/sqlmigrate"
 )
 
 //go:embed migrations/*.sql
@@ -24,64 +25,19 @@ var migrationFS embed.FS
 // two placeholders, {partitions} and {lease_rows}: run the SQL that
 // [MigrationSQL] returns instead (it renders the names, the count and the
 // lease rows); [Migrate] needs neither.
-var Migrations fs.FS = mustSub(migrationFS, "migrations")
+var Migrations fs.FS = sqlmigrate.Sub(migrationFS, "migrations")
 
-func mustSub(f fs.FS, dir string) fs.FS {
-	s, err := fs.Sub(f, dir)
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
-
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
-
-var migrationName = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
+type migration = sqlmigrate.Migration
 
 // loadMigrations reads and orders the embedded migrations.
 func loadMigrations() []migration {
-	files, err := fs.ReadDir(Migrations, ".")
-	if err != nil {
-		panic(err)
-	}
-	byVersion := map[int]*migration{}
-	for _, f := range files {
-		m := migrationName.FindStringSubmatch(f.Name())
-		if m == nil {
-			panic("mysqloutbox: unexpected migration file " + f.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		body, err := fs.ReadFile(Migrations, f.Name())
-		if err != nil {
-			panic(err)
-		}
-		mg := byVersion[v]
-		if mg == nil {
-			mg = &migration{version: v, name: m[2]}
-			byVersion[v] = mg
-		}
-		if m[3] == "up" {
-			mg.up = string(body)
-		} else {
-			mg.down = string(body)
-		}
-	}
-	out := make([]migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out
+	return sqlmigrate.MustLoad(Migrations, "mysqloutbox")
 }
 
 // LatestVersion is the version of the newest embedded migration.
 func LatestVersion() int {
 	ms := loadMigrations()
-	return ms[len(ms)-1].version
+	return ms[len(ms)-1].Version
 }
 
 // quotedName matches the backquoted names of the migration files that
@@ -114,31 +70,6 @@ func renderMigration(sqlText string, opts Options) string {
 	return b.String()
 }
 
-// statements splits a rendered migration into its statements (each ends
-// with a semicolon at the end of a line), without the comment lines:
-// go-sql-driver/mysql runs one statement per call unless the DSN sets
-// multiStatements.
-func statements(sqlText string) []string {
-	var out []string
-	var cur strings.Builder
-	for _, line := range strings.Split(sqlText, "\n") {
-		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
-			continue
-		}
-		cur.WriteString(line)
-		cur.WriteString("\n")
-		if strings.HasSuffix(t, ";") {
-			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
-			cur.Reset()
-		}
-	}
-	if s := strings.TrimSpace(cur.String()); s != "" {
-		out = append(out, s)
-	}
-	return out
-}
-
 func errNoPartitions(partitions int) error {
 	return fmt.Errorf("creating an outbox needs its partition count: Options.Partitions is %d; set it to 1 or more (for example 16; with the CLI, --partitions N), and use the same count for every appender and relay", partitions)
 }
@@ -156,7 +87,7 @@ func MigrationSQL(opts Options) (string, error) {
 	}
 	var b strings.Builder
 	for _, m := range loadMigrations() {
-		fmt.Fprintf(&b, "-- %03d_%s\n%s\n", m.version, m.name, renderMigration(m.up, opts))
+		fmt.Fprintf(&b, "-- %03d_%s\n%s\n", m.Version, m.Name, renderMigration(m.Up, opts))
 	}
 	return b.String(), nil
 }
@@ -194,8 +125,8 @@ func MigrateTo(ctx context.Context, db *sql.DB, opts Options, version int) error
 		return errors.New("mysqloutbox: Migrate: db is nil; pass a *sql.DB from sql.Open(\"mysql\", dsn)")
 	}
 	ms := loadMigrations()
-	if version < 0 || version > ms[len(ms)-1].version {
-		return fmt.Errorf("mysqloutbox: Migrate: version %d is unknown; versions run from 0 to %d", version, ms[len(ms)-1].version)
+	if version < 0 || version > ms[len(ms)-1].Version {
+		return fmt.Errorf("mysqloutbox: Migrate: version %d is unknown; versions run from 0 to %d", version, ms[len(ms)-1].Version)
 	}
 	n := newNames(opts.Table)
 	if err := migrate(ctx, db, opts, n, ms, version); err != nil {
@@ -240,25 +171,25 @@ func migrate(ctx context.Context, db *sql.DB, opts Options, n names, ms []migrat
 		}
 	}
 	for _, m := range ms { // up, oldest first
-		if m.version > version || applied[m.version] {
+		if m.Version > version || applied[m.Version] {
 			continue
 		}
-		if err := runStatements(ctx, conn, renderMigration(m.up, opts)); err != nil {
-			return fmt.Errorf("migration %03d_%s up: %w", m.version, m.name, err)
+		if err := runStatements(ctx, conn, renderMigration(m.Up, opts)); err != nil {
+			return fmt.Errorf("migration %03d_%s up: %w", m.Version, m.Name, err)
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO "+n.migrations+" (version, name, applied_at) VALUES (?, ?, "+nowSQL+")", m.version, m.name); err != nil {
+		if _, err := conn.ExecContext(ctx, "INSERT INTO "+n.migrations+" (version, name, applied_at) VALUES (?, ?, "+nowSQL+")", m.Version, m.Name); err != nil {
 			return err
 		}
 	}
 	for i := len(ms) - 1; i >= 0; i-- { // down, newest first
 		m := ms[i]
-		if m.version <= version || !applied[m.version] {
+		if m.Version <= version || !applied[m.Version] {
 			continue
 		}
-		if err := runStatements(ctx, conn, renderMigration(m.down, opts)); err != nil {
-			return fmt.Errorf("migration %03d_%s down: %w", m.version, m.name, err)
+		if err := runStatements(ctx, conn, renderMigration(m.Down, opts)); err != nil {
+			return fmt.Errorf("migration %03d_%s down: %w", m.Version, m.Name, err)
 		}
-		if _, err := conn.ExecContext(ctx, "DELETE FROM "+n.migrations+" WHERE version = ?", m.version); err != nil {
+		if _, err := conn.ExecContext(ctx, "DELETE FROM "+n.migrations+" WHERE version = ?", m.Version); err != nil {
 			return err
 		}
 	}
@@ -270,7 +201,7 @@ func migrate(ctx context.Context, db *sql.DB, opts Options, n names, ms []migrat
 }
 
 func runStatements(ctx context.Context, conn *sql.Conn, sqlText string) error {
-	for _, s := range statements(sqlText) {
+	for _, s := range sqlmigrate.Statements(sqlText) {
 		if _, err := conn.ExecContext(ctx, s); err != nil {
 			return err
 		}

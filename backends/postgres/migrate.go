@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/sqlmigrate"
 )
 
 //go:embed migrations/*.sql
@@ -32,58 +32,13 @@ var migrationFS embed.FS
 // use another Options.Table or Options.Schema with your own tool, run the
 // SQL that [MigrationSQL] returns instead (it renders the names and the
 // count), or set search_path and edit the names; [Migrate] needs neither.
-var Migrations fs.FS = mustSub(migrationFS, "migrations")
+var Migrations fs.FS = sqlmigrate.Sub(migrationFS, "migrations")
 
-func mustSub(f fs.FS, dir string) fs.FS {
-	s, err := fs.Sub(f, dir)
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
-
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
-
-var migrationName = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
+type migration = sqlmigrate.Migration
 
 // loadMigrations reads and orders the embedded migrations.
 func loadMigrations() ([]migration, error) {
-	files, err := fs.ReadDir(Migrations, ".")
-	if err != nil {
-		return nil, err
-	}
-	byVersion := map[int]*migration{}
-	for _, f := range files {
-		m := migrationName.FindStringSubmatch(f.Name())
-		if m == nil {
-			return nil, fmt.Errorf("pgoutbox: unexpected migration file %q", f.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		body, err := fs.ReadFile(Migrations, f.Name())
-		if err != nil {
-			return nil, err
-		}
-		mg := byVersion[v]
-		if mg == nil {
-			mg = &migration{version: v, name: m[2]}
-			byVersion[v] = mg
-		}
-		if m[3] == "up" {
-			mg.up = string(body)
-		} else {
-			mg.down = string(body)
-		}
-	}
-	out := make([]migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
+	return sqlmigrate.Load(Migrations, "pgoutbox")
 }
 
 // LatestVersion is the version of the newest embedded migration.
@@ -92,7 +47,7 @@ func LatestVersion() int {
 	if err != nil || len(ms) == 0 {
 		return 0
 	}
-	return ms[len(ms)-1].version
+	return ms[len(ms)-1].Version
 }
 
 // quotedName matches the quoted identifiers of the migration files that
@@ -183,12 +138,12 @@ func MigrationSQL(opts Options) (string, error) {
 		"-- Tables, sequences and functions are schema-qualified (%s), so the SQL does not\n"+
 		"-- depend on search_path; indexes and constraints are created in their table's schema.\n"+
 		"-- The partition count is filled in. Run in one transaction.\n\n",
-		ms[len(ms)-1].version, n.outbox, opts.Partitions, pgx.Identifier{opts.Schema}.Sanitize())
+		ms[len(ms)-1].Version, n.outbox, opts.Partitions, pgx.Identifier{opts.Schema}.Sanitize())
 	fmt.Fprintf(&sb, "CREATE SCHEMA IF NOT EXISTS %s;\n\n", pgx.Identifier{opts.Schema}.Sanitize())
 	fmt.Fprintf(&sb, createMigrationsTable+";\n", n.migrations)
 	for _, m := range ms {
-		fmt.Fprintf(&sb, "\n%s\n", strings.TrimRight(renderMigration(fileOnlyNotes.ReplaceAllString(m.up, ""), opts), "\n"))
-		fmt.Fprintf(&sb, "\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", n.migrations, m.version, m.name)
+		fmt.Fprintf(&sb, "\n%s\n", strings.TrimRight(renderMigration(fileOnlyNotes.ReplaceAllString(m.Up, ""), opts), "\n"))
+		fmt.Fprintf(&sb, "\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", n.migrations, m.Version, m.Name)
 	}
 	return sb.String(), nil
 }
@@ -237,8 +192,8 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 	if err != nil {
 		return err
 	}
-	if version < 0 || version > ms[len(ms)-1].version {
-		return fmt.Errorf("pgoutbox: Migrate: version %d is unknown; versions run from 0 to %d", version, ms[len(ms)-1].version)
+	if version < 0 || version > ms[len(ms)-1].Version {
+		return fmt.Errorf("pgoutbox: Migrate: version %d is unknown; versions run from 0 to %d", version, ms[len(ms)-1].Version)
 	}
 	n := newNames(opts.Schema, opts.Table)
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -328,7 +283,7 @@ func (mg migrator) begin(ctx context.Context) (map[int]bool, error) {
 // version, recording each in the migrations table.
 func (mg migrator) run(ctx context.Context, ms []migration, applied map[int]bool, version int) error {
 	for _, m := range ms { // up, oldest first
-		if m.version > version || applied[m.version] {
+		if m.Version > version || applied[m.Version] {
 			continue
 		}
 		if err := mg.up(ctx, m); err != nil {
@@ -337,7 +292,7 @@ func (mg migrator) run(ctx context.Context, ms []migration, applied map[int]bool
 	}
 	for i := len(ms) - 1; i >= 0; i-- { // down, newest first
 		m := ms[i]
-		if m.version <= version || !applied[m.version] {
+		if m.Version <= version || !applied[m.Version] {
 			continue
 		}
 		if err := mg.down(ctx, m); err != nil {
@@ -414,19 +369,19 @@ FROM pg_namespace n WHERE nspname = $1`, schema).Scan(&mark, &st.Objects)
 
 // up applies migration m and records it as applied.
 func (mg migrator) up(ctx context.Context, m migration) error {
-	if _, err := mg.tx.Exec(ctx, renderMigration(m.up, mg.opts)); err != nil {
-		return fmt.Errorf("migration %03d_%s up: %w", m.version, m.name, err)
+	if _, err := mg.tx.Exec(ctx, renderMigration(m.Up, mg.opts)); err != nil {
+		return fmt.Errorf("migration %03d_%s up: %w", m.Version, m.Name, err)
 	}
-	_, err := mg.tx.Exec(ctx, "INSERT INTO "+mg.n.migrations+" (version, name) VALUES ($1, $2)", m.version, m.name)
+	_, err := mg.tx.Exec(ctx, "INSERT INTO "+mg.n.migrations+" (version, name) VALUES ($1, $2)", m.Version, m.Name)
 	return err
 }
 
 // down reverts migration m and deletes its record.
 func (mg migrator) down(ctx context.Context, m migration) error {
-	if _, err := mg.tx.Exec(ctx, renderMigration(m.down, mg.opts)); err != nil {
-		return fmt.Errorf("migration %03d_%s down: %w", m.version, m.name, err)
+	if _, err := mg.tx.Exec(ctx, renderMigration(m.Down, mg.opts)); err != nil {
+		return fmt.Errorf("migration %03d_%s down: %w", m.Version, m.Name, err)
 	}
-	_, err := mg.tx.Exec(ctx, "DELETE FROM "+mg.n.migrations+" WHERE version = $1", m.version)
+	_, err := mg.tx.Exec(ctx, "DELETE FROM "+mg.n.migrations+" WHERE version = $1", m.Version)
 	return err
 }
 

@@ -9,12 +9,12 @@ import (
 	"io/fs"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/internal/sqlmigrate"
 )
 
 //go:embed migrations/*.sql
@@ -25,65 +25,20 @@ var migrationFS embed.FS
 // golang-migrate. The files use the default table name "inbox": with
 // another Options.Table, run the SQL [MigrationSQL] returns instead.
 // [Migrate] needs neither.
-var Migrations fs.FS = mustSub(migrationFS, "migrations")
+var Migrations fs.FS = sqlmigrate.Sub(migrationFS, "migrations")
 
-func mustSub(f fs.FS, dir string) fs.FS {
-	s, err := fs.Sub(f, dir)
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
-
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
-
-var migrationName = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
+type migration = sqlmigrate.Migration
 
 // loadMigrations reads the embedded migrations, oldest first. A file that
 // does not fit is a defect of the build: it panics.
 func loadMigrations() []migration {
-	files, err := fs.ReadDir(Migrations, ".")
-	if err != nil {
-		panic(err)
-	}
-	byVersion := map[int]*migration{}
-	for _, f := range files {
-		m := migrationName.FindStringSubmatch(f.Name())
-		if m == nil {
-			panic("mysqlinbox: unexpected migration file " + f.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		body, err := fs.ReadFile(Migrations, f.Name())
-		if err != nil {
-			panic(err)
-		}
-		mg := byVersion[v]
-		if mg == nil {
-			mg = &migration{version: v, name: m[2]}
-			byVersion[v] = mg
-		}
-		if m[3] == "up" {
-			mg.up = string(body)
-		} else {
-			mg.down = string(body)
-		}
-	}
-	out := make([]migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		out = append(out, *m)
-	}
-	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
-	return out
+	return sqlmigrate.MustLoad(Migrations, "mysqlinbox")
 }
 
 // LatestVersion is the version of the newest embedded migration.
 func LatestVersion() int {
 	ms := loadMigrations()
-	return ms[len(ms)-1].version
+	return ms[len(ms)-1].Version
 }
 
 // quotedName matches the backquoted names of the migration files that
@@ -105,48 +60,6 @@ func renderMigration(sqlText, table string) string {
 	return b.String()
 }
 
-// Markers of a statement whose body holds semicolons (a stored
-// procedure), in goose's spelling.
-const (
-	statementBegin = "-- +goose StatementBegin"
-	statementEnd   = "-- +goose StatementEnd"
-)
-
-// statements splits a rendered migration into its statements (each ends
-// with a semicolon at the end of a line, or spans the lines between
-// statementBegin and statementEnd), without the comment lines:
-// go-sql-driver/mysql runs one statement per call unless the DSN sets
-// multiStatements.
-func statements(sqlText string) []string {
-	var out []string
-	var cur strings.Builder
-	whole := false // between statementBegin and statementEnd
-	for _, line := range strings.Split(sqlText, "\n") {
-		t := strings.TrimSpace(line)
-		switch {
-		case t == statementBegin:
-			whole = true
-			continue
-		case t == statementEnd:
-			whole = false
-			t = ";"
-		case t == "" || strings.HasPrefix(t, "--"):
-			continue
-		default:
-			cur.WriteString(line)
-			cur.WriteString("\n")
-		}
-		if strings.HasSuffix(t, ";") && !whole {
-			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
-			cur.Reset()
-		}
-	}
-	if s := strings.TrimSpace(cur.String()); s != "" {
-		out = append(out, s)
-	}
-	return out
-}
-
 // MigrationSQL returns every up migration, rendered with opts.Table, for
 // a migration tool of your own; run it in the inbox's database. [Migrate]
 // runs the same statements. The procedure of migration 002 spans the
@@ -162,7 +75,7 @@ func MigrationSQL(opts Options) (string, error) {
 	}
 	var b strings.Builder
 	for _, m := range loadMigrations() {
-		fmt.Fprintf(&b, "-- %03d_%s\n%s\n", m.version, m.name, renderMigration(m.up, opts.Table))
+		fmt.Fprintf(&b, "-- %03d_%s\n%s\n", m.Version, m.Name, renderMigration(m.Up, opts.Table))
 	}
 	return b.String(), nil
 }
@@ -291,13 +204,13 @@ func migrate(ctx context.Context, db *sql.DB, n names, ms []migration, version i
 		return err
 	}
 	for _, m := range ms { // up, oldest first
-		if m.version > version || applied[m.version] {
+		if m.Version > version || applied[m.Version] {
 			continue
 		}
-		if err := runStatements(ctx, conn, renderMigration(m.up, n.table)); err != nil {
-			return fmt.Errorf("migration %03d_%s up: %w", m.version, m.name, err)
+		if err := runStatements(ctx, conn, renderMigration(m.Up, n.table)); err != nil {
+			return fmt.Errorf("migration %03d_%s up: %w", m.Version, m.Name, err)
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO "+n.migrations+" (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))", m.version, m.name); err != nil {
+		if _, err := conn.ExecContext(ctx, "INSERT INTO "+n.migrations+" (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))", m.Version, m.Name); err != nil {
 			return err
 		}
 	}
@@ -316,13 +229,13 @@ func migrateDown(ctx context.Context, conn *sql.Conn, n names, ms []migration) e
 		return err
 	}
 	for _, m := range slices.Backward(ms) {
-		if !applied[m.version] {
+		if !applied[m.Version] {
 			continue
 		}
-		if err := runStatements(ctx, conn, renderMigration(m.down, n.table)); err != nil {
-			return fmt.Errorf("migration %03d_%s down: %w", m.version, m.name, err)
+		if err := runStatements(ctx, conn, renderMigration(m.Down, n.table)); err != nil {
+			return fmt.Errorf("migration %03d_%s down: %w", m.Version, m.Name, err)
 		}
-		if _, err := conn.ExecContext(ctx, "DELETE FROM "+n.migrations+" WHERE version = ?", m.version); err != nil {
+		if _, err := conn.ExecContext(ctx, "DELETE FROM "+n.migrations+" WHERE version = ?", m.Version); err != nil {
 			return err
 		}
 	}
@@ -331,7 +244,7 @@ func migrateDown(ctx context.Context, conn *sql.Conn, n names, ms []migration) e
 }
 
 func runStatements(ctx context.Context, conn *sql.Conn, sqlText string) error {
-	for _, s := range statements(sqlText) {
+	for _, s := range sqlmigrate.Statements(sqlText) {
 		if _, err := conn.ExecContext(ctx, s); err != nil {
 			return err
 		}

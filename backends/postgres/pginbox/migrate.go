@@ -8,13 +8,13 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/outbox/internal/sqlmigrate"
 )
 
 //go:embed migrations/*.sql
@@ -29,58 +29,13 @@ var migrationFS embed.FS
 // the first schema of search_path. For another Options.Table or
 // Options.Schema, run the SQL [MigrationSQL] returns instead (it renders
 // the names), or set search_path.
-var Migrations fs.FS = mustSub(migrationFS, "migrations")
+var Migrations fs.FS = sqlmigrate.Sub(migrationFS, "migrations")
 
-func mustSub(f fs.FS, dir string) fs.FS {
-	s, err := fs.Sub(f, dir)
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
-
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
-
-var migrationName = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
+type migration = sqlmigrate.Migration
 
 // loadMigrations reads and orders the embedded migrations.
 func loadMigrations() ([]migration, error) {
-	files, err := fs.ReadDir(Migrations, ".")
-	if err != nil {
-		return nil, err
-	}
-	byVersion := map[int]*migration{}
-	for _, f := range files {
-		m := migrationName.FindStringSubmatch(f.Name())
-		if m == nil {
-			return nil, fmt.Errorf("pginbox: unexpected migration file %q", f.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		body, err := fs.ReadFile(Migrations, f.Name())
-		if err != nil {
-			return nil, err
-		}
-		mg := byVersion[v]
-		if mg == nil {
-			mg = &migration{version: v, name: m[2]}
-			byVersion[v] = mg
-		}
-		if m[3] == "up" {
-			mg.up = string(body)
-		} else {
-			mg.down = string(body)
-		}
-	}
-	out := make([]migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
+	return sqlmigrate.Load(Migrations, "pginbox")
 }
 
 // LatestVersion is the version of the newest embedded migration.
@@ -89,7 +44,7 @@ func LatestVersion() int {
 	if err != nil || len(ms) == 0 {
 		return 0
 	}
-	return ms[len(ms)-1].version
+	return ms[len(ms)-1].Version
 }
 
 // createMigrationsTable creates the table recording applied versions (the
@@ -121,12 +76,12 @@ func MigrationSQL(opts Options) (string, error) {
 	fmt.Fprintf(&sb, "-- pginbox migrations 001 to %03d for the inbox %s, rendered by pginbox.MigrationSQL.\n"+
 		"-- Tables are schema-qualified (%s), so the SQL does not depend on search_path;\n"+
 		"-- indexes and constraints are created in their table's schema. Run in one transaction.\n\n",
-		ms[len(ms)-1].version, n.inbox, pgx.Identifier{opts.Schema}.Sanitize())
+		ms[len(ms)-1].Version, n.inbox, pgx.Identifier{opts.Schema}.Sanitize())
 	fmt.Fprintf(&sb, "CREATE SCHEMA IF NOT EXISTS %s;\n\n", pgx.Identifier{opts.Schema}.Sanitize())
 	fmt.Fprintf(&sb, createMigrationsTable+";\n", n.migrations)
 	for _, m := range ms {
-		fmt.Fprintf(&sb, "\n%s\n", strings.TrimRight(render(fileOnlyNotes.ReplaceAllString(m.up, ""), opts), "\n"))
-		fmt.Fprintf(&sb, "\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", n.migrations, m.version, m.name)
+		fmt.Fprintf(&sb, "\n%s\n", strings.TrimRight(render(fileOnlyNotes.ReplaceAllString(m.Up, ""), opts), "\n"))
+		fmt.Fprintf(&sb, "\nINSERT INTO %s (version, name) VALUES (%d, '%s');\n", n.migrations, m.Version, m.Name)
 	}
 	return sb.String(), nil
 }
@@ -275,25 +230,25 @@ func (mg migrator) createSchema(ctx context.Context) error {
 // version, recording each in the migrations table.
 func (mg migrator) run(ctx context.Context, ms []migration, applied map[int]bool, version int) error {
 	for _, m := range ms {
-		if m.version > version || applied[m.version] {
+		if m.Version > version || applied[m.Version] {
 			continue
 		}
-		if _, err := mg.tx.Exec(ctx, render(m.up, mg.opts)); err != nil {
-			return fmt.Errorf("migration %03d_%s up: %w", m.version, m.name, err)
+		if _, err := mg.tx.Exec(ctx, render(m.Up, mg.opts)); err != nil {
+			return fmt.Errorf("migration %03d_%s up: %w", m.Version, m.Name, err)
 		}
-		if _, err := mg.tx.Exec(ctx, "INSERT INTO "+mg.n.migrations+" (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
+		if _, err := mg.tx.Exec(ctx, "INSERT INTO "+mg.n.migrations+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
 			return err
 		}
 	}
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
-		if m.version <= version || !applied[m.version] {
+		if m.Version <= version || !applied[m.Version] {
 			continue
 		}
-		if _, err := mg.tx.Exec(ctx, render(m.down, mg.opts)); err != nil {
-			return fmt.Errorf("migration %03d_%s down: %w", m.version, m.name, err)
+		if _, err := mg.tx.Exec(ctx, render(m.Down, mg.opts)); err != nil {
+			return fmt.Errorf("migration %03d_%s down: %w", m.Version, m.Name, err)
 		}
-		if _, err := mg.tx.Exec(ctx, "DELETE FROM "+mg.n.migrations+" WHERE version = $1", m.version); err != nil {
+		if _, err := mg.tx.Exec(ctx, "DELETE FROM "+mg.n.migrations+" WHERE version = $1", m.Version); err != nil {
 			return err
 		}
 	}
