@@ -75,7 +75,8 @@ func (s *Store) RecordWithKeySeqs(ctx context.Context, tx pgx.Tx, ids, keys []st
 	if err := checkRecordWithKeySeqs(ids, keys); err != nil {
 		return nil, nil, err
 	}
-	rows, err := tx.Query(ctx, s.q.recordWithKeySeqs, ids, keys)
+	query, args := s.q.recordWithKeySeqsArgs(ids, keys, pgxArg)
+	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
 		return nil, nil, interpretError(ctx, "RecordWithKeySeqs", err)
 	}
@@ -125,7 +126,8 @@ func (s *SQLStore) RecordWithKeySeqs(ctx context.Context, tx *sql.Tx, ids, keys 
 	if err := checkRecordWithKeySeqs(ids, keys); err != nil {
 		return nil, nil, err
 	}
-	rows, err := tx.QueryContext(ctx, s.q.recordWithKeySeqs, textArray(ids), textArray(keys))
+	query, args := s.q.recordWithKeySeqsArgs(ids, keys, sqlArg)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, nil, interpretError(ctx, "RecordWithKeySeqs", err)
 	}

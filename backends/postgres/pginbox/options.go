@@ -109,6 +109,27 @@ type queries struct {
 	// recordWithKeySeqs and finish serve the optional interfaces
 	// (RecordWithKeySeqs, Finish): two methods' statements in one.
 	recordWithKeySeqs, finish string
+	// recordOne and recordOneWithKeySeq are record and recordWithKeySeqs
+	// for one ID (and at most one key): what Handle sends.
+	recordOne, recordOneWithKeySeq string
+}
+
+// recordArgs picks the Record statement for ids: the one-ID form for a
+// single ID. arg converts a []string for the driver.
+func (q queries) recordArgs(ids []string, arg func([]string) any) (string, []any) {
+	if len(ids) == 1 {
+		return q.recordOne, []any{ids[0]}
+	}
+	return q.record, []any{arg(ids)}
+}
+
+// recordWithKeySeqsArgs picks the RecordWithKeySeqs statement: the
+// one-ID, one-key form for a single ID and a single key.
+func (q queries) recordWithKeySeqsArgs(ids, keys []string, arg func([]string) any) (string, []any) {
+	if len(ids) == 1 && len(keys) == 1 {
+		return q.recordOneWithKeySeq, []any{ids[0], keys[0]}
+	}
+	return q.recordWithKeySeqs, []any{arg(ids), arg(keys)}
 }
 
 func newQueries(o Options) queries {
@@ -129,5 +150,8 @@ func newQueries(o Options) queries {
 
 		recordWithKeySeqs: q("record_with_key_seqs"),
 		finish:            q("finish"),
+
+		recordOne:           q("record_one"),
+		recordOneWithKeySeq: q("record_one_with_key_seq"),
 	}
 }

@@ -76,3 +76,9 @@ func newOffsetColumns(offsets []inbox.Offset) offsetColumns {
 	}
 	return c
 }
+
+// pgxArg passes a []string to pgx as it is (a text[]); sqlArg passes it
+// through database/sql as an array literal.
+func pgxArg(v []string) any { return v }
+
+func sqlArg(v []string) any { return textArray(v) }

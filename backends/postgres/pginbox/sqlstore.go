@@ -87,7 +87,8 @@ func (s *SQLStore) Record(ctx context.Context, tx *sql.Tx, ids []string) ([]bool
 	if err := checkText("Record", "ID", ids, false); err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, s.q.record, textArray(ids))
+	query, args := s.q.recordArgs(ids, sqlArg)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError(ctx, "Record", err)
 	}

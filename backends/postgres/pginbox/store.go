@@ -102,7 +102,8 @@ func (s *Store) Record(ctx context.Context, tx pgx.Tx, ids []string) ([]bool, er
 	if err := checkText("Record", "ID", ids, false); err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, s.q.record, ids)
+	query, args := s.q.recordArgs(ids, pgxArg)
+	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError(ctx, "Record", err)
 	}
