@@ -1,0 +1,376 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/inbox"
+	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
+)
+
+// The inbox workloads (issue 31): what the consuming half costs. A
+// consumer reads records from kfake (in process) and, per transaction,
+// inserts one effect row per record; with the inbox it also records each
+// record's ID, its key's sequence number and its partition's next offset
+// in the same transaction (what package kafkainbox does), without it it
+// only inserts the rows. Both read the same topic in the same round, on
+// the same database, one transaction at a time: the per-record cost is
+// the ratio of the two rates. The effect table is then checked: every
+// record's effect exactly once, each key's effects in order; and the
+// first records are handed to the inbox again, which must skip them all.
+const (
+	// inboxTopic is the kfake topic the inbox workloads consume.
+	inboxTopic = "bench-inbox"
+	// inboxPartitions is its partition count: 8, as the group row's.
+	inboxPartitions = 8
+	// inboxGroup is the consumer group of the stored offsets.
+	inboxGroup = "bench-inbox"
+	// inboxBatch is the batched variant's records per transaction.
+	inboxBatch = 100
+	// inboxRedeliver is how many records are handed to the inbox again
+	// after a timed run, to check it skips them.
+	inboxRedeliver = 100
+
+	inboxN1      = 10000 // records of the 1-per-transaction rows, full run
+	inboxQuickN1 = 300   // with -quick
+	inboxQuickN  = 2000  // records of the batched and group rows with -quick (full run: N)
+)
+
+// inboxSide is one fresh, empty effect table with an inbox store next to
+// it, in the database of one store.
+type inboxSide[Tx any] struct {
+	store inbox.Store[Tx]
+	// effect inserts rec's effect row in tx: what the handler does, with
+	// the inbox or without.
+	effect func(ctx context.Context, tx Tx, rec *kgo.Record) error
+	// plainTx runs fn in a transaction of the database without the
+	// inbox (the plain consumer's BEGIN ... COMMIT) and commits it.
+	plainTx func(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+	// counts reads the effect table back: Delivered is the number of
+	// distinct records of 0..n-1 with an effect, Duplicates the extra
+	// rows, OrderViolations the rows of a key after a later one of it.
+	counts func(ctx context.Context, n int) (Counts, error)
+	// close drops what open made.
+	close func()
+}
+
+// inboxTarget is one inbox store as the inbox workloads see it.
+type inboxTarget[Tx any] struct {
+	name  string // "postgres"
+	key   string // result key part: "pg"
+	title string // "Postgres"
+	store string // the store's name in the rows: "pginbox"
+	plain string // the plain transaction in the rows: "pgx BEGIN+INSERT+COMMIT"
+	open  func(ctx context.Context) (*inboxSide[Tx], error)
+}
+
+// inboxRecords are n records of the harness's messages, as the Kafka
+// sink publishes outbox entries: the payload as the value, the key, and
+// the headers outbox-id (a fresh entry ID) and outbox-key-seq (from 1).
+func inboxRecords(n int, seed uint64) []*kgo.Record {
+	msgs := newMessages(n, seed)
+	recs := make([]*kgo.Record, n)
+	for i := range n {
+		recs[i] = &kgo.Record{
+			Topic: inboxTopic,
+			Key:   []byte(msgs.keys[i]),
+			Value: msgs.payload[i],
+			Headers: []kgo.RecordHeader{
+				{Key: kafkasink.DefaultIDHeader, Value: []byte(outbox.NewID())},
+				{Key: outbox.HeaderKeySeq, Value: []byte(outbox.FormatKeySeq(int64(msgs.keySeq[i] + 1)))},
+			},
+		}
+	}
+	return recs
+}
+
+// inboxCluster starts a kfake cluster with inboxTopic and produces recs
+// into it (each key to one partition, in order).
+func inboxCluster(ctx context.Context, recs []*kgo.Record) (*kfake.Cluster, error) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(inboxPartitions, inboxTopic))
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ProducerLinger(0))
+	if err != nil {
+		cluster.Close()
+		return nil, err
+	}
+	defer cl.Close()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	for _, r := range recs {
+		wg.Add(1)
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				first = cmpOr(first, err)
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		cluster.Close()
+		return nil, fmt.Errorf("producing to kfake: %w", first)
+	}
+	return cluster, nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// consumeN reads n records of inboxTopic from the start of every
+// partition, with a client of no group, and hands them to handle in
+// slices of batch records (the last one shorter), in the order they were
+// fetched (each partition's in order). It returns the time from its
+// first poll to the last handle's return.
+func consumeN(ctx context.Context, cluster *kfake.Cluster, n, batch int, handle func(ctx context.Context, recs []*kgo.Record) error) (time.Duration, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(inboxTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, drainTimeout(n))
+	defer cancel()
+	start := time.Now()
+	done := 0
+	var buf []*kgo.Record
+	for done < n {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("count wrong: consumed %d of %d records (%w)", done, n, err)
+		}
+		if err := fs.Err0(); err != nil {
+			return 0, fmt.Errorf("fetching from kfake: %w", err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { buf = append(buf, r) })
+		for done < n && len(buf) > 0 && (len(buf) >= batch || len(buf) >= n-done) {
+			k := min(batch, len(buf), n-done)
+			if err := handle(ctx, buf[:k]); err != nil {
+				return 0, err
+			}
+			done += k
+			buf = buf[k:]
+		}
+	}
+	return time.Since(start), nil
+}
+
+// inboxMessage is the inbox's view of a record of inboxRecords, as
+// kafkainbox.Message makes it, with the partition's next offset.
+func inboxMessage(rec *kgo.Record) (inbox.Message, error) {
+	m := inbox.Message{ID: kafkasink.EntryID(rec), Key: string(rec.Key), Data: rec,
+		Offset: &inbox.Offset{Group: inboxGroup, Topic: rec.Topic, Partition: rec.Partition, Next: rec.Offset + 1}}
+	if v, ok := kafkasink.Header(rec, outbox.HeaderKeySeq); ok {
+		seq, err := outbox.ParseKeySeq(v)
+		if err != nil {
+			return m, err
+		}
+		m.Seq = seq
+	}
+	return m, nil
+}
+
+// plainHandler is the consumer without the inbox: one transaction per
+// call, an effect row per record.
+func plainHandler[Tx any](side *inboxSide[Tx]) func(ctx context.Context, recs []*kgo.Record) error {
+	return func(ctx context.Context, recs []*kgo.Record) error {
+		return side.plainTx(ctx, func(ctx context.Context, tx Tx) error {
+			for _, r := range recs {
+				if err := side.effect(ctx, tx, r); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// inboxHandler is the consumer with the inbox: one HandleBatch per call
+// (Handle for one record), the same effect row per record. Every result
+// must be want (Applied in a timed run, Duplicate for a redelivery).
+func inboxHandler[Tx any](side *inboxSide[Tx], ib *inbox.Inbox[Tx], want inbox.Outcome) func(ctx context.Context, recs []*kgo.Record) error {
+	h := func(ctx context.Context, tx Tx, m inbox.Message) error {
+		return side.effect(ctx, tx, m.Data.(*kgo.Record))
+	}
+	return func(ctx context.Context, recs []*kgo.Record) error {
+		msgs := make([]inbox.Message, len(recs))
+		for i, r := range recs {
+			m, err := inboxMessage(r)
+			if err != nil {
+				return err
+			}
+			msgs[i] = m
+		}
+		var results []inbox.Result
+		if len(msgs) == 1 {
+			r, err := ib.Handle(ctx, msgs[0], h)
+			if err != nil {
+				return err
+			}
+			results = []inbox.Result{r}
+		} else {
+			var err error
+			if results, err = ib.HandleBatch(ctx, msgs, h); err != nil {
+				return err
+			}
+		}
+		for i, r := range results {
+			if r.Outcome != want {
+				return fmt.Errorf("count wrong: record %s/%d@%d: the inbox said %s, want %s", recs[i].Topic, recs[i].Partition, recs[i].Offset, r.Outcome, want)
+			}
+			if r.Gap != nil || r.Late {
+				return fmt.Errorf("count wrong: record %s/%d@%d: the inbox reported a gap or a late record (%+v) on records sent in order", recs[i].Topic, recs[i].Partition, recs[i].Offset, r)
+			}
+		}
+		return nil
+	}
+}
+
+// inboxRun is one timed consumer run over a fresh side: n records of
+// cluster, batch per transaction, with the inbox or without. With the
+// inbox, the first records are then handed to it again and must all be
+// skipped. The effect table must hold every record once, in key order.
+func inboxRun[Tx any](ctx context.Context, t inboxTarget[Tx], cluster *kfake.Cluster, n, batch int, withInbox bool) (Counts, time.Duration, error) {
+	side, err := t.open(ctx)
+	if err != nil {
+		return Counts{}, 0, err
+	}
+	defer side.close()
+	handle := plainHandler(side)
+	var ib *inbox.Inbox[Tx]
+	if withInbox {
+		if ib, err = inbox.New(side.store, inbox.Options{Logger: oursLogger()}); err != nil {
+			return Counts{}, 0, err
+		}
+		handle = inboxHandler(side, ib, inbox.Applied)
+	}
+	el, err := consumeN(ctx, cluster, n, batch, handle)
+	if err != nil {
+		return Counts{}, el, err
+	}
+	if withInbox {
+		// Redelivery, untimed: the same records again, in the same
+		// batches; the inbox must skip every one.
+		k := min(inboxRedeliver, n)
+		if _, err := consumeN(ctx, cluster, k, batch, inboxHandler(side, ib, inbox.Duplicate)); err != nil {
+			return Counts{}, el, fmt.Errorf("redelivering %d records: %w", k, err)
+		}
+	}
+	c, err := side.counts(ctx, n)
+	if err != nil {
+		return c, el, err
+	}
+	return c, el, c.check(false)
+}
+
+// inboxCost runs one round of the per-record cost rows of t: for 1 and
+// for inboxBatch records per transaction, the plain consumer and the one
+// with the inbox over the same records.
+func inboxCost[Tx any](ctx context.Context, s *Suite, t inboxTarget[Tx], batch int) error {
+	n := s.inboxN(batch)
+	key := fmt.Sprintf("inbox.%s.rec%d", t.key, batch)
+	plain, with := s.sr(key+".plain"), s.sr(key+".inbox")
+	recs := inboxRecords(n, uint64(20+batch))
+	for run := range s.thisRun() {
+		cluster, err := inboxCluster(ctx, recs)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, withInbox := range []bool{false, true} {
+			c, el, err := inboxRun(ctx, t, cluster, n, batch, withInbox)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("inbox %v run %d: %w", withInbox, run+1, err))
+				continue
+			}
+			if withInbox {
+				with.add(rate(n, el), &c)
+			} else {
+				plain.add(rate(n, el), &c)
+			}
+		}
+		cluster.Close()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	w := s.inboxCostTitle(t.title, n, batch)
+	note := "1 consumer, one transaction at a time; the inbox records the ID, the key's sequence number and the partition's offset"
+	s.record(key+".plain", w, t.plain+", no inbox", "records/s", true, plain, "1 consumer, one transaction at a time")
+	call := "inbox.Handle"
+	if batch > 1 {
+		call = "inbox.HandleBatch"
+	}
+	s.record(key+".inbox", w, call+" ("+t.store+") + the same INSERTs", "records/s", true, with, note)
+	return nil
+}
+
+// inboxN is the record count of the rows with batch records per
+// transaction.
+func (s *Suite) inboxN(batch int) int {
+	switch {
+	case batch == 1 && s.cfg.Quick:
+		return inboxQuickN1
+	case batch == 1:
+		return min(inboxN1, s.cfg.N)
+	case s.cfg.Quick:
+		return inboxQuickN
+	}
+	return s.cfg.N
+}
+
+// inboxCostTitle names a per-record cost row: "Postgres inbox, 10k
+// records from kfake, 1 per tx".
+func (s *Suite) inboxCostTitle(title string, n, batch int) string {
+	return fmt.Sprintf("%s inbox, %s records from kfake, %d per tx, 1 consumer", title, human(n), batch)
+}
+
+// inboxSubs are the inbox workloads as -only and -skip see them: "inbox
+// postgres 1/tx", "inbox postgres 100/tx", "inbox postgres group" ("-only
+// inbox" runs them all).
+func inboxSubs(store string) []string {
+	return []string{store + " 1/tx", store + " " + strconv.Itoa(inboxBatch) + "/tx", store + " group"}
+}
+
+// inboxSubSelected reports whether the inbox workload sub runs: -only
+// matches "inbox sub" or "inbox", and -skip matches neither.
+func (s *Suite) inboxSubSelected(sub string) bool {
+	full := "inbox " + sub
+	if s.skipped(full) || s.skipped("inbox") {
+		return false
+	}
+	return s.cfg.Only == nil || s.cfg.Only.MatchString(full) || s.cfg.Only.MatchString("inbox")
+}
+
+func (s *Suite) inboxSelected() bool {
+	for _, store := range inboxStores {
+		for _, sub := range inboxSubs(store) {
+			if s.inboxSubSelected(sub) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// inboxStores are the stores of the inbox workloads, in their order.
+var inboxStores = []string{"postgres"}
