@@ -14,6 +14,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/inbox"
 	kafkasink "github.com/outboxrelay/outbox/sinks/kafka"
+	"github.com/outboxrelay/outbox/sinks/kafka/kafkainbox"
 )
 
 // The inbox workloads (issue 31): what the consuming half costs. A
@@ -174,18 +175,14 @@ func consumeN(ctx context.Context, cluster *kfake.Cluster, n, batch int, handle 
 	return time.Since(start), nil
 }
 
-// inboxMessage is the inbox's view of a record of inboxRecords, as
-// kafkainbox.Message makes it, with the partition's next offset.
+// inboxMessage is the inbox's view of a record, as the kafkainbox
+// Consumer makes it: kafkainbox.Message with the partition's next offset.
 func inboxMessage(rec *kgo.Record) (inbox.Message, error) {
-	m := inbox.Message{ID: kafkasink.EntryID(rec), Key: string(rec.Key), Data: rec,
-		Offset: &inbox.Offset{Group: inboxGroup, Topic: rec.Topic, Partition: rec.Partition, Next: rec.Offset + 1}}
-	if v, ok := kafkasink.Header(rec, outbox.HeaderKeySeq); ok {
-		seq, err := outbox.ParseKeySeq(v)
-		if err != nil {
-			return m, err
-		}
-		m.Seq = seq
+	m, err := kafkainbox.Message(rec)
+	if err != nil {
+		return m, err
 	}
+	m.Offset = &inbox.Offset{Group: inboxGroup, Topic: rec.Topic, Partition: rec.Partition, Next: rec.Offset + 1}
 	return m, nil
 }
 

@@ -1,5 +1,3 @@
-//go:build inboxgroup
-
 package main
 
 import (
@@ -146,19 +144,8 @@ func waitEffects[Tx any](ctx context.Context, side *inboxSide[Tx], n int) error 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("count wrong: %d of %d records applied %s after the handlers saw them all", c.Delivered, n, stallTimeout)
 		}
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
-			return err
+		if !sleepCtx(ctx, 5*time.Millisecond) {
+			return ctx.Err()
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
