@@ -41,7 +41,7 @@ const (
 	inboxRedeliver = 100
 
 	inboxN1      = 10000 // records of the 1-per-transaction rows, full run
-	inboxQuickN1 = 300   // with -quick
+	inboxQuickN1 = 200   // with -quick
 	inboxQuickN  = 2000  // records of the batched and group rows with -quick (full run: N)
 )
 
@@ -201,10 +201,26 @@ func plainHandler[Tx any](side *inboxSide[Tx]) func(ctx context.Context, recs []
 	}
 }
 
+// consumerKind is what a consumer run of the per-record cost rows does
+// besides inserting the effect rows.
+type consumerKind int
+
+const (
+	// plainConsumer: no inbox, a transaction per batch of records.
+	plainConsumer consumerKind = iota
+	// inboxConsumer: the inbox with everything kafkainbox hands it: the
+	// ID, the key's sequence number and the partition's next offset.
+	inboxConsumer
+	// idConsumer: the inbox with the ID only (no key, sequence number or
+	// offset): what deduplication alone costs.
+	idConsumer
+)
+
 // inboxHandler is the consumer with the inbox: one HandleBatch per call
-// (Handle for one record), the same effect row per record. Every result
-// must be want (Applied in a timed run, Duplicate for a redelivery).
-func inboxHandler[Tx any](side *inboxSide[Tx], ib *inbox.Inbox[Tx], want inbox.Outcome) func(ctx context.Context, recs []*kgo.Record) error {
+// (Handle for one record), the same effect row per record; with idOnly
+// the messages carry only their IDs. Every result must be want (Applied
+// in a timed run, Duplicate for a redelivery).
+func inboxHandler[Tx any](side *inboxSide[Tx], ib *inbox.Inbox[Tx], idOnly bool, want inbox.Outcome) func(ctx context.Context, recs []*kgo.Record) error {
 	h := func(ctx context.Context, tx Tx, m inbox.Message) error {
 		return side.effect(ctx, tx, m.Data.(*kgo.Record))
 	}
@@ -214,6 +230,9 @@ func inboxHandler[Tx any](side *inboxSide[Tx], ib *inbox.Inbox[Tx], want inbox.O
 			m, err := inboxMessage(r)
 			if err != nil {
 				return err
+			}
+			if idOnly {
+				m = inbox.Message{ID: m.ID, Data: r}
 			}
 			msgs[i] = m
 		}
@@ -243,32 +262,38 @@ func inboxHandler[Tx any](side *inboxSide[Tx], ib *inbox.Inbox[Tx], want inbox.O
 }
 
 // inboxRun is one timed consumer run over a fresh side: n records of
-// cluster, batch per transaction, with the inbox or without. With the
-// inbox, the first records are then handed to it again and must all be
-// skipped. The effect table must hold every record once, in key order.
-func inboxRun[Tx any](ctx context.Context, t inboxTarget[Tx], cluster *kfake.Cluster, n, batch int, withInbox bool) (Counts, time.Duration, error) {
+// cluster, batch per transaction, by a consumer of kind. With the inbox,
+// the first records are then handed to it again and must all be skipped.
+// The effect table must hold every record once, in key order.
+func inboxRun[Tx any](ctx context.Context, t inboxTarget[Tx], cluster *kfake.Cluster, n, batch int, kind consumerKind, p *phases) (Counts, time.Duration, error) {
 	side, err := t.open(ctx)
 	if err != nil {
 		return Counts{}, 0, err
 	}
 	defer side.close()
-	handle := plainHandler(side)
-	var ib *inbox.Inbox[Tx]
-	if withInbox {
-		if ib, err = inbox.New(side.store, inbox.Options{Logger: oursLogger()}); err != nil {
+	timed := side.timed(p)
+	handle := plainHandler(timed)
+	if kind != plainConsumer {
+		ib, err := inbox.New(timed.store, inbox.Options{Logger: oursLogger()})
+		if err != nil {
 			return Counts{}, 0, err
 		}
-		handle = inboxHandler(side, ib, inbox.Applied)
+		handle = inboxHandler(timed, ib, kind == idConsumer, inbox.Applied)
 	}
 	el, err := consumeN(ctx, cluster, n, batch, handle)
 	if err != nil {
 		return Counts{}, el, err
 	}
-	if withInbox {
+	if kind != plainConsumer {
 		// Redelivery, untimed: the same records again, in the same
-		// batches; the inbox must skip every one.
+		// batches, to an inbox over the same store; it must skip every
+		// one.
+		ib, err := inbox.New(side.store, inbox.Options{Logger: oursLogger()})
+		if err != nil {
+			return Counts{}, 0, err
+		}
 		k := min(inboxRedeliver, n)
-		if _, err := consumeN(ctx, cluster, k, batch, inboxHandler(side, ib, inbox.Duplicate)); err != nil {
+		if _, err := consumeN(ctx, cluster, k, batch, inboxHandler(side, ib, kind == idConsumer, inbox.Duplicate)); err != nil {
 			return Counts{}, el, fmt.Errorf("redelivering %d records: %w", k, err)
 		}
 	}
@@ -279,13 +304,18 @@ func inboxRun[Tx any](ctx context.Context, t inboxTarget[Tx], cluster *kfake.Clu
 	return c, el, c.check(false)
 }
 
-// inboxCost runs one round of the per-record cost rows of t: for 1 and
-// for inboxBatch records per transaction, the plain consumer and the one
-// with the inbox over the same records.
+// inboxCost runs one round of the per-record cost rows of t with batch
+// records per transaction: the plain consumer and the one with the inbox
+// over the same records; with one record per transaction also the inbox
+// with the IDs only.
 func inboxCost[Tx any](ctx context.Context, s *Suite, t inboxTarget[Tx], batch int) error {
 	n := s.inboxN(batch)
 	key := fmt.Sprintf("inbox.%s.rec%d", t.key, batch)
-	plain, with := s.sr(key+".plain"), s.sr(key+".inbox")
+	kinds := []consumerKind{plainConsumer, inboxConsumer}
+	if batch == 1 {
+		kinds = append(kinds, idConsumer)
+	}
+	suffix := map[consumerKind]string{plainConsumer: ".plain", inboxConsumer: ".inbox", idConsumer: ".id"}
 	recs := inboxRecords(n, uint64(20+batch))
 	for run := range s.thisRun() {
 		cluster, err := inboxCluster(ctx, recs)
@@ -293,17 +323,17 @@ func inboxCost[Tx any](ctx context.Context, s *Suite, t inboxTarget[Tx], batch i
 			return err
 		}
 		var errs []error
-		for _, withInbox := range []bool{false, true} {
-			c, el, err := inboxRun(ctx, t, cluster, n, batch, withInbox)
+		// Each round starts with another kind, so that no kind always
+		// runs first after the cluster's fill (or last, into the next
+		// workload).
+		for i := range kinds {
+			kind := kinds[(i+run)%len(kinds)]
+			c, el, err := inboxRun(ctx, t, cluster, n, batch, kind, s.phases(key+suffix[kind]))
 			if err != nil {
-				errs = append(errs, fmt.Errorf("inbox %v run %d: %w", withInbox, run+1, err))
+				errs = append(errs, fmt.Errorf("%s run %d: %w", suffix[kind][1:], run+1, err))
 				continue
 			}
-			if withInbox {
-				with.add(rate(n, el), &c)
-			} else {
-				plain.add(rate(n, el), &c)
-			}
+			s.sr(key+suffix[kind]).add(rate(n, el), &c)
 		}
 		cluster.Close()
 		if err := errors.Join(errs...); err != nil {
@@ -311,14 +341,31 @@ func inboxCost[Tx any](ctx context.Context, s *Suite, t inboxTarget[Tx], batch i
 		}
 	}
 	w := s.inboxCostTitle(t.title, n, batch)
-	note := "1 consumer, one transaction at a time; the inbox records the ID, the key's sequence number and the partition's offset"
-	s.record(key+".plain", w, t.plain+", no inbox", "records/s", true, plain, "1 consumer, one transaction at a time")
+	const one = "1 consumer, one transaction at a time"
 	call := "inbox.Handle"
 	if batch > 1 {
 		call = "inbox.HandleBatch"
 	}
-	s.record(key+".inbox", w, call+" ("+t.store+") + the same INSERTs", "records/s", true, with, note)
+	s.record(key+".plain", w, t.plain+", no inbox", "records/s", true, s.sr(key+".plain"), one+"; "+s.phases(key+".plain").String())
+	s.record(key+".inbox", w, call+" ("+t.store+") + the same INSERTs", "records/s", true, s.sr(key+".inbox"),
+		one+"; the inbox records the ID, the key's sequence number and the partition's offset, as kafkainbox does; "+s.phases(key+".inbox").String())
+	if batch == 1 {
+		s.record(key+".id", w, call+" ("+t.store+"), IDs only, + the same INSERTs", "records/s", true, s.sr(key+".id"),
+			one+"; messages without key, sequence number or offset: deduplication alone; "+s.phases(key+".id").String())
+	}
 	return nil
+}
+
+// phases returns the phase times of the row key, kept across rounds.
+func (s *Suite) phases(key string) *phases {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.keep["phases."+key].(*phases)
+	if !ok {
+		p = newPhases()
+		s.keep["phases."+key] = p
+	}
+	return p
 }
 
 // inboxN is the record count of the rows with batch records per

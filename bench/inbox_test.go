@@ -92,13 +92,13 @@ func TestInboxRunsApplyEveryRecordOnce(t *testing.T) {
 	}
 	defer cluster.Close()
 	for _, batch := range []int{1, inboxBatch} {
-		for _, withInbox := range []bool{false, true} {
-			c, el, err := inboxRun(ctx, memInboxTarget(), cluster, n, batch, withInbox)
+		for _, kind := range []consumerKind{plainConsumer, inboxConsumer, idConsumer} {
+			c, el, err := inboxRun(ctx, memInboxTarget(), cluster, n, batch, kind, newPhases())
 			if err != nil {
-				t.Fatalf("batch %d, inbox %v: %v", batch, withInbox, err)
+				t.Fatalf("batch %d, consumer %d: %v", batch, kind, err)
 			}
 			if c.Delivered != n || c.Duplicates != 0 || el <= 0 {
-				t.Errorf("batch %d, inbox %v: %+v in %s", batch, withInbox, c, el)
+				t.Errorf("batch %d, consumer %d: %+v in %s", batch, kind, c, el)
 			}
 		}
 	}
@@ -143,10 +143,10 @@ func TestInboxChecksCatchDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := consumeN(ctx, cluster, n, 10, inboxHandler(side, ib, inbox.Applied)); err != nil {
+	if _, err := consumeN(ctx, cluster, n, 10, inboxHandler(side, ib, false, inbox.Applied)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = consumeN(ctx, cluster, 10, 10, inboxHandler(side, ib, inbox.Applied))
+	_, err = consumeN(ctx, cluster, 10, 10, inboxHandler(side, ib, false, inbox.Applied))
 	if err == nil || !strings.Contains(err.Error(), "duplicate") {
 		t.Errorf("redelivered records expected to be applied: %v, want an error naming the duplicate", err)
 	}

@@ -117,6 +117,7 @@ func inboxComparisons() []comparison {
 	for _, t := range []struct{ key, title string }{{"pg", "Postgres"}} {
 		cs = append(cs,
 			comparison{group: t.title + " inbox, 1 record/tx, 1 consumer from kfake: with the inbox vs the same plain INSERT (cost ≤ 1.3×)", ours: "inbox." + t.key + ".rec1.inbox", other: "inbox." + t.key + ".rec1.plain", target: 0.77},
+			comparison{group: t.title + " inbox, 1 record/tx, 1 consumer from kfake: the inbox with IDs only (no key order, no offsets) vs the same plain INSERT", ours: "inbox." + t.key + ".rec1.id", other: "inbox." + t.key + ".rec1.plain"},
 			comparison{group: fmt.Sprintf("%s inbox, %d records/tx, 1 consumer from kfake: with the inbox vs the same plain INSERTs", t.title, inboxBatch), ours: fmt.Sprintf("inbox.%s.rec%d.inbox", t.key, inboxBatch), other: fmt.Sprintf("inbox.%s.rec%d.plain", t.key, inboxBatch), target: 0.9},
 			comparison{group: fmt.Sprintf("%s inbox, kafkainbox consumer group of %d on %d partitions, from Run", t.title, inboxGroupSize, inboxPartitions), ours: fmt.Sprintf("inbox.%s.group%d", t.key, inboxGroupSize)},
 			comparison{group: fmt.Sprintf("%s inbox, kafkainbox consumer group of %d vs 1 on %d partitions, first record to last commit", t.title, inboxGroupSize, inboxPartitions), ours: fmt.Sprintf("inbox.%s.group%d.steady", t.key, inboxGroupSize), other: fmt.Sprintf("inbox.%s.group1.steady", t.key)},
