@@ -1,0 +1,56 @@
+package mysqlinbox
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/outboxrelay/outbox/inbox"
+)
+
+// DefaultTable is the inbox table's name when Options.Table is empty.
+const DefaultTable = "inbox"
+
+// maxTableLen leaves room for the longest derived name
+// (Table+"_migrations") within MySQL's 64-character identifiers.
+const maxTableLen = 48
+
+// Options configure a [Store] and the migrations ([Migrate]).
+type Options struct {
+	// Table names the table of recorded IDs, in the connection's
+	// database; the other tables are named after it: Table+"_keyseq" (the
+	// keys' sequence numbers), Table+"_offsets" (the source partitions'
+	// offsets) and Table+"_migrations" (the applied migrations). Default
+	// [DefaultTable] ("inbox"); 1 to 48 characters of UTF-8 without NUL,
+	// backquote or trailing space. Every Store and Migrate of one inbox
+	// must use the same Table.
+	Table string
+}
+
+// withDefaults applies the defaults and checks the options, in one place.
+func (o Options) withDefaults() (Options, error) {
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if !validTable(o.Table) {
+		return o, fmt.Errorf("mysqlinbox: Options.Table %q is not a usable table name: use 1 to %d characters of UTF-8 without NUL, backquote or trailing space (the derived names add up to 11 more): %w",
+			o.Table, maxTableLen, inbox.ErrInvalidArgument)
+	}
+	return o, nil
+}
+
+func validTable(s string) bool {
+	return s != "" && utf8.RuneCountInString(s) <= maxTableLen && utf8.ValidString(s) &&
+		!strings.ContainsAny(s, "\x00`") && !strings.HasSuffix(s, " ")
+}
+
+// names are the backquoted names of an inbox's tables.
+type names struct {
+	table                              string // unquoted, as configured
+	inbox, keyseq, offsets, migrations string
+}
+
+func newNames(table string) names {
+	q := func(suffix string) string { return "`" + table + suffix + "`" }
+	return names{table: table, inbox: q(""), keyseq: q("_keyseq"), offsets: q("_offsets"), migrations: q("_migrations")}
+}
