@@ -1,0 +1,24 @@
+package redisinbox_test
+
+import (
+	"testing"
+
+	"github.com/outboxrelay/outbox/backends/redis/redisinbox"
+	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/inbox/inboxtest"
+)
+
+// TestConformance runs the inbox store conformance suite on a single node
+// and on Redis Cluster, each case under a prefix of its own.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			c := tg.client(t)
+			inboxtest.Run(t, inboxtest.Harness[*redisinbox.Tx]{
+				New: func(t *testing.T) inbox.Store[*redisinbox.Tx] { return newStore(t, c) },
+			})
+		})
+	}
+}
