@@ -23,21 +23,22 @@ func memInboxTarget() inboxTarget[*inbox.MemoryTx] {
 				mu   sync.Mutex
 				rows []effectRow
 			)
+			effect := func(_ context.Context, tx *inbox.MemoryTx, rec *kgo.Record) error {
+				seq, keySeq, err := parsePayload(rec.Value)
+				if err != nil {
+					return err
+				}
+				tx.OnCommit(func() {
+					mu.Lock()
+					rows = append(rows, effectRow{seq: seq, key: string(rec.Key), keySeq: keySeq})
+					mu.Unlock()
+				})
+				return nil
+			}
 			return &inboxSide[*inbox.MemoryTx]{
-				store: m,
-				effect: func(_ context.Context, tx *inbox.MemoryTx, rec *kgo.Record) error {
-					seq, keySeq, err := parsePayload(rec.Value)
-					if err != nil {
-						return err
-					}
-					tx.OnCommit(func() {
-						mu.Lock()
-						rows = append(rows, effectRow{seq: seq, key: string(rec.Key), keySeq: keySeq})
-						mu.Unlock()
-					})
-					return nil
-				},
-				plainTx: m.InTx,
+				store:  m,
+				effect: effect,
+				plain:  txPlain(m.InTx, effect),
 				counts: func(_ context.Context, n int) (Counts, error) {
 					mu.Lock()
 					defer mu.Unlock()
@@ -46,36 +47,6 @@ func memInboxTarget() inboxTarget[*inbox.MemoryTx] {
 				close: func() {},
 			}, nil
 		}}
-}
-
-type effectRow struct {
-	seq, keySeq int
-	key         string
-}
-
-// effectCounts is what the SQL of a store's counts computes, over rows in
-// insertion order.
-func effectCounts(rows []effectRow, n int) Counts {
-	c := Counts{Expected: n}
-	seen := map[int]bool{}
-	last := map[string]int{}
-	for _, r := range rows {
-		if r.seq < 0 || r.seq >= n {
-			c.Foreign++
-			continue
-		}
-		if seen[r.seq] {
-			c.Duplicates++
-		} else {
-			seen[r.seq] = true
-			c.Delivered++
-		}
-		if l, ok := last[r.key]; ok && r.keySeq < l {
-			c.OrderViolations++
-		}
-		last[r.key] = r.keySeq
-	}
-	return c
 }
 
 // Both consumers, per record and in batches, apply every record of the
@@ -123,7 +94,7 @@ func TestInboxChecksCatchDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, err := consumeN(ctx, cluster, n, 10, plainHandler(side)); err != nil {
+		if _, err := consumeN(ctx, cluster, n, 10, plainHandler(side, newPhases())); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +27,7 @@ const inboxEffectsDDL = `CREATE TABLE ` + schemaInbox + `.effects (
 // pgInboxTarget is pginbox's Store[pgx.Tx] over the suite's pool, against
 // the same INSERT in a pgx transaction of that pool.
 func (s *Suite) pgInboxTarget() inboxTarget[pgx.Tx] {
-	return inboxTarget[pgx.Tx]{name: "postgres", key: "pg", title: "Postgres", store: "pginbox", plain: "pgx BEGIN+INSERT+COMMIT",
+	return inboxTarget[pgx.Tx]{name: "postgres", key: "pg", title: "Postgres", store: "pginbox", effect: "INSERT", plain: "pgx BEGIN+INSERT+COMMIT",
 		open: func(ctx context.Context) (*inboxSide[pgx.Tx], error) {
 			if err := s.recreateSchema(ctx, schemaInbox, inboxEffectsDDL); err != nil {
 				return nil, err
@@ -45,9 +43,9 @@ func (s *Suite) pgInboxTarget() inboxTarget[pgx.Tx] {
 			return &inboxSide[pgx.Tx]{
 				store:  store,
 				effect: pgInsertEffect,
-				plainTx: func(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+				plain: txPlain(func(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
 					return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
-				},
+				}, pgInsertEffect),
 				counts: s.pgEffectCounts,
 				close: func() {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -84,44 +82,4 @@ func (s *Suite) pgEffectCounts(ctx context.Context, n int) (Counts, error) {
 	err = s.pool.QueryRow(ctx, `SELECT count(*) FROM (
 		SELECT key_seq < lag(key_seq) OVER (PARTITION BY key ORDER BY ord) AS behind FROM `+schemaInbox+`.effects) t WHERE behind`).Scan(&c.OrderViolations)
 	return c, err
-}
-
-// inboxWorkload runs one round of the inbox workloads.
-func (s *Suite) inboxWorkload(ctx context.Context) error {
-	var errs []error
-	step := func(sub string, fn func() error) {
-		if ctx.Err() != nil || !s.inboxSubSelected(sub) {
-			return
-		}
-		t0 := time.Now()
-		if err := fn(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", sub, err))
-			s.fail("inbox %s: %v", sub, err)
-		}
-		s.logf("   inbox %s took %s", sub, time.Since(t0).Round(100*time.Millisecond))
-	}
-	pg := s.pgInboxTarget()
-	subs := inboxSubs(pg.name)
-	step(subs[0], func() error { return inboxCost(ctx, s, pg, 1) })
-	step(subs[1], func() error { return inboxCost(ctx, s, pg, inboxBatch) })
-	step(subs[2], func() error { return inboxGroups(ctx, s, pg) })
-	return errors.Join(errs...)
-}
-
-// inboxComparisons are the inbox rows of the targets table (issue 31):
-// per record, the consumer with the inbox at least 0.77× the plain one
-// (a cost of at most 1.3×), and close to 1× with 100 records per
-// transaction (0.9×); the group's rates have no target.
-func inboxComparisons() []comparison {
-	var cs []comparison
-	for _, t := range []struct{ key, title string }{{"pg", "Postgres"}} {
-		cs = append(cs,
-			comparison{group: t.title + " inbox, 1 record/tx, 1 consumer from kfake: with the inbox vs the same plain INSERT (cost ≤ 1.3×)", ours: "inbox." + t.key + ".rec1.inbox", other: "inbox." + t.key + ".rec1.plain", target: 0.77},
-			comparison{group: t.title + " inbox, 1 record/tx, 1 consumer from kfake: the inbox with IDs only (no key order, no offsets) vs the same plain INSERT", ours: "inbox." + t.key + ".rec1.id", other: "inbox." + t.key + ".rec1.plain"},
-			comparison{group: fmt.Sprintf("%s inbox, %d records/tx, 1 consumer from kfake: with the inbox vs the same plain INSERTs", t.title, inboxBatch), ours: fmt.Sprintf("inbox.%s.rec%d.inbox", t.key, inboxBatch), other: fmt.Sprintf("inbox.%s.rec%d.plain", t.key, inboxBatch), target: 0.9},
-			comparison{group: fmt.Sprintf("%s inbox, kafkainbox consumer group of %d on %d partitions, from Run", t.title, inboxGroupSize, inboxPartitions), ours: fmt.Sprintf("inbox.%s.group%d", t.key, inboxGroupSize)},
-			comparison{group: fmt.Sprintf("%s inbox, kafkainbox consumer group of %d vs 1 on %d partitions, first record to last commit", t.title, inboxGroupSize, inboxPartitions), ours: fmt.Sprintf("inbox.%s.group%d.steady", t.key, inboxGroupSize), other: fmt.Sprintf("inbox.%s.group1.steady", t.key)},
-		)
-	}
-	return cs
 }

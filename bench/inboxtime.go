@@ -73,14 +73,11 @@ func timedTx[Tx any](ctx context.Context, p *phases, run func(context.Context, f
 	return err
 }
 
-// timed returns side with its transactions, its effect rows and its
-// store's calls timed into p.
+// timed returns side with its store's transactions and calls and its
+// effect rows timed into p (its plain consumer times itself).
 func (side *inboxSide[Tx]) timed(p *phases) *inboxSide[Tx] {
 	t := *side
 	t.store = timedStore[Tx]{Store: side.store, p: p}
-	t.plainTx = func(ctx context.Context, fn func(context.Context, Tx) error) error {
-		return timedTx(ctx, p, side.plainTx, fn)
-	}
 	t.effect = func(ctx context.Context, tx Tx, rec *kgo.Record) error {
 		defer p.since("effect", time.Now())
 		return side.effect(ctx, tx, rec)

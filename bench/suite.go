@@ -150,7 +150,7 @@ func (s *Suite) dropAll() {
 // are dropped at the end of the run.
 var (
 	allSchemas       = []string{schemaRaw, schemaRawBig, schemaRawSmall, schemaRiver, schemaWatermill, schemaOurs, schemaInbox}
-	allRedisPatterns = []string{"{rawbench*", "asynq:*", "{obench*"}
+	allRedisPatterns = []string{"{rawbench*", "asynq:*", "{obench*", "{ibench*"}
 )
 
 func (s *Suite) workloads() []workload {
