@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // memInboxTarget is the in-memory inbox store with an in-memory effect
@@ -123,5 +129,126 @@ func TestInboxChecksCatchDuplicates(t *testing.T) {
 	}
 	if c, _ := side.counts(ctx, n); c.Delivered != n || c.Duplicates != 0 {
 		t.Errorf("after the redelivery: %+v, want every record once", c)
+	}
+}
+
+// -only and -skip pick the inbox rows by "inbox <store> <part>".
+func TestInboxWorkloadSelection(t *testing.T) {
+	t.Parallel()
+	all := []string{"postgres 1/tx", "postgres 100/tx", "postgres group", "mysql 1/tx", "mysql 100/tx", "redis 1/tx", "redis 100/tx"}
+	for _, c := range []struct {
+		only, skip string
+		want       []string
+	}{
+		{"", "", all},
+		{"inbox", "", all},
+		{"inbox postgres", "", all[:3]},
+		{"inbox .* 1/tx", "", []string{"postgres 1/tx", "mysql 1/tx", "redis 1/tx"}},
+		{"inbox", "inbox (mysql|redis)|group", all[:2]},
+		{"outbox/postgres|river|W5", "", nil},
+		{"", "inbox", nil},
+	} {
+		s := &Suite{}
+		if c.only != "" {
+			s.cfg.Only = regexp.MustCompile(c.only)
+		}
+		if c.skip != "" {
+			s.cfg.Skip = regexp.MustCompile(c.skip)
+		}
+		var got []string
+		for _, st := range inboxStores {
+			for _, sub := range inboxSubs(st.name) {
+				if s.inboxSubSelected(sub) {
+					got = append(got, sub)
+				}
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("-only %q -skip %q: run %q, want %q", c.only, c.skip, got, c.want)
+		}
+		if s.selectedWorkload(workload{name: "inbox"}) != (len(got) > 0) {
+			t.Errorf("-only %q -skip %q: workload inbox selected = %v, its parts %q", c.only, c.skip, s.selectedWorkload(workload{name: "inbox"}), got)
+		}
+	}
+}
+
+// On each store's server, the inbox consumer applies every record once
+// and the effect table's counts say so; the plain consumer handed the
+// records twice leaves n duplicates, which the same counts report (so
+// the check of a real run can fail).
+func TestInboxTargetsCountEffectsOnTheirServers(t *testing.T) {
+	// Not parallel: the targets use the harness's schema, database and
+	// key prefixes, which other tests of the package recreate.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, testenv.PostgresURL())
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		testenv.Unavailable(t, "PostgreSQL", "OUTBOX_POSTGRES_URL", err)
+	}
+	defer pool.Close()
+	ropt, err := redis.ParseURL(testenv.RedisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		testenv.Unavailable(t, "Redis", "OUTBOX_REDIS_URL", err)
+	}
+	my, err := dialMySQL(ctx, testenv.MySQLURL())
+	if err != nil {
+		testenv.Unavailable(t, "MySQL", "OUTBOX_MYSQL_URL", err)
+	}
+	defer func() {
+		_, _ = my.db.Exec("DROP DATABASE IF EXISTS " + mysqlBenchDB)
+		my.db.Close()
+	}()
+	s := &Suite{pool: pool, rdb: rdb, keep: map[string]any{"mysql": my}, acc: map[string]*series{}}
+	defer func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schemaInbox+" CASCADE") }()
+
+	const n = 150
+	cluster, err := inboxCluster(ctx, inboxRecords(n, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	mt, err := s.mysqlInboxTarget(ctx)
+	if err != nil || mt == nil {
+		t.Fatalf("the MySQL target: %v", err)
+	}
+	t.Run("postgres", func(t *testing.T) { checkInboxTarget(ctx, t, s.pgInboxTarget(), cluster, n) })
+	t.Run("mysql", func(t *testing.T) { checkInboxTarget(ctx, t, *mt, cluster, n) })
+	t.Run("redis", func(t *testing.T) { checkInboxTarget(ctx, t, s.redisInboxTarget(), cluster, n) })
+}
+
+func checkInboxTarget[Tx any](ctx context.Context, t *testing.T, target inboxTarget[Tx], cluster *kfake.Cluster, n int) {
+	for _, batch := range []int{1, 25} {
+		c, _, err := inboxRun(ctx, target, cluster, n, batch, inboxConsumer, newPhases())
+		if err != nil {
+			t.Fatalf("the inbox consumer, %d per tx: %v", batch, err)
+		}
+		if c.Delivered != n || c.Duplicates != 0 || c.Foreign != 0 || c.OrderViolations != 0 {
+			t.Errorf("the inbox consumer, %d per tx: %+v, want every record once", batch, c)
+		}
+	}
+	side, err := target.open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.close()
+	for range 2 {
+		if _, err := consumeN(ctx, cluster, n, 25, plainHandler(side, newPhases())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := side.counts(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Delivered != n || c.Duplicates != n || c.check(false) == nil {
+		t.Errorf("the plain consumer run twice: %+v, want %d delivered and %d duplicates, and the check to fail", c, n, n)
 	}
 }
