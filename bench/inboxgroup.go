@@ -92,7 +92,7 @@ func inboxGroupRun[Tx any](ctx context.Context, t inboxTarget[Tx], cluster *kfak
 	}
 	// The handlers have seen every record; the effect table holds them
 	// once the last transactions commit.
-	waitErr := tr.wait(wctx, drainTimeout(n))
+	waitErr := tr.wait(wctx, inboxTimeout(n))
 	if waitErr == nil {
 		waitErr = waitEffects(wctx, side, n)
 	}
