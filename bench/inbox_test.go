@@ -63,11 +63,23 @@ func TestInboxRunsApplyEveryRecordOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const n = 1000
-	cluster, err := inboxCluster(ctx, inboxRecords(n, 1))
+	recs := inboxRecords(n, 1)
+	cluster, err := inboxCluster(ctx, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
+	// The group row's run, with its offsets check: a consumer group of
+	// 3 over the memory store.
+	if c, _, _, err := inboxGroupRun(ctx, memInboxTarget(), cluster, n, 3, nextOffsets(recs)); err != nil || c.Delivered != n {
+		t.Errorf("a group of 3: %+v, %v", c, err)
+	}
+	// The offsets check can fail.
+	wrong := nextOffsets(recs)
+	wrong[0]++
+	if _, _, _, err := inboxGroupRun(ctx, memInboxTarget(), cluster, n, 1, wrong); err == nil || !strings.Contains(err.Error(), "offsets") {
+		t.Errorf("a group of 1 with a wrong expected offset: %v, want an error about the offsets", err)
+	}
 	for _, batch := range []int{1, inboxBatch} {
 		for _, kind := range []consumerKind{plainConsumer, inboxConsumer, idConsumer} {
 			c, el, err := inboxRun(ctx, memInboxTarget(), cluster, n, batch, kind, newPhases())
@@ -210,7 +222,8 @@ func TestInboxTargetsCountEffectsOnTheirServers(t *testing.T) {
 	defer func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schemaInbox+" CASCADE") }()
 
 	const n = 150
-	cluster, err := inboxCluster(ctx, inboxRecords(n, 3))
+	recs := inboxRecords(n, 3)
+	cluster, err := inboxCluster(ctx, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +232,14 @@ func TestInboxTargetsCountEffectsOnTheirServers(t *testing.T) {
 	if err != nil || mt == nil {
 		t.Fatalf("the MySQL target: %v", err)
 	}
-	t.Run("postgres", func(t *testing.T) { checkInboxTarget(ctx, t, s.pgInboxTarget(), cluster, n) })
+	t.Run("postgres", func(t *testing.T) {
+		checkInboxTarget(ctx, t, s.pgInboxTarget(), cluster, n)
+		// The group row's run: two kafkainbox consumers.
+		c, _, _, err := inboxGroupRun(ctx, s.pgInboxTarget(), cluster, n, 2, nextOffsets(recs))
+		if err != nil || c.Delivered != n {
+			t.Errorf("a group of 2: %+v, %v", c, err)
+		}
+	})
 	t.Run("mysql", func(t *testing.T) { checkInboxTarget(ctx, t, *mt, cluster, n) })
 	t.Run("redis", func(t *testing.T) { checkInboxTarget(ctx, t, s.redisInboxTarget(), cluster, n) })
 }

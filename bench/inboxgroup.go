@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -33,7 +34,7 @@ func inboxGroups[Tx any](ctx context.Context, s *Suite, t inboxTarget[Tx]) error
 			if err != nil {
 				return err
 			}
-			c, el, span, err := inboxGroupRun(ctx, t, cluster, n, size)
+			c, el, span, err := inboxGroupRun(ctx, t, cluster, n, size, nextOffsets(recs))
 			cluster.Close()
 			if err != nil {
 				return fmt.Errorf("group of %d, run %d: %w", size, run+1, err)
@@ -49,11 +50,23 @@ func inboxGroups[Tx any](ctx context.Context, s *Suite, t inboxTarget[Tx]) error
 	return nil
 }
 
+// nextOffsets is each partition's offset after its last record of recs,
+// as produced.
+func nextOffsets(recs []*kgo.Record) map[int32]int64 {
+	next := map[int32]int64{}
+	for _, r := range recs {
+		next[r.Partition] = max(next[r.Partition], r.Offset+1)
+	}
+	return next
+}
+
 // inboxGroupRun consumes the n records of cluster with size kafkainbox
 // consumers of one group over a fresh side, until the effect table holds
-// all n, then stops them and checks the table. It returns the time from
-// the consumers' start and from the first handled record to then.
-func inboxGroupRun[Tx any](ctx context.Context, t inboxTarget[Tx], cluster *kfake.Cluster, n, size int) (Counts, time.Duration, time.Duration, error) {
+// all n, then stops them and checks the table, and that the store holds
+// each partition's offset after its last record (want). It returns the
+// time from the consumers' start and from the first handled record to
+// then.
+func inboxGroupRun[Tx any](ctx context.Context, t inboxTarget[Tx], cluster *kfake.Cluster, n, size int, want map[int32]int64) (Counts, time.Duration, time.Duration, error) {
 	side, err := t.open(ctx)
 	if err != nil {
 		return Counts{}, 0, 0, err
@@ -115,7 +128,17 @@ func inboxGroupRun[Tx any](ctx context.Context, t inboxTarget[Tx], cluster *kfak
 	if err != nil {
 		return c, 0, 0, err
 	}
-	return c, el, span, c.check(false)
+	if err := c.check(false); err != nil {
+		return c, 0, 0, err
+	}
+	got, err := side.store.Offsets(ctx, inboxGroup, inboxTopic)
+	if err != nil {
+		return c, 0, 0, err
+	}
+	if !maps.Equal(got, want) {
+		return c, 0, 0, fmt.Errorf("count wrong: the store's offsets of group %s are %v, want each partition's end %v", inboxGroup, got, want)
+	}
+	return c, el, span, nil
 }
 
 // firstAt is when tr saw its first delivery.
