@@ -190,9 +190,11 @@ func (o *Options) setDefaults() error {
 // skips a message whose ID a committed transaction recorded. It is safe
 // for concurrent use.
 type Inbox[Tx any] struct {
-	store Store[Tx]
-	opts  Options
-	m     *metrics
+	store    Store[Tx]
+	recorder KeyRecorder[Tx] // the store's, or nil
+	finisher Finisher[Tx]    // the store's, or nil
+	opts     Options
+	m        *metrics
 }
 
 // New returns an Inbox over store.
@@ -207,7 +209,10 @@ func New[Tx any](store Store[Tx], opts Options) (*Inbox[Tx], error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
 	}
-	return &Inbox[Tx]{store: store, opts: opts, m: m}, nil
+	ib := &Inbox[Tx]{store: store, opts: opts, m: m}
+	ib.recorder, _ = store.(KeyRecorder[Tx])
+	ib.finisher, _ = store.(Finisher[Tx])
+	return ib, nil
 }
 
 // Store returns the inbox's store.
@@ -288,6 +293,12 @@ func (ib *Inbox[Tx]) HandleBatch(ctx context.Context, msgs []Message, h Handler[
 // applied. Apply does not retry, and under GapHold it returns a
 // [*GapError] instead of waiting. Metrics count the results when Apply
 // returns. No msgs returns (nil, nil).
+//
+// Apply called twice in one transaction sees the IDs the first call
+// recorded (a message in both is a Duplicate the second time), but
+// whether it sees the key numbers the first call set depends on the store
+// (Store.KeySeqs reads them as committed; a SQL store also sees its own
+// transaction's): pass a key's messages to one call, in order.
 func (ib *Inbox[Tx]) Apply(ctx context.Context, tx Tx, msgs []Message, h Handler[Tx]) ([]Result, error) {
 	if len(msgs) == 0 {
 		return nil, nil
@@ -329,18 +340,7 @@ func validate[Tx any](msgs []Message, h Handler[Tx]) error {
 
 // apply is one attempt of a batch in tx. With force, held gaps are applied.
 func (ib *Inbox[Tx]) apply(ctx context.Context, tx Tx, msgs []Message, h Handler[Tx], force bool) ([]Result, error) {
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	fresh, err := ib.store.Record(ctx, tx, ids)
-	if err != nil {
-		return nil, err
-	}
-	if len(fresh) != len(ids) {
-		return nil, fmt.Errorf("inbox: Store.Record returned %d answers for %d IDs", len(fresh), len(ids))
-	}
-	last, err := ib.store.KeySeqs(ctx, tx, seqKeys(msgs, fresh))
+	fresh, last, err := ib.record(ctx, tx, msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -372,15 +372,59 @@ func (ib *Inbox[Tx]) apply(ctx context.Context, tx Tx, msgs []Message, h Handler
 		}
 		return results, errHeld
 	}
-	if err := ib.store.SetKeySeqs(ctx, tx, set); err != nil {
+	if err := ib.finish(ctx, tx, set, offsets(msgs)); err != nil {
 		return nil, err
 	}
-	if offs := offsets(msgs); len(offs) > 0 {
-		if err := ib.store.SaveOffsets(ctx, tx, offs); err != nil {
-			return nil, err
+	return results, nil
+}
+
+// record records the IDs of msgs and reads the numbers of their keys: in
+// one round trip with a KeyRecorder store and numbered messages, else
+// Record and, for the new numbered messages' keys if any, KeySeqs.
+func (ib *Inbox[Tx]) record(ctx context.Context, tx Tx, msgs []Message) (fresh []bool, last map[string]int64, err error) {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	read := false // the keys' numbers were read with the IDs
+	if keys := seqKeys(msgs, nil); ib.recorder != nil && len(keys) > 0 {
+		fresh, last, err = ib.recorder.RecordWithKeySeqs(ctx, tx, ids, keys)
+		read = true
+	} else {
+		fresh, err = ib.store.Record(ctx, tx, ids)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(fresh) != len(ids) {
+		return nil, nil, fmt.Errorf("inbox: Store.Record returned %d answers for %d IDs", len(fresh), len(ids))
+	}
+	if keys := seqKeys(msgs, fresh); !read && len(keys) > 0 { // no round trip for a batch without numbered keys
+		if last, err = ib.store.KeySeqs(ctx, tx, keys); err != nil {
+			return nil, nil, err
 		}
 	}
-	return results, nil
+	return fresh, last, nil
+}
+
+// finish writes the batch's key numbers and offsets: in one round trip
+// with a Finisher store, else one for each that is not empty.
+func (ib *Inbox[Tx]) finish(ctx context.Context, tx Tx, seqs map[string]int64, offs []Offset) error {
+	switch {
+	case len(seqs) == 0 && len(offs) == 0:
+		return nil
+	case ib.finisher != nil:
+		return ib.finisher.Finish(ctx, tx, seqs, offs)
+	}
+	if len(seqs) > 0 {
+		if err := ib.store.SetKeySeqs(ctx, tx, seqs); err != nil {
+			return err
+		}
+	}
+	if len(offs) > 0 {
+		return ib.store.SaveOffsets(ctx, tx, offs)
+	}
+	return nil
 }
 
 // checkSeq compares m's number with its key's last applied one (last, as
@@ -414,12 +458,13 @@ func heldGapError(msgs []Message, results []Result) error {
 	return ErrGap
 }
 
-// seqKeys are the keys of the fresh, numbered messages, once each.
+// seqKeys are the keys of the numbered messages, once each: of the fresh
+// ones only, unless fresh is nil.
 func seqKeys(msgs []Message, fresh []bool) []string {
 	var keys []string
 	seen := map[string]bool{}
 	for i, m := range msgs {
-		if fresh[i] && m.Seq > 0 && m.Key != "" && !seen[m.Key] {
+		if (fresh == nil || fresh[i]) && m.Seq > 0 && m.Key != "" && !seen[m.Key] {
 			seen[m.Key] = true
 			keys = append(keys, m.Key)
 		}

@@ -89,6 +89,9 @@ func purgeRound[Tx any](ctx context.Context, store Store[Tx], opts JanitorOption
 		keys += k
 		m.purgedRecords(ctx, i, k)
 		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return ids, keys, err // context errors pass through unwrapped
+			}
 			return ids, keys, fmt.Errorf("inbox: purge: %w", err)
 		}
 		if i < opts.BatchSize && k < opts.BatchSize {

@@ -38,7 +38,11 @@ type offsetKey struct {
 	partition    int32
 }
 
-var _ Store[*MemoryTx] = (*Memory)(nil)
+var (
+	_ Store[*MemoryTx]       = (*Memory)(nil)
+	_ KeyRecorder[*MemoryTx] = (*Memory)(nil)
+	_ Finisher[*MemoryTx]    = (*Memory)(nil)
+)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
@@ -53,8 +57,9 @@ func NewMemory() *Memory {
 
 // MemoryTx is a transaction of a [Memory] store. What it records becomes
 // visible when Commit succeeds; functions registered with OnCommit run
-// then, in order, so a consumer's in-memory effects commit with the
-// records. A MemoryTx is meant for one goroutine.
+// then, in order and before the next transaction begins, so a consumer's
+// in-memory effects commit with the records, in commit order. A MemoryTx
+// is meant for one goroutine.
 type MemoryTx struct {
 	m        *Memory
 	done     bool
@@ -67,6 +72,9 @@ type MemoryTx struct {
 
 // Begin starts a transaction, waiting for the running one to finish.
 func (m *Memory) Begin(ctx context.Context) (*MemoryTx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case m.txSem <- struct{}{}:
 	case <-ctx.Done():
@@ -76,15 +84,22 @@ func (m *Memory) Begin(ctx context.Context) (*MemoryTx, error) {
 }
 
 // OnCommit registers fn to run when tx commits (not when it rolls back).
+// The functions run in Commit, in the order registered, before the
+// store's next transaction begins: the effects of transactions take
+// place one transaction at a time, in commit order (so a key's effects
+// keep its messages' order), and fn must not begin a transaction of the
+// same store (it would wait for itself).
 func (tx *MemoryTx) OnCommit(fn func()) { tx.onCommit = append(tx.onCommit, fn) }
 
-// Commit makes tx's records visible and runs its OnCommit functions.
+// Commit makes tx's records visible and runs its OnCommit functions, then
+// lets the next transaction begin.
 func (tx *MemoryTx) Commit() error {
 	if tx.done {
 		return ErrTxDone
 	}
 	tx.done = true
 	m := tx.m
+	defer func() { <-m.txSem }() // after the OnCommit functions, even if one panics
 	m.mu.Lock()
 	now := m.now()
 	for _, id := range tx.ids {
@@ -97,7 +112,6 @@ func (tx *MemoryTx) Commit() error {
 		m.offsets[k] = n
 	}
 	m.mu.Unlock()
-	<-m.txSem
 	for _, fn := range tx.onCommit {
 		fn()
 	}
@@ -114,7 +128,10 @@ func (tx *MemoryTx) Rollback() error {
 	return nil
 }
 
-func (tx *MemoryTx) check(m *Memory) error {
+func (tx *MemoryTx) check(ctx context.Context, m *Memory) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if tx == nil || tx.m != m {
 		return fmt.Errorf("inbox: a transaction of another Memory store, or nil; begin it with this store's Begin: %w", ErrInvalidArgument)
 	}
@@ -124,19 +141,25 @@ func (tx *MemoryTx) check(m *Memory) error {
 	return nil
 }
 
-// InTx implements [Store].
+// InTx implements [Store]. A transaction whose context ends before it
+// commits is rolled back, with the context's error.
 func (m *Memory) InTx(ctx context.Context, fn func(ctx context.Context, tx *MemoryTx) error) (err error) {
 	tx, err := m.Begin(ctx)
 	if err != nil {
 		return err
 	}
+	finished := false
 	defer func() {
-		if p := recover(); p != nil {
+		if !finished { // fn panicked (the panic goes on) or called runtime.Goexit
 			_ = tx.Rollback()
-			panic(p)
 		}
 	}()
-	if err := fn(ctx, tx); err != nil {
+	err = fn(ctx, tx)
+	finished = true
+	if err == nil {
+		err = ctx.Err() // a transaction whose context ended does not commit
+	}
+	if err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -148,7 +171,7 @@ func (m *Memory) Retryable(error) bool { return false }
 
 // Record implements [Store].
 func (m *Memory) Record(ctx context.Context, tx *MemoryTx, ids []string) ([]bool, error) {
-	if err := tx.check(m); err != nil {
+	if err := tx.check(ctx, m); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
@@ -172,9 +195,30 @@ func (m *Memory) Record(ctx context.Context, tx *MemoryTx, ids []string) ([]bool
 	return fresh, nil
 }
 
+// RecordWithKeySeqs implements [KeyRecorder]: Record, then KeySeqs.
+func (m *Memory) RecordWithKeySeqs(ctx context.Context, tx *MemoryTx, ids, keys []string) ([]bool, map[string]int64, error) {
+	fresh, err := m.Record(ctx, tx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	seqs, err := m.KeySeqs(ctx, tx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fresh, seqs, nil
+}
+
+// Finish implements [Finisher]: SetKeySeqs, then SaveOffsets.
+func (m *Memory) Finish(ctx context.Context, tx *MemoryTx, seqs map[string]int64, offsets []Offset) error {
+	if err := m.SetKeySeqs(ctx, tx, seqs); err != nil {
+		return err
+	}
+	return m.SaveOffsets(ctx, tx, offsets)
+}
+
 // KeySeqs implements [Store].
 func (m *Memory) KeySeqs(ctx context.Context, tx *MemoryTx, keys []string) (map[string]int64, error) {
-	if err := tx.check(m); err != nil {
+	if err := tx.check(ctx, m); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -190,7 +234,7 @@ func (m *Memory) KeySeqs(ctx context.Context, tx *MemoryTx, keys []string) (map[
 
 // SetKeySeqs implements [Store].
 func (m *Memory) SetKeySeqs(ctx context.Context, tx *MemoryTx, seqs map[string]int64) error {
-	if err := tx.check(m); err != nil {
+	if err := tx.check(ctx, m); err != nil {
 		return err
 	}
 	for k, s := range seqs {
@@ -201,7 +245,7 @@ func (m *Memory) SetKeySeqs(ctx context.Context, tx *MemoryTx, seqs map[string]i
 
 // SaveOffsets implements [Store].
 func (m *Memory) SaveOffsets(ctx context.Context, tx *MemoryTx, offsets []Offset) error {
-	if err := tx.check(m); err != nil {
+	if err := tx.check(ctx, m); err != nil {
 		return err
 	}
 	for _, o := range offsets {
@@ -224,6 +268,27 @@ func (m *Memory) Offsets(ctx context.Context, group, topic string) (map[int32]in
 		}
 	}
 	return out, nil
+}
+
+// Backdate moves the committed records of ids (the time each was
+// recorded) and of keys (the time each key's number was last set) back by
+// d, as if they had been written d earlier; IDs and keys not recorded are
+// ignored. It is for tests of retention (the inboxtest Harness.Backdate)
+// and is safe for concurrent use.
+func (m *Memory) Backdate(d time.Duration, ids, keys []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		if at, ok := m.ids[id]; ok {
+			m.ids[id] = at.Add(-d)
+		}
+	}
+	for _, k := range keys {
+		if s, ok := m.seqs[k]; ok {
+			s.at = s.at.Add(-d)
+			m.seqs[k] = s
+		}
+	}
 }
 
 // Purge implements [Store].

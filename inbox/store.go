@@ -24,7 +24,10 @@ type Store[Tx any] interface {
 	// rolled back and fn's error returned (the panic re-raised): nothing
 	// fn or the Store's methods wrote in tx stays. InTx does not retry;
 	// a commit that fails returns the store's error, for which Retryable
-	// says whether running the whole transaction again may succeed.
+	// says whether running the whole transaction again may succeed. A
+	// transaction whose ctx ends before it commits is rolled back, with
+	// an error errors.Is finds ctx's error in; with ctx already ended,
+	// InTx returns that error (fn may not run).
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 
 	// Retryable reports whether err, returned by InTx or a method called
@@ -36,8 +39,10 @@ type Store[Tx any] interface {
 
 	// Record records ids as applied in tx, at the store's clock, and
 	// reports for each, in the same order, whether it was new: true when
-	// no committed transaction recorded it before (and it is not earlier
-	// in ids), false when one did. The record becomes visible to others
+	// no committed transaction recorded it before, no earlier Record call
+	// of tx recorded it, and it is not earlier in ids; false otherwise.
+	// A store whose database cannot take all of ids in one statement
+	// splits them and still answers in order. The record becomes visible to others
 	// when tx commits and is gone if it rolls back.
 	//
 	// Concurrent transactions recording the same ID: at most one of them
@@ -51,10 +56,13 @@ type Store[Tx any] interface {
 
 	// KeySeqs returns the highest applied sequence number of each of keys
 	// as committed (a key never set, or removed by Purge, is absent from
-	// the map) and guards them for tx: a concurrent transaction that
-	// reads or sets one of them waits for tx (SQL: SELECT ... FOR UPDATE)
-	// or fails its commit with a retryable error (Redis). No keys returns
-	// an empty map.
+	// the map) and guards them for tx, present or absent: a concurrent
+	// transaction that reads or sets one of them waits for tx or fails
+	// with an error for which Retryable is true (SQL: a locking read
+	// that also locks a key without a row, such as an upsert of a
+	// placeholder row reported absent, or a deadlock on the gap lock), or
+	// fails its commit with a retryable error (Redis: WATCH). No keys
+	// returns an empty map.
 	KeySeqs(ctx context.Context, tx Tx, keys []string) (map[string]int64, error)
 
 	// SetKeySeqs sets the highest applied sequence number of each key in
@@ -90,4 +98,29 @@ type Offset struct {
 	Topic     string
 	Partition int32
 	Next      int64
+}
+
+// KeyRecorder is an optional interface of a [Store] that records IDs and
+// reads key numbers in one round trip; the [Inbox] uses it, when the
+// store implements it, for a batch with numbered messages (a SQL store:
+// one statement instead of two, a per-record cost that shows on a
+// message a transaction).
+type KeyRecorder[Tx any] interface {
+	// RecordWithKeySeqs is Record(ctx, tx, ids) followed by
+	// KeySeqs(ctx, tx, keys), with the same answers and guards, in one
+	// round trip. It returns Record's answers and KeySeqs' map. No keys
+	// returns an empty map; no ids returns no answers. The Inbox passes
+	// the keys of every numbered message in the batch, duplicates' too.
+	RecordWithKeySeqs(ctx context.Context, tx Tx, ids, keys []string) ([]bool, map[string]int64, error)
+}
+
+// Finisher is an optional interface of a [Store] that writes a batch's
+// key numbers and offsets in one round trip; the [Inbox] uses it, when
+// the store implements it, once after the handlers of a batch that has
+// something to write.
+type Finisher[Tx any] interface {
+	// Finish is SetKeySeqs(ctx, tx, seqs) followed by SaveOffsets(ctx,
+	// tx, offsets), with the same effects, in one round trip. Either may
+	// be empty; both empty does nothing.
+	Finish(ctx context.Context, tx Tx, seqs map[string]int64, offsets []Offset) error
 }
