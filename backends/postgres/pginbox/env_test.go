@@ -22,9 +22,10 @@ import (
 // by schema.
 var shared struct {
 	sync.Mutex
-	pool *pgxpool.Pool
-	db   *sql.DB
-	err  error
+	pool   *pgxpool.Pool
+	simple *pgxpool.Pool // the simple protocol, as behind PgBouncer's transaction pooling
+	db     *sql.DB
+	err    error
 }
 
 func TestMain(m *testing.M) {
@@ -34,8 +35,10 @@ func TestMain(m *testing.M) {
 	if shared.db != nil {
 		_ = shared.db.Close()
 	}
-	if shared.pool != nil {
-		shared.pool.Close()
+	for _, p := range []*pgxpool.Pool{shared.pool, shared.simple} {
+		if p != nil {
+			p.Close()
+		}
 	}
 	shared.Unlock()
 	os.Exit(code)
@@ -94,6 +97,31 @@ func pool(t testing.TB) *pgxpool.Pool {
 	}
 	shared.pool = p
 	shared.db = stdlib.OpenDBFromPool(p)
+	return p
+}
+
+// simplePool returns a pool of its own that runs every statement with the
+// simple protocol (no prepared statements: what PgBouncer's transaction
+// pooling needs).
+func simplePool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool(t)
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.simple != nil {
+		return shared.simple
+	}
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
+	if err != nil {
+		t.Fatalf("OUTBOX_POSTGRES_URL: %v", err)
+	}
+	cfg.MaxConns = 8
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("simple-protocol pool: %v", err)
+	}
+	shared.simple = p
 	return p
 }
 

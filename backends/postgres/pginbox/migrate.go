@@ -158,7 +158,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 // sequence numbers, the stored offsets), then "<table>_migrations", then
 // opts.Schema when Migrate (or pgoutbox.Migrate) created it and it is
 // empty; a schema that holds anything else is left as it is. On an inbox
-// that does not exist it does nothing. It serializes with Migrate through
+// that does not exist it only drops such a schema (one the inbox created
+// and an outbox shared, say, once the outbox is gone). It serializes with Migrate through
 // the same lock and runs in one transaction.
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	return migrateTo(ctx, pool, opts, 0)
@@ -188,7 +189,7 @@ func migrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		mg := migrator{tx: tx, opts: opts, n: n}
 		applied, err := mg.begin(ctx, version > 0)
-		if err != nil || applied == nil {
+		if err != nil {
 			return err
 		}
 		if err := mg.run(ctx, ms, applied, version); err != nil {
@@ -217,7 +218,7 @@ type migrator struct {
 
 // begin takes the schema's advisory lock and returns the versions
 // applied. With create, it creates the schema (marked with SchemaMark)
-// and the migrations table if needed; without, it returns nil when there
+// and the migrations table if needed; without, it returns none when there
 // is no migrations table (nothing to revert).
 func (mg migrator) begin(ctx context.Context, create bool) (map[int]bool, error) {
 	if _, err := mg.tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1::bigint)", lockKey(mg.opts.Schema)); err != nil {
@@ -230,7 +231,7 @@ func (mg migrator) begin(ctx context.Context, create bool) (map[int]bool, error)
 	} else {
 		var exists bool
 		if err := mg.tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", mg.n.migrations).Scan(&exists); err != nil || !exists {
-			return nil, err
+			return map[int]bool{}, err
 		}
 	}
 	applied := map[int]bool{}

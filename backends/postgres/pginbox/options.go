@@ -106,6 +106,9 @@ var queryFS embed.FS
 // per Store method (queries/<method>.sql).
 type queries struct {
 	record, keySeqs, setKeySeqs, saveOffsets, offsets, purge string
+	// recordWithKeySeqs and finish serve the optional interfaces
+	// (RecordWithKeySeqs, Finish): two methods' statements in one.
+	recordWithKeySeqs, finish string
 }
 
 func newQueries(o Options) queries {
@@ -123,5 +126,8 @@ func newQueries(o Options) queries {
 		saveOffsets: q("save_offsets"),
 		offsets:     q("offsets"),
 		purge:       q("purge"),
+
+		recordWithKeySeqs: q("record_with_key_seqs"),
+		finish:            q("finish"),
 	}
 }

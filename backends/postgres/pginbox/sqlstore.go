@@ -44,7 +44,9 @@ func NewSQL(db *sql.DB, opts Options) (*SQLStore, error) {
 
 // InTx implements inbox.Store with db.BeginTx (default options): it calls
 // fn, commits when fn returns nil, and rolls back when fn returns an
-// error (returned unwrapped) or panics (re-raised).
+// error (returned unwrapped) or panics (re-raised). When ctx ends before
+// the commit, database/sql rolls the transaction back and InTx returns
+// ctx's error.
 func (s *SQLStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -61,6 +63,10 @@ func (s *SQLStore) InTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, sql.ErrTxDone) {
+			// database/sql rolled the transaction back when ctx ended.
+			return ctxErr
+		}
 		return interpretError(ctx, "InTx commit", err)
 	}
 	return nil

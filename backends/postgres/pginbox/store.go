@@ -47,8 +47,11 @@ const rollbackTimeout = 5 * time.Second
 // pool.BeginTx (the server's default isolation, READ COMMITTED unless
 // configured otherwise), calls fn and commits when fn returns nil. When fn
 // returns an error or panics it rolls back and returns fn's error
-// unwrapped (or re-raises the panic). A failed commit returns an error
-// wrapping pgx's; see [Store.Retryable] for which ones a retry may fix.
+// unwrapped (or re-raises the panic). When ctx ends before the commit,
+// the commit fails and pgx closes the connection, which rolls the
+// transaction back; InTx returns ctx's error. Another failed commit
+// returns an error wrapping pgx's; see [Store.Retryable] for which ones
+// a retry may fix.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {

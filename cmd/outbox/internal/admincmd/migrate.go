@@ -24,15 +24,16 @@ import (
 
 // MigrateCmd groups the migration commands.
 type MigrateCmd struct {
-	Up     MigrateUpCmd     `cmd:"" help:"Create the outbox (with --partitions N), or bring an existing one's tables to the newest version. Redis: store the partition count."`
-	Down   MigrateDownCmd   `cmd:"" help:"Roll the outbox's tables back one version, or to --to (Postgres, MySQL; --to 0 drops the outbox and its entries)."`
-	Status MigrateStatusCmd `cmd:"" help:"Which migrations are applied, and the stored partition count."`
-	SQL    MigrateSQLCmd    `cmd:"" name:"sql" help:"Print the SQL that creates the outbox, for goose, golang-migrate, psql or mysql (Postgres without --store; MySQL with a mysql:// --store, which is not connected to)."`
+	Up     MigrateUpCmd     `cmd:"" help:"Create the outbox (with --partitions N), or bring an existing one's tables to the newest version. Redis: store the partition count. With --inbox: create or upgrade a consumer's inbox tables instead."`
+	Down   MigrateDownCmd   `cmd:"" help:"Roll the outbox's tables back one version, or to --to (Postgres, MySQL; --to 0 drops the outbox and its entries). With --inbox: drop a consumer's inbox tables."`
+	Status MigrateStatusCmd `cmd:"" help:"Which migrations are applied, and the stored partition count. With --inbox: those of a consumer's inbox."`
+	SQL    MigrateSQLCmd    `cmd:"" name:"sql" help:"Print the SQL that creates the outbox (or with --inbox, a consumer's inbox), for goose, golang-migrate, psql or mysql (Postgres without --store; MySQL with a mysql:// --store, which is not connected to)."`
 }
 
 // MigrateUpCmd creates or upgrades an outbox.
 type MigrateUpCmd struct {
 	cli.StoreFlags
+	InboxFlags
 	Partitions int           `placeholder:"N" noconfig:"" help:"The partition count to create the outbox with (1 or more). It is stored with the outbox and fixed from then on: give it when creating, and leave it off afterwards (a different count is refused)."`
 	To         int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Postgres, MySQL: migrate up to this version only (default: the newest)."`
 	Timeout    time.Duration `default:"1m" help:"Give up after this long."`
@@ -40,6 +41,12 @@ type MigrateUpCmd struct {
 
 // Run migrates up.
 func (c *MigrateUpCmd) Run(app *cli.App) error {
+	if err := c.check(c.Partitions); err != nil {
+		return err
+	}
+	if c.Inbox {
+		return c.runInbox(app)
+	}
 	if c.Partitions < 0 {
 		return cli.UsageError("--partitions must be 1 or more")
 	}
@@ -114,6 +121,7 @@ func (c *MigrateUpCmd) redisUp(ctx context.Context, app *cli.App, o *cli.Opened)
 // MigrateDownCmd rolls Postgres migrations back.
 type MigrateDownCmd struct {
 	cli.StoreFlags
+	InboxFlags
 	To      int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Roll back to this version (default: one version down; 0 drops every table of the outbox, entries and the migrations table included, and the schema if migrate up created it and nothing else is in it)."`
 	Yes     bool          `noconfig:"" help:"Go ahead without asking (needed when there is no terminal to ask on)."`
 	Timeout time.Duration `default:"1m" help:"Give up after this long."`
@@ -121,6 +129,12 @@ type MigrateDownCmd struct {
 
 // Run migrates down.
 func (c *MigrateDownCmd) Run(app *cli.App) error {
+	if err := c.check(0); err != nil {
+		return err
+	}
+	if c.Inbox {
+		return c.runInbox(app)
+	}
 	if t, err := cli.ParseStore(c.Store); err == nil && t.Kind == "redis" {
 		return cli.UsageError("migrate down does not apply to Redis: a Redis outbox has no tables to roll back. To remove one, stop its relays and delete its keys (%s)", redisKeysHint(c.Prefix))
 	}
@@ -211,6 +225,7 @@ func redisKeysHint(prefix string) string {
 // MigrateStatusCmd shows the migration status.
 type MigrateStatusCmd struct {
 	cli.StoreFlags
+	InboxFlags
 	cli.OutputFlags
 	Timeout time.Duration `default:"30s" help:"Give up after this long."`
 }
@@ -241,6 +256,12 @@ type MigrationJSON struct {
 
 // Run prints the status.
 func (c *MigrateStatusCmd) Run(app *cli.App) error {
+	if err := c.check(0); err != nil {
+		return err
+	}
+	if c.Inbox {
+		return c.runInbox(app)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
 	o, err := c.Connect(ctx)
@@ -304,19 +325,23 @@ func (c *MigrateStatusCmd) Run(app *cli.App) error {
 // MigrateSQLCmd prints the rendered migrations.
 type MigrateSQLCmd struct {
 	cli.StoreFlags
-	Partitions int `placeholder:"N" noconfig:"" required:"" help:"The partition count the SQL creates the outbox with (1 or more; stored with the outbox and fixed from then on)."`
+	InboxFlags
+	Partitions int `placeholder:"N" noconfig:"" help:"The partition count the SQL creates the outbox with (1 or more; stored with the outbox and fixed from then on). Required, except with --inbox."`
 }
 
 // Run prints the SQL. It does not connect: --store, when given, only
 // tells Postgres from MySQL and Redis (Postgres without it).
 func (c *MigrateSQLCmd) Run(app *cli.App) error {
+	if err := c.check(c.Partitions); err != nil {
+		return err
+	}
 	kind := "postgres"
 	if c.Store != "" {
 		t, err := cli.ParseStore(c.Store)
 		if err != nil {
 			return err
 		}
-		if t.Kind == "redis" {
+		if t.Kind == "redis" && !c.Inbox {
 			return cli.UsageError("migrate sql does not apply to Redis: a Redis outbox has no schema; 'outbox migrate up --store URL --partitions N' creates it")
 		}
 		kind = t.Kind
@@ -324,8 +349,11 @@ func (c *MigrateSQLCmd) Run(app *cli.App) error {
 	if err := c.CheckNames(kind); err != nil {
 		return err
 	}
+	if c.Inbox {
+		return c.runInbox(app, kind)
+	}
 	if c.Partitions < 1 {
-		return cli.UsageError("--partitions must be 1 or more")
+		return cli.UsageError("--partitions N is required: the partition count the SQL creates the outbox with (1 or more)")
 	}
 	if kind == "mysql" {
 		sql, err := mysqloutbox.MigrationSQL(mysqloutbox.Options{Table: c.Table, Partitions: c.Partitions})
