@@ -26,8 +26,8 @@ func TestConformance(t *testing.T) {
 		isolation = "tx_isolation" // MariaDB before 11.1
 	}
 	type variant struct {
-		name       string
-		tweak      func(*mysql.Config)
+		name        string
+		tweak       func(*mysql.Config)
 		check, want string // a session variable the tweak sets, and its value
 	}
 	variants := []variant{

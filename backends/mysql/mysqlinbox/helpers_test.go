@@ -119,3 +119,44 @@ func serverHas(t testing.TB, db *sql.DB, name string) bool {
 	}
 	return n > 0
 }
+
+// openDB opens another pool on the database name (made by newDB), its
+// DSN changed by tweaks, closed when t ends.
+func openDB(t testing.TB, name string, tweaks ...func(*mysql.Config)) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tweak := range tweaks {
+		tweak(cfg)
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// routines lists the stored procedures of db's database, sorted.
+func routines(t testing.TB, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query("SELECT routine_name FROM information_schema.ROUTINES WHERE routine_schema = DATABASE() ORDER BY routine_name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -105,21 +105,38 @@ func renderMigration(sqlText, table string) string {
 	return b.String()
 }
 
+// Markers of a statement whose body holds semicolons (a stored
+// procedure), in goose's spelling.
+const (
+	statementBegin = "-- +goose StatementBegin"
+	statementEnd   = "-- +goose StatementEnd"
+)
+
 // statements splits a rendered migration into its statements (each ends
-// with a semicolon at the end of a line), without the comment lines:
+// with a semicolon at the end of a line, or spans the lines between
+// statementBegin and statementEnd), without the comment lines:
 // go-sql-driver/mysql runs one statement per call unless the DSN sets
 // multiStatements.
 func statements(sqlText string) []string {
 	var out []string
 	var cur strings.Builder
+	whole := false // between statementBegin and statementEnd
 	for _, line := range strings.Split(sqlText, "\n") {
 		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
+		switch {
+		case t == statementBegin:
+			whole = true
 			continue
+		case t == statementEnd:
+			whole = false
+			t = ";"
+		case t == "" || strings.HasPrefix(t, "--"):
+			continue
+		default:
+			cur.WriteString(line)
+			cur.WriteString("\n")
 		}
-		cur.WriteString(line)
-		cur.WriteString("\n")
-		if strings.HasSuffix(t, ";") {
+		if strings.HasSuffix(t, ";") && !whole {
 			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
 			cur.Reset()
 		}
@@ -132,7 +149,12 @@ func statements(sqlText string) []string {
 
 // MigrationSQL returns every up migration, rendered with opts.Table, for
 // a migration tool of your own; run it in the inbox's database. [Migrate]
-// runs the same statements. It fails only for a bad opts.Table.
+// runs the same statements. The procedures of migration 002 span the
+// lines between "-- +goose StatementBegin" and "-- +goose StatementEnd"
+// (their bodies hold semicolons): goose honors the markers, a tool that
+// sends the whole text as one multi-statement string (golang-migrate with
+// multiStatements=true) needs nothing, and the mysql command-line client
+// needs a DELIMITER around them. It fails only for a bad opts.Table.
 func MigrationSQL(opts Options) (string, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -145,8 +167,9 @@ func MigrationSQL(opts Options) (string, error) {
 	return b.String(), nil
 }
 
-// Migrate creates the inbox tables of opts.Table in db's database, or
-// brings them to the newest version ([LatestVersion]), recording applied
+// Migrate creates the inbox tables (and the procedures of migration 002)
+// of opts.Table in db's database, or brings them to the newest version
+// ([LatestVersion]), recording applied
 // versions in Table+"_migrations". Running it again is a no-op, so every
 // replica of a consumer may run it at start-up.
 //
@@ -161,9 +184,9 @@ func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
 	return migrateTo(ctx, db, opts, LatestVersion(), "Migrate")
 }
 
-// MigrateDown removes the inbox of opts.Table: every table, with the
-// recorded IDs, the keys' sequence numbers and the stored offsets, and
-// Table+"_migrations" last. After it, consumers apply every message again
+// MigrateDown removes the inbox of opts.Table: its procedures, every
+// table, with the recorded IDs, the keys' sequence numbers and the stored
+// offsets, and Table+"_migrations" last. After it, consumers apply every message again
 // and start from the broker's offsets. It serializes with Migrate on the
 // same lock; on an inbox that does not exist it does nothing.
 func MigrateDown(ctx context.Context, db *sql.DB, opts Options) error {

@@ -9,6 +9,8 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"iter"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -40,6 +42,8 @@ const (
 	qPurgeIDsDelete
 	qPurgeKeys
 	qPurgeKeysDelete
+	qRecordWithKeySeqs
+	qFinish
 	numQueries
 )
 
@@ -49,12 +53,14 @@ var queryFiles = [numQueries]string{
 	qSaveOffsets: "save_offsets", qOffsets: "offsets",
 	qPurgeIDs: "purge_ids", qPurgeIDsDelete: "purge_ids_delete",
 	qPurgeKeys: "purge_keys", qPurgeKeysDelete: "purge_keys_delete",
+	qRecordWithKeySeqs: "record_with_key_seqs", qFinish: "finish",
 }
 
 // renderQueries reads the embedded queries and puts the table names in.
 // A missing file is a defect of the build: it panics.
 func renderQueries(n names) [numQueries]string {
-	r := strings.NewReplacer("{inbox}", n.inbox, "{keyseq}", n.keyseq, "{offsets}", n.offsets)
+	r := strings.NewReplacer("{inbox}", n.inbox, "{keyseq}", n.keyseq, "{offsets}", n.offsets,
+		"{record_keys}", n.recordKeys, "{finish}", n.finish)
 	var out [numQueries]string
 	for q, name := range queryFiles {
 		b, err := queryFS.ReadFile("queries/" + name + ".sql")
@@ -76,9 +82,10 @@ const (
 	// maxPerStatement bounds the IDs, keys or offsets one statement
 	// carries; a longer list takes one statement per chunk.
 	maxPerStatement = 1000
-	// prepareRetry is how long the Store waits before preparing its
-	// statements again after a failure.
-	prepareRetry = time.Minute
+	// defaultRetryAfter is how long a Store waits before preparing its
+	// statements again after a failure, and before calling the procedures
+	// again after finding them missing.
+	defaultRetryAfter = time.Minute
 )
 
 // Store is the MySQL and MariaDB [inbox.Store] over *sql.Tx: the records
@@ -92,10 +99,14 @@ const (
 // documentation for the round trips of each method.
 type Store struct {
 	db   *sql.DB
+	iso  sql.IsolationLevel
 	n    names
 	text [numQueries]string
 
-	stmts atomic.Pointer[[numQueries]*sql.Stmt] // nil until prepared, and after Close
+	stmts   atomic.Pointer[[numQueries]*sql.Stmt] // nil until prepared, and after Close
+	noProcs atomic.Int64                          // UnixNano when a CALL found migration 002's procedures missing
+
+	retryAfter time.Duration // defaultRetryAfter; tests shorten it
 
 	mu       sync.Mutex // serializes prepare and Close
 	lastTry  time.Time  // of a prepare that failed
@@ -121,7 +132,7 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 		return nil, errNilDB("New")
 	}
 	n := newNames(opts.Table)
-	return &Store{db: db, n: n, text: renderQueries(n)}, nil
+	return &Store{db: db, iso: opts.Isolation, n: n, text: renderQueries(n), retryAfter: defaultRetryAfter}, nil
 }
 
 // Close releases the Store's prepared statements. The Store stays usable
@@ -134,7 +145,9 @@ func (s *Store) Close() error {
 	s.isClosed = true
 	if st := s.stmts.Swap(nil); st != nil {
 		for _, p := range st {
-			p.Close()
+			if p != nil {
+				p.Close()
+			}
 		}
 	}
 	return nil
@@ -150,17 +163,24 @@ func (s *Store) prepare(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.isClosed || s.stmts.Load() != nil || (!s.lastTry.IsZero() && time.Since(s.lastTry) < prepareRetry) {
+	if s.isClosed || s.stmts.Load() != nil || (!s.lastTry.IsZero() && time.Since(s.lastTry) < s.retryAfter) {
 		return
 	}
 	var st [numQueries]*sql.Stmt
 	for q := range numQueries {
 		p, err := s.db.PrepareContext(ctx, s.text[q])
+		if err != nil && (q == qRecordWithKeySeqs || q == qFinish) && ctx.Err() == nil {
+			continue // a server that checks the procedure at prepare: it runs unprepared, and fails with 1305
+		}
 		if err != nil {
 			for _, p := range st[:q] {
-				p.Close()
+				if p != nil {
+					p.Close()
+				}
 			}
-			s.lastTry = time.Now()
+			if ctx.Err() == nil { // a caller's ended context says nothing of the server
+				s.lastTry = time.Now()
+			}
 			return
 		}
 		st[q] = p
@@ -210,16 +230,21 @@ func (s *Store) query(ctx context.Context, tx *sql.Tx, q query, args ...any) (*s
 }
 
 // InTx implements [inbox.Store]: it begins a transaction on the Store's
-// *sql.DB at the session's isolation level (REPEATABLE READ unless the
-// DSN or server says otherwise; the store is correct at READ COMMITTED
-// too), calls fn and commits when fn returns nil. When fn returns an
-// error or panics, the transaction is rolled back and fn's error returned
-// (the panic re-raised). A failed commit returns an error for which
-// Retryable reports a deadlock. Two round trips of its own (START
-// TRANSACTION, COMMIT).
+// *sql.DB at Options.Isolation (default: the session's level, REPEATABLE
+// READ unless the DSN or server says otherwise), calls fn and commits
+// when fn returns nil. When fn returns an error or panics, the
+// transaction is rolled back and fn's error returned (the panic
+// re-raised). A failed commit returns an error for which Retryable
+// reports a deadlock. Two round trips of its own (START TRANSACTION,
+// COMMIT; three with Options.Isolation, which the driver sets before
+// each transaction).
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	s.prepare(ctx)
-	tx, err := s.db.BeginTx(ctx, nil)
+	var opts *sql.TxOptions
+	if s.iso != sql.LevelDefault {
+		opts = &sql.TxOptions{Isolation: s.iso}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return s.interpretError("InTx: begin", err)
 	}
@@ -263,20 +288,10 @@ func (s *Store) Record(ctx context.Context, tx *sql.Tx, ids []string) ([]bool, e
 	if tx == nil {
 		return nil, errNilTx("Record")
 	}
-	first := make(map[string]int, len(ids))
-	for i, id := range ids {
-		if id == "" || len(id) > maxIDLen {
-			return nil, fmt.Errorf("mysqlinbox: Record: ID %d is %d bytes; an ID must be 1 to %d bytes (the outbox's limit, outbox.MaxIDLen): %w", i, len(id), maxIDLen, inbox.ErrInvalidMessage)
-		}
-		if _, ok := first[id]; !ok {
-			first[id] = i
-		}
+	first, uniq, err := planIDs("Record", ids)
+	if err != nil {
+		return nil, err
 	}
-	uniq := make([]string, 0, len(first))
-	for id := range first {
-		uniq = append(uniq, id)
-	}
-	slices.Sort(uniq) // one lock order for every call
 	fresh := make([]bool, len(ids))
 	for chunk := range slices.Chunk(uniq, maxPerStatement) {
 		mine, err := s.recordChunk(ctx, tx, chunk)
@@ -288,6 +303,26 @@ func (s *Store) Record(ctx context.Context, tx *sql.Tx, ids []string) ([]bool, e
 		}
 	}
 	return fresh, nil
+}
+
+// planIDs checks ids and returns where each first occurs and the
+// distinct IDs, sorted (one lock order for every call).
+func planIDs(op string, ids []string) (first map[string]int, uniq []string, err error) {
+	first = make(map[string]int, len(ids))
+	for i, id := range ids {
+		if id == "" || len(id) > maxIDLen {
+			return nil, nil, fmt.Errorf("mysqlinbox: %s: ID %d is %d bytes; an ID must be 1 to %d bytes (the outbox's limit, outbox.MaxIDLen): %w", op, i, len(id), maxIDLen, inbox.ErrInvalidMessage)
+		}
+		if _, ok := first[id]; !ok {
+			first[id] = i
+		}
+	}
+	uniq = make([]string, 0, len(first))
+	for id := range first {
+		uniq = append(uniq, id)
+	}
+	slices.Sort(uniq)
+	return first, uniq, nil
 }
 
 // recordChunk records ids (distinct, sorted) and returns those it
@@ -338,7 +373,7 @@ type keyRef struct {
 
 // keyRefs hashes keys, once each, sorted by hash (one lock order for
 // every call). A key over outbox.MaxKeyLen bytes is an error.
-func keyRefs(op string, keys func(yield func(string) bool)) ([]keyRef, error) {
+func keyRefs(op string, keys iter.Seq[string]) ([]keyRef, error) {
 	seen := map[string]bool{}
 	var out []keyRef
 	for k := range keys {
@@ -456,13 +491,7 @@ func (s *Store) SetKeySeqs(ctx context.Context, tx *sql.Tx, seqs map[string]int6
 	if tx == nil {
 		return errNilTx("SetKeySeqs")
 	}
-	refs, err := keyRefs("SetKeySeqs", func(yield func(string) bool) {
-		for k := range seqs {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	refs, err := keyRefs("SetKeySeqs", maps.Keys(seqs))
 	if err != nil {
 		return err
 	}
@@ -485,10 +514,25 @@ func (s *Store) SaveOffsets(ctx context.Context, tx *sql.Tx, offsets []inbox.Off
 	if tx == nil {
 		return errNilTx("SaveOffsets")
 	}
+	parts, err := planOffsets("SaveOffsets", offsets)
+	if err != nil {
+		return err
+	}
+	for chunk := range slices.Chunk(parts, maxPerStatement) {
+		if _, err := s.exec(ctx, tx, qSaveOffsets, offsetArray(chunk)); err != nil {
+			return s.interpretError("SaveOffsets", err)
+		}
+	}
+	return nil
+}
+
+// planOffsets checks offsets and returns each partition once, with its
+// last Next, sorted by group, topic and partition.
+func planOffsets(op string, offsets []inbox.Offset) ([]inbox.Offset, error) {
 	last := map[inbox.Offset]int64{} // by group, topic, partition (Next 0)
 	for _, o := range offsets {
 		if len(o.Group) > maxNameLen || len(o.Topic) > maxNameLen {
-			return fmt.Errorf("mysqlinbox: SaveOffsets: a group or topic over %d bytes (group %d, topic %d bytes): %w", maxNameLen, len(o.Group), len(o.Topic), inbox.ErrInvalidArgument)
+			return nil, fmt.Errorf("mysqlinbox: %s: a group or topic over %d bytes (group %d, topic %d bytes): %w", op, maxNameLen, len(o.Group), len(o.Topic), inbox.ErrInvalidArgument)
 		}
 		last[inbox.Offset{Group: o.Group, Topic: o.Topic, Partition: o.Partition}] = o.Next
 	}
@@ -500,12 +544,7 @@ func (s *Store) SaveOffsets(ctx context.Context, tx *sql.Tx, offsets []inbox.Off
 	slices.SortFunc(parts, func(a, b inbox.Offset) int {
 		return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
-	for chunk := range slices.Chunk(parts, maxPerStatement) {
-		if _, err := s.exec(ctx, tx, qSaveOffsets, offsetArray(chunk)); err != nil {
-			return s.interpretError("SaveOffsets", err)
-		}
-	}
-	return nil
+	return parts, nil
 }
 
 // Offsets implements [inbox.Store]: one query on the pool (one round
