@@ -33,15 +33,35 @@
 // change retries the transaction rather than applying a stale effect.
 //
 // Round trips per transaction (inbox.Inbox.Handle or HandleBatch, any
-// number of messages): on a *redis.Client (a single node, Sentinel), 2:
-// Record's pipeline (WATCH and MGET of the ID keys, TIME) and EXEC; 3 when
-// messages carry sequence numbers (KeySeqs: WATCH and MGET of the keys'
-// numbers). On Redis Cluster, one more: go-redis's ClusterClient picks the
-// connection to the slot's master by WATCHing a key, the anchor
-// "<prefix>:anchor", which is never written. A batch of all duplicates
-// with no offsets queues nothing and sends no EXEC; a transaction that
-// rolls back after a WATCH sends UNWATCH (one round trip) so no WATCH
-// stays on the pooled connection.
+// number of messages; counted by TestRoundTrips), on a single node,
+// Sentinel or Cluster alike:
+//
+//	a new message                          2: Record (WATCH + MGET of the ID keys, TIME), EXEC
+//	a new message with a sequence number   2: RecordWithKeySeqs (the same plus WATCH + MGET of the keys' numbers), EXEC
+//	a duplicate                            2: Record, UNWATCH (nothing to apply: no EXEC)
+//	a duplicate with an offset             2: Record, EXEC (the offset)
+//	a batch of both kinds                  2
+//
+// (An Inbox that does not use the optional RecordWithKeySeqs calls Record
+// and KeySeqs apart: one more round trip for numbered messages. SetKeySeqs,
+// SaveOffsets and Finish only queue writes in the MULTI.)
+//
+// A transaction that rolls back after a WATCH sends UNWATCH (one round
+// trip) so that no WATCH stays on the pooled connection to fail a later,
+// unrelated transaction.
+//
+// Design note: on Redis Cluster, go-redis's ClusterClient.Watch finds the
+// slot's master by WATCHing a key, a round trip of its own (the anchor
+// key, "<prefix>:anchor", which is never written). InTx instead takes the
+// master from go-redis's slot map (ClusterClient.MasterForKey, no round
+// trip) and runs the transaction on that node's client, which saves that
+// round trip in every transaction (a new message: 2 instead of 3). The price is that a slot that moved
+// since the map was loaded (a resharding, a failover go-redis has not
+// seen) is answered MOVED or ASK at the transaction's first command; InTx
+// then asks go-redis to reload its map and returns an error for which
+// Retryable is true, so inbox.Inbox runs the transaction again (nothing
+// was applied). Through any other redis.UniversalClient (a Ring), InTx
+// uses Watch with the anchor, one more round trip.
 //
 // # Keys
 //
@@ -54,7 +74,7 @@
 //	{inbox}:seq:<key>    string  a message key -> its highest applied sequence number (decimal)
 //	{inbox}:seqs         zset    message key -> the time (ms) its number was last set
 //	{inbox}:offsets      hash    "<len(group)>:<group><len(topic)>:<topic>:<partition>" -> next offset
-//	{inbox}:anchor       (never written; the key Cluster transactions WATCH to pick their node)
+//	{inbox}:anchor       (never written; the key a Ring's transactions WATCH to pick their shard)
 //
 // An ID or a key is used in a key name as it is (any bytes, braces
 // included: Redis Cluster hashes the first tag, the prefix's). Each
@@ -78,6 +98,17 @@
 // node the effects may use any key, though the tag keeps them ready for
 // Cluster.
 //
+// # With the outbox
+//
+// A handler can append outbox entries in the same EXEC as its effects and
+// the record (consume, transform, produce): redisoutbox's AppendInTx
+// takes the Pipe, ob.AppendInTx(ctx, tx.Pipe(), entry). A duplicate then
+// appends nothing, and neither does a transaction that rolls back. On
+// Redis Cluster the outbox's partition keys are in slots of their own
+// ("{outbox:p}"), so this works on a single node (or Sentinel) only. An
+// append refused at run time (a sealed outbox) is an [*ExecError]: the
+// record and the other effects were applied.
+//
 // # What breaks the guarantee
 //
 // Beyond what package inbox lists (effects written outside the
@@ -97,7 +128,10 @@
 //     unless the consumer resumes from offsets stored here (the Kafka
 //     helper does), which roll back with them and make the broker
 //     deliver those messages again. Use appendfsync always when an
-//     acknowledged effect must survive a crash.
+//     acknowledged effect must survive a crash. Replication is
+//     asynchronous: a failover to a replica that had not received the
+//     last EXECs loses them the same way (Redis's WAIT narrows that
+//     window; it does not close it).
 //
 // # Retention
 //

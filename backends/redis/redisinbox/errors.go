@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +40,36 @@ func (e *ExecError) Error() string {
 // Unwrap returns the failed command's error.
 func (e *ExecError) Unwrap() error { return e.Err }
 
+// errSlotMoved marks the error of a transaction refused because the
+// inbox's Cluster slot moved to another master; Retryable is true for it.
+var errSlotMoved = errors.New("redisinbox: the inbox's Redis Cluster slot moved to another master")
+
+// movedHere reports whether err is a MOVED or ASK redirection of the
+// inbox's own slot ("MOVED 3999 127.0.0.1:7001": a resharding, or a
+// failover go-redis's slot map has not seen), and then has go-redis reload
+// its slot map (in the background) for the next attempt. A redirection of
+// another slot is a key outside the inbox's slot: not this.
+func (s *Store) movedHere(err error) bool {
+	if s.cluster == nil || err == nil {
+		return false
+	}
+	f := strings.Fields(err.Error())
+	if len(f) < 3 || (f[0] != "MOVED" && f[0] != "ASK") || f[1] != strconv.Itoa(s.slot) {
+		return false
+	}
+	s.cluster.ReloadState(context.Background())
+	return true
+}
+
+// wrap is the package's wrap, plus a redirection of the inbox's slot
+// (see movedHere), which becomes a retryable error.
+func (s *Store) wrap(ctx context.Context, op string, err error) error {
+	if s.movedHere(err) {
+		return fmt.Errorf("redisinbox: %s: %w (%w); nothing was applied: run the transaction again (inbox.Inbox does) once go-redis has reloaded its slot map", op, errSlotMoved, err)
+	}
+	return wrap(ctx, op, err)
+}
+
 // isContext reports whether err is a context error.
 func isContext(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
@@ -68,17 +99,24 @@ func wrap(ctx context.Context, op string, err error) error {
 //   - nil, or only a read of a missing key (redis.Nil): nil.
 //   - a WATCHed key changed (redis.TxFailedErr): an error wrapping it, for
 //     which Retryable is true.
+//   - the inbox's own slot moved (MOVED or ASK of it, when queued): nothing
+//     ran; an error for which Retryable is true (see movedHere).
 //   - Redis refused a command when it was queued (EXECABORT; CROSSSLOT or
 //     MOVED for a key outside the inbox's slot): nothing ran; an error
 //     that says so, naming the slot rule when it is the cause.
 //   - a command failed at run time: an [*ExecError].
 //   - anything else (the connection failed): the outcome is unknown.
-func execErr(ctx context.Context, tag string, cmds []redis.Cmder, err error) error {
+func (s *Store) execErr(ctx context.Context, cmds []redis.Cmder, err error) error {
 	if err == nil {
 		return nil
 	}
 	if isContext(err) {
 		return wrap(ctx, "commit", err)
+	}
+	for _, c := range cmds {
+		if s.movedHere(c.Err()) {
+			return s.wrap(ctx, "commit", c.Err())
+		}
 	}
 	if errors.Is(err, redis.TxFailedErr) {
 		return fmt.Errorf("redisinbox: commit: a WATCHed key changed before EXEC (the same message, or a message of the same key, was handled concurrently, or a key the handler watched was written), so nothing of the transaction was applied; run it again from the start (inbox.Inbox does): %w", err)
@@ -94,7 +132,7 @@ func execErr(ctx context.Context, tag string, cmds []redis.Cmder, err error) err
 	}
 	if aborted || slot {
 		if slot {
-			return fmt.Errorf("redisinbox: commit: Redis refused a queued command for a key outside the inbox's Cluster slot, so nothing of the transaction was applied; give every key the handler queues or watches the inbox's hash tag %s (build it with Store.Key): %w", tag, err)
+			return fmt.Errorf("redisinbox: commit: Redis refused a queued command for a key outside the inbox's Cluster slot, so nothing of the transaction was applied; give every key the handler queues or watches the inbox's hash tag %s (build it with Store.Key): %w", s.k.tag, err)
 		}
 		return fmt.Errorf("redisinbox: commit: Redis refused a queued command (EXECABORT), so nothing of the transaction was applied; fix the command the error names: %w", err)
 	}

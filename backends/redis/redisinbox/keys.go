@@ -12,7 +12,7 @@ import (
 type keys struct {
 	prefix  string // Options.Prefix
 	tag     string // the prefix's hash tag, braces included: "{inbox}"
-	anchor  string // never written: the key a Cluster transaction's WATCH picks its node by
+	anchor  string // never written: the key a transaction picks its node by (WATCHed through a Ring)
 	ids     string // zset: ID -> ms it was recorded at (what Purge reads)
 	seqs    string // zset: message key -> ms its number was last set at
 	offsets string // hash: offsetField(group, topic, partition) -> next offset
@@ -79,4 +79,21 @@ func offsetPartition(field, group, topic string) (int32, bool) {
 		return 0, false
 	}
 	return int32(p), true
+}
+
+// slotOf returns the Redis Cluster slot of a key whose hash tag is tag
+// (braces included): CRC16 (XMODEM) of the tag's content, modulo 16384.
+func slotOf(tag string) int {
+	var crc uint16
+	for _, b := range []byte(tag[1 : len(tag)-1]) {
+		crc ^= uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
 }

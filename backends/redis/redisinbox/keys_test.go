@@ -44,3 +44,13 @@ func TestOffsetFieldsAreUnambiguous(t *testing.T) {
 		}
 	}
 }
+
+func TestSlotOf(t *testing.T) {
+	t.Parallel()
+	// Values from CLUSTER KEYSLOT (the tag's content is what is hashed).
+	for tag, want := range map[string]int{"{ibx}": 5933, "{123456789}": 12739, "{inbox}": 7080} {
+		if got := slotOf(tag); got != want {
+			t.Errorf("slotOf(%q) = %d, want %d", tag, got, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/outbox/backends/redis/redisinbox"
 	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 var errAbort = errors.New("abort")
@@ -421,6 +422,60 @@ func strayKeys(t *testing.T, c *redis.ClusterClient, s *redisinbox.Store) []stri
 	return append(same, other...)
 }
 
+// TestClusterSlotMoved: when go-redis's slot map sends a transaction to a
+// master that no longer holds the inbox's slot (a resharding or failover
+// it has not seen), the transaction fails with a retryable error and
+// applies nothing, the map is reloaded, and inbox.Inbox's retry applies
+// the message.
+func TestClusterSlotMoved(t *testing.T) {
+	t.Parallel()
+	real := clusterClient(t, nil)
+	ctx := testCtx(t)
+	prefix := uniquePrefix()
+	slots, err := real.ClusterSlots(ctx).Result()
+	require.NoError(t, err)
+	owner, err := real.MasterForKey(ctx, prefix+":anchor")
+	require.NoError(t, err)
+	wrong := ""
+	for _, sl := range slots {
+		if a := sl.Nodes[0].Addr; a != owner.Options().Addr {
+			wrong = a
+		}
+	}
+	require.NotEmpty(t, wrong)
+	var loads atomic.Int32
+	c := clusterClient(t, func(o *redis.ClusterOptions) {
+		o.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
+			if loads.Add(1) == 1 { // a stale map: every slot on the wrong master
+				return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: wrong}}}}, nil
+			}
+			return slots, nil
+		}
+	})
+	s, err := redisinbox.New(c, redisinbox.Options{Prefix: prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { deletePrefix(real, prefix) })
+	h := func(ctx context.Context, tx *redisinbox.Tx, m inbox.Message) error {
+		tx.Pipe().Incr(ctx, s.Key("effect"))
+		return nil
+	}
+
+	once, err := inbox.New(s, inbox.Options{MaxAttempts: 1})
+	require.NoError(t, err)
+	_, err = once.Handle(ctx, inbox.Message{ID: "m"}, h)
+	require.Error(t, err)
+	assert.True(t, s.Retryable(err), "%v", err)
+	assert.Contains(t, err.Error(), "slot moved")
+
+	ib, err := inbox.New(s, inbox.Options{})
+	require.NoError(t, err)
+	r, err := ib.Handle(ctx, inbox.Message{ID: "m"}, h)
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Applied, r.Outcome)
+	assert.GreaterOrEqual(t, loads.Load(), int32(2), "the slot map was reloaded")
+	assert.Equal(t, "1", real.Get(ctx, s.Key("effect")).Val())
+}
+
 // TestExecErrorAtRunTime: a queued command that fails inside EXEC does not
 // undo the others (Redis has no rollback): the record stays, and InTx says
 // so with an ExecError that is not retryable.
@@ -443,7 +498,7 @@ func TestExecErrorAtRunTime(t *testing.T) {
 			})
 			var ee *redisinbox.ExecError
 			require.ErrorAs(t, err, &ee)
-			assert.Equal(t, 4, ee.Index, "SET id, ZADD ids, GET, SET, HINCRBY")
+			assert.Equal(t, 4, ee.Index, "MSET ids, ZADD ids, GET, SET, HINCRBY")
 			assert.Equal(t, "hincrby", ee.Name)
 			assert.Contains(t, ee.Err.Error(), "WRONGTYPE")
 			assert.Contains(t, err.Error(), "repair the effect by hand")
@@ -493,7 +548,7 @@ func TestTxAfterInTx(t *testing.T) {
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	clients := map[string]struct {
-		extra  int64 // the anchor WATCH of a Cluster transaction
+		extra  int64 // the anchor WATCH of a transaction through a Ring
 		client func(t *testing.T, rt *roundTrips) redis.UniversalClient
 	}{
 		"Standalone": {0, func(t *testing.T, rt *roundTrips) redis.UniversalClient {
@@ -501,7 +556,7 @@ func TestRoundTrips(t *testing.T) {
 			c.AddHook(rt)
 			return c
 		}},
-		"Cluster": {1, func(t *testing.T, rt *roundTrips) redis.UniversalClient {
+		"Cluster": {0, func(t *testing.T, rt *roundTrips) redis.UniversalClient {
 			return clusterClient(t, func(o *redis.ClusterOptions) {
 				o.NewClient = func(opt *redis.Options) *redis.Client {
 					n := redis.NewClient(opt)
@@ -509,6 +564,21 @@ func TestRoundTrips(t *testing.T) {
 					return n
 				}
 			})
+		}},
+		"Ring": {1, func(t *testing.T, rt *roundTrips) redis.UniversalClient {
+			opt, err := redis.ParseURL(testenv.RedisURL())
+			require.NoError(t, err)
+			standaloneClient(t, nil) // the server answers
+			r := redis.NewRing(&redis.RingOptions{
+				Addrs: map[string]string{"one": opt.Addr}, Username: opt.Username, Password: opt.Password, DB: opt.DB,
+				NewClient: func(o *redis.Options) *redis.Client {
+					n := redis.NewClient(o)
+					n.AddHook(rt)
+					return n
+				},
+			})
+			t.Cleanup(func() { _ = r.Close() })
+			return r
 		}},
 	}
 	keyed := func(id string, seq int64) inbox.Message {
@@ -520,8 +590,9 @@ func TestRoundTrips(t *testing.T) {
 			rt := &roundTrips{}
 			c := tc.client(t, rt)
 			s := newStore(t, c)
+			sp := &combinedSpy{Store: s}
 			ctx := testCtx(t)
-			ib, err := inbox.New(s, inbox.Options{})
+			ib, err := inbox.New[*redisinbox.Tx](sp, inbox.Options{})
 			require.NoError(t, err)
 			h := func(ctx context.Context, tx *redisinbox.Tx, m inbox.Message) error {
 				tx.Pipe().Incr(ctx, s.Key("effect"))
@@ -530,26 +601,44 @@ func TestRoundTrips(t *testing.T) {
 			_, err = ib.Handle(ctx, inbox.Message{ID: "warm-up"}, h) // dials, loads the slot map
 			require.NoError(t, err)
 			for _, step := range []struct {
-				name string
-				msgs []inbox.Message
-				want int64
+				name    string
+				msgs    []inbox.Message
+				want    int64
+				keySeqs bool // a KeySeqs round trip of its own, unless the Inbox uses RecordWithKeySeqs
 			}{
-				{"New", []inbox.Message{{ID: "a"}}, 2},                     // Record, EXEC
-				{"Duplicate", []inbox.Message{{ID: "a"}}, 2},               // Record, UNWATCH
-				{"NewWithSeq", []inbox.Message{keyed("b", 1)}, 3},          // Record, KeySeqs, EXEC
-				{"DuplicateWithOffset", []inbox.Message{keyed("b", 1)}, 2}, // Record, EXEC (the offset)
-				{"Batch", []inbox.Message{keyed("c", 2), keyed("d", 3), {ID: "e"}, {ID: "a"}}, 3},
+				{"New", []inbox.Message{{ID: "a"}}, 2, false},                     // Record, EXEC
+				{"Duplicate", []inbox.Message{{ID: "a"}}, 2, false},               // Record, UNWATCH
+				{"NewWithSeq", []inbox.Message{keyed("b", 1)}, 3, true},           // Record, KeySeqs, EXEC
+				{"DuplicateWithOffset", []inbox.Message{keyed("b", 1)}, 2, false}, // Record, EXEC (the offset)
+				{"Batch", []inbox.Message{keyed("c", 2), keyed("d", 3), {ID: "e"}, {ID: "a"}}, 3, true},
 			} {
 				rt.n.Store(0)
+				sp.calls.Store(0)
 				_, err := ib.HandleBatch(ctx, step.msgs, h)
 				require.NoError(t, err)
-				assert.Equal(t, step.want+tc.extra, rt.n.Load(), step.name)
+				want := step.want + tc.extra
+				if step.keySeqs && sp.calls.Load() > 0 {
+					want-- // an Inbox that knows KeyRecorder: Record and KeySeqs in one round trip
+				}
+				assert.Equal(t, want, rt.n.Load(), step.name)
 			}
 			n, err := c.Get(ctx, s.Key("effect")).Int()
 			require.NoError(t, err)
 			assert.Equal(t, 6, n)
 		})
 	}
+}
+
+// combinedSpy counts the calls of RecordWithKeySeqs an Inbox makes (it
+// makes them when it knows the optional KeyRecorder interface).
+type combinedSpy struct {
+	*redisinbox.Store
+	calls atomic.Int32
+}
+
+func (s *combinedSpy) RecordWithKeySeqs(ctx context.Context, tx *redisinbox.Tx, ids, keys []string) ([]bool, map[string]int64, error) {
+	s.calls.Add(1)
+	return s.Store.RecordWithKeySeqs(ctx, tx, ids, keys)
 }
 
 // TestOffsets: SaveOffsets overwrites a partition's offset, Offsets reads
@@ -776,6 +865,77 @@ func TestConsumersApplyEachMessageOnce(t *testing.T) {
 				assert.Equal(t, map[string]int64{"k0": 20, "k1": 20, "k2": 20}, got)
 				return nil
 			}))
+		})
+	}
+}
+
+// TestRecordWithKeySeqs: Record and KeySeqs in one round trip, with the
+// same answers and guards as the two calls; Finish sets numbers and
+// offsets without one.
+func TestRecordWithKeySeqs(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	c := standaloneClient(t, nil)
+	c.AddHook(rt)
+	s := newStore(t, c)
+	ctx := testCtx(t)
+	record(t, s, "old")
+	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
+		return s.Finish(ctx, tx, map[string]int64{"k1": 4}, []inbox.Offset{{Group: "g", Topic: "t", Partition: 1, Next: 9}})
+	}))
+
+	rt.n.Store(0)
+	err := s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
+		fresh, seqs, err := s.RecordWithKeySeqs(ctx, tx, []string{"new", "old", "new"}, []string{"k1", "k2"})
+		require.NoError(t, err)
+		assert.Equal(t, []bool{true, false, false}, fresh)
+		assert.Equal(t, map[string]int64{"k1": 4}, seqs)
+		assert.Equal(t, int64(1), rt.n.Load(), "one round trip")
+		fresh, seqs, err = s.RecordWithKeySeqs(ctx, tx, nil, nil)
+		require.NoError(t, err)
+		assert.Nil(t, fresh)
+		assert.Equal(t, map[string]int64{}, seqs)
+		_, _, err = s.RecordWithKeySeqs(ctx, tx, []string{""}, nil)
+		require.ErrorIs(t, err, inbox.ErrInvalidMessage)
+		require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx2 *redisinbox.Tx) error { // another consumer moves k2
+			return s.SetKeySeqs(ctx, tx2, map[string]int64{"k2": 1})
+		}))
+		return s.Finish(ctx, tx, map[string]int64{"k1": 5, "k2": 1}, nil)
+	})
+	assert.True(t, s.Retryable(err), "a key read by RecordWithKeySeqs is guarded: %v", err)
+	assert.Equal(t, []bool{true}, record(t, s, "new"), "nothing of the failed transaction was applied")
+	offs, err := s.Offsets(ctx, "g", "t")
+	require.NoError(t, err)
+	assert.Equal(t, map[int32]int64{1: 9}, offs)
+}
+
+// TestPurgeDuringATransaction: Purge never waits for a transaction; one
+// that WATCHed a record Purge removes fails its commit retryably, and run
+// again finds the record gone.
+func TestPurgeDuringATransaction(t *testing.T) {
+	t.Parallel()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			c := tg.client(t)
+			s := newStore(t, c)
+			ctx := testCtx(t)
+			record(t, s, "old")
+			backdate(t, c, s, 2*time.Hour, []string{"old"}, nil)
+			err := s.InTx(ctx, func(ctx context.Context, tx *redisinbox.Tx) error {
+				fresh, err := s.Record(ctx, tx, []string{"old"})
+				require.NoError(t, err)
+				require.Equal(t, []bool{false}, fresh)
+				ids, _, err := s.Purge(ctx, time.Now().Add(-time.Hour), 10)
+				require.NoError(t, err)
+				require.Equal(t, 1, ids, "Purge does not wait for the open transaction")
+				return s.SaveOffsets(ctx, tx, []inbox.Offset{{Group: "g", Topic: "t", Next: 1}})
+			})
+			assert.True(t, s.Retryable(err), "%v", err)
+			offs, err := s.Offsets(ctx, "g", "t")
+			require.NoError(t, err)
+			assert.Empty(t, offs, "nothing of the failed transaction was applied")
+			assert.Equal(t, []bool{true}, record(t, s, "old"), "run again, the transaction finds the record gone")
 		})
 	}
 }

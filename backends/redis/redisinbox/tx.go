@@ -65,13 +65,15 @@ func (tx *Tx) Watch(ctx context.Context, keys ...string) error {
 // WatchRead WATCHes keys (see [Tx.Watch]) and runs the reads read queues,
 // after the WATCH, in one round trip on the transaction's connection: the
 // results, in the Cmders read created, are the committed values of the
-// keys (not the writes queued in Pipe), and they stay current until EXEC
-// or the commit fails. read must queue only reads (GET, HGET, ...): a
+// keys (not the writes queued in Pipe). Should a watched key change before
+// EXEC, the commit fails with a retryable error, so an effect computed
+// from these values is applied only while they still hold. read must
+// queue only reads (GET, HGET, ...): a
 // write there is applied at once, outside the transaction. A read of a
 // missing key (redis.Nil) is not an error; any other failed read's error
 // is returned. A nil read only WATCHes.
 func (tx *Tx) WatchRead(ctx context.Context, keys []string, read func(p redis.Pipeliner)) error {
-	if err := tx.check(tx.s); err != nil {
+	if err := tx.check(ctx, tx.s); err != nil {
 		return err
 	}
 	if err := tx.s.checkTags(keys); err != nil {
@@ -92,7 +94,7 @@ func (tx *Tx) WatchRead(ctx context.Context, keys []string, read func(p redis.Pi
 	if err == redis.Nil {
 		err = nil
 	}
-	return wrap(ctx, "Tx.WatchRead", err)
+	return tx.s.wrap(ctx, "Tx.WatchRead", err)
 }
 
 // watch queues a WATCH of keys in p, a pipeline on the transaction's
@@ -123,8 +125,17 @@ func (tx *Tx) now(ctx context.Context) (int64, error) {
 // setNow records the server time t, as read by a pipelined TIME.
 func (tx *Tx) setNow(t time.Time) { tx.nowMS = max(t.UnixMilli(), 1) }
 
-// check reports whether tx is a live transaction of s.
-func (tx *Tx) check(s *Store) error {
+// check reports whether tx is a live transaction of s and ctx has not
+// ended.
+//
+// go-redis does not look at a context unless its client has
+// ContextTimeoutEnabled, so the checks of ctx (here and in InTx, commit,
+// Offsets and Purge) are what make an ended context fail a call and roll
+// its transaction back, as the Store contract says.
+func (tx *Tx) check(ctx context.Context, s *Store) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if tx == nil || tx.s != s {
 		return fmt.Errorf("redisinbox: a transaction of another Store, or nil; use the Tx this store's InTx passes to fn: %w", inbox.ErrInvalidArgument)
 	}
@@ -137,6 +148,9 @@ func (tx *Tx) check(s *Store) error {
 // commit sends the queued writes with EXEC. A transaction that queued
 // nothing has nothing to apply: its WATCHes are released by finish.
 func (tx *Tx) commit(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err // not sent: nothing is applied
+	}
 	if tx.pipe.Len() == 0 {
 		return nil
 	}
@@ -145,7 +159,7 @@ func (tx *Tx) commit(ctx context.Context) error {
 	if err == nil || errors.As(err, &rerr) {
 		tx.rawWatch = false // EXEC ran (or was refused): the server dropped the WATCHes
 	}
-	return execErr(ctx, tx.s.k.tag, cmds, err)
+	return tx.s.execErr(ctx, cmds, err)
 }
 
 // finish ends tx however fn ended (a commit, an error, a panic): a WATCH
