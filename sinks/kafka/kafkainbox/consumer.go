@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,7 @@ type Consumer[Tx any] struct {
 	mu      sync.Mutex // guards failing
 	failing map[partition]*failure
 
-	applied, duplicates, gaps, batches, failures atomic.Int64
+	applied, duplicates, gaps, batches, failures, yielded atomic.Int64
 }
 
 type partition struct {
@@ -69,6 +70,10 @@ type Stats struct {
 	Batches int64
 	// Failures counts failed attempts of batches (each logged).
 	Failures int64
+	// Yielded counts the times a partition stopped before its next batch
+	// because a rebalance was waiting for the poll (it is rewound and
+	// its records fetched again by whoever owns it next).
+	Yielded int64
 }
 
 // NewConsumer returns a Consumer of opts.Topics for opts.Group that applies
@@ -78,8 +83,10 @@ type Stats struct {
 //
 // kopts configure the kgo client the Consumer makes and owns (at least
 // kgo.SeedBrokers; also TLS, SASL, FetchMaxWait, session timeouts...).
-// The balancer defaults to kgo.CooperativeStickyBalancer (a kgo.Balancers
-// in kopts overrides it). The Consumer sets, over anything in kopts:
+// The balancer defaults to kgo.CooperativeStickyBalancer and the
+// isolation level to read_committed, so that the records of an aborted
+// transaction (the Kafka sink's transactional mode) are never applied
+// (kgo.Balancers and kgo.FetchIsolationLevel in kopts override them). The Consumer sets, over anything in kopts:
 // ConsumerGroup, ConsumeTopics, ConsumeResetOffset (Options.ResetOffset),
 // BlockRebalanceOnPoll, AdjustFetchOffsetsFn, OnPartitionsRevoked,
 // OnPartitionsLost, OnPartitionsCallbackBlocked, and AutoCommitMarks (or
@@ -95,7 +102,7 @@ func NewConsumer[Tx any](ib *inbox.Inbox[Tx], h inbox.Handler[Tx], opts Options,
 	}
 	c := &Consumer[Tx]{ib: ib, h: h, opts: opts, failing: map[partition]*failure{}}
 	all := make([]kgo.Opt, 0, len(kopts)+12)
-	all = append(all, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	all = append(all, kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	all = append(all, kopts...)
 	all = append(all,
 		kgo.ConsumerGroup(opts.Group),
@@ -132,14 +139,16 @@ func (c *Consumer[Tx]) Stats() Stats {
 		Gaps:       c.gaps.Load(),
 		Batches:    c.batches.Load(),
 		Failures:   c.failures.Load(),
+		Yielded:    c.yielded.Load(),
 	}
 }
 
-// Run joins the group and handles records until ctx is done, then closes
-// the client (leaving the group, which hands the partitions to the other
-// members) and returns nil. Batches in flight when ctx is done are
-// rolled back (their offsets stay in the store, and they are handled
-// again by whoever gets the partition). A failed batch is tried again
+// Run joins the group and handles records until ctx is done, then lets
+// the batches in flight finish (no new one starts), for up to
+// Options.StopTimeout after which their context is canceled and they roll
+// back, closes the client (leaving the group, which hands the partitions
+// to the other members) and returns nil. The handler's context is not
+// ctx: it is canceled only at the StopTimeout. A failed batch is tried again
 // after a backoff, forever unless Options.MaxAttempts is set: then Run
 // returns a [*BatchError] once a batch failed that many times. Run also
 // returns an error if the client was closed under it. Run may be called
@@ -152,6 +161,12 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		return errors.New("kafkainbox: Run was called before; a Consumer runs once, make a new one")
 	}
 	defer c.cl.Close()
+	// Batches run in bctx: when ctx is done they are let finish for up to
+	// StopTimeout, so that a stop does not cut a commit short.
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopAfter := context.AfterFunc(ctx, func() { time.AfterFunc(c.opts.StopTimeout, cancel) })
+	defer stopAfter()
 	for {
 		c.resumeDue(time.Now())
 		c.hurry.Store(false)
@@ -162,7 +177,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		}
 		err := c.fetchErrors(fs)
 		if err == nil {
-			err = c.handle(ctx, fs)
+			err = c.handle(ctx, bctx, fs)
 		}
 		c.cl.AllowRebalance()
 		if ctx.Err() != nil {
@@ -216,15 +231,15 @@ type outcome struct {
 	err error
 }
 
-// handle handles a poll's records: each partition's in order, in batches,
-// the partitions concurrently; then rewinds and pauses the partitions that
-// did not finish.
-func (c *Consumer[Tx]) handle(ctx context.Context, fs kgo.Fetches) error {
+// handle handles a poll's records: each partition's in order, in batches
+// (run in bctx), the partitions concurrently, no new batch once ctx is
+// done; then rewinds and pauses the partitions that did not finish.
+func (c *Consumer[Tx]) handle(ctx, bctx context.Context, fs kgo.Fetches) error {
 	works, dropped := c.split(fs)
 	outs := make([]outcome, len(works))
 	var wg sync.WaitGroup
 	for i, w := range works {
-		wg.Go(func() { outs[i] = c.handlePartition(ctx, w) })
+		wg.Go(func() { outs[i] = c.handlePartition(ctx, bctx, w) })
 	}
 	wg.Wait()
 	return c.settle(ctx, works, outs, dropped)
@@ -253,23 +268,28 @@ func (c *Consumer[Tx]) split(fs kgo.Fetches) (works []work, dropped map[partitio
 			return
 		}
 		idx[k] = len(works)
-		works = append(works, work{partition: k, recs: p.Records})
+		works = append(works, work{partition: k, recs: slices.Clip(p.Records)}) // an append copies
 	})
 	return works, dropped
 }
 
 // handlePartition handles one partition's records of a poll in batches of
 // at most MaxBatch, each in one transaction, stopping at the first
-// failure or when a rebalance waits.
-func (c *Consumer[Tx]) handlePartition(ctx context.Context, w work) outcome {
+// failure, when a rebalance waits or when ctx (Run's) is done. The
+// batches run in bctx.
+func (c *Consumer[Tx]) handlePartition(ctx, bctx context.Context, w work) outcome {
 	recs := w.recs
 	for len(recs) > 0 {
-		if c.hurry.Load() || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return outcome{rewind: recs[0].Offset}
+		}
+		if c.hurry.Load() {
+			c.yielded.Add(1)
 			return outcome{rewind: recs[0].Offset}
 		}
 		msgs, convErr := c.messages(recs[:min(len(recs), c.opts.MaxBatch)])
 		if len(msgs) > 0 {
-			results, err := c.ib.HandleBatch(ctx, msgs, c.h)
+			results, err := c.ib.HandleBatch(bctx, msgs, c.h)
 			if err != nil {
 				return outcome{rewind: recs[0].Offset, err: err}
 			}

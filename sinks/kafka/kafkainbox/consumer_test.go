@@ -30,6 +30,10 @@ func TestConsumerMemory(t *testing.T) {
 		t.Parallel()
 		rebalanceScenario(t, memoryHarness(t), 60)
 	})
+	t.Run("HungConsumerLosesItsPartitionsAndCommitsLate", func(t *testing.T) {
+		t.Parallel()
+		zombieScenario(t, memoryHarness(t))
+	})
 }
 
 // Every record is applied once, each key in order, over several batches a
@@ -271,7 +275,10 @@ func TestConsumerReportsGaps(t *testing.T) {
 	c := newCluster(t, 1, topic)
 	want := []pub{{id: "g-1", key: "g", seq: 1}, {id: "g-2", key: "g", seq: 2}, {id: "g-5", key: "g", seq: 5}, {id: "g-6", key: "g", seq: 6}}
 	produce(t, newProducer(t, c), topic, want...)
-	store, ib := newMemoryInbox(t)
+	store := inbox.NewMemory()
+	logs := &testenv.LogCapture{}
+	ib, err := inbox.New(store, inbox.Options{Logger: slog.New(logs)})
+	require.NoError(t, err)
 	e := newEffects()
 	cons, err := kafkainbox.NewConsumer(ib, e.handler(), kafkainbox.Options{Group: group, Topics: []string{topic}, Logger: quietLogger()}, consumerOpts(c)...)
 	require.NoError(t, err)
@@ -282,6 +289,12 @@ func TestConsumerReportsGaps(t *testing.T) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	require.Equal(t, []int64{1, 2, 5, 6}, e.byKey["g"])
+	gaps := logs.Attrs(slog.LevelWarn, func(m string) bool { return strings.HasPrefix(m, "inbox: sequence gap") })
+	require.Len(t, gaps, 1, logs.String())
+	require.Equal(t, "g-5", gaps[0]["id"])
+	require.Equal(t, "g", gaps[0]["key"])
+	require.Equal(t, "3", gaps[0]["missing_from"])
+	require.Equal(t, "4", gaps[0]["missing_to"])
 }
 
 func TestNewConsumerRejectsBadArguments(t *testing.T) {
@@ -364,4 +377,88 @@ func TestConsumerDoesNotConsumeWhenTheStoredOffsetsCannotBeRead(t *testing.T) {
 	e.checkOnce(t, want)
 	require.Less(t, store.failures.Load(), int64(0), "Offsets was not called again after failing")
 	require.Len(t, logs.Attrs(slog.LevelWarn, func(m string) bool { return strings.HasPrefix(m, "kafkainbox: reading the stored offsets failed") }), 2, logs.String())
+}
+
+// When a member joins while the poll is being handled, the partitions
+// stop after the batch in flight (which commits) and are rewound, so the
+// rebalance does not wait for the whole poll; the new owner resumes from
+// the store: nothing is applied twice or read twice. (Whether the second
+// consumer applies anything depends on how fast the first one handles
+// its next poll before the cooperative rebalance's second phase.)
+func TestConsumerYieldsToAWaitingRebalance(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "billing"
+	c := newCluster(t, 4, topic)
+	var want []pub
+	for p := range int32(4) {
+		want = append(want, keyed(fmt.Sprintf("k%d", p), 20, p)...)
+	}
+	produce(t, newProducer(t, c), topic, want...)
+	_, ib := newMemoryInbox(t)
+	e := newEffects()
+	held := make(chan struct{})
+	release := make(chan struct{})
+	var once atomic.Bool
+	h := func(ctx context.Context, tx *inbox.MemoryTx, m inbox.Message) error {
+		if once.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+		return e.handler()(ctx, tx, m)
+	}
+	opts := kafkainbox.Options{Group: group, Topics: []string{topic}, MaxBatch: 1, Logger: quietLogger()}
+	a, err := kafkainbox.NewConsumer(ib, h, opts, consumerOpts(c)...)
+	require.NoError(t, err)
+	stopA, _ := run(t, a)
+	<-held
+	b, err := kafkainbox.NewConsumer(ib, h, opts, consumerOpts(c)...)
+	require.NoError(t, err)
+	stopB, _ := run(t, b)
+	waitFor(t, "kgo to signal the rebalance waiting for the first consumer's poll", a.RebalanceWaiting)
+	close(release)
+	waitFor(t, "every record applied", func() bool { return e.count() == len(want) })
+	ctx, cancel := context.WithTimeout(t.Context(), watchdog)
+	defer cancel()
+	_, err = c.WaitGroupStable(ctx, group, 2)
+	require.NoError(t, err)
+	stopA()
+	stopB()
+	e.checkOnce(t, want)
+	sa, sb := a.Stats(), b.Stats()
+	require.Positive(t, sa.Yielded, "the first consumer did not stop its partitions for the rebalance")
+	require.Equal(t, int64(len(want)), sa.Applied+sb.Applied)
+	require.Zero(t, sa.Duplicates+sb.Duplicates)
+}
+
+// The records of an aborted transaction (the Kafka sink's transactional
+// mode, when a relay's transaction fails) are not applied: the consumer
+// reads committed records only.
+func TestConsumerSkipsAbortedTransactions(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "billing"
+	c := newCluster(t, 1, topic)
+	txn, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("relay-0"))
+	require.NoError(t, err)
+	defer txn.Close()
+	ctx := context.Background()
+	inTxn := func(commit kgo.TransactionEndTry, pubs ...pub) {
+		t.Helper()
+		require.NoError(t, txn.BeginTransaction())
+		require.NoError(t, txn.ProduceSync(ctx, records(topic, pubs)...).FirstErr())
+		require.NoError(t, txn.EndTransaction(ctx, commit))
+	}
+	inTxn(kgo.TryCommit, pub{id: "a-1", key: "a", seq: 1})
+	inTxn(kgo.TryAbort, pub{id: "a-2", key: "a", seq: 2}, pub{id: "aborted", key: "x", seq: 1})
+	inTxn(kgo.TryCommit, pub{id: "a-2", key: "a", seq: 2}, pub{id: "a-3", key: "a", seq: 3})
+
+	store, ib := newMemoryInbox(t)
+	e := newEffects()
+	cons, err := kafkainbox.NewConsumer(ib, e.handler(), kafkainbox.Options{Group: group, Topics: []string{topic}, Logger: quietLogger()}, consumerOpts(c)...)
+	require.NoError(t, err)
+	stop, _ := run(t, cons)
+	// 3 committed records, 2 aborted ones, 3 transaction markers.
+	waitFor(t, "the partition handled to its end", func() bool { return storedOffsets(t, store, group, topic)[0] >= 7 })
+	stop()
+	e.checkOnce(t, []pub{{id: "a-1", key: "a", seq: 1}, {id: "a-2", key: "a", seq: 2}, {id: "a-3", key: "a", seq: 3}})
+	require.Equal(t, kafkainbox.Stats{Applied: 3, Batches: cons.Stats().Batches}, cons.Stats())
 }

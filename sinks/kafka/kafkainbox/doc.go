@@ -34,16 +34,22 @@
 // Even a record read twice (a partition lost, not revoked, and handled by
 // two members for a moment) is applied once: the inbox records its ID.
 //
+// The Consumer reads with read_committed isolation by default: the
+// records of a transaction the Kafka sink aborted (its transactional
+// mode) are never handed to the inbox.
+//
 // # Batches and order
 //
 // Each poll's records are grouped by partition. A partition's records are
 // handled in their order, in batches of at most Options.MaxBatch (default
 // 500), each batch one transaction; different partitions are handled
-// concurrently, each in transactions of its own. The records of one key
-// are in one partition (the Kafka sink's partitioner keys by record key),
-// so each key's effects commit in order, and the inbox checks the
-// outbox-key-seq numbers (a gap is counted in Stats.Gaps and reported by
-// the inbox by its gap policy).
+// concurrently, each in transactions of its own; the next poll waits for
+// all of them, so one slow batch delays the other partitions' next records
+// (a failed one does not: it is retried in a later poll). The records of
+// one key are in one partition (the Kafka sink's partitioner keys by
+// record key), so each key's effects commit in order, and the inbox checks
+// the outbox-key-seq numbers (a gap is counted in Stats.Gaps and reported
+// by the inbox by its gap policy).
 //
 // # Rebalances
 //
@@ -60,23 +66,26 @@
 //
 // # Failures
 //
-// A batch whose transaction fails (the handler returns an error, the
-// store fails, a record carries no outbox-id or a bad outbox-key-seq) is
-// not applied and not skipped: its partition is rewound to the batch's
-// first record, paused for Options.RetryBackoff (doubling up to
-// Options.MaxRetryBackoff) and tried again, with a log line per failed
-// attempt naming the topic, partition, offset and error, while the other
-// partitions go on. By default it is tried forever: a poison record stops
-// its partition, visibly, until the handler is fixed (or the operator
-// moves the stored offset past it, in the store, with the consumers
-// stopped). With Options.MaxAttempts, Run returns a [*BatchError] once a
-// batch failed that many times; the stored offset stays at its first
-// record.
+// A batch whose transaction fails (the handler returns an error, the store
+// fails, a record carries no outbox-id or a bad outbox-key-seq, the
+// inbox's GapFail policy refuses a gap) is not applied and not skipped:
+// its partition is rewound to the batch's first record, paused for
+// Options.RetryBackoff (doubling up to Options.MaxRetryBackoff) and tried
+// again, with a log line per failed attempt naming the topic, partition,
+// offset and error, while the other partitions go on. (A resumed partition
+// is fetched once the broker answers the fetch in flight: up to
+// kgo.FetchMaxWait, default 5s, when the other partitions are idle.) By
+// default it is tried forever: a poison record stops its partition,
+// visibly, until the handler is fixed (or the operator moves the stored
+// offset past it, in the store, with the consumers stopped). With
+// Options.MaxAttempts, Run returns a [*BatchError] once a batch failed
+// that many times; the stored offset stays at its first record.
 //
 // # Stopping
 //
-// Run returns when its context is done: batches in flight are rolled
-// back, and the client leaves the group, handing its partitions over.
+// When Run's context is done no new batch starts; the batches in flight
+// are let commit for up to Options.StopTimeout (then rolled back), and
+// the client leaves the group, handing its partitions over.
 // Stopped any other way (a crash), the member's partitions move once the
 // group's session timeout expires, and their next owner resumes from the
 // store as well.

@@ -23,6 +23,9 @@ const (
 	// DefaultMaxRetryBackoff caps the doubling pause between retries of a
 	// failed batch when Options.MaxRetryBackoff is 0.
 	DefaultMaxRetryBackoff = 10 * time.Second
+	// DefaultStopTimeout is how long Run lets the batches in flight
+	// finish once its context is done, when Options.StopTimeout is 0.
+	DefaultStopTimeout = 10 * time.Second
 )
 
 // Options configure a [Consumer]. Group and Topics are required; the zero
@@ -69,6 +72,11 @@ type Options struct {
 	// tried forever, with backoff and a log line per failed attempt, while
 	// the other partitions go on.
 	MaxAttempts int
+	// StopTimeout is how long Run, once its context is done, lets the
+	// batches in flight commit (no new batch starts) before it cancels
+	// their context, which rolls them back. Default (0)
+	// [DefaultStopTimeout].
+	StopTimeout time.Duration
 	// Logger receives a line per failed attempt and per Kafka error.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -81,8 +89,8 @@ func (o *Options) setDefaults() error {
 	if len(o.Topics) == 0 || slices.Contains(o.Topics, "") {
 		return fmt.Errorf("kafkainbox: Options.Topics must name at least one topic, none empty: %w", inbox.ErrInvalidArgument)
 	}
-	if o.MaxBatch < 0 || o.RetryBackoff < 0 || o.MaxRetryBackoff < 0 || o.MaxAttempts < 0 {
-		return fmt.Errorf("kafkainbox: Options.MaxBatch, RetryBackoff, MaxRetryBackoff and MaxAttempts must not be negative (0 is the default): %w", inbox.ErrInvalidArgument)
+	if o.MaxBatch < 0 || o.RetryBackoff < 0 || o.MaxRetryBackoff < 0 || o.MaxAttempts < 0 || o.StopTimeout < 0 {
+		return fmt.Errorf("kafkainbox: Options.MaxBatch, RetryBackoff, MaxRetryBackoff, MaxAttempts and StopTimeout must not be negative (0 is the default): %w", inbox.ErrInvalidArgument)
 	}
 	o.Topics = slices.Clone(o.Topics)
 	if o.MaxBatch == 0 {
@@ -99,6 +107,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.MaxRetryBackoff < o.RetryBackoff {
 		return fmt.Errorf("kafkainbox: Options.MaxRetryBackoff %v is below RetryBackoff %v; raise it: %w", o.MaxRetryBackoff, o.RetryBackoff, inbox.ErrInvalidArgument)
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = DefaultStopTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -130,11 +141,14 @@ type BatchError struct {
 	Err error
 }
 
+// Error names the partition, the offset and the attempts, and says what
+// to do.
 func (e *BatchError) Error() string {
 	return fmt.Sprintf("kafkainbox: the batch of %s[%d] from offset %d failed %d times, last: %v; fix the handler or the record, then start the consumer again: it resumes at that offset",
 		e.Topic, e.Partition, e.Offset, e.Attempts, e.Err)
 }
 
+// Unwrap returns the last attempt's error.
 func (e *BatchError) Unwrap() error { return e.Err }
 
 // errNoConsumer guards the methods of a nil or zero Consumer.
