@@ -81,7 +81,7 @@ func TestInboxRunsApplyEveryRecordOnce(t *testing.T) {
 		t.Errorf("a group of 1 with a wrong expected offset: %v, want an error about the offsets", err)
 	}
 	for _, batch := range []int{1, inboxBatch} {
-		for _, kind := range []consumerKind{plainConsumer, inboxConsumer, idConsumer} {
+		for _, kind := range []consumerKind{plainConsumer, inboxConsumer, idConsumer, splitConsumer} {
 			c, el, err := inboxRun(ctx, memInboxTarget(), cluster, n, batch, kind, newPhases())
 			if err != nil {
 				t.Fatalf("batch %d, consumer %d: %v", batch, kind, err)
@@ -270,5 +270,39 @@ func checkInboxTarget[Tx any](ctx context.Context, t *testing.T, target inboxTar
 	}
 	if c.Delivered != n || c.Duplicates != n || c.check(false) == nil {
 		t.Errorf("the plain consumer run twice: %+v, want %d delivered and %d duplicates, and the check to fail", c, n, n)
+	}
+}
+
+// The timed store has the optional interfaces of the store it times, so
+// the Inbox takes the same path with it as without; split hides them.
+func TestTimedStoreKeepsTheStoresOptionalInterfaces(t *testing.T) {
+	t.Parallel()
+	m := inbox.NewMemory()
+	for _, split := range []bool{false, true} {
+		st := timeStore[*inbox.MemoryTx](m, newPhases(), split)
+		_, kr := st.(inbox.KeyRecorder[*inbox.MemoryTx])
+		_, fin := st.(inbox.Finisher[*inbox.MemoryTx])
+		if kr == split || fin == split {
+			t.Errorf("split %v: KeyRecorder %v, Finisher %v", split, kr, fin)
+		}
+	}
+	// And the Inbox uses them: the phases name the combined calls.
+	ctx := context.Background()
+	for _, c := range []struct {
+		split bool
+		want  []string
+	}{{false, []string{"begin", "RecordWithKeySeqs", "Finish", "commit"}}, {true, []string{"begin", "Record", "KeySeqs", "SetKeySeqs", "SaveOffsets", "commit"}}} {
+		p := newPhases()
+		ib, err := inbox.New(timeStore[*inbox.MemoryTx](inbox.NewMemory(), p, c.split), inbox.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := inbox.Message{ID: "a", Key: "k", Seq: 1, Offset: &inbox.Offset{Group: "g", Topic: "t", Next: 1}}
+		if _, err := ib.Handle(ctx, m, func(context.Context, *inbox.MemoryTx, inbox.Message) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(p.order, c.want) {
+			t.Errorf("split %v: phases %q, want %q", c.split, p.order, c.want)
+		}
 	}
 }

@@ -74,10 +74,13 @@ func timedTx[Tx any](ctx context.Context, p *phases, run func(context.Context, f
 }
 
 // timed returns side with its store's transactions and calls and its
-// effect rows timed into p (its plain consumer times itself).
-func (side *inboxSide[Tx]) timed(p *phases) *inboxSide[Tx] {
+// effect rows timed into p (its plain consumer times itself). The timed
+// store implements the store's optional interfaces (inbox.KeyRecorder,
+// inbox.Finisher) exactly when the store does, unless split: then it
+// hides them, and the Inbox makes a call per Store method.
+func (side *inboxSide[Tx]) timed(p *phases, split bool) *inboxSide[Tx] {
 	t := *side
-	t.store = timedStore[Tx]{Store: side.store, p: p}
+	t.store = timeStore(side.store, p, split)
 	t.effect = func(ctx context.Context, tx Tx, rec *kgo.Record) error {
 		defer p.since("effect", time.Now())
 		return side.effect(ctx, tx, rec)
@@ -88,10 +91,69 @@ func (side *inboxSide[Tx]) timed(p *phases) *inboxSide[Tx] {
 func (p *phases) since(name string, t0 time.Time) { p.add(name, time.Since(t0)) }
 
 // timedStore is a Store that adds the time of each of its calls to p.
+// It has the methods of inbox.Store only; timeStore wraps it in the
+// types that add the optional interfaces of the store it times.
 type timedStore[Tx any] struct {
 	inbox.Store[Tx]
 	p *phases
 }
+
+// timeStore returns st timed into p, with the optional interfaces st
+// implements, or none of them with split.
+func timeStore[Tx any](st inbox.Store[Tx], p *phases, split bool) inbox.Store[Tx] {
+	base := timedStore[Tx]{Store: st, p: p}
+	kr, isKR := st.(inbox.KeyRecorder[Tx])
+	fin, isFin := st.(inbox.Finisher[Tx])
+	switch {
+	case split:
+		return base
+	case isKR && isFin:
+		return timedRecorderFinisher[Tx]{timedRecorder[Tx]{base, kr}, fin}
+	case isKR:
+		return timedRecorder[Tx]{base, kr}
+	case isFin:
+		return timedFinisher[Tx]{base, fin}
+	}
+	return base
+}
+
+// timedRecorder is a timedStore of a store that is an inbox.KeyRecorder.
+type timedRecorder[Tx any] struct {
+	timedStore[Tx]
+	kr inbox.KeyRecorder[Tx]
+}
+
+func (s timedRecorder[Tx]) RecordWithKeySeqs(ctx context.Context, tx Tx, ids, keys []string) ([]bool, map[string]int64, error) {
+	defer s.p.since("RecordWithKeySeqs", time.Now())
+	return s.kr.RecordWithKeySeqs(ctx, tx, ids, keys)
+}
+
+// timedFinisher is a timedStore of a store that is an inbox.Finisher.
+type timedFinisher[Tx any] struct {
+	timedStore[Tx]
+	fin inbox.Finisher[Tx]
+}
+
+func (s timedFinisher[Tx]) Finish(ctx context.Context, tx Tx, seqs map[string]int64, offsets []inbox.Offset) error {
+	defer s.p.since("Finish", time.Now())
+	return s.fin.Finish(ctx, tx, seqs, offsets)
+}
+
+// timedRecorderFinisher is a timedStore of a store that is both.
+type timedRecorderFinisher[Tx any] struct {
+	timedRecorder[Tx]
+	fin inbox.Finisher[Tx]
+}
+
+func (s timedRecorderFinisher[Tx]) Finish(ctx context.Context, tx Tx, seqs map[string]int64, offsets []inbox.Offset) error {
+	defer s.p.since("Finish", time.Now())
+	return s.fin.Finish(ctx, tx, seqs, offsets)
+}
+
+var (
+	_ inbox.KeyRecorder[*inbox.MemoryTx] = timedRecorderFinisher[*inbox.MemoryTx]{}
+	_ inbox.Finisher[*inbox.MemoryTx]    = timedRecorderFinisher[*inbox.MemoryTx]{}
+)
 
 func (s timedStore[Tx]) InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
 	return timedTx(ctx, s.p, s.Store.InTx, fn)
