@@ -41,7 +41,7 @@ const (
 	// after a timed run, to check it skips them.
 	inboxRedeliver = 100
 
-	inboxN1      = 5000 // records of the 1-per-transaction rows, full run (or N if smaller)
+	inboxN1      = 3000 // records of the 1-per-transaction rows, full run (or N if smaller)
 	inboxQuickN1 = 100  // with -quick
 	inboxQuickN  = 1000 // records of the batched and group rows with -quick (full run: N)
 )
