@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/hibiken/asynq v0.26.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outboxrelay/outbox v0.0.0
@@ -20,10 +21,7 @@ require (
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
 
-require (
-	filippo.io/edwards25519 v1.2.0 // indirect
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
-)
+require filippo.io/edwards25519 v1.2.0 // indirect
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

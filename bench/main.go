@@ -22,6 +22,14 @@
 // be reached has its workloads skipped, or fails the run under
 // OUTBOX_REQUIRE_SERVICES=1.
 //
+// The inbox workloads (issue 31; -only inbox) measure the consuming half:
+// a consumer reading records from an in-process kfake cluster applies an
+// effect per record with the inbox (pginbox, mysqlinbox, redisinbox) and
+// without it, on the same records and servers in the same round (MySQL's
+// rows are skipped like the MySQL workloads when its server cannot be
+// reached), and a kafkainbox consumer group of 4 on 8 partitions; each
+// effect table is checked for every record exactly once, in key order.
+//
 // Every workload counts what was really delivered; a lost entry, an
 // unexpected duplicate or a per-key order violation fails the run (exit
 // status 1).

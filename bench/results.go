@@ -186,6 +186,7 @@ var comparisons = []comparison{
 func init() {
 	comparisons = append(comparisons, brokerComparisons()...)
 	comparisons = append(comparisons, mysqlComparisons()...)
+	comparisons = append(comparisons, inboxComparisons()...)
 }
 
 // The fleet targets: each of the 20 relays holds ⌊100/20⌋ to ⌈100/20⌉

@@ -149,8 +149,8 @@ func (s *Suite) dropAll() {
 // allSchemas and allRedisPatterns are everything the harness creates; they
 // are dropped at the end of the run.
 var (
-	allSchemas       = []string{schemaRaw, schemaRawBig, schemaRawSmall, schemaRiver, schemaWatermill, schemaOurs}
-	allRedisPatterns = []string{"{rawbench*", "asynq:*", "{obench*"}
+	allSchemas       = []string{schemaRaw, schemaRawBig, schemaRawSmall, schemaRiver, schemaWatermill, schemaOurs, schemaInbox}
+	allRedisPatterns = []string{"{rawbench*", "asynq:*", "{obench*", "{ibench*"}
 )
 
 func (s *Suite) workloads() []workload {
@@ -178,6 +178,9 @@ func (s *Suite) workloads() []workload {
 		// MySQL (issue 30): the raw limits, Watermill SQL's MySQL
 		// subscriber and our backend on the same server, in one round.
 		{"mysql", s.mysqlWorkload},
+		// The inbox (issue 31): the consumer with the inbox against the
+		// same consumer without it, and a kafkainbox consumer group.
+		{"inbox", s.inboxWorkload},
 	}
 }
 
@@ -197,6 +200,9 @@ func (s *Suite) selectedWorkload(w workload) bool {
 	}
 	if w.name == "mysql" {
 		return s.mysqlSelected()
+	}
+	if w.name == "inbox" {
+		return s.inboxSelected()
 	}
 	backend, ours := strings.CutPrefix(w.name, "outbox/")
 	if !ours || s.cfg.Only == nil || (s.cfg.Skip != nil && s.cfg.Skip.MatchString(w.name)) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboxrelay/outbox/inbox"
 )
@@ -17,6 +18,8 @@ func inboxCases[Tx any]() []testCase[Tx] {
 		{"GapReportedAndApplied", gapReportedAndApplied[Tx]},
 		{"HandlerErrorRollsBack", handlerErrorRollsBack[Tx]},
 		{"OffsetsStoredWithBatch", offsetsStoredWithBatch[Tx]},
+		{"GapHeldUntilTheMissingArrives", gapHeldUntilMissing[Tx]},
+		{"ApplyInCallersTransaction", applyInCallersTransaction[Tx]},
 	}
 }
 
@@ -170,4 +173,76 @@ func offsetsStoredWithBatch[Tx any](t *testing.T, e *env[Tx]) {
 	if got, want := e.offsets("g", "t"), map[int32]int64{0: 4, 1: 6}; !maps.Equal(got, want) {
 		t.Fatalf("Offsets after a batch = %v, want %v (the highest Next of each partition, duplicates included)", got, want)
 	}
+}
+
+// gapHeldUntilMissing: under GapHold a message that skips a number is
+// rolled back and tried again until another handler applies the missing
+// one; it is then applied in order (the held transactions left no guard
+// behind that would make the other wait).
+func gapHeldUntilMissing[Tx any](t *testing.T, e *env[Tx]) {
+	ib := e.inbox(inbox.Options{Gaps: inbox.GapHold, GapHold: caseTimeout, GapRetry: 5 * time.Millisecond})
+	var c calls
+	ctx := e.ctx()
+	if _, err := ib.Handle(ctx, inbox.Message{ID: "k1", Key: "k", Seq: 1}, handler[Tx](&c)); err != nil {
+		t.Fatalf("Handle(k1) = %v", err)
+	}
+	type answer struct {
+		r   inbox.Result
+		err error
+	}
+	held := make(chan answer, 1)
+	go func() {
+		r, err := ib.Handle(ctx, inbox.Message{ID: "k3", Key: "k", Seq: 3}, handler[Tx](&c))
+		held <- answer{r, err}
+	}()
+	if r, err := ib.Handle(ctx, inbox.Message{ID: "k2", Key: "k", Seq: 2}, handler[Tx](&c)); err != nil || r.Outcome != inbox.Applied {
+		t.Fatalf("Handle(k2) while k3 is held = %+v, %v; want applied", r, err)
+	}
+	select {
+	case a := <-held:
+		if a.err != nil || a.r.Outcome != inbox.Applied || a.r.Gap != nil {
+			t.Fatalf("Handle(k3), held for k2 = %+v, %v; want applied without a gap once k2 was", a.r, a.err)
+		}
+	case <-time.After(caseTimeout):
+		t.Fatalf("watchdog: Handle(k3) not applied %v after k2 was", caseTimeout)
+	}
+	if got := e.seqs("k"); got["k"] != 3 {
+		t.Fatalf("KeySeqs(k) = %v, want 3", got)
+	}
+}
+
+// applyInCallersTransaction: Apply records in the caller's transaction,
+// which decides: rolled back, nothing is applied; committed, it is.
+func applyInCallersTransaction[Tx any](t *testing.T, e *env[Tx]) {
+	ib := e.inbox(inbox.Options{})
+	var c calls
+	msgs := []inbox.Message{
+		{ID: "a", Key: "k", Seq: 1, Offset: &inbox.Offset{Group: "g", Topic: "t", Partition: 0, Next: 1}},
+		{ID: "a"},
+	}
+	for _, commit := range []bool{false, true} {
+		err := e.s.InTx(e.ctx(), func(ctx context.Context, tx Tx) error {
+			rs, err := ib.Apply(ctx, tx, msgs, handler[Tx](&c))
+			if err != nil {
+				return err
+			}
+			if got := outcomes(rs); !slices.Equal(got, []inbox.Outcome{inbox.Applied, inbox.Duplicate}) {
+				t.Errorf("Apply(a, a) = %v, want applied, duplicate", got)
+			}
+			if !commit {
+				return errRollback
+			}
+			return nil
+		})
+		if commit != (err == nil) {
+			t.Fatalf("InTx (commit %v) = %v", commit, err)
+		}
+	}
+	if got := e.offsets("g", "t"); got[0] != 1 {
+		t.Errorf("Offsets after the committed Apply = %v, want 0: 1", got)
+	}
+	if got := e.seqs("k"); got["k"] != 1 {
+		t.Errorf("KeySeqs(k) after the committed Apply = %v, want 1", got)
+	}
+	wantAnswers(t, "Record(a)", e.probe("a"), []bool{false})
 }
