@@ -2,7 +2,9 @@ package mysqlinbox_test
 
 import (
 	"database/sql"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -37,6 +39,7 @@ func TestConformance(t *testing.T) {
 	if serverHas(t, probe, "innodb_snapshot_isolation") {
 		variants = append(variants, variant{"SnapshotIsolation", sessionVar("innodb_snapshot_isolation", "ON"), "innodb_snapshot_isolation", "1"})
 	}
+	var dbs sync.Map // store -> its *sql.DB, for backdate
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
@@ -47,10 +50,20 @@ func TestConformance(t *testing.T) {
 			}
 			inboxtest.Run(t, inboxtest.Harness[*sql.Tx]{
 				New: func(t *testing.T) inbox.Store[*sql.Tx] {
-					s, _ := newStore(t, mysqlinbox.Options{}, v.tweak)
+					s, db := newStore(t, mysqlinbox.Options{}, v.tweak)
+					dbs.Store(s, db)
 					return s
+				},
+				Backdate: func(t *testing.T, s inbox.Store[*sql.Tx], d time.Duration, ids, keys []string) {
+					db, ok := dbs.Load(s)
+					if !ok {
+						t.Fatal("Backdate of a store the harness did not make")
+					}
+					backdate(t, db.(*sql.DB), d, ids, keys)
 				},
 			})
 		})
 	}
 }
+
+var _ inbox.Finisher[*sql.Tx] = (*mysqlinbox.Store)(nil)

@@ -2,6 +2,7 @@ package redisinbox_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/outboxrelay/outbox/backends/redis/redisinbox"
 	"github.com/outboxrelay/outbox/inbox"
@@ -18,7 +19,15 @@ func TestConformance(t *testing.T) {
 			c := tg.client(t)
 			inboxtest.Run(t, inboxtest.Harness[*redisinbox.Tx]{
 				New: func(t *testing.T) inbox.Store[*redisinbox.Tx] { return newStore(t, c) },
+				Backdate: func(t *testing.T, s inbox.Store[*redisinbox.Tx], d time.Duration, ids, keys []string) {
+					backdate(t, c, s.(*redisinbox.Store), d, ids, keys)
+				},
 			})
 		})
 	}
 }
+
+var (
+	_ inbox.KeyRecorder[*redisinbox.Tx] = (*redisinbox.Store)(nil)
+	_ inbox.Finisher[*redisinbox.Tx]    = (*redisinbox.Store)(nil)
+)
