@@ -175,6 +175,13 @@ func rebalanceScenario[Tx any](t *testing.T, hs harness[Tx], rounds int) {
 	prod := newProducer(t, c)
 	produced := make(chan struct{})
 	begin := make(chan struct{}) // closed once the 4 consumers share the partitions
+	// The producer stops after cut rounds until the two consumers that
+	// join last share the partitions (rejoined), so that records are left
+	// for them: two consumers alone may otherwise apply every record
+	// before the group has rebalanced, and the check that every consumer
+	// applied something (that the rebalances happened) would fail.
+	cut := rounds * 7 / 10
+	rejoined := make(chan struct{})
 	go func() {
 		defer close(produced)
 		select {
@@ -183,6 +190,13 @@ func rebalanceScenario[Tx any](t *testing.T, hs harness[Tx], rounds int) {
 			return
 		}
 		for r := 1; r <= rounds; r++ {
+			if r == cut+1 {
+				select {
+				case <-rejoined:
+				case <-t.Context().Done():
+					return
+				}
+			}
 			for hs.count(t) < (r-ahead)*keys {
 				if t.Context().Err() != nil {
 					return
@@ -230,6 +244,7 @@ func rebalanceScenario[Tx any](t *testing.T, hs harness[Tx], rounds int) {
 	waitFor(t, "three fifths of the records applied by 2 consumers", func() bool { return hs.count(t) >= total*3/5 })
 	members = append(members, start(), start())
 	stable(4)
+	close(rejoined)
 	waitFor(t, "every record applied", func() bool { return hs.count(t) >= total })
 	<-produced
 	store := hs.ib.Store()
