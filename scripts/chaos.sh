@@ -15,7 +15,7 @@
 # without the inbox, must show duplicate effects.
 #
 #   ./scripts/chaos.sh -short     every scenario briefly (part of the test
-#                                 command, so of CI); about 2 minutes here
+#                                 command, so of CI); about 3 minutes here
 #   ./scripts/chaos.sh            the full run (about 17 minutes here); writes
 #                                 docs/reliability.md
 #   ./scripts/chaos.sh -run redis only the scenarios whose name matches

@@ -3,7 +3,7 @@
 # (it checks the harness still works and counts are right; it measures
 # nothing worth keeping), then every package's tests under -race, then the
 # chaos harness's short run (relays, servers and the broker killed and
-# faulted as processes, histories checked: scripts/chaos.sh -short, about 2
+# faulted as processes, histories checked: scripts/chaos.sh -short, about 3
 # minutes).
 #
 # Services: tests use PostgreSQL (OUTBOX_POSTGRES_URL, default
