@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/internal/effectlog"
 	amqpsink "github.com/outboxrelay/outbox/sinks/amqp"
 	"github.com/outboxrelay/outbox/sinks/amqp/amqpinbox"
 )
@@ -73,7 +74,7 @@ func TestNewConsumerChecksItsArguments(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t, nil)
 	ib := newInbox(t, inbox.Options{})
-	h := newEffects().handler(nil)
+	h := newEffects().Handler(isDelivery, nil)
 	for name, opts := range map[string]amqpinbox.Options{
 		"NegativeMaxBatch":      {MaxBatch: -1},
 		"NegativeRetryDelay":    {RetryDelay: -time.Second},
@@ -111,7 +112,7 @@ func TestLostAckIsRedeliveredAndSkippedAsDuplicate(t *testing.T) {
 		redelivered = redelivered || m.Data.(amqp.Delivery).Redelivered
 		mu.Unlock()
 		tx.OnCommit(func() {
-			fx.add(effect{m.ID, m.Key, m.Seq})
+			fx.Add(effect{ID: m.ID, Key: m.Key, Seq: m.Seq})
 			if m.ID == "entry-1" {
 				_ = ch1.Close() // the ack that follows the commit is lost
 			}
@@ -132,9 +133,9 @@ func TestLostAckIsRedeliveredAndSkippedAsDuplicate(t *testing.T) {
 	require.NoError(t, err)
 	stop, _ := runConsumer(t, c2)
 	tp.publish("k", amqp.Publishing{MessageId: "entry-2", Headers: amqp.Table{outbox.HeaderKeySeq: "2"}})
-	got := fx.wait(t, 2)
+	got := fx.Wait(t, 2)
 	require.NoError(t, stop())
-	assert.Equal(t, []effect{{"entry-1", "k", 1}, {"entry-2", "k", 2}}, got)
+	assert.Equal(t, []effect{{ID: "entry-1", Key: "k", Seq: 1}, {ID: "entry-2", Key: "k", Seq: 2}}, got)
 	assert.Equal(t, map[string]int{"entry-1": 1, "entry-2": 1}, calls, "the redelivery of entry-1 did not run the handler")
 	assert.False(t, redelivered, "the handler saw no redelivery")
 	assert.Zero(t, tp.ready(tp.queue), "everything acknowledged")
@@ -182,7 +183,7 @@ func TestHandlerErrorRequeuesAndKeepsKeyOrder(t *testing.T) {
 				redelivered int
 			)
 			fx := newEffects()
-			h := fx.handler(func(m inbox.Message) error {
+			h := fx.Handler(isDelivery, func(m inbox.Message) error {
 				mu.Lock()
 				defer mu.Unlock()
 				if m.Data.(amqp.Delivery).Redelivered {
@@ -199,9 +200,9 @@ func TestHandlerErrorRequeuesAndKeepsKeyOrder(t *testing.T) {
 			c, err := amqpinbox.NewConsumer(ib, h, ch, tp.queue, amqpinbox.Options{MaxBatch: 4, Prefetch: 16, Attempts: tc.attempts, RetryDelay: 10 * time.Millisecond})
 			require.NoError(t, err)
 			stop, _ := runConsumer(t, c)
-			got := fx.wait(t, len(all))
+			got := fx.Wait(t, len(all))
 			require.NoError(t, stop())
-			checkOnce(t, got, all, tc.inOrder)
+			effectlog.CheckOnce(t, got, all, tc.inOrder)
 			mu.Lock()
 			defer mu.Unlock()
 			assert.Equal(t, wantFailures, failures)
@@ -243,15 +244,15 @@ func TestManyKeysExactlyOnceInKeyOrder(t *testing.T) {
 	}
 	fx := newEffects()
 	_, ch := tp.channel()
-	c, err := amqpinbox.NewConsumer(ib, fx.handler(nil), ch, tp.queue, amqpinbox.Options{MaxBatch: 16})
+	c, err := amqpinbox.NewConsumer(ib, fx.Handler(isDelivery, nil), ch, tp.queue, amqpinbox.Options{MaxBatch: 16})
 	require.NoError(t, err)
 	start := time.Now()
 	stop, _ := runConsumer(t, c)
-	fx.wait(t, len(all))
+	fx.Wait(t, len(all))
 	// A sentinel behind the copies: when it is applied, every copy
 	// before it was handled.
 	tp.publish("sentinel", amqp.Publishing{MessageId: "sentinel"})
-	got := fx.wait(t, len(all)+1)
+	got := fx.Wait(t, len(all)+1)
 	require.NoError(t, stop())
 	t.Logf("%d entries and %d copies consumed in %v", len(all), copies, time.Since(start))
 	require.Equal(t, "sentinel", got[len(got)-1].ID)
@@ -274,10 +275,10 @@ func TestDeliveryWithoutIDIsDeadLettered(t *testing.T) {
 	tp.publish("k", amqp.Publishing{MessageId: "entry-2"})
 	fx := newEffects()
 	_, ch := tp.channel()
-	c, err := amqpinbox.NewConsumer(memInbox(t), fx.handler(nil), ch, tp.queue, amqpinbox.Options{})
+	c, err := amqpinbox.NewConsumer(memInbox(t), fx.Handler(isDelivery, nil), ch, tp.queue, amqpinbox.Options{})
 	require.NoError(t, err)
 	stop, _ := runConsumer(t, c)
-	got := fx.wait(t, 1)
+	got := fx.Wait(t, 1)
 	require.NoError(t, stop())
 	assert.Equal(t, []effect{{ID: "entry-2", Key: "k"}}, got)
 	d, ok, err := tp.ch.Get(dlq, true)
@@ -295,11 +296,11 @@ func TestRunEndsWhenTheQueueIsDeleted(t *testing.T) {
 	tp := newTopo(t, nil)
 	fx := newEffects()
 	_, ch := tp.channel()
-	c, err := amqpinbox.NewConsumer(memInbox(t), fx.handler(nil), ch, tp.queue, amqpinbox.Options{})
+	c, err := amqpinbox.NewConsumer(memInbox(t), fx.Handler(isDelivery, nil), ch, tp.queue, amqpinbox.Options{})
 	require.NoError(t, err)
 	stop, done := runConsumer(t, c)
 	tp.publish("k", amqp.Publishing{MessageId: "entry-1"})
-	fx.wait(t, 1)
+	fx.Wait(t, 1)
 	_, err = tp.ch.QueueDelete(tp.queue, false, false, false)
 	require.NoError(t, err)
 	select {
@@ -328,7 +329,7 @@ func TestMessageThatAlwaysFailsIsDeadLetteredAtTheDeliveryLimit(t *testing.T) {
 		tries int
 	)
 	fx := newEffects()
-	h := fx.handler(func(m inbox.Message) error {
+	h := fx.Handler(isDelivery, func(m inbox.Message) error {
 		if m.ID != "poison" {
 			return nil
 		}
@@ -341,7 +342,7 @@ func TestMessageThatAlwaysFailsIsDeadLetteredAtTheDeliveryLimit(t *testing.T) {
 	c, err := amqpinbox.NewConsumer(memInbox(t), h, ch, tp.queue, amqpinbox.Options{Prefetch: 1, Attempts: 1, RetryDelay: 10 * time.Millisecond})
 	require.NoError(t, err)
 	stop, _ := runConsumer(t, c)
-	got := fx.wait(t, 1)
+	got := fx.Wait(t, 1)
 	var dead amqp.Delivery
 	deadline := time.Now().Add(time.Minute)
 	for ok := false; !ok; {

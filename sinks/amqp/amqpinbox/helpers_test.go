@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/internal/effectlog"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/sinks/amqp/amqpinbox"
 )
@@ -135,71 +135,16 @@ func (tp *topo) ready(queue string) int {
 	return q.Messages
 }
 
-// effect is one applied message as the handler saw it.
-type effect struct {
-	ID  string
-	Key string
-	Seq int64
-}
+// The committed effects and their checks are effectlog's.
+type (
+	effect  = effectlog.Effect
+	effects = effectlog.Log
+)
 
-// effects is a consumer's committed effects: the handler adds them in the
-// Memory store's OnCommit, so only committed transactions count.
-type effects struct {
-	mu   sync.Mutex
-	list []effect
-	cond chan struct{} // closed and replaced on every commit
-}
+var newEffects = effectlog.New
 
-func newEffects() *effects { return &effects{cond: make(chan struct{})} }
-
-// handler returns a handler recording each message's effect at commit,
-// after asking fail (when not nil) whether this delivery fails.
-func (e *effects) handler(fail func(m inbox.Message) error) inbox.Handler[*inbox.MemoryTx] {
-	return func(ctx context.Context, tx *inbox.MemoryTx, m inbox.Message) error {
-		if _, ok := m.Data.(amqp.Delivery); !ok {
-			return fmt.Errorf("Data is %T, want an amqp.Delivery", m.Data)
-		}
-		if fail != nil {
-			if err := fail(m); err != nil {
-				return err
-			}
-		}
-		tx.OnCommit(func() { e.add(effect{m.ID, m.Key, m.Seq}) })
-		return nil
-	}
-}
-
-func (e *effects) add(f effect) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.list = append(e.list, f)
-	close(e.cond)
-	e.cond = make(chan struct{})
-}
-
-func (e *effects) snapshot() ([]effect, chan struct{}) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]effect(nil), e.list...), e.cond
-}
-
-// wait waits until at least n effects committed, failing the test after a
-// generous deadline.
-func (e *effects) wait(t testing.TB, n int) []effect {
-	t.Helper()
-	deadline := time.After(time.Minute)
-	for {
-		list, changed := e.snapshot()
-		if len(list) >= n {
-			return list
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("%d effects committed after a minute, want %d", len(list), n)
-		}
-	}
-}
+// isDelivery: the helper hands the handler the amqp.Delivery.
+func isDelivery(d any) bool { _, ok := d.(amqp.Delivery); return ok }
 
 // runConsumer runs c in the background; stop ends it and returns Run's
 // result, and done closes when Run returns by itself (then stop returns
@@ -245,27 +190,5 @@ func entry(topic, key string, seq int) outbox.Entry {
 // entries once, each key's in sequence order 1, 2, 3, ...
 func checkOnceInKeyOrder(t testing.TB, got []effect, want []outbox.Entry) {
 	t.Helper()
-	checkOnce(t, got, want, true)
-}
-
-// checkOnce fails the test unless got holds each of want's entries once,
-// and with inOrder each key's in sequence order 1, 2, 3, ...
-func checkOnce(t testing.TB, got []effect, want []outbox.Entry, inOrder bool) {
-	t.Helper()
-	require.Len(t, got, len(want), "each entry once")
-	ids := map[string]bool{}
-	for _, e := range want {
-		ids[e.ID] = true
-	}
-	seen := map[string]bool{}
-	last := map[string]int64{}
-	for _, f := range got {
-		require.True(t, ids[f.ID], "effect of an unknown ID %s", f.ID)
-		require.False(t, seen[f.ID], "entry %s applied twice", f.ID)
-		seen[f.ID] = true
-		if inOrder {
-			require.Equal(t, last[f.Key]+1, f.Seq, "key %s out of order", f.Key)
-		}
-		last[f.Key] = f.Seq
-	}
+	effectlog.CheckOnce(t, got, want, true)
 }

@@ -75,7 +75,7 @@ func TestNewConsumerRefusesAnAckPolicyOtherThanExplicit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ib := newInbox(t, inbox.Options{})
-	h := newEffects().handler(nil)
+	h := newEffects().Handler(isMsg, nil)
 	for _, p := range []jetstream.AckPolicy{jetstream.AckNonePolicy, jetstream.AckAllPolicy} {
 		cons := e.consumer(e.js, func(c *jetstream.ConsumerConfig) { c.AckPolicy = p })
 		_, err := natsinbox.NewConsumer(ib, h, cons, natsinbox.Options{})
@@ -115,7 +115,7 @@ func TestLostAckIsRedeliveredAndSkippedAsDuplicate(t *testing.T) {
 		n, _ := calls.LoadOrStore(m.ID, new(int))
 		*n.(*int)++
 		tx.OnCommit(func() {
-			fx.add(effect{m.ID, m.Key, m.Seq})
+			fx.Add(effect{ID: m.ID, Key: m.Key, Seq: m.Seq})
 			nc1.Close() // the Ack that follows the commit is lost
 		})
 		return nil
@@ -125,7 +125,7 @@ func TestLostAckIsRedeliveredAndSkippedAsDuplicate(t *testing.T) {
 	err = c1.Run(ctxT(t))
 	require.Error(t, err, "Run goes on after its connection closed")
 	t.Log("first Run:", err)
-	assert.Len(t, fx.wait(t, 1), 1)
+	assert.Len(t, fx.Wait(t, 1), 1)
 
 	// Second consumer, on a new connection: the redelivery is a
 	// duplicate, acknowledged without running the handler.
@@ -140,8 +140,8 @@ func TestLostAckIsRedeliveredAndSkippedAsDuplicate(t *testing.T) {
 		return ci.Delivered.Consumer >= 2 && ci.NumAckPending == 0 && ci.NumPending == 0
 	})
 	require.NoError(t, stop())
-	list, _ := fx.snapshot()
-	assert.Equal(t, []effect{{"entry-1", "k", 1}}, list)
+	list, _ := fx.Snapshot()
+	assert.Equal(t, []effect{{ID: "entry-1", Key: "k", Seq: 1}}, list)
 	n, _ := calls.Load("entry-1")
 	assert.Equal(t, 1, *n.(*int), "the handler ran once; the redelivery was skipped")
 }
@@ -175,7 +175,7 @@ func TestHandlerErrorIsRetriedThenNakedAndAppliedOnce(t *testing.T) {
 				failures  int
 				delivered uint64
 			)
-			h := fx.handler(func(m inbox.Message) error {
+			h := fx.Handler(isMsg, func(m inbox.Message) error {
 				if m.ID != "e2" {
 					return nil
 				}
@@ -195,13 +195,13 @@ func TestHandlerErrorIsRetriedThenNakedAndAppliedOnce(t *testing.T) {
 			c, err := natsinbox.NewConsumer(ib, h, cons, natsinbox.Options{Attempts: tc.attempts, NakDelay: 10 * time.Millisecond})
 			require.NoError(t, err)
 			stop := runConsumer(t, c)
-			got := fx.wait(t, 3)
+			got := fx.Wait(t, 3)
 			eventually(t, "every message acknowledged", func() bool {
 				ci := info(t, cons)
 				return ci.NumAckPending == 0 && ci.NumPending == 0
 			})
 			require.NoError(t, stop())
-			assert.Equal(t, []effect{{"e1", "k", 1}, {"e2", "k", 2}, {"e3", "k", 3}}, got)
+			assert.Equal(t, []effect{{ID: "e1", Key: "k", Seq: 1}, {ID: "e2", Key: "k", Seq: 2}, {ID: "e3", Key: "k", Seq: 3}}, got)
 			assert.Equal(t, tc.wantDelivered, delivered, "e2's deliveries")
 			assert.Equal(t, 2, failures)
 		})
@@ -240,18 +240,18 @@ func TestManyKeysExactlyOnceInKeyOrder(t *testing.T) {
 		}
 	}
 	fx := newEffects()
-	c, err := natsinbox.NewConsumer(ib, fx.handler(nil), cons, natsinbox.Options{MaxBatch: 16})
+	c, err := natsinbox.NewConsumer(ib, fx.Handler(isMsg, nil), cons, natsinbox.Options{MaxBatch: 16})
 	require.NoError(t, err)
 	start := time.Now()
 	stop := runConsumer(t, c)
-	fx.wait(t, len(all))
+	fx.Wait(t, len(all))
 	eventually(t, "every message acknowledged", func() bool {
 		ci := info(t, cons)
 		return ci.NumAckPending == 0 && ci.NumPending == 0
 	})
 	require.NoError(t, stop())
 	t.Logf("%d entries and %d copies consumed in %v", len(all), dups, time.Since(start))
-	got, _ := fx.snapshot()
+	got, _ := fx.Snapshot()
 	require.Len(t, got, len(all), "each entry once, copies skipped")
 	seen := map[string]bool{}
 	last := map[string]int64{}
@@ -280,10 +280,10 @@ func TestMessageWithoutIDIsTerminated(t *testing.T) {
 	e.publish("outbox-key", "k")
 	e.publish("outbox-id", "entry-2")
 	fx := newEffects()
-	c, err := natsinbox.NewConsumer(ib, fx.handler(nil), cons, natsinbox.Options{})
+	c, err := natsinbox.NewConsumer(ib, fx.Handler(isMsg, nil), cons, natsinbox.Options{})
 	require.NoError(t, err)
 	stop := runConsumer(t, c)
-	got := fx.wait(t, 1)
+	got := fx.Wait(t, 1)
 	msg, err := adv.NextMsg(time.Minute)
 	require.NoError(t, err, "no MSG_TERMINATED advisory")
 	assert.Contains(t, string(msg.Data), `"deliveries":1`, "terminated on its first delivery")
@@ -322,10 +322,10 @@ func TestStoppedRunNaksWhatItDidNotApply(t *testing.T) {
 	eventually(t, "messages pulled ahead", func() bool { return info(t, cons).NumAckPending > 4 })
 	require.NoError(t, stop(), "Run returns nil when its context ends")
 
-	c2, err := natsinbox.NewConsumer(ib, fx.handler(nil), cons, natsinbox.Options{MaxBatch: 4})
+	c2, err := natsinbox.NewConsumer(ib, fx.Handler(isMsg, nil), cons, natsinbox.Options{MaxBatch: 4})
 	require.NoError(t, err)
 	stop = runConsumer(t, c2)
-	got := fx.wait(t, n)
+	got := fx.Wait(t, n)
 	require.NoError(t, stop())
 	assert.Len(t, got, n)
 }
@@ -352,7 +352,7 @@ func TestMessageThatAlwaysFailsStopsAtMaxDeliver(t *testing.T) {
 		mu    sync.Mutex
 		tries int
 	)
-	h := fx.handler(func(m inbox.Message) error {
+	h := fx.Handler(isMsg, func(m inbox.Message) error {
 		if m.ID != "poison" {
 			return nil
 		}
@@ -367,7 +367,7 @@ func TestMessageThatAlwaysFailsStopsAtMaxDeliver(t *testing.T) {
 	msg, err := adv.NextMsg(time.Minute)
 	require.NoError(t, err, "no MAX_DELIVERIES advisory")
 	assert.Contains(t, string(msg.Data), `"deliveries":3`)
-	got := fx.wait(t, 1)
+	got := fx.Wait(t, 1)
 	require.NoError(t, stop())
 	assert.Equal(t, []effect{{ID: "entry-2"}}, got)
 	mu.Lock()

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outbox"
-	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/internal/effectlog"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/sinks/nats/natsinbox"
 )
@@ -156,71 +156,16 @@ func info(t testing.TB, cons jetstream.Consumer) *jetstream.ConsumerInfo {
 	return ci
 }
 
-// effect is one applied message as the handler saw it.
-type effect struct {
-	ID  string
-	Key string
-	Seq int64
-}
+// The committed effects and their checks are effectlog's.
+type (
+	effect  = effectlog.Effect
+	effects = effectlog.Log
+)
 
-// effects is a consumer's committed effects: the handler adds them in the
-// Memory store's OnCommit, so only committed transactions count.
-type effects struct {
-	mu   sync.Mutex
-	list []effect
-	cond chan struct{} // closed and replaced on every commit
-}
+var newEffects = effectlog.New
 
-func newEffects() *effects { return &effects{cond: make(chan struct{})} }
-
-// handler returns a handler recording each message's effect at commit,
-// after asking fail (when not nil) whether this delivery fails.
-func (e *effects) handler(fail func(m inbox.Message) error) inbox.Handler[*inbox.MemoryTx] {
-	return func(ctx context.Context, tx *inbox.MemoryTx, m inbox.Message) error {
-		if _, ok := m.Data.(jetstream.Msg); !ok {
-			return fmt.Errorf("Data is %T, want a jetstream.Msg", m.Data)
-		}
-		if fail != nil {
-			if err := fail(m); err != nil {
-				return err
-			}
-		}
-		tx.OnCommit(func() { e.add(effect{m.ID, m.Key, m.Seq}) })
-		return nil
-	}
-}
-
-func (e *effects) add(f effect) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.list = append(e.list, f)
-	close(e.cond)
-	e.cond = make(chan struct{})
-}
-
-func (e *effects) snapshot() ([]effect, chan struct{}) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]effect(nil), e.list...), e.cond
-}
-
-// wait waits until at least n effects committed, failing the test after a
-// generous deadline.
-func (e *effects) wait(t testing.TB, n int) []effect {
-	t.Helper()
-	deadline := time.After(time.Minute)
-	for {
-		list, changed := e.snapshot()
-		if len(list) >= n {
-			return list
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("%d effects committed after a minute, want %d", len(list), n)
-		}
-	}
-}
+// isMsg: the helper hands the handler the jetstream.Msg.
+func isMsg(d any) bool { _, ok := d.(jetstream.Msg); return ok }
 
 // eventually polls cond every 20ms, failing the test after a minute.
 func eventually(t testing.TB, what string, cond func() bool) {
