@@ -130,6 +130,49 @@ type RelayOptions struct {
 	// such gauges.
 	StatsInterval time.Duration
 
+	// ArchiveRetention, when positive, makes the relay that holds
+	// partition 0's lease (one relay of a fleet at a time, through the
+	// lease it already holds: no second lock) remove archived entries sent
+	// more than ArchiveRetention ago, every RetentionInterval, in batches
+	// of RetentionBatch through the store's [ArchiveJanitor], pausing
+	// between batches at least RetentionPause and at least as long as the
+	// last batch took, so the janitor takes at most half of one store
+	// connection's time and yields to the drain. It stops a round as soon
+	// as the relay no longer holds partition 0. The store must implement
+	// ArchiveJanitor (NewRelay fails otherwise). Default 0: archived
+	// entries are kept until removed by hand (`outbox purge`).
+	ArchiveRetention time.Duration
+
+	// ParkedRetention, when positive, also removes entries parked more
+	// than ParkedRetention ago, through the store's [ParkedPurger], in the
+	// same rounds as ArchiveRetention. A parked entry was never delivered:
+	// each removal is logged at WARN with the IDs removed, and the relay
+	// logs at start, at WARN, that it will remove them. Default 0: parked
+	// entries stay until an operator requeues or cancels them.
+	ParkedRetention time.Duration
+
+	// RetentionInterval is how often the relay holding partition 0 runs a
+	// retention round ([ArchiveJanitor.MaintainArchive], then the purges of
+	// ArchiveRetention and ParkedRetention). Default
+	// [DefaultRetentionInterval]. With a store that implements
+	// ArchiveJanitor the rounds run even without a retention, so that a
+	// partitioned archive gets its partitions ahead of time.
+	RetentionInterval time.Duration
+
+	// RetentionBatch is the most rows one purge call removes. Default
+	// [DefaultRetentionBatch].
+	RetentionBatch int
+
+	// RetentionPause is the least pause between two purge calls of a
+	// round. Default [DefaultRetentionPause].
+	RetentionPause time.Duration
+
+	// HealthInterval is how often the relay calls the store's
+	// [HealthChecker] (when it implements it) for the table and memory
+	// metrics and the warnings it logs once. Default
+	// [DefaultHealthInterval]; negative turns the checks off.
+	HealthInterval time.Duration
+
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 
@@ -181,6 +224,18 @@ const (
 	DefaultBackpressureScale = 4
 	// DefaultStatsInterval is the default of [RelayOptions.StatsInterval].
 	DefaultStatsInterval = 15 * time.Second
+	// DefaultRetentionInterval is the default of
+	// [RelayOptions.RetentionInterval].
+	DefaultRetentionInterval = time.Minute
+	// DefaultRetentionBatch is the default of
+	// [RelayOptions.RetentionBatch].
+	DefaultRetentionBatch = 1000
+	// DefaultRetentionPause is the default of
+	// [RelayOptions.RetentionPause].
+	DefaultRetentionPause = 50 * time.Millisecond
+	// DefaultHealthInterval is the default of
+	// [RelayOptions.HealthInterval].
+	DefaultHealthInterval = time.Minute
 )
 
 // withDefaults returns o with every zero field set to its default. It is
