@@ -23,6 +23,9 @@ const (
 	opStats                        // Inspector.Stats for the outbox gauges
 	opSubscribe                    // Notifier.Notifications
 	opPauses                       // Pauser.Paused
+	opRetention                    // ArchiveJanitor and ParkedPurger calls of a retention round
+	opArchiveAge                   // ArchiveJanitor.OldestArchived for MetricArchiveOldestAge
+	opHealth                       // HealthChecker.Health
 	numStoreOps
 )
 
@@ -41,6 +44,9 @@ var storeOps = [numStoreOps]struct{ name, doing, meaning string }{
 	opStats:         {"stats", "sampling the outbox's stats", "; the outbox gauges go stale"},
 	opSubscribe:     {"subscribe", "subscribing to notifications", "; polling meanwhile"},
 	opPauses:        {"pauses", "reading the paused topics and partitions", "; keeping the last known pauses until it works again"},
+	opRetention:     {"retention", "removing old archived or parked entries", "; the round ends and the next one retries"},
+	opArchiveAge:    {"archive_age", "reading the archive's oldest entry", "; the archive age gauge goes stale"},
+	opHealth:        {"health", "reading the store's health", "; the store health gauges go stale and its warnings stay as last read"},
 }
 
 // noPartition is the partition of the store calls made for the relay as a
