@@ -145,7 +145,7 @@ func (j *janitor) round(ctx, callCtx context.Context) {
 	p := &pacer{j: j, ctx: ctx}
 	now := j.now()
 	if j.archive != nil {
-		if !p.call(callCtx, func(c context.Context) error { return j.archive.MaintainArchive(c, now) }) {
+		if !p.call(callCtx, opMaintainArchive, func(c context.Context) error { return j.archive.MaintainArchive(c, now) }) {
 			return
 		}
 		if j.archiveRetention > 0 && !j.purgeArchive(callCtx, p, now.Add(-j.archiveRetention)) {
@@ -162,7 +162,7 @@ func (j *janitor) round(ctx, callCtx context.Context) {
 func (j *janitor) purgeArchive(ctx context.Context, p *pacer, before time.Time) bool {
 	for more := true; more; {
 		var removed int64
-		if !p.call(ctx, func(c context.Context) (err error) {
+		if !p.call(ctx, opPurgeArchive, func(c context.Context) (err error) {
 			removed, more, err = j.archive.PurgeArchiveBatch(c, before, j.batch)
 			return err
 		}) {
@@ -182,7 +182,7 @@ func (j *janitor) purgeArchive(ctx context.Context, p *pacer, before time.Time) 
 func (j *janitor) purgeParked(ctx context.Context, p *pacer, before time.Time) bool {
 	for more := true; more; {
 		var ids []string
-		if !p.call(ctx, func(c context.Context) (err error) {
+		if !p.call(ctx, opPurgeParked, func(c context.Context) (err error) {
 			ids, more, err = j.parked.PurgeParked(c, before, j.batch)
 			return err
 		}) {
@@ -212,10 +212,10 @@ type pacer struct {
 	last  time.Duration // how long the last call took
 }
 
-// call makes one store call of the round: it first pauses (after the
+// call makes one store call of the round, of kind op: it first pauses (after the
 // round's first call) and checks that the relay is not stopping and still
 // holds partition 0; it reports whether the call was made and succeeded.
-func (p *pacer) call(ctx context.Context, f func(context.Context) error) bool {
+func (p *pacer) call(ctx context.Context, op storeOp, f func(context.Context) error) bool {
 	j := p.j
 	if p.calls > 0 && !sleep(p.ctx, max(j.pause, p.last)) {
 		return false
@@ -228,10 +228,10 @@ func (p *pacer) call(ctx context.Context, f func(context.Context) error) bool {
 	err := f(ctx)
 	p.last = j.now().Sub(began)
 	if err != nil {
-		j.stores.failed(ctx, opRetention, noPartition, began, err)
+		j.stores.failed(ctx, op, noPartition, began, err)
 		return false
 	}
-	j.stores.ok(opRetention, noPartition)
+	j.stores.ok(op, noPartition)
 	return true
 }
 
