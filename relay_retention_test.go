@@ -407,3 +407,46 @@ func TestRetentionOptionsValidation(t *testing.T) {
 		})
 	}
 }
+
+// In a balancing fleet (Membership) the partitions are shared, and only
+// the relay that got partition 0 runs retention rounds: one janitor per
+// fleet.
+func TestRetentionOneJanitorPerBalancedFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.Options{Partitions: 4})
+		stores := []*janitorStore{{Backend: b}, {Backend: b}, {Backend: b}}
+		relays := make([]*outbox.Relay, len(stores))
+		for i, s := range stores {
+			relays[i] = startRelay(t, s, &recorder{}, retentionOptions(quiet))
+		}
+		waitFor(t, 5*time.Minute, "the fleet balanced", func() bool {
+			held := int64(0)
+			for _, r := range relays {
+				if r.Stats().Members != 3 {
+					return false
+				}
+				held += r.Stats().PartitionsHeld
+			}
+			return held == 4
+		})
+		time.Sleep(time.Minute) // let a hand-over in flight settle
+		before := make([]int, len(stores))
+		for i, s := range stores {
+			before[i] = len(s.callsOf("maintain"))
+		}
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		janitors := 0
+		for i, s := range stores {
+			if n := len(s.callsOf("maintain")) - before[i]; n > 0 {
+				janitors++
+				if n < 8 {
+					t.Errorf("relay %d ran %d rounds in 10 minutes with RetentionInterval 1m; want about 10", i, n)
+				}
+			}
+		}
+		if janitors != 1 {
+			t.Errorf("%d relays ran retention rounds in the 10 minutes after the fleet balanced; want exactly 1 (the holder of partition 0)", janitors)
+		}
+	})
+}
