@@ -127,7 +127,8 @@ type RelayOptions struct {
 	// Stats call per interval (on Postgres one query, on Redis one script
 	// per partition), and none while nobody collects the metrics. Default
 	// [DefaultStatsInterval]; negative turns the gauges off. Without Inspector there are no
-	// such gauges.
+	// such gauges. MetricArchiveOldestAge, from a store that implements
+	// [ArchiveJanitor], is sampled the same way.
 	StatsInterval time.Duration
 
 	// ArchiveRetention, when positive, makes the relay that holds

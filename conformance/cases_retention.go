@@ -40,6 +40,17 @@ func retentionCases[Tx any]() []testCase[Tx] {
 // clock skew between the suite and the server.
 const horizon = time.Hour
 
+// allSent is a PurgeArchiveBatch horizon after every entry a case sent:
+// up to an hour ahead of the suite's clock, but within today's UTC day, so
+// that an archive partitioned by day still holds today's partition across
+// the horizon and removes its rows in batches of limit (a partition wholly
+// before the horizon may be dropped at once, beyond limit).
+func allSent() time.Time {
+	now := time.Now().UTC()
+	midnight := now.Truncate(24 * time.Hour).Add(24 * time.Hour)
+	return now.Add(max(min(horizon, midnight.Sub(now)-time.Second), 2*clockSkew))
+}
+
 func (s *env[Tx]) archiveJanitor(t *testing.T) outbox.ArchiveJanitor {
 	t.Helper()
 	j, ok := s.b.(outbox.ArchiveJanitor)
@@ -106,7 +117,7 @@ func (s *env[Tx]) purgeArchive(t *testing.T, j outbox.ArchiveJanitor, before tim
 
 func archivePurgeHorizon[Tx any](t *testing.T, s *env[Tx]) {
 	j := s.archiveJanitor(t)
-	if n, more := s.purgeArchive(t, j, time.Now().Add(horizon), 100); n != 0 || more {
+	if n, more := s.purgeArchive(t, j, allSent(), 100); n != 0 || more {
 		t.Fatalf("PurgeArchiveBatch on an empty archive = (%d, more %v), want (0, false)", n, more)
 	}
 	if _, ok := s.oldest(t, j); ok {
@@ -123,7 +134,7 @@ func archivePurgeHorizon[Tx any](t *testing.T, s *env[Tx]) {
 		t.Fatalf("PurgeArchiveBatch(an hour ago) removed %d (more %v): no entry was sent before then", n, more)
 	}
 	s.archived(t, j, "a purge that had nothing to remove")
-	n, more := s.purgeArchive(t, j, time.Now().Add(horizon), 100)
+	n, more := s.purgeArchive(t, j, allSent(), 100)
 	if n != 3 || more {
 		t.Fatalf("PurgeArchiveBatch(an hour ahead, limit 100) = (%d, more %v), want (3, false): every archived entry was sent before then", n, more)
 	}
@@ -137,7 +148,7 @@ func archivePurgeBounded[Tx any](t *testing.T, s *env[Tx]) {
 	j := s.archiveJanitor(t)
 	s.sendAll(t, keyed("a", "k", 5)...)
 	s.archived(t, j, "MarkSent of a1..a5")
-	before := time.Now().Add(horizon)
+	before := allSent()
 	var total int64
 	for call := 1; ; call++ {
 		n, more := s.purgeArchive(t, j, before, 2)
@@ -168,7 +179,7 @@ func archivePurgeOldestFirst[Tx any](t *testing.T, s *env[Tx]) {
 	s.sleep(t, scheduleAhead)
 	s.sendAll(t, entry("new", "k"))
 	first := s.archived(t, j, "MarkSent of two entries")
-	if n, _ := s.purgeArchive(t, j, time.Now().Add(horizon), 1); n != 1 {
+	if n, _ := s.purgeArchive(t, j, allSent(), 1); n != 1 {
 		t.Fatalf("PurgeArchiveBatch(limit 1) removed %d; want 1", n)
 	}
 	at := s.archived(t, j, "removing one of two archived entries")
@@ -192,7 +203,7 @@ func archiveMaintain[Tx any](t *testing.T, s *env[Tx]) {
 	if err := j.MaintainArchive(s.ctx, time.Now()); err != nil {
 		t.Fatalf("MaintainArchive with archived entries: %v", err)
 	}
-	if n, _ := s.purgeArchive(t, j, time.Now().Add(horizon), 10); n != 2 {
+	if n, _ := s.purgeArchive(t, j, allSent(), 10); n != 2 {
 		t.Fatalf("PurgeArchiveBatch after MaintainArchive removed %d; want the 2 archived", n)
 	}
 }
