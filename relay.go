@@ -55,6 +55,13 @@ import (
 // sink fails every message of it, so an outage does not burn attempts and
 // one dead topic does not stop the others.
 //
+// Retention and health: over a store that implements [ArchiveJanitor], or
+// with RelayOptions.ParkedRetention, the relay that holds partition 0's
+// lease runs retention rounds every RetentionInterval (see
+// [RelayOptions.ArchiveRetention]); over a store that implements
+// [HealthChecker], every relay reads the store's health every
+// HealthInterval, logs each warning once and exports the figures.
+//
 // A Relay is safe for concurrent use.
 type Relay struct {
 	store Store
