@@ -210,3 +210,22 @@ func points(m metricdata.Metrics) int {
 	}
 	return 0
 }
+
+// Every relay reads the store's health, not only the holder of
+// partition 0.
+func TestHealthReadByEveryRelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.Options{Partitions: 2})
+		stores := []*healthStore{{Backend: b}, {Backend: b}}
+		for i, s := range stores {
+			startRelay(t, s, &recorder{}, outbox.RelayOptions{Partitions: []int{i}, HealthInterval: time.Minute, StatsInterval: -1})
+		}
+		time.Sleep(3*time.Minute + time.Second)
+		synctest.Wait()
+		for i, s := range stores {
+			if n := s.called(); n != 4 {
+				t.Errorf("the relay of partition %d read the health %d times in 3 minutes, want 4", i, n)
+			}
+		}
+	})
+}
