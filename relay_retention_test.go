@@ -89,6 +89,11 @@ func (s *janitorStore) PurgeArchiveBatch(ctx context.Context, _ time.Time, limit
 	return removed, s.archived > 0, ctx.Err()
 }
 
+func (s *janitorStore) PurgeParked(ctx context.Context, before time.Time, limit int) ([]string, bool, error) {
+	defer s.record("parked")()
+	return s.Backend.PurgeParked(ctx, before, limit)
+}
+
 func (s *janitorStore) OldestArchived(context.Context) (time.Time, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -137,8 +142,10 @@ func TestRetentionRunsOnlyOnHolderOfPartition0(t *testing.T) {
 		logs0, logs1 := &logCapture{}, &logCapture{}
 		o0 := retentionOptions(slog.New(logs0))
 		o0.Partitions = []int{0}
+		o0.ParkedRetention = 7 * 24 * time.Hour
 		o1 := retentionOptions(slog.New(logs1))
 		o1.Partitions = []int{1}
+		o1.ParkedRetention = 7 * 24 * time.Hour
 		r0 := startRelay(t, holder, &recorder{}, o0)
 		r1 := startRelay(t, other, &recorder{}, o1)
 		time.Sleep(5 * time.Minute)
@@ -161,6 +168,31 @@ func TestRetentionRunsOnlyOnHolderOfPartition0(t *testing.T) {
 		}
 		if n, _ := logs0.count(slog.LevelInfo, "does not serve partition 0"); n != 0 {
 			t.Errorf("the holder of partition 0 logged that it does not serve it")
+		}
+		for i, logs := range []*logCapture{logs0, logs1} {
+			if n, _ := logs.count(slog.LevelWarn, "parked entries older than 168h0m0s will be removed for good"); n != 1 {
+				t.Errorf("relay %d logged %d WARNs at start that parked entries will be removed; want 1 on every relay", i, n)
+			}
+		}
+		// Each round: MaintainArchive, the archive's purges (at least one),
+		// then the parked purge.
+		var rounds [][]string
+		for _, c := range holder.callsOf("") {
+			if c.name == "maintain" {
+				rounds = append(rounds, nil)
+			}
+			if len(rounds) > 0 {
+				rounds[len(rounds)-1] = append(rounds[len(rounds)-1], c.name)
+			}
+		}
+		if len(rounds) < 3 {
+			t.Fatalf("%d rounds in 5 minutes, want at least 3", len(rounds))
+		}
+		for _, round := range rounds[:len(rounds)-1] { // the last may be under way
+			n := len(round)
+			if n < 3 || round[0] != "maintain" || round[1] != "purge" || round[n-2] != "purge" || round[n-1] != "parked" {
+				t.Errorf("a round made the calls %v; want maintain, then the archive's purges, then parked", round)
+			}
 		}
 	})
 }
