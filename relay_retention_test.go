@@ -273,7 +273,8 @@ func TestRetentionErrorsSummarised(t *testing.T) {
 		time.Sleep(10 * time.Minute)
 		synctest.Wait()
 		rounds := r.Stats().RetentionRounds
-		if purges := len(s.callsOf("purge")); rounds < 5 || int64(purges) != rounds {
+		// (The last round may be between its MaintainArchive and its purge.)
+		if purges := int64(len(s.callsOf("purge"))); rounds < 5 || purges < rounds-1 || purges > rounds {
 			t.Errorf("%d rounds and %d purge calls in 10 minutes of failures; want a round a minute, each ending at its failed purge", rounds, purges)
 		}
 		started := logs.recordsOf(slog.LevelWarn, "outbox relay: removing old archived entries failed; the retention round ends and the next one retries")
