@@ -55,6 +55,13 @@ import (
 // sink fails every message of it, so an outage does not burn attempts and
 // one dead topic does not stop the others.
 //
+// Retention and health: over a store that implements [ArchiveJanitor], or
+// with RelayOptions.ParkedRetention, the relay that holds partition 0's
+// lease runs retention rounds every RetentionInterval (see
+// [RelayOptions.ArchiveRetention]); over a store that implements
+// [HealthChecker], every relay reads the store's health every
+// HealthInterval, logs each warning once and exports the figures.
+//
 // A Relay is safe for concurrent use.
 type Relay struct {
 	store Store
@@ -78,6 +85,10 @@ type Relay struct {
 
 	sampler *statsSampler // nil without Inspector or with StatsInterval < 0
 	stores  *storeLog     // the store failures, summarised
+
+	janitor    *janitor     // the retention rounds; nil when there are none
+	archiveAge *archiveAge  // nil without ArchiveJanitor or with StatsInterval < 0
+	health     *healthWatch // nil without HealthChecker or with HealthInterval < 0
 }
 
 // RelayStats are cumulative counters of one [Relay].
@@ -101,6 +112,16 @@ type RelayStats struct {
 	// Members is the number of live relays of the fleet this relay saw at
 	// its last heartbeat (0 without [Membership]).
 	Members int64
+	// RetentionRounds counts the retention rounds this relay began (it
+	// begins one only while it holds partition 0's lease; see
+	// [RelayOptions.ArchiveRetention]).
+	RetentionRounds int64
+	// ArchivedRemoved counts the archived entries this relay's retention
+	// rounds removed ([ArchiveJanitor.PurgeArchiveBatch]).
+	ArchivedRemoved int64
+	// ParkedRemoved counts the parked entries this relay's retention
+	// rounds removed ([ParkedPurger.PurgeParked]).
+	ParkedRemoved int64
 }
 
 // breakerVerb words the breaker's log line for the state it entered.
@@ -144,6 +165,7 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	}
 	landing, declared := landingBound(sink)
 	problems := opts.problems(landing)
+	problems = append(problems, retentionProblems(store, opts)...)
 	n := store.Partitions()
 	if n >= 1 {
 		problems = append(problems, partitionProblems(opts.Partitions, n)...)
@@ -194,16 +216,34 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 	if insp, ok := store.(Inspector); ok && o.StatsInterval > 0 {
 		r.sampler = &statsSampler{insp: insp, every: o.StatsInterval, now: o.Now, stores: stores}
 	}
+	r.initRetention(stores)
 	metrics, err := newRelayMetrics(o.MeterProvider, r)
 	if err != nil {
 		return nil, err
 	}
 	cfg.metrics = metrics
+	if r.janitor != nil {
+		r.janitor.metrics = metrics
+	}
 	r.breakers.entered = func(topic, state string, failures int) {
 		metrics.breakerEntered(topic, state)
 		r.log.Warn("outbox relay: circuit breaker "+breakerVerb[state], "topic", topic, "state", state, "consecutive_failed_rounds", failures, "cooldown", o.BreakerCooldown)
 	}
 	return r, nil
+}
+
+// initRetention sets up the retention rounds, the archive's age sampler
+// and the health checks, each when the store and the options call for it.
+func (r *Relay) initRetention(stores *storeLog) {
+	o := r.opts
+	if j := newJanitor(r.store, o, r.workers[0]); j != nil {
+		j.log, j.stores, j.counts = r.log, stores, &r.counts
+		r.janitor = j
+	}
+	if aj, ok := r.store.(ArchiveJanitor); ok && o.StatsInterval > 0 {
+		r.archiveAge = &archiveAge{archive: aj, every: o.StatsInterval, now: o.Now, stores: stores}
+	}
+	r.health = newHealthWatch(r.store, o, r.log, stores)
 }
 
 // workerConfig makes the configuration the relay's workers share, but for
@@ -266,6 +306,13 @@ func (r *Relay) Start(ctx context.Context) error {
 	wg.Go(func() { r.coord.run(runCtx, hardCtx) })
 	if n, ok := r.store.(Notifier); ok {
 		wg.Go(func() { r.listen(runCtx, n) })
+	}
+	if j := r.janitor; j != nil {
+		j.announce()
+		wg.Go(func() { j.run(runCtx, hardCtx) })
+	}
+	if h := r.health; h != nil {
+		wg.Go(func() { h.run(runCtx) })
 	}
 	go func() {
 		select {
@@ -354,6 +401,9 @@ func (r *Relay) Stats() RelayStats {
 		PartitionsHeld:   r.counts.held.Load(),
 		PartitionsTarget: r.coord.targetCount(),
 		Members:          r.coord.membersSeen(),
+		RetentionRounds:  r.counts.retentionRounds.Load(),
+		ArchivedRemoved:  r.counts.archivedRemoved.Load(),
+		ParkedRemoved:    r.counts.parkedRemoved.Load(),
 	}
 }
 

@@ -51,6 +51,7 @@ func (w *worker) acquire(ctx context.Context) bool {
 	}
 	cfg.stores.ok(opAcquire, w.partition)
 	w.lease, w.validUntil = l, asked.Add(cfg.leaseTTL)
+	w.trustUntil.Store(w.validUntil.Add(-cfg.landing).UnixNano())
 	w.holding.Store(true)
 	cfg.counts.held.Add(1)
 	cfg.metrics.leaseAcquired(w.partition)
@@ -81,6 +82,13 @@ func (w *worker) trustLeft() time.Duration {
 	return w.validUntil.Sub(w.cfg.now()) - w.cfg.landing
 }
 
+// holdsTrusted reports whether the worker holds its partition's lease
+// with trust left (see trustLeft). Unlike trustLeft it is safe to call from
+// any goroutine: the relay's janitor asks it of partition 0's worker.
+func (w *worker) holdsTrusted() bool {
+	return w.holding.Load() && w.cfg.now().UnixNano() < w.trustUntil.Load()
+}
+
 // renew renews the lease (compare-and-renew) and moves the local deadline.
 // A failure other than ErrLeaseLost goes to the store failures' summary.
 func (w *worker) renew(ctx context.Context) error {
@@ -90,6 +98,7 @@ func (w *worker) renew(ctx context.Context) error {
 	switch {
 	case err == nil:
 		w.lease, w.validUntil = l, asked.Add(cfg.leaseTTL)
+		w.trustUntil.Store(w.validUntil.Add(-cfg.landing).UnixNano())
 		cfg.stores.ok(opRenew, w.partition)
 	case errors.Is(err, ErrLeaseLost):
 		cfg.stores.ok(opRenew, w.partition) // the store answered

@@ -115,6 +115,42 @@ const (
 	MetricDue     = "outbox.due"
 	MetricParked  = "outbox.parked"
 	MetricLag     = "outbox.lag"
+
+	// MetricRetentionRemoved counts the entries the relay's retention
+	// rounds removed (RelayOptions.ArchiveRetention and ParkedRetention),
+	// by kind (attribute "kind": archived, parked). Only the relay holding
+	// partition 0 removes entries; the kinds its options enable are
+	// exported at zero from NewRelay on, on every relay.
+	MetricRetentionRemoved = "outbox.retention.removed"
+	// MetricArchiveOldestAge is the age in seconds of the oldest entry in
+	// the store's archive (ArchiveJanitor.OldestArchived), absent while the
+	// archive is empty. Every relay over a store that implements
+	// ArchiveJanitor reports it (the figure is the store's, as
+	// MetricPending is), sampled like MetricPending at most once per
+	// RelayOptions.StatsInterval when the metrics are collected; a
+	// negative StatsInterval turns it off.
+	MetricArchiveOldestAge = "outbox.archive.oldest_age"
+
+	// MetricTableSize, MetricTableDeadRows and MetricTableVacuums are the
+	// figures of each of the store's tables (attribute "table") from the
+	// last HealthChecker.Health reading (see RelayOptions.HealthInterval):
+	// its size with its indexes in bytes, its dead rows and its vacuums
+	// (a figure the store cannot tell, -1, is not reported).
+	// MetricMemoryUsed (bytes) and MetricMemoryFragmentation (ratio) are
+	// the server's memory, for stores that report it (Redis). Every relay
+	// over a store that implements HealthChecker reports them; a reading
+	// older than three HealthIntervals is not reported.
+	MetricTableSize           = "outbox.store.table.size"
+	MetricTableDeadRows       = "outbox.store.table.dead_rows"
+	MetricTableVacuums        = "outbox.store.table.vacuums"
+	MetricMemoryUsed          = "outbox.store.memory.used"
+	MetricMemoryFragmentation = "outbox.store.memory.fragmentation"
+	// MetricStoreWarning is 1 for each warning of the store's health that
+	// holds as last read (attributes "code" and "object", see
+	// HealthWarning); while none holds, one series without attributes
+	// reports 0, so the metric exists on every relay over a store that
+	// implements HealthChecker.
+	MetricStoreWarning = "outbox.store.warning"
 )
 
 // durationBuckets are the histogram bucket bounds in seconds: sub-millisecond
@@ -128,6 +164,7 @@ type relayMetrics struct {
 	acquired    metric.Int64Counter
 	lost        metric.Int64Counter
 	transitions metric.Int64Counter
+	removed     metric.Int64Counter
 }
 
 func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
@@ -153,6 +190,8 @@ func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 	rm.lost, err = m.Int64Counter(MetricLeaseLost, metric.WithDescription("Partition leases lost while held."), metric.WithUnit("{lease}"))
 	check(err)
 	rm.transitions, err = m.Int64Counter(MetricBreakerTransitions, metric.WithDescription("Circuit breaker state changes, by topic and state entered."), metric.WithUnit("{transition}"))
+	check(err)
+	rm.removed, err = m.Int64Counter(MetricRetentionRemoved, metric.WithDescription("Entries removed by the retention rounds, by kind (archived, parked)."), metric.WithUnit("{entry}"))
 	check(err)
 	gauge := func(name, desc, unit string, value func(context.Context) (int64, bool)) {
 		_, err := m.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit),
@@ -221,11 +260,92 @@ func newRelayMetrics(mp metric.MeterProvider, r *Relay) (*relayMetrics, error) {
 			}))
 		check(err)
 	}
+	check(registerRetentionGauges(m, r))
+	check(registerHealthGauges(m, r.health))
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	rm.startAtZero(r.opts.Partitions)
+	if r.janitor != nil {
+		for _, kind := range r.janitor.removable() {
+			rm.removed.Add(context.Background(), 0, metric.WithAttributes(attribute.String("kind", kind)))
+		}
+	}
 	return &rm, nil
+}
+
+// registerRetentionGauges registers MetricArchiveOldestAge when the relay
+// samples the archive's age.
+func registerRetentionGauges(m metric.Meter, r *Relay) error {
+	if r.archiveAge == nil {
+		return nil
+	}
+	a := r.archiveAge
+	_, err := m.Float64ObservableGauge(MetricArchiveOldestAge, metric.WithDescription("Age of the oldest archived outbox entry."), metric.WithUnit("s"),
+		metric.WithFloat64Callback(func(ctx context.Context, o metric.Float64Observer) error {
+			if age, ok := a.age(ctx); ok {
+				o.Observe(age.Seconds())
+			}
+			return nil
+		}))
+	return err
+}
+
+// registerHealthGauges registers the store health gauges of h (none when
+// h is nil).
+func registerHealthGauges(m metric.Meter, h *healthWatch) error {
+	if h == nil {
+		return nil
+	}
+	var errs []error
+	table := func(name, desc, unit string, f func(TableHealth) int64) {
+		_, err := m.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit),
+			metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+				hl, ok := h.current()
+				if !ok {
+					return nil
+				}
+				for _, t := range hl.Tables {
+					if v := f(t); v >= 0 {
+						o.Observe(v, metric.WithAttributes(attribute.String("table", t.Name)))
+					}
+				}
+				return nil
+			}))
+		errs = append(errs, err)
+	}
+	table(MetricTableSize, "Size of the store's table with its indexes.", "By", func(t TableHealth) int64 { return t.Bytes })
+	table(MetricTableDeadRows, "Dead rows of the store's table, not yet reclaimed by vacuum.", "{row}", func(t TableHealth) int64 { return t.DeadRows })
+	table(MetricTableVacuums, "Vacuums of the store's table since the server's statistics were reset.", "{vacuum}", func(t TableHealth) int64 { return t.Vacuums })
+	_, err := m.Int64ObservableGauge(MetricMemoryUsed, metric.WithDescription("Memory the store's server holds for data."), metric.WithUnit("By"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			if hl, ok := h.current(); ok && hl.Memory != nil {
+				o.Observe(hl.Memory.UsedBytes)
+			}
+			return nil
+		}))
+	errs = append(errs, err)
+	_, err = m.Float64ObservableGauge(MetricMemoryFragmentation, metric.WithDescription("The store server's resident memory over its used memory."), metric.WithUnit("1"),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			if hl, ok := h.current(); ok && hl.Memory != nil {
+				o.Observe(hl.Memory.Fragmentation)
+			}
+			return nil
+		}))
+	errs = append(errs, err)
+	_, err = m.Int64ObservableGauge(MetricStoreWarning, metric.WithDescription("1 for each warning of the store's health that holds, by code and object."), metric.WithUnit("{warning}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			ws := h.warnings()
+			for _, w := range ws {
+				o.Observe(1, metric.WithAttributes(attribute.String("code", w.Code), attribute.String("object", w.Object)))
+			}
+			if len(ws) == 0 {
+				o.Observe(0) // no warning
+			}
+			return nil
+		}))
+	errs = append(errs, err)
+	return errors.Join(errs...)
 }
 
 // startAtZero exports at zero every counter series whose attributes a
@@ -280,6 +400,10 @@ func (m *relayMetrics) leaseAcquired(partition int) {
 
 func (m *relayMetrics) leaseLost(partition int) {
 	m.lost.Add(context.Background(), 1, metric.WithAttributes(attribute.Int("partition", partition)))
+}
+
+func (m *relayMetrics) retentionRemoved(kind string, n int64) {
+	m.removed.Add(context.Background(), n, metric.WithAttributes(attribute.String("kind", kind)))
 }
 
 func (m *relayMetrics) breakerEntered(topic, state string) {

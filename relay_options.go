@@ -127,7 +127,8 @@ type RelayOptions struct {
 	// Stats call per interval (on Postgres one query, on Redis one script
 	// per partition), and none while nobody collects the metrics. Default
 	// [DefaultStatsInterval]; negative turns the gauges off. Without Inspector there are no
-	// such gauges.
+	// such gauges. MetricArchiveOldestAge, from a store that implements
+	// [ArchiveJanitor], is sampled the same way.
 	StatsInterval time.Duration
 
 	// ArchiveRetention, when positive, makes the relay that holds
@@ -275,6 +276,18 @@ func (o RelayOptions) withDefaults() RelayOptions {
 	if o.StatsInterval == 0 {
 		o.StatsInterval = DefaultStatsInterval
 	}
+	if o.RetentionInterval == 0 {
+		o.RetentionInterval = DefaultRetentionInterval
+	}
+	if o.RetentionBatch == 0 {
+		o.RetentionBatch = DefaultRetentionBatch
+	}
+	if o.RetentionPause == 0 {
+		o.RetentionPause = DefaultRetentionPause
+	}
+	if o.HealthInterval == 0 {
+		o.HealthInterval = DefaultHealthInterval
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -346,13 +359,17 @@ const OptionLandingBound = "LandingBound"
 // when o is usable. Zero fields count as their defaults. A front end can
 // call it before it opens a store and gets the error NewRelay would
 // return, except for [RelayOptions.Partitions], which NewRelay also checks
-// against the store's partition count.
+// against the store's partition count, and the retentions, which it checks
+// against the store's optional interfaces.
 //
-// The rules: BatchSize, MaxInFlight and MaxPartitions are not negative;
-// PollInterval, LeaseTTL, RenewMargin, AcquireInterval and BreakerCooldown
-// are not negative; RenewMargin is below LeaseTTL; with a sink that
-// declares a landing bound, LeaseTTL exceeds RenewMargin plus that bound;
-// Backoff passes [backoff.Policy.Validate].
+// The rules: BatchSize, MaxInFlight, MaxPartitions and RetentionBatch are
+// not negative; PollInterval, LeaseTTL, RenewMargin, AcquireInterval,
+// BreakerCooldown, ArchiveRetention, ParkedRetention, RetentionInterval
+// and RetentionPause are not negative; RenewMargin is below LeaseTTL; with
+// a sink that declares a landing bound, LeaseTTL exceeds RenewMargin plus
+// that bound; Backoff passes [backoff.Policy.Validate]. NewRelay also
+// checks the retentions against the store: ArchiveRetention needs an
+// [ArchiveJanitor], ParkedRetention a [ParkedPurger].
 func (o RelayOptions) Validate(sink Sink) error {
 	landing, _ := landingBound(sink)
 	return optionsError(o.problems(landing))
@@ -385,7 +402,8 @@ func (o RelayOptions) problems(landing time.Duration) []OptionProblem {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"PollInterval", o.PollInterval}, {"LeaseTTL", o.LeaseTTL}, {"RenewMargin", o.RenewMargin}, {"AcquireInterval", o.AcquireInterval}, {"BreakerCooldown", o.BreakerCooldown}} {
+	}{{"PollInterval", o.PollInterval}, {"LeaseTTL", o.LeaseTTL}, {"RenewMargin", o.RenewMargin}, {"AcquireInterval", o.AcquireInterval}, {"BreakerCooldown", o.BreakerCooldown},
+		{"ArchiveRetention", o.ArchiveRetention}, {"ParkedRetention", o.ParkedRetention}, {"RetentionInterval", o.RetentionInterval}, {"RetentionPause", o.RetentionPause}} {
 		if f.d < 0 {
 			bad("{"+f.name+"} is %v; durations must not be negative", f.d)
 		}
@@ -396,6 +414,9 @@ func (o RelayOptions) problems(landing time.Duration) []OptionProblem {
 	case landing > 0 && d.LeaseTTL <= d.RenewMargin+landing:
 		bad("{LeaseTTL} (%v) is too short for {"+OptionLandingBound+"} (%v): the relay stops trusting a lease {RenewMargin} (%v) plus that bound before it ends; raise {LeaseTTL} to %v or more, or lower the sink's timeouts",
 			d.LeaseTTL, landing, d.RenewMargin, o.shortestLeaseTTL(landing))
+	}
+	if d.RetentionBatch < 0 {
+		bad("{RetentionBatch} is %d; use a positive size or 0 for the default", d.RetentionBatch)
 	}
 	if d.MaxPartitions < 0 {
 		bad("{MaxPartitions} is %d; use a positive limit or 0 for no limit", d.MaxPartitions)

@@ -12,17 +12,22 @@ import (
 type storeOp int
 
 const (
-	opAcquire       storeOp = iota // AcquireLease (with the release and re-acquire after it)
-	opRenew                        // RenewLease, between batches and during a publish
-	opReleaseLease                 // ReleaseLease when a partition is given up
-	opFetch                        // FindPendingBatch, FetchBatch, FetchNext
-	opRecord                       // MarkSent, MarkFailed (after mark's retries)
-	opReleaseClaims                // Release of untried entries
-	opHeartbeat                    // Membership.Heartbeat
-	opLeave                        // Membership.Leave
-	opStats                        // Inspector.Stats for the outbox gauges
-	opSubscribe                    // Notifier.Notifications
-	opPauses                       // Pauser.Paused
+	opAcquire         storeOp = iota // AcquireLease (with the release and re-acquire after it)
+	opRenew                          // RenewLease, between batches and during a publish
+	opReleaseLease                   // ReleaseLease when a partition is given up
+	opFetch                          // FindPendingBatch, FetchBatch, FetchNext
+	opRecord                         // MarkSent, MarkFailed (after mark's retries)
+	opReleaseClaims                  // Release of untried entries
+	opHeartbeat                      // Membership.Heartbeat
+	opLeave                          // Membership.Leave
+	opStats                          // Inspector.Stats for the outbox gauges
+	opSubscribe                      // Notifier.Notifications
+	opPauses                         // Pauser.Paused
+	opMaintainArchive                // ArchiveJanitor.MaintainArchive of a retention round
+	opPurgeArchive                   // ArchiveJanitor.PurgeArchiveBatch of a retention round
+	opPurgeParked                    // ParkedPurger.PurgeParked of a retention round
+	opArchiveAge                     // ArchiveJanitor.OldestArchived for MetricArchiveOldestAge
+	opHealth                         // HealthChecker.Health
 	numStoreOps
 )
 
@@ -30,17 +35,22 @@ const (
 // relay was doing, and what a failure means (in the line that opens an
 // outage).
 var storeOps = [numStoreOps]struct{ name, doing, meaning string }{
-	opAcquire:       {"acquire", "acquiring a lease", ""},
-	opRenew:         {"renew", "renewing a lease", ""},
-	opReleaseLease:  {"release_lease", "releasing a lease", "; it will expire"},
-	opFetch:         {"fetch", "fetching a batch", ""},
-	opRecord:        {"record", "recording outcomes", "; abandoning the lease so its entries come back"},
-	opReleaseClaims: {"release_claims", "releasing untried entries", "; they come back when the lease changes hands"},
-	opHeartbeat:     {"heartbeat", "recording the relay's heartbeat", "; keeping the partitions it holds"},
-	opLeave:         {"leave", "deleting the relay's heartbeat record", "; it expires after LeaseTTL"},
-	opStats:         {"stats", "sampling the outbox's stats", "; the outbox gauges go stale"},
-	opSubscribe:     {"subscribe", "subscribing to notifications", "; polling meanwhile"},
-	opPauses:        {"pauses", "reading the paused topics and partitions", "; keeping the last known pauses until it works again"},
+	opAcquire:         {"acquire", "acquiring a lease", ""},
+	opRenew:           {"renew", "renewing a lease", ""},
+	opReleaseLease:    {"release_lease", "releasing a lease", "; it will expire"},
+	opFetch:           {"fetch", "fetching a batch", ""},
+	opRecord:          {"record", "recording outcomes", "; abandoning the lease so its entries come back"},
+	opReleaseClaims:   {"release_claims", "releasing untried entries", "; they come back when the lease changes hands"},
+	opHeartbeat:       {"heartbeat", "recording the relay's heartbeat", "; keeping the partitions it holds"},
+	opLeave:           {"leave", "deleting the relay's heartbeat record", "; it expires after LeaseTTL"},
+	opStats:           {"stats", "sampling the outbox's stats", "; the outbox gauges go stale"},
+	opSubscribe:       {"subscribe", "subscribing to notifications", "; polling meanwhile"},
+	opPauses:          {"pauses", "reading the paused topics and partitions", "; keeping the last known pauses until it works again"},
+	opMaintainArchive: {"maintain_archive", "preparing the archive (MaintainArchive)", "; the retention round ends and the next one retries"},
+	opPurgeArchive:    {"purge_archive", "removing old archived entries", "; the retention round ends and the next one retries"},
+	opPurgeParked:     {"purge_parked", "removing old parked entries", "; the retention round ends and the next one retries"},
+	opArchiveAge:      {"archive_age", "reading the archive's oldest entry", "; the archive age gauge goes stale"},
+	opHealth:          {"health", "reading the store's health", "; the store health gauges go stale and its warnings stay as last read"},
 }
 
 // noPartition is the partition of the store calls made for the relay as a

@@ -40,6 +40,9 @@ type worker struct {
 
 	lease      Lease
 	validUntil time.Time // local deadline of the lease: ask time + TTL
+	// trustUntil is validUntil less the sink's landing bound, in Unix
+	// nanoseconds, for holdsTrusted; written with validUntil.
+	trustUntil atomic.Int64
 	slot       bool
 	// streaks are this worker's runs of failed rounds, by topic, for the
 	// topics' breakers.
@@ -110,6 +113,9 @@ type holdingsReporter interface {
 // by its workers.
 type relayCounts struct {
 	published, retried, parked, batches, leaseLosses, held atomic.Int64
+	// retentionRounds, archivedRemoved and parkedRemoved are the
+	// janitor's.
+	retentionRounds, archivedRemoved, parkedRemoved atomic.Int64
 }
 
 // ask is the coordinator asking the worker to acquire its partition.

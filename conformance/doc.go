@@ -176,6 +176,25 @@
 //     several appenders and relays running together, and a relay whose
 //     clock is 10 minutes off, whose retries must still wait their Delay
 //     by the store's clock (not parking the entry early).
+//   - ArchiveJanitor (the harness gets Config.Archive; skipped, saying
+//     so, when the backend does not implement [outbox.ArchiveJanitor]):
+//     MarkSent archives (OldestArchived reports when, within the suite's
+//     clock skew); PurgeArchiveBatch removes only entries sent before its
+//     horizon, at most its limit per call, oldest first, reports more
+//     while old entries remain and (0, false) on an empty archive, and
+//     leaves pending entries alone; MaintainArchive may be called again.
+//   - ParkedPurger (skipped when not implemented): PurgeParked removes
+//     parked entries only (never pending or claimed ones), those parked
+//     before its horizon, at most its limit, oldest park first, reports
+//     more while some remain; a requeued entry is not removed, and parked
+//     again its park time starts over.
+//   - HealthChecker (skipped when not implemented): Health answers, every
+//     table named, no figure below -1, every warning with a Code and a
+//     Message.
+//   - Retention: two relays, one serving each partition, with
+//     RelayOptions.ParkedRetention over a ParkedPurger: every entry the
+//     sink refuses is parked and then removed exactly once, by the relay
+//     that serves partition 0 only.
 //
 // # Time
 //

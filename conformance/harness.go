@@ -39,6 +39,13 @@ type Config struct {
 	// Partitions is the number of partitions the backend must be
 	// configured with (Store.Partitions must report it). At least 1.
 	Partitions int
+	// Archive asks for a backend that keeps sent entries in an archive
+	// (an [outbox.ArchiveJanitor]: pgoutbox and mysqloutbox with
+	// Options.Archive). Only the "ArchiveJanitor" cases set it. They skip
+	// when the backend is not an ArchiveJanitor, and fail when it is one
+	// but MarkSent archived nothing: a harness whose backend can archive
+	// must turn its archive on when Archive is set.
+	Archive bool
 }
 
 // NewHarness makes a fresh Harness for one subtest. It registers its own

@@ -43,7 +43,9 @@ type testCase[Tx any] struct {
 	group, name string
 	// partitions is the Config.Partitions the case asks for (0 means 1).
 	partitions int
-	run        func(t *testing.T, s *env[Tx])
+	// archive is the Config.Archive the case asks for.
+	archive bool
+	run     func(t *testing.T, s *env[Tx])
 }
 
 // Run runs the conformance suite against the backend that newHarness
@@ -56,7 +58,9 @@ type testCase[Tx any] struct {
 // [outbox.Inspector], [outbox.Membership], [outbox.PartitionInspector],
 // [outbox.Looker], the operators' [outbox.Lister], [outbox.Pauser] and
 // [outbox.MemberLister], and [outbox.Exporter], [outbox.Importer],
-// [outbox.Holder] and [outbox.Sealer] of moving an outbox) are skipped,
+// [outbox.Holder] and [outbox.Sealer] of moving an outbox, and
+// [outbox.ArchiveJanitor], [outbox.ParkedPurger] and [outbox.HealthChecker]
+// of retention and store health) are skipped,
 // saying so, when the backend does not implement them (the History and
 // Deferred cases read entries through [outbox.Looker]), the "PartitionCount" cases when the
 // Harness does not implement [Reopener], and the "Corrupt" cases when it
@@ -105,6 +109,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 	cases = append(cases, auditCases[Tx]()...)
 	cases = append(cases, relayCases[Tx]()...)
 	cases = append(cases, relayOperateCases[Tx]()...)
+	cases = append(cases, retentionCases[Tx]()...)
 
 	var groups []string
 	byGroup := map[string][]testCase[Tx]{}
@@ -129,7 +134,7 @@ func Run[Tx any](t *testing.T, newHarness NewHarness[Tx]) {
 
 func runCase[Tx any](t *testing.T, newHarness NewHarness[Tx], c testCase[Tx]) {
 	parts := max(c.partitions, 1)
-	h := newHarness(t, Config{Partitions: parts})
+	h := newHarness(t, Config{Partitions: parts, Archive: c.archive})
 	if h == nil {
 		t.Fatal("conformance: NewHarness returned a nil Harness; return one or fail t")
 	}

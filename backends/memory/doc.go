@@ -11,7 +11,9 @@
 // [outbox.Inspector], [outbox.Membership], [outbox.PartitionInspector],
 // [outbox.Looker], the operators' [outbox.Lister], [outbox.Pauser] and
 // [outbox.MemberLister], and those of moving an outbox: [outbox.Exporter],
-// [outbox.Importer], [outbox.Holder] and [outbox.Sealer]. Every method is safe for concurrent use; one mutex
+// [outbox.Importer], [outbox.Holder] and [outbox.Sealer], and
+// [outbox.ParkedPurger] (it keeps no archive, so it is not an
+// [outbox.ArchiveJanitor]). Every method is safe for concurrent use; one mutex
 // guards the whole state, so every call is atomic.
 //
 // # Transactions
@@ -67,6 +69,10 @@
 // lease's partition that are not parked (a parked entry is terminal until
 // requeued); others are ignored. LastError is stored in full. Cancel
 // removes pending (including claimed and held-back) and parked entries.
+// A parked entry records when it was parked (the clock at the MarkFailed
+// that parked it, or at the Import that stored it parked);
+// [Backend.PurgeParked] removes parked entries by that time, as Cancel
+// does.
 //
 // # Notifications
 //

@@ -24,6 +24,7 @@ var (
 	_ outbox.Lister             = (*Backend)(nil)
 	_ outbox.Pauser             = (*Backend)(nil)
 	_ outbox.MemberLister       = (*Backend)(nil)
+	_ outbox.ParkedPurger       = (*Backend)(nil)
 )
 
 // Options configure a [Backend]. The zero value is ready to use.

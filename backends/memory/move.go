@@ -155,6 +155,7 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 		}
 		if info.Parked {
 			it.state = stateParked
+			it.parkedAt = now // the time it was parked in the source is not known
 			b.parked[e.ID] = it
 			b.dirty = true
 			continue

@@ -110,6 +110,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		if f.Park {
 			p.unblock(it)
 			it.state = stateParked
+			it.parkedAt = now
 			b.parked[it.e.ID] = it
 			b.dirty = true
 			continue

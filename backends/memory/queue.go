@@ -32,6 +32,9 @@ type item struct {
 	// park or a requeue: while set, the entry is in its partition's
 	// failing set (it holds back its key) whatever its Attempts.
 	deferred bool
+	// parkedAt is when the entry was parked (the backend's clock), while
+	// it is parked; [Backend.PurgeParked] removes by it.
+	parkedAt time.Time
 }
 
 // info returns the entry as [outbox.Looker] reports it, a copy owned by the
