@@ -385,3 +385,27 @@ GRANT SELECT ON ALL TABLES IN SCHEMA pghealth TO pghealth_relay`)
 		require.Empty(t, logs2.Attrs(slog.LevelDebug, func(string) bool { return true }), logs2.String())
 	})
 }
+
+// BenchmarkHealth times Health on an outbox of 100,000 entries over 8
+// partitions (loadSpread), half of them deleted (dead rows), with the
+// archive and the default bound. Health reads only the catalogue and the
+// statistics, so its time does not depend on the rows; the sessions of
+// the server (pg_stat_activity) are what it walks.
+func BenchmarkHealth(b *testing.B) {
+	const rows, partitions = 100_000, 8
+	be, p := newBackend(b, extended, pgoutbox.Options{Partitions: partitions, Archive: true})
+	ctx := context.Background()
+	table := pgx.Identifier{be.Options().Schema, "outbox"}.Sanitize()
+	if err := loadSpread(ctx, p, table, rows, partitions); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, "DELETE FROM "+table+" WHERE seq % 2 = 0"); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		h, err := be.Health(ctx)
+		if err != nil || len(h.Tables) != 2 || h.Tables[0].Bytes == 0 {
+			b.Fatalf("Health: %+v, %v", h, err)
+		}
+	}
+}
