@@ -20,18 +20,29 @@
 -- a TOAST table) whose reloptions turn autovacuum off, as PostgreSQL
 -- parses them (the value cast to boolean).
 WITH rels AS (
-    SELECT a.ord, r.rel
+    SELECT a.ord, to_regclass(a.name) AS rel
     FROM unnest($1::text[]) WITH ORDINALITY AS a(name, ord)
-    CROSS JOIN LATERAL (SELECT to_regclass(a.name) AS rel) r
-    WHERE r.rel IS NOT NULL
 ), leaves AS (
+    -- Every lookup of pg_class below is a scalar subquery by OID (an index
+    -- scan): as joins, the planner's estimate of the functions' rows (1000)
+    -- made it hash the whole of pg_class, which is slow in a database of
+    -- many tables.
     SELECT rels.ord, p.relid
     FROM rels CROSS JOIN LATERAL pg_partition_tree(rels.rel) p
-    WHERE p.isleaf
+    WHERE rels.rel IS NOT NULL AND p.isleaf
     UNION
     SELECT rels.ord, rels.rel
-    FROM rels JOIN pg_class c ON c.oid = rels.rel
-    WHERE c.relkind <> 'p'
+    FROM rels
+    WHERE rels.rel IS NOT NULL AND (SELECT c.relkind FROM pg_class c WHERE c.oid = rels.rel) <> 'p'
+), leaf AS (
+    SELECT l.ord, l.relid,
+           (SELECT format('%I.%I', n.nspname, c.relname)
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.oid = l.relid) AS name,
+           (SELECT c.reloptions FROM pg_class c WHERE c.oid = l.relid) AS own,
+           (SELECT t.reloptions FROM pg_class t
+            WHERE t.oid = (SELECT c.reltoastrelid FROM pg_class c WHERE c.oid = l.relid)) AS toast
+    FROM leaves l
 ), figures AS (
     SELECT l.ord,
            sum(pg_total_relation_size(l.relid))::bigint AS bytes,
@@ -39,16 +50,13 @@ WITH rels AS (
            sum(pg_stat_get_dead_tuples(l.relid))::bigint AS dead,
            max(greatest(pg_stat_get_last_vacuum_time(l.relid), pg_stat_get_last_autovacuum_time(l.relid))) AS last_vacuum,
            sum(pg_stat_get_vacuum_count(l.relid) + pg_stat_get_autovacuum_count(l.relid))::bigint AS vacuums,
-           coalesce(array_agg(format('%I.%I', n.nspname, c.relname)) FILTER (WHERE off.own), '{}') ||
-           coalesce(array_agg(format('%I.%I', n.nspname, c.relname) || ' (its TOAST table)') FILTER (WHERE off.toast), '{}') AS disabled
-    FROM leaves l
-    JOIN pg_class c ON c.oid = l.relid
-    JOIN pg_namespace n ON n.oid = c.relnamespace
-    LEFT JOIN pg_class tc ON tc.oid = c.reltoastrelid
+           coalesce(array_agg(l.name) FILTER (WHERE off.own), '{}') ||
+           coalesce(array_agg(l.name || ' (its TOAST table)') FILTER (WHERE off.toast), '{}') AS disabled
+    FROM leaf l
     CROSS JOIN LATERAL (SELECT
-        EXISTS (SELECT 1 FROM pg_options_to_table(c.reloptions) o
+        EXISTS (SELECT 1 FROM pg_options_to_table(l.own) o
                 WHERE o.option_name = 'autovacuum_enabled' AND NOT o.option_value::boolean) AS own,
-        EXISTS (SELECT 1 FROM pg_options_to_table(tc.reloptions) o
+        EXISTS (SELECT 1 FROM pg_options_to_table(l.toast) o
                 WHERE o.option_name = 'autovacuum_enabled' AND NOT o.option_value::boolean) AS toast) off
     GROUP BY l.ord
 ), holders AS (
