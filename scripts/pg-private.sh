@@ -7,7 +7,7 @@
 #
 #   start   initdb DIR/data if it does not exist, then start the server (or
 #           reuse the one this script started that still answers) on
-#           127.0.0.1 and a free port from 55432 up; prints the URL
+#           127.0.0.1 and a free port in 55432-55531; prints the URL
 #   stop    stop it (pg_ctl stop -m fast, which signals the postmaster whose
 #           PID the data directory records: only the server this script
 #           started); the data directory stays
@@ -151,18 +151,28 @@ start() {
 		return 0
 	fi
 	init "$bin"
-	local port="" p
-	for p in $(seq 55432 55531); do
-		if port_free "$p"; then port=$p; break; fi
+	# Another start (of this script with another DIR, or anything else) may
+	# take the port between the check and the server's bind: then the
+	# server fails with "Address already in use" and the next port is tried.
+	local port="" p attempt from
+	for attempt in 1 2 3 4 5; do
+		port=""
+		for p in $(seq $((55432 + RANDOM % 50)) 55531) $(seq 55432 55531); do
+			if port_free "$p"; then port=$p; break; fi
+		done
+		[ -n "$port" ] || { echo "pg-private.sh: no free port in 55432-55531 on $HOST" >&2; return 1; }
+		write_conf "$port"
+		echo "$port" >"$PORTFILE"
+		from=$(stat -c %s "$LOG")
+		if as_owner "$bin/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null; then
+			break
+		fi
+		if [ "$attempt" = 5 ] || ! tail -c +$((from + 1)) "$LOG" | grep -q "Address already in use"; then
+			echo "pg-private.sh: the server did not start; the end of $LOG:" >&2
+			tail -10 "$LOG" >&2
+			return 1
+		fi
 	done
-	[ -n "$port" ] || { echo "pg-private.sh: no free port in 55432-55531 on $HOST" >&2; return 1; }
-	write_conf "$port"
-	echo "$port" >"$PORTFILE"
-	as_owner "$bin/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null || {
-		echo "pg-private.sh: the server did not start; the end of $LOG:" >&2
-		tail -10 "$LOG" >&2
-		return 1
-	}
 	answers || { echo "pg-private.sh: the server started but does not answer on $(url)" >&2; return 1; }
 	url
 }
@@ -171,6 +181,9 @@ stop() {
 	local bin
 	bin=$(bindir)
 	[ -f "$DATA/postmaster.pid" ] || { echo "pg-private.sh: not running ($DATA/postmaster.pid is absent)"; return 0; }
+	local rc=0
+	as_owner "$bin/pg_ctl" -D "$DATA" status >/dev/null 2>&1 || rc=$?
+	[ "$rc" != 3 ] || { echo "pg-private.sh: not running (a stale $DATA/postmaster.pid)"; return 0; }
 	as_owner "$bin/pg_ctl" -D "$DATA" -m fast -w -t 60 stop >/dev/null
 	echo "pg-private.sh: stopped"
 }

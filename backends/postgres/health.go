@@ -117,8 +117,8 @@ func (b *Backend) healthTableNames() []string {
 // is off; [WarnTableAutovacuumDisabled] for each table (partition, TOAST
 // table) whose autovacuum_enabled storage parameter is false; and, unless
 // Options.XminHorizonWarning is negative, [WarnXminHorizonHeld] for each
-// holder of the xmin horizon older than Options.XminHorizonWarning,
-// oldest first: a session of the current database with a snapshot or a
+// holder of the xmin horizon older than Options.XminHorizonWarning
+// (those whose start the database reports first, oldest first): a session of the current database with a snapshot or a
 // transaction ID whose transaction started before the bound (its pid,
 // application_name, user, state and age), a prepared transaction of the
 // current database prepared before the bound, and a replication slot that
