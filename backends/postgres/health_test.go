@@ -125,6 +125,7 @@ func TestHealthAutovacuumOff(t *testing.T) {
 	}
 	require.Len(t, ws, 1)
 	msg := ws[0].Message
+	t.Log(msg)
 	for _, want := range []string{"= off", "ALTER SYSTEM SET", "pg_reload_conf()", "dead rows", b.Options().Schema + ".outbox"} {
 		require.Contains(t, msg, want)
 	}
@@ -217,6 +218,7 @@ func TestHealthXminHorizonHeld(t *testing.T) {
 		return len(warnings(h, pgoutbox.WarnXminHorizonHeld, object)) == 1
 	})
 	msg := warnings(h, pgoutbox.WarnXminHorizonHeld, object)[0].Message
+	t.Log(msg)
 	for _, want := range []string{app, "idle in transaction", fmt.Sprintf("SELECT pg_terminate_backend(%d);", pid), "dead rows", "transactions old"} {
 		require.Contains(t, msg, want)
 	}
