@@ -100,6 +100,9 @@ type Backend struct {
 	lastNotify atomic.Int64
 	trail      *trailer
 
+	// health is what Health keeps between calls (health.go).
+	health healthState
+
 	closed   atomic.Bool
 	stop     context.CancelFunc // stops the listener
 	stopCtx  context.Context

@@ -151,6 +151,22 @@
 // [*outbox.RequeueRefusedError] until the column is fixed. Every column is
 // covered in docs/postgres.md, "Corrupt rows".
 //
+// # Health
+//
+// [Backend.Health] ([outbox.HealthChecker]) reports the size, live and dead
+// rows and vacuums of the outbox table, its archive and, with
+// Options.KeySequence, the key sequence table, and warns when autovacuum
+// cannot keep them small: [WarnAutovacuumOff] (the server's autovacuum or
+// track_counts is off), [WarnTableAutovacuumDisabled] (a table's
+// autovacuum_enabled storage parameter is false) and [WarnXminHorizonHeld]
+// (a session, prepared transaction or replication slot has held back the
+// xmin horizon for longer than Options.XminHorizonWarning). It is one
+// statement over the catalogue and the statistics; the relay calls it
+// every RelayOptions.HealthInterval. A role that is neither superuser nor
+// a member of pg_read_all_stats cannot read other roles' transaction start
+// times: Health then times their snapshots from when it first sees them,
+// says so in the warning, and logs at DEBUG that it could not see.
+//
 // # Tuning
 //
 // The table is created with aggressive autovacuum settings for its

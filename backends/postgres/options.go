@@ -25,6 +25,9 @@ const (
 	maxIdentLen = 63
 	// DefaultNotifyInterval is used when Options.NotifyInterval is 0.
 	DefaultNotifyInterval = 2 * time.Millisecond
+	// DefaultXminHorizonWarning is used when Options.XminHorizonWarning
+	// is 0.
+	DefaultXminHorizonWarning = 5 * time.Minute
 )
 
 // Options configure a [Backend] and [Migrate]. The zero value is valid for
@@ -165,6 +168,12 @@ type Options struct {
 	// that the counter table exists. Default false: headers are stored as
 	// given and the counter table is never touched.
 	KeySequence bool
+	// XminHorizonWarning is how long a transaction, a prepared
+	// transaction or a replication slot may hold back the xmin horizon
+	// (what vacuum may remove) before [Backend.Health] reports it with
+	// the warning [WarnXminHorizonHeld]. Default 5 minutes
+	// (DefaultXminHorizonWarning); a negative value looks for no holder.
+	XminHorizonWarning time.Duration
 }
 
 // withDefaults validates o and fills in the defaults, in one place.
@@ -183,6 +192,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.NotifyInterval == 0 {
 		o.NotifyInterval = DefaultNotifyInterval
+	}
+	if o.XminHorizonWarning == 0 {
+		o.XminHorizonWarning = DefaultXminHorizonWarning
 	}
 	switch {
 	case o.Partitions < 0:
