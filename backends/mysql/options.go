@@ -55,7 +55,32 @@ type Options struct {
 
 	// Logger receives the backend's rare warnings. Default slog.Default().
 	Logger *slog.Logger
+
+	// LongTransaction is the age from which [Backend.Health] reports an
+	// open transaction of the server (any database's) with the warning
+	// "long-transaction": InnoDB cannot purge row versions that a
+	// transaction's read view may still need, so the outbox's deleted rows
+	// pile up behind it. Default [DefaultLongTransaction]; negative turns
+	// the check off.
+	LongTransaction time.Duration
+
+	// PurgeLag is the InnoDB history list length (undo logs of committed
+	// transactions not yet purged) above which [Backend.Health] reports the
+	// warning "purge-lag". Default [DefaultPurgeLag]; negative turns the
+	// check off.
+	PurgeLag int64
 }
+
+// DefaultLongTransaction is the default of Options.LongTransaction.
+const DefaultLongTransaction = 5 * time.Minute
+
+// DefaultPurgeLag is the default of Options.PurgeLag: a history list
+// length of a million undo logs. The drain of an outbox leaves about two
+// per entry (the append's transaction and the delete of its batch, shared
+// by the batch); InnoDB's purge keeps the length in the thousands while it
+// keeps up (docs/mysql.md, "Table size over time", has the measurement),
+// so a million is minutes of a busy server's work held back.
+const DefaultPurgeLag = 1_000_000
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Table == "" {
@@ -63,6 +88,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.LongTransaction == 0 {
+		o.LongTransaction = DefaultLongTransaction
+	}
+	if o.PurgeLag == 0 {
+		o.PurgeLag = DefaultPurgeLag
 	}
 	switch {
 	case o.Partitions < 0:
