@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -240,16 +241,16 @@ func testHealthMemory(t *testing.T, c redis.UniversalClient) {
 	// The server's own figures, read the same way (a sum over the masters
 	// on a Cluster): the used memory moves between the two reads, so
 	// compare within a margin.
-	var used int64
+	var used atomic.Int64
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			used += parseMemoryInfo("", n.Info(ctx, "memory").Val()).used
+			used.Add(parseMemoryInfo("", n.Info(ctx, "memory").Val()).used)
 			return nil
 		}))
 	} else {
-		used = parseMemoryInfo("", c.Info(ctx, "memory").Val()).used
+		used.Store(parseMemoryInfo("", c.Info(ctx, "memory").Val()).used)
 	}
-	assert.InEpsilon(t, float64(used), float64(h.Memory.UsedBytes), 0.5)
+	assert.InEpsilon(t, float64(used.Load()), float64(h.Memory.UsedBytes), 0.5)
 	b.Close()
 	_, err = b.Health(ctx)
 	require.ErrorIs(t, err, outbox.ErrClosed)
