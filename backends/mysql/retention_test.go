@@ -237,21 +237,7 @@ func TestPurgeParked(t *testing.T) {
 	if at, ok := parkedAt(t, db, "unstamped"); !ok || time.Since(at).Abs() > time.Hour {
 		t.Fatalf("park time given to unstamped: %v, %v; want about now", at, ok)
 	}
-	var removed []string
-	for i := 0; ; i++ {
-		got, more, err := b.PurgeParked(ctx, before, 2)
-		if err != nil || len(got) > 2 {
-			t.Fatalf("PurgeParked: %q, %v", got, err)
-		}
-		removed = append(removed, got...)
-		if !more {
-			break
-		}
-		if i > 5 {
-			t.Fatal("PurgeParked keeps reporting more")
-		}
-	}
-	if want := []string{"old-b", "old-a", "old-c"}; !slices.Equal(removed, want) {
+	if removed, want := purgeParkedAll(t, b, before, 2), []string{"old-b", "old-a", "old-c"}; !slices.Equal(removed, want) {
 		t.Fatalf("removed %q, want %q (oldest park first)", removed, want)
 	}
 	if got, want := storedIDs(t, db), []string{"pending", "requeued", "unstamped", "young"}; !slices.Equal(got, want) {
@@ -269,6 +255,26 @@ func TestPurgeParked(t *testing.T) {
 	}
 	if _, _, err := b.PurgeParked(ctx, before, 0); !errors.Is(err, outbox.ErrInvalidArgument) {
 		t.Fatalf("limit 0: %v", err)
+	}
+}
+
+// purgeParkedAll calls PurgeParked with limit until it reports no more,
+// checking each call's bound, and returns what it removed.
+func purgeParkedAll(t testing.TB, b *mysqloutbox.Backend, before time.Time, limit int) []string {
+	t.Helper()
+	var removed []string
+	for i := 0; ; i++ {
+		got, more, err := b.PurgeParked(context.Background(), before, limit)
+		if err != nil || len(got) > limit {
+			t.Fatalf("PurgeParked: %q, %v", got, err)
+		}
+		removed = append(removed, got...)
+		if !more {
+			return removed
+		}
+		if i > 20 {
+			t.Fatal("PurgeParked keeps reporting more")
+		}
 	}
 }
 
