@@ -45,6 +45,18 @@ func TestMeasureTableSizeOverDrain(t *testing.T) {
 			what, mib(data), mib(index), mib(free), rows, hist, h.Tables[0].Bytes, len(h.Warnings))
 	}
 	report("empty outbox")
+	for round := 1; round <= 2; round++ {
+		measureRound(t, b, db, n, round, report)
+	}
+	exec(t, db, "OPTIMIZE TABLE `outbox`")
+	report("after OPTIMIZE TABLE")
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// measureRound appends n entries, drains them with a relay and reports.
+func measureRound(t *testing.T, b *mysqloutbox.Backend, db *sql.DB, n, round int, report func(string)) {
+	ctx := context.Background()
 	payload := []byte(strings.Repeat("x", 100))
 	start := time.Now()
 	const batch = 1000
@@ -52,7 +64,7 @@ func TestMeasureTableSizeOverDrain(t *testing.T) {
 		err := b.InTx(ctx, db, func(tx *sql.Tx) error {
 			es := make([]outbox.Entry, 0, batch)
 			for j := i; j < i+batch && j < n; j++ {
-				es = append(es, outbox.Entry{ID: fmt.Sprintf("e%09d", j), Topic: "orders", Key: "k" + strconv.Itoa(j%1000), Payload: payload})
+				es = append(es, outbox.Entry{ID: fmt.Sprintf("r%d-%09d", round, j), Topic: "orders", Key: "k" + strconv.Itoa(j%1000), Payload: payload})
 			}
 			return b.AppendInTx(ctx, tx, es...)
 		})
@@ -61,7 +73,7 @@ func TestMeasureTableSizeOverDrain(t *testing.T) {
 		}
 	}
 	t.Logf("appended %d entries in %s", n, time.Since(start).Round(time.Millisecond))
-	report(fmt.Sprintf("%d entries stored", n))
+	report(fmt.Sprintf("round %d: %d entries stored", round, n))
 
 	var published atomic.Int64
 	sink := outbox.SinkFunc(func(context.Context, outbox.Entry) error { published.Add(1); return nil })
@@ -86,11 +98,7 @@ func TestMeasureTableSizeOverDrain(t *testing.T) {
 	if err != nil || st != (outbox.Stats{}) {
 		t.Fatalf("left stored: %+v, %v", st, err)
 	}
-	report("drained")
+	report(fmt.Sprintf("round %d: drained", round))
 	time.Sleep(30 * time.Second)
-	report("drained, 30 s later")
-	exec(t, db, "OPTIMIZE TABLE `outbox`")
-	report("after OPTIMIZE TABLE")
+	report(fmt.Sprintf("round %d: 30 s later", round))
 }
-
-func mib(n int64) float64 { return float64(n) / (1 << 20) }

@@ -35,7 +35,8 @@ var (
 // park times were recorded get the time of the first call that sees them
 // (see purge_parked.lua). more is true when a visited partition reported
 // entries parked before before left, or when the call stopped before
-// visiting every partition. A limit below 1 is an error wrapping
+// visiting every partition. On an error it returns the IDs removed before
+// it with the error. A limit below 1 is an error wrapping
 // [outbox.ErrInvalidArgument]; after Close it returns [outbox.ErrClosed].
 // Safe for concurrent use.
 func (b *Backend) PurgeParked(ctx context.Context, before time.Time, limit int) (ids []string, more bool, err error) {
