@@ -44,7 +44,7 @@ LIMIT ?`
 const maxLongTrx = 5
 
 // Health implements [outbox.HealthChecker] from the server's catalogue,
-// changing nothing (two or three reads):
+// changing nothing (three reads; four without PROCESS):
 //
 //   - Tables: the outbox table and "<table>_archive", named
 //     "database.table", from information_schema.TABLES: Bytes is

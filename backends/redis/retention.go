@@ -96,7 +96,7 @@ const (
 	FragmentationRatio = 1.5
 	// FragmentationMinUsed is the used_memory (64 MiB) below which a high
 	// fragmentation ratio says nothing: the process's fixed resident
-	// memory (about 6 MiB for an idle Redis 7) dominates a small data
+	// memory (6 to 12 MiB for an idle Redis 7) dominates a small data
 	// set, whose ratio is then 5 or more with nothing wasted.
 	FragmentationMinUsed = 64 << 20
 	// MaxmemoryNear is the share of maxmemory above which Health warns

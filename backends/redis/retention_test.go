@@ -29,6 +29,7 @@ func TestRetention(t *testing.T) {
 			t.Parallel()
 			c := tg.client(t)
 			t.Run("PurgeParkedAcrossPartitions", func(t *testing.T) { t.Parallel(); testPurgeParked(t, c) })
+			t.Run("PurgeParkedRoundRobin", func(t *testing.T) { t.Parallel(); testPurgeParkedRoundRobin(t, c) })
 			t.Run("PurgeParkedKeepsRequeuedAndPending", func(t *testing.T) { t.Parallel(); testPurgeParkedKeeps(t, c) })
 			t.Run("PurgeParkedGivesOldParksATime", func(t *testing.T) { t.Parallel(); testPurgeParkedBackfill(t, c) })
 			t.Run("ParkTimesFollowCancelAndCorruptParks", func(t *testing.T) { t.Parallel(); testParkTimes(t, c) })
@@ -133,6 +134,39 @@ func testPurgeParked(t *testing.T, c redis.UniversalClient) {
 	assert.True(t, more)
 	_, _, err = one.PurgeParked(ctx, before, 0)
 	require.ErrorIs(t, err, outbox.ErrInvalidArgument)
+}
+
+// testPurgeParkedRoundRobin: a call that stops at its limit makes the next
+// call start at the next partition, so one partition with many parked
+// entries does not keep the others waiting.
+func testPurgeParkedRoundRobin(t *testing.T, c redis.UniversalClient) {
+	ctx := testCtx(t)
+	b := newBackend(t, c, Options{Partitions: 2})
+	k0, k1 := keyFor(t, 0, 2), keyFor(t, 1, 2)
+	for _, e := range []outbox.Entry{{ID: "p0-a", Key: k0}, {ID: "p0-b", Key: k0}, {ID: "p1-a", Key: k1}} {
+		e.Topic = "t"
+		require.NoError(t, b.Append(ctx, e))
+	}
+	for p := range 2 {
+		l := lease(t, b, p, "relay")
+		batch, err := b.FindPendingBatch(ctx, l, 10)
+		require.NoError(t, err)
+		var fs []outbox.Failure
+		for _, e := range batch {
+			fs = append(fs, outbox.Failure{ID: e.ID, Park: true, Error: "poison"})
+		}
+		require.NoError(t, b.MarkFailed(ctx, l, fs))
+	}
+	setParkTime(t, c, b, "p0-a", time.Now().Add(-3*time.Hour))
+	setParkTime(t, c, b, "p0-b", time.Now().Add(-2*time.Hour))
+	setParkTime(t, c, b, "p1-a", time.Now().Add(-2*time.Hour))
+	var order []string
+	for range 3 {
+		got, _, err := b.PurgeParked(ctx, time.Now().Add(-time.Hour), 1)
+		require.NoError(t, err)
+		order = append(order, got...)
+	}
+	assert.Equal(t, []string{"p0-a", "p1-a", "p0-b"}, order, "the second call starts at partition 1")
 }
 
 func testPurgeParkedKeeps(t *testing.T, c redis.UniversalClient) {
