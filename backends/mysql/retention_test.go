@@ -462,3 +462,51 @@ func TestHealthWithoutProcess(t *testing.T) {
 		t.Fatalf("a long transaction reported without PROCESS: %+v", h.Warnings)
 	}
 }
+
+// TestMigrationParkedAt: migration 002 gives the rows parked before it
+// the migration's time and pending rows none; a run cut after its ALTER
+// runs again (the duplicate column counts as done); down drops the column;
+// New refuses an outbox at version 1 with the advice to migrate.
+func TestMigrationParkedAt(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	opts := mysqloutbox.Options{Partitions: 1}
+	if err := mysqloutbox.MigrateTo(ctx, db, opts, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mysqloutbox.New(ctx, db, opts); err == nil || !strings.Contains(err.Error(), "run mysqloutbox.Migrate") {
+		t.Fatalf("New on version 1: %v; want the advice to run Migrate", err)
+	}
+	insertRows(t, db, row{id: "parked"}, row{id: "pending"})
+	exec(t, db, "UPDATE `outbox` SET state = 'parked' WHERE id = 'parked'")
+	if err := mysqloutbox.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := parkedAt(t, db, "parked"); !ok || time.Since(at).Abs() > time.Hour {
+		t.Fatalf("park time of a row parked before 002: %v, %v; want the migration's", at, ok)
+	}
+	if _, ok := parkedAt(t, db, "pending"); ok {
+		t.Fatal("a pending row got a park time")
+	}
+	// Cut after the ALTER: the version is not recorded, the column exists.
+	exec(t, db, "DELETE FROM `outbox_migrations` WHERE version = 2")
+	if err := mysqloutbox.Migrate(ctx, db, opts); err != nil {
+		t.Fatalf("Migrate again after a cut run: %v", err)
+	}
+	if err := mysqloutbox.MigrateTo(ctx, db, opts, 1); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox' AND COLUMN_NAME = 'parked_at'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("parked_at after down: %d, %v", n, err)
+	}
+	if err := mysqloutbox.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	b, err := mysqloutbox.New(ctx, db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+}
