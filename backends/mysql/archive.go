@@ -9,15 +9,15 @@ import (
 )
 
 // PurgeArchive deletes archived entries sent before the given time, oldest
-// first, in batches of at most batchSize rows, each batch its own short
-// statement (queries/purge_archive.sql: a DELETE ... ORDER BY sent_at
-// LIMIT through the sent_at index) and so its own transaction, so a large
-// purge never holds many row locks for long nor keeps an old read view
-// that holds back InnoDB's purge of old row versions. It stops when a
-// batch deletes fewer than batchSize rows or ctx is done, and reports how
-// many rows it deleted. Run it periodically (e.g. hourly) when
-// Options.Archive is set; it is safe to run concurrently with relays and
-// with itself. A non-positive batchSize is rejected with
+// first, in batches of at most batchSize rows: it calls
+// [Backend.PurgeArchiveBatch] until a batch removes fewer than batchSize
+// rows or ctx is done, and reports how many rows it deleted. Each batch is
+// its own short transaction that skips rows other transactions hold, so a
+// large purge never holds many row locks for long nor keeps an old read
+// view that holds back InnoDB's purge of old row versions. A relay with
+// RelayOptions.ArchiveRetention runs the same batches by itself; this is
+// for a purge by hand ("outbox purge"). It is safe to run concurrently
+// with relays and with itself. A non-positive batchSize is rejected with
 // [outbox.ErrInvalidArgument]; after Close it returns [outbox.ErrClosed].
 func (b *Backend) PurgeArchive(ctx context.Context, before time.Time, batchSize int) (int64, error) {
 	const op = "PurgeArchive"
@@ -32,17 +32,10 @@ func (b *Backend) PurgeArchive(ctx context.Context, before time.Time, batchSize 
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		res, err := b.relay.purge.ExecContext(ctx, toMicros(before), batchSize)
-		if err != nil {
-			return total, b.relayErr(op, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, b.relayErr(op, err)
-		}
+		n, more, err := b.PurgeArchiveBatch(ctx, before, batchSize)
 		total += n
-		if n < int64(batchSize) {
-			return total, nil
+		if err != nil || !more {
+			return total, err
 		}
 	}
 }

@@ -118,6 +118,9 @@ func (b *Backend) checkOpen(op string) error {
 const (
 	errNoDatabase    = 1046 // ER_NO_DB_ERROR
 	errDupEntry      = 1062 // ER_DUP_ENTRY
+	errDupColumn     = 1060 // ER_DUP_FIELDNAME
+	errCantDrop      = 1091 // ER_CANT_DROP_FIELD_OR_KEY
+	errAccessDenied  = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR (PROCESS)
 	errNoSuchTable   = 1146 // ER_NO_SUCH_TABLE
 	errBadField      = 1054 // ER_BAD_FIELD_ERROR
 	errLockWait      = 1205 // ER_LOCK_WAIT_TIMEOUT

@@ -114,6 +114,20 @@
 //
 // With Options.Archive, MarkSent moves sent entries to "<table>_archive"
 // with their send time; an entry sent again replaces its earlier copy.
-// [Backend.PurgeArchive] deletes old ones in bounded batches, oldest
-// first.
+// [Backend.PurgeArchiveBatch] (outbox.ArchiveJanitor, which a relay with
+// RelayOptions.ArchiveRetention calls) deletes old ones in bounded
+// batches, oldest first, skipping rows other transactions hold, with a
+// lock wait bound of [PurgeLockWait]; [Backend.PurgeArchive] runs the same
+// batches by hand.
+//
+// # Retention and health
+//
+// Migration 002 records when an entry was parked (parked_at);
+// [Backend.PurgeParked] (outbox.ParkedPurger) removes entries parked
+// before a time as Cancel removes them. [Backend.Health]
+// (outbox.HealthChecker) reports the outbox table's and the archive's size
+// from information_schema.TABLES and warns of what keeps InnoDB from
+// purging deleted rows: a long history list ("purge-lag") and old open
+// transactions ("long-transaction", Options.LongTransaction). The
+// transaction checks need the PROCESS privilege.
 package mysqloutbox

@@ -200,9 +200,14 @@ func migrate(ctx context.Context, db *sql.DB, opts Options, n names, ms []migrat
 	return nil
 }
 
+// runStatements runs the statements of a migration file in order. MySQL
+// has no ADD COLUMN IF NOT EXISTS (nor DROP COLUMN IF EXISTS): the
+// server's errors for a column that is already there (1060) or already
+// gone (1091) count as the statement done, so that a migration that
+// stopped half-way runs again to its end.
 func runStatements(ctx context.Context, conn *sql.Conn, sqlText string) error {
 	for _, s := range sqlmigrate.Statements(sqlText) {
-		if _, err := conn.ExecContext(ctx, s); err != nil {
+		if _, err := conn.ExecContext(ctx, s); err != nil && !isMySQLError(err, errDupColumn) && !isMySQLError(err, errCantDrop) {
 			return err
 		}
 	}

@@ -55,6 +55,8 @@ type opsState struct {
 	qRemoveLease, qRemoveExported                       string
 	qImportSeq, qImportBump, qImport, qImportCount      string
 	qHold, qUnhold, qHoldState, qSeal, qUnseal, qSealed string
+	// retention are the statements of retention.go and health.go.
+	retention retentionQueries
 }
 
 // initOps renders the statements of the operator and move interfaces.
@@ -75,6 +77,7 @@ func (b *Backend) initOps(ctx context.Context) error {
 	o.qImportSeq, o.qImportBump, o.qImport, o.qImportCount = q("import_seq"), q("import_bump"), q("import"), q("import_count")
 	o.qHold, o.qUnhold, o.qHoldState = q("hold"), q("unhold"), q("hold_state")
 	o.qSeal, o.qUnseal, o.qSealed = q("seal"), q("unseal"), q("sealed")
+	b.initRetention()
 	return nil
 }
 

@@ -41,7 +41,7 @@ func (b *Backend) renderRelay(q string) string {
 // that is not prepared as prepare, execute and close).
 type relayState struct {
 	find, findNext, markSent, markFailed, parkCorrupt *sql.Stmt
-	leaseHeld, purge, lockLease, archiveSent          *sql.Stmt
+	leaseHeld, lockLease, archiveSent                 *sql.Stmt
 	// parkedIDs is the text of the query run after a park that changed
 	// fewer rows than it was given (rare).
 	parkedIDs string
@@ -65,7 +65,6 @@ func (b *Backend) initRelay(ctx context.Context) error {
 		{&b.relay.markFailed, strings.ReplaceAll(relayQuery("mark_failed"), "{max_history}", strconv.Itoa(outbox.MaxAttemptHistory))},
 		{&b.relay.parkCorrupt, relayQuery("park_corrupt")},
 		{&b.relay.leaseHeld, relayQuery("lease_held")},
-		{&b.relay.purge, relayQuery("purge_archive")},
 		{&b.relay.lockLease, relayQuery("lock_lease")},
 		{&b.relay.archiveSent, relayQuery("archive_sent")},
 	}
@@ -73,6 +72,9 @@ func (b *Backend) initRelay(ctx context.Context) error {
 		stmt, err := b.db.PrepareContext(ctx, b.renderRelay(s.text))
 		if err != nil {
 			b.closeRelay()
+			if isMySQLError(err, errBadField) {
+				return fmt.Errorf("mysqloutbox: New: the outbox %s has an older layout (a column the relay's statements use is missing): run mysqloutbox.Migrate (or \"outbox migrate up\") to bring it to version %d: %w", b.names.outbox, LatestVersion(), err)
+			}
 			return fmt.Errorf("mysqloutbox: New: preparing the relay's statements: %w", err)
 		}
 		*s.stmt = stmt
@@ -85,7 +87,7 @@ func (b *Backend) initRelay(ctx context.Context) error {
 // were prepared on).
 func (b *Backend) closeRelay() {
 	for _, s := range []*sql.Stmt{b.relay.find, b.relay.findNext, b.relay.markSent, b.relay.markFailed,
-		b.relay.parkCorrupt, b.relay.leaseHeld, b.relay.purge, b.relay.lockLease, b.relay.archiveSent} {
+		b.relay.parkCorrupt, b.relay.leaseHeld, b.relay.lockLease, b.relay.archiveSent} {
 		if s != nil {
 			_ = s.Close()
 		}

@@ -56,6 +56,8 @@ type Backend struct {
 	memberInfo string
 	pauses     string // hash: the outbox's pauses (the prefix's own slot; see pause.go)
 	cluster    bool
+	// purgeNext is the partition the next PurgeParked starts at.
+	purgeNext atomic.Uint32
 
 	closed    atomic.Bool
 	done      chan struct{}

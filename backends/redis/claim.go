@@ -121,7 +121,7 @@ func (b *Backend) claim(ctx context.Context, op string, lease outbox.Lease, limi
 
 // claimKeys is claim.lua's KEYS for the partition of k.
 func claimKeys(k *keys) []string {
-	return []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq, k.paused, k.history}
+	return []string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.hold, k.seq, k.paused, k.history, k.parkedat}
 }
 
 // claimArgs is claim.lua's ARGV, built in one place. The script's header
@@ -357,7 +357,7 @@ func (b *Backend) quarantineMalformed(ctx context.Context, op string, lease outb
 		return nil, done, nil
 	}
 	k := &b.parts[lease.Partition]
-	ks := []string{k.lease, k.pending, k.entries, k.parked}
+	ks := []string{k.lease, k.pending, k.entries, k.parked, k.parkedat}
 	res, err := scriptQuarantine.Run(ctx, b.client, ks, append([]any{token(lease)}, pairs...)...).Result()
 	if err != nil {
 		return nil, nil, b.mapErr(ctx, op, err, ks...)

@@ -23,6 +23,7 @@
 //	{outbox:0}:entries   hash    entry ID -> encoded entry (see below)
 //	{outbox:0}:pending   zset    seq8+ID -> next attempt time (ms)
 //	{outbox:0}:parked    zset    parked IDs, score 0 (pages by ID)
+//	{outbox:0}:parkedat  zset    parked ID -> park time (ms), for PurgeParked
 //	{outbox:0}:keyorder  zset    per marked keyed entry: key-len|key|position|seq8|ID, score 0
 //	{outbox:0}:lease     string  "version:owner", PX = lease TTL
 //	{outbox:0}:leasever  counter last lease version (never expires)
@@ -153,4 +154,14 @@
 // maxmemory-policy noeviction and, for durability, appendonly yes with
 // appendfsync always or everysec; docs/redis.md has the trade-offs and
 // measured numbers.
+//
+// # Retention and health
+//
+// Every park records its time in the partition's parked-at sorted set;
+// [Backend.PurgeParked] (outbox.ParkedPurger) removes entries parked
+// before a time as Cancel removes them, partition by partition. There is
+// no archive: MarkSent deletes sent entries. [Backend.Health]
+// (outbox.HealthChecker) reads INFO memory from the server (every master
+// of a Cluster) and warns of fragmentation, of used memory near maxmemory
+// and of an evicting maxmemory-policy.
 package redisoutbox

@@ -88,7 +88,7 @@ func newBackend(t *testing.T, c redis.UniversalClient, opts Options) *Backend {
 func allKeys(b *Backend) []string {
 	out := []string{b.meta, b.members, b.memberInfo, b.pauses}
 	for _, k := range b.parts {
-		out = append(out, k.entries, k.pending, k.inflight, k.parked, k.keyorder, k.lease, k.leasever, k.seq, k.keyseq, k.hold, k.sealed, k.export, k.history, k.paused)
+		out = append(out, k.entries, k.pending, k.inflight, k.parked, k.parkedat, k.keyorder, k.lease, k.leasever, k.seq, k.keyseq, k.hold, k.sealed, k.export, k.history, k.paused)
 	}
 	return out
 }

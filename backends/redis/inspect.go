@@ -25,7 +25,7 @@ func (b *Backend) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	cmds, err := b.runEach(ctx, "Cancel", scriptCancel, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked, k.keyorder, k.seq, k.history}, []any{id}
+		return []string{k.entries, k.pending, k.parked, k.keyorder, k.seq, k.history, k.parkedat}, []any{id}
 	})
 	if err != nil {
 		return err
@@ -341,7 +341,7 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	}
 	args := anys(ids)
 	cmds, err := b.runEach(ctx, "Requeue", scriptRequeue, func(k *keys) ([]string, []any) {
-		return []string{k.entries, k.pending, k.parked, k.seq, k.history}, args
+		return []string{k.entries, k.pending, k.parked, k.seq, k.history, k.parkedat}, args
 	})
 	if cmds == nil {
 		return 0, err

@@ -26,6 +26,7 @@ var (
 	keyPending    = keyName{":pending", "zset", "the partition's pending entries", false}
 	keyInflight   = keyName{":inflight", "zset", "claims of builds before v0.2", false}
 	keyParked     = keyName{":parked", "zset", "the partition's parked entries", false}
+	keyParkedAt   = keyName{":parkedat", "zset", "the partition's parked entries by park time", false}
 	keyKeyOrder   = keyName{":keyorder", "zset", "the partition's key order", false}
 	keyLeaseVer   = keyName{":leasever", "string", "the partition's lease version counter", true}
 	keyLease      = keyName{":lease", "string", "the partition's lease", false}
@@ -45,7 +46,7 @@ var (
 	chanNotify = keyName{":notify", "", "the partition's wake-ups", false}
 
 	// keyNames are the keys (not the channel), for keyKind.
-	keyNames = []keyName{keyEntries, keyPending, keyInflight, keyParked, keyKeyOrder, keyLeaseVer,
+	keyNames = []keyName{keyEntries, keyPending, keyInflight, keyParked, keyParkedAt, keyKeyOrder, keyLeaseVer,
 		keyLease, keySeq, keyKeySeq, keyHold, keySealed, keyExport, keyHistory, keyPaused, keyMeta, keyMembers, keyMemberInfo, keyPauses}
 )
 
@@ -56,6 +57,7 @@ type keys struct {
 	pending  string // zset: member seq8+ID, score = next attempt time in ms
 	inflight string // zset of builds before v0.2 (claimed entries); acquire.lua empties it
 	parked   string // zset: parked entry IDs, score 0 (pages by ID)
+	parkedat string // zset: parked entry IDs, score = park time in ms (PurgeParked)
 	keyorder string // zset, scores 0: key-length|key|position|seq|ID per keyed entry
 	lease    string // string "version:owner" with a PX expiry
 	leasever string // counter: last lease version granted
@@ -82,6 +84,7 @@ func partitionKeys(prefix string, p int) keys {
 		pending:  base + keyPending.suffix,
 		inflight: base + keyInflight.suffix,
 		parked:   base + keyParked.suffix,
+		parkedat: base + keyParkedAt.suffix,
 		keyorder: base + keyKeyOrder.suffix,
 		lease:    base + keyLease.suffix,
 		leasever: base + keyLeaseVer.suffix,

@@ -166,7 +166,7 @@ func (b *Backend) RemoveExported(ctx context.Context, lease outbox.Lease, ids []
 		return err
 	}
 	return b.fenced(ctx, op, scriptRemove, lease,
-		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.history}, idArgs(lease, ids))
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.history, k.parkedat}, idArgs(lease, ids))
 }
 
 // checkImported checks what Import stores of each entry.
@@ -298,7 +298,7 @@ func (b *Backend) Import(ctx context.Context, entries []outbox.EntryInfo) (int, 
 					continue
 				}
 				k := &b.parts[p]
-				kss[i] = []string{k.entries, k.pending, k.seq, k.keyorder, k.parked, k.hold, k.history}
+				kss[i] = []string{k.entries, k.pending, k.seq, k.keyorder, k.parked, k.hold, k.history, k.parkedat}
 				if eval {
 					cmds[i] = pipe.Eval(ctx, scriptImport.src, kss[i], byPart[p]...)
 				} else {

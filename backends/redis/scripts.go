@@ -87,10 +87,11 @@ var (
 	scriptMembers       = mustScript("members")
 	scriptScan          = mustScript("scan")
 	scriptUnpause       = mustScript("unpause")
+	scriptPurgeParked   = mustScript("purge_parked")
 
 	allScripts = []script{scriptAppend, scriptAppendKeySeq, scriptAcquire, scriptRenew, scriptRelease, scriptClaim,
 		scriptMarkSent, scriptMarkFailed, scriptReleaseClaims, scriptCancel, scriptRequeue,
 		scriptStats, scriptParked, scriptLookup, scriptMeta, scriptHeartbeat, scriptLeave,
 		scriptHold, scriptHoldPart, scriptImport, scriptExport, scriptRemove, scriptQuarantine,
-		scriptPause, scriptMembers, scriptScan, scriptUnpause}
+		scriptPause, scriptMembers, scriptScan, scriptUnpause, scriptPurgeParked}
 )

@@ -225,7 +225,7 @@ func (b *Backend) MarkFailed(ctx context.Context, lease outbox.Lease, failures [
 		args = append(args, f.ID, mode, strconv.FormatInt(delay, 10), msg)
 	}
 	return b.fenced(ctx, "MarkFailed", scriptMarkFailed, lease,
-		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq, k.history}, args)
+		[]string{k.lease, k.pending, k.entries, k.keyorder, k.parked, k.seq, k.history, k.parkedat}, args)
 }
 
 // idArgs is ARGV for the scripts that take the lease token then entry IDs.

@@ -14,7 +14,8 @@
 -- last N in one step; a history made longer than {max_history} by hand
 -- keeps its length from then on instead of shrinking). A deferred failure (never park: the Backend rejects
 -- both) only sets next_at and deferred: attempts, last_error and history
--- stay. Any other failure clears deferred. No assignment reads a column an
+-- stay. Any other failure clears deferred. A park sets parked_at to the
+-- server's time (PurgeParked's park time). No assignment reads a column an
 -- earlier one sets (MySQL applies them left to right).
 UPDATE {lease} AS l
 STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (
@@ -34,6 +35,7 @@ SET o.attempts = IF(f.deferred <> 0, o.attempts, LEAST(GREATEST(o.attempts, 0), 
                 'at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%dT%H:%i:%s.%fZ'), 'error', f.error, 'owner', ?)))),
     o.deferred = IF(f.deferred <> 0, 1, 0),
     o.next_at = IF(f.park <> 0, o.next_at, TIMESTAMPADD(MICROSECOND, f.delay_us, UTC_TIMESTAMP(6))),
+    o.parked_at = IF(f.park <> 0, UTC_TIMESTAMP(6), NULL),
     o.state = IF(f.park <> 0, 'parked', 'pending')
 WHERE l.`partition` = ? AND l.owner = CAST(? AS BINARY) AND l.version = ? AND l.expires_at > UTC_TIMESTAMP(6)
   AND o.state = 'pending'

@@ -7,6 +7,7 @@
 --         partition is paused)
 -- KEYS[9] history hash (read only for marked entries never attempted: is
 --         it deferred?)
+-- KEYS[10] parked-at zset (every park here records its time, ms)
 --
 -- ARGV, as claimArgs in claim.go builds it (claimargs_test.go checks the
 -- two against each other):
@@ -351,6 +352,7 @@ while got < limit and scanned < budget do
           -- A quarantined value back in pending: park it again as it is.
           redis.call('ZREM', KEYS[2], m)
           redis.call('ZADD', KEYS[5], 0, id)
+          redis.call('ZADD', KEYS[10], now, id)
           local q = parse(v)
           got = got + 1 -- a park counts against the limit
           parked[#parked + 1] = {id, q.key or '', q.topic or '', last_error_of(v)}
@@ -361,10 +363,11 @@ while got < limit and scanned < budget do
           redis.call('HSET', KEYS[3], id, set_failure(v, attempts_of(v) + 1, reason))
           redis.call('ZREM', KEYS[2], m)
           redis.call('ZADD', KEYS[5], 0, id)
+          redis.call('ZADD', KEYS[10], now, id)
           got = got + 1 -- a park counts against the limit
           parked[#parked + 1] = {id, p.key, p.topic, reason}
         elseif p.why or p.topic == '' then
-          local reason = park_corrupt(KEYS[2], KEYS[3], KEYS[5], id, m, v, p, nowu, now)
+          local reason = park_corrupt(KEYS[2], KEYS[3], KEYS[5], id, m, v, p, nowu, now, KEYS[10])
           got = got + 1 -- a park counts against the limit
           parked[#parked + 1] = {id, p.key or '', p.topic or '', reason}
         else

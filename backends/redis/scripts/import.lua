@@ -2,7 +2,8 @@
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] sequence counter
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] hold hash
--- KEYS[7] history hash
+-- KEYS[7] history hash   KEYS[8] parked-at zset (an imported parked
+-- entry's park time is the import's)
 -- ARGV[1..] quintuples: id, kind ('p' parked, 'a' attempted or deferred, 'n' never
 --           attempted and scheduled by NotBefore, 'u' never attempted
 --           and not scheduled), due time in ms, rounded up ('' = now;
@@ -81,6 +82,7 @@ for i = 1, #ARGV, 5 do
     if hist ~= '' then redis.call('HSET', KEYS[7], id, hist) end
     if kind == 'p' then
       redis.call('ZADD', KEYS[5], 0, id)
+      redis.call('ZADD', KEYS[8], now_ms(), id)
     else
       redis.call('ZADD', KEYS[2], score, m)
       local key = key_of(v)

@@ -179,14 +179,16 @@ end
 -- the value is quarantined (see quarantine), the member leaves pending and
 -- the ID joins parked zset kq. It returns the reason, the entry's last
 -- error now. claim.lua calls it for a value it meets in its general path,
--- quarantine.lua for one the Go decoder refused.
-local function park_corrupt(kp, ke, kq, id, m, v, p, nowu, now)
+-- quarantine.lua for one the Go decoder refused. The park time (now, ms)
+-- goes to zset kt (the partition's parkedat).
+local function park_corrupt(kp, ke, kq, id, m, v, p, nowu, now, kt)
   local why = p.why or 'topic is empty (AppendInTx never writes one, so the sink has nowhere to publish it)'
   local reason = 'redisoutbox: corrupt stored entry, parked by FindPendingBatch: ' .. why ..
     '; the payload holds the raw stored value'
   redis.call('HSET', ke, id, quarantine(v, p, string.sub(m, 1, 8), reason, nowu, now))
   redis.call('ZREM', kp, m)
   redis.call('ZADD', kq, 0, id)
+  redis.call('ZADD', kt, now, id)
   return reason
 end
 
@@ -362,4 +364,48 @@ local PAUSE_BAND = 1125899906842624
 local function unband(s)
   if s >= PAUSE_BAND then return s - PAUSE_BAND end
   return s
+end
+
+-- cancel_entry deletes entry id as Cancel does (cancel.lua has the
+-- contract; purge_parked.lua removes parked entries with it): ke entries
+-- hash, kp pending zset, kq parked zset, ko key-order zset, kseq sequence
+-- counter, kh history hash, kt parked-at zset. Returns 1 when the entry
+-- was pending or parked and is now deleted, else 0.
+local function cancel_entry(ke, kp, kq, ko, kseq, kh, kt, id)
+  local v = redis.call('HGET', ke, id)
+  if not v then return 0 end
+  v = as_v2(v)
+  local m = member(v, id)
+  local score = redis.call('ZSCORE', kp, m)
+  local n = redis.call('ZREM', kp, m) + redis.call('ZREM', kq, id)
+  redis.call('ZREM', kt, id)
+  redis.call('HDEL', ke, id)
+  redis.call('HDEL', kh, id)
+  local key = key_of(v)
+  if key ~= '' then
+    local om = order_member(key, v, m)
+    redis.call('ZREM', ko, om)
+    local now = now_ms()
+    if score and tonumber(score) > now then
+      local pfx = key_prefix(key)
+      local r = redis.call('ZRANGEBYLEX', ko, '(' .. om, '[' .. pfx .. HIGH, 'LIMIT', 0, 1000)
+      local moved = false
+      for _, f in ipairs(r) do
+        local fm = string.sub(f, #pfx + 9)
+        if redis.call('ZSCORE', kp, fm) == score then
+          local fv = redis.call('HGET', ke, string.sub(fm, 9))
+          if fv and string.byte(fv, 1) == 2 and #fv >= 33 and attempts_of(fv) == 0 then
+            -- Front hint invariant (fronthint.go): every script that puts a member
+            -- into pending or moves one within it changes the sequence counter.
+            -- Here: bump_gen below when anything was moved.
+            redis.call('ZADD', kp, math.max(now, u64(f, #pfx + 1)), fm)
+            moved = true
+          end
+        end
+      end
+      if moved then bump_gen(kseq) end
+    end
+  end
+  if n == 0 then return 0 end
+  return 1
 end

@@ -2,7 +2,7 @@
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] sequence counter
--- KEYS[7] history hash
+-- KEYS[7] history hash   KEYS[8] parked-at zset
 -- ARGV[1] token "version:owner"
 -- ARGV[2..] quadruples: id, mode ('1' park, '0' retry, 'd' deferred),
 --           retry delay in ms (an integer, may be negative; ignored when
@@ -16,7 +16,8 @@
 -- error, the lease's owner) is appended to its history (the field of its
 -- ID in KEYS[7], see "History" in lib.lua), which keeps the last
 -- MAX_HISTORY. A parked entry leaves pending for the parked zset (score 0,
--- so it pages by ID with ZRANGEBYLEX), leaves the key-order set, so it
+-- so it pages by ID with ZRANGEBYLEX; its park time, the server's time
+-- in ms, goes to KEYS[8]), leaves the key-order set, so it
 -- stops holding back its key; a retried one goes back to pending at its retry time and, when it has a key, joins
 -- the key-order set (it is marked: attempted), so it holds back the
 -- entries after it. Either way the entry loses its deferred flag.
@@ -67,6 +68,7 @@ for i = 2, #ARGV, 4 do
       if mode == '1' then
         redis.call('ZREM', KEYS[2], m)
         redis.call('ZADD', KEYS[5], 0, id)
+        redis.call('ZADD', KEYS[8], floor, id)
         if key ~= '' then redis.call('ZREM', KEYS[4], order_member(key, v, m)) end
       else
         local d = tonumber(delay)

@@ -2,7 +2,7 @@
 -- decoder refused (fenced; see claim.lua's fast path).
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
--- KEYS[4] parked zset
+-- KEYS[4] parked zset   KEYS[5] parked-at zset
 -- ARGV[1] token "version:owner", then pairs: the pending member the claim
 -- returned the entry under, and its ID
 -- Returns -1 when the lease is lost (nothing changed), else {parked,
@@ -24,7 +24,7 @@ for i = 2, #ARGV - 1, 2 do
   if v and #v >= 9 and string.sub(v, 2, 9) == string.sub(m, 1, 8) and redis.call('ZSCORE', KEYS[2], m) then
     local p = string.byte(v, 1) ~= 3 and parse(v)
     if p and (p.why or p.topic == '') then
-      local reason = park_corrupt(KEYS[2], KEYS[3], KEYS[4], id, m, v, p, nowu, now)
+      local reason = park_corrupt(KEYS[2], KEYS[3], KEYS[4], id, m, v, p, nowu, now, KEYS[5])
       for _, f in ipairs({id, p.key or '', p.topic or '', reason}) do parked[#parked + 1] = f end
     elseif p then
       sound[#sound + 1] = id

@@ -2,6 +2,7 @@
 --
 -- KEYS[1] lease   KEYS[2] pending zset   KEYS[3] entries hash
 -- KEYS[4] key-order zset   KEYS[5] parked zset   KEYS[6] history hash
+-- KEYS[7] parked-at zset
 -- ARGV[1] token "version:owner"   ARGV[2..] entry IDs
 -- Returns -1 when the lease is lost (nothing changed), else the number of
 -- entries removed. Each entry is deleted whatever its state (pending,
@@ -21,6 +22,7 @@ for i = 2, #ARGV do
     local m = member(v, id)
     redis.call('ZREM', KEYS[2], m)
     redis.call('ZREM', KEYS[5], id)
+    redis.call('ZREM', KEYS[7], id)
     local key = string.byte(v, 1) == 2 and key_of(v) or ''
     if key ~= '' and #v >= 25 then redis.call('ZREM', KEYS[4], order_member(key, v, m)) end
     redis.call('HDEL', KEYS[3], id)

@@ -1,7 +1,7 @@
 -- requeue.lua: Requeue (not fenced: an operator call).
 --
 -- KEYS[1] entries hash   KEYS[2] pending zset   KEYS[3] parked zset
--- KEYS[4] sequence counter   KEYS[5] history hash
+-- KEYS[4] sequence counter   KEYS[5] history hash   KEYS[6] parked-at zset
 -- ARGV[1..] entry IDs
 -- Returns {n, refused}: n is the number of parked entries moved back to
 -- pending, due now, with attempts reset to 0 (the last error and the
@@ -28,6 +28,7 @@ for i = 1, #ARGV do
   local id = ARGV[i]
   if redis.call('ZREM', KEYS[3], id) == 1 then
     local v = redis.call('HGET', KEYS[1], id)
+    if not v then redis.call('ZREM', KEYS[6], id) end
     if v then
       local why
       if string.byte(v, 1) == 3 then
@@ -46,6 +47,7 @@ for i = 1, #ARGV do
         refused[#refused + 1] = id
         refused[#refused + 1] = why
       else
+        redis.call('ZREM', KEYS[6], id) -- no longer parked: no park time
         found[#found + 1] = {id, (as_v2(v))}
       end
     end
