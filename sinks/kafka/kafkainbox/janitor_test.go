@@ -133,8 +133,9 @@ func TestConsumerJanitorRunsOnlyOnTheHolderOfPartitionZero(t *testing.T) {
 		holder, other = b, a
 	}
 
-	// The holder is the member that handles orders/0 (and the other one
-	// holds audit/0, which does not count).
+	// The holder is the member that handles orders/0. Partition 0 of the
+	// second topic, audit/0, does not count: when the other member holds
+	// it, it still runs no janitor (exactly one runs, above).
 	produce(t, newProducer(t, c), "orders", pub{id: "probe-0", partition: 0}, pub{id: "probe-1", partition: 1})
 	produce(t, newProducer(t, c), "audit", pub{id: "probe-a0", partition: 0}, pub{id: "probe-a1", partition: 1})
 	waitFor(t, "orders/0 handled", func() bool { return a.handled("orders/0") || b.handled("orders/0") })
