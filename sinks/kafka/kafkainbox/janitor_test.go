@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -30,7 +31,7 @@ type member struct {
 	seen map[string]bool // "topic/partition" of the records it applied
 }
 
-func newMember(t *testing.T, name string, store *inbox.Memory, c *kfake.Cluster, opts kafkainbox.Options) *member {
+func newMember(t *testing.T, name string, store *inbox.Memory, c *kfake.Cluster, opts kafkainbox.Options, kopts ...kgo.Opt) *member {
 	t.Helper()
 	m := &member{name: name, reader: sdkmetric.NewManualReader(), seen: map[string]bool{}}
 	ib, err := inbox.New(store, inbox.Options{Logger: quietLogger(), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(m.reader))})
@@ -44,7 +45,7 @@ func newMember(t *testing.T, name string, store *inbox.Memory, c *kfake.Cluster,
 		})
 		return nil
 	}
-	m.c, err = kafkainbox.NewConsumer(ib, h, opts, consumerOpts(c)...)
+	m.c, err = kafkainbox.NewConsumer(ib, h, opts, append(consumerOpts(c), kopts...)...)
 	require.NoError(t, err)
 	m.stop, _ = run(t, m.c)
 	return m
@@ -156,6 +157,60 @@ func TestConsumerJanitorRunsOnlyOnTheHolderOfPartitionZero(t *testing.T) {
 	old(t, store, "older", 30)
 	waitFor(t, "the new holder's janitor to remove the 30 old records", func() bool { return other.purgedIDs(t) == 30 })
 	require.Equal(t, int64(50), holder.purgedIDs(t), "the stopped member purged after it stopped")
+}
+
+// Partition 0 of a topic other than the first does not make a janitor
+// run: with the round-robin balancer over audit (3 partitions) and orders
+// (2), sorted audit/0, audit/1, audit/2, orders/0, orders/1, one member
+// gets audit/0 and the other orders/0; only the one with orders/0 (the
+// first of Options.Topics) runs the janitor and purges.
+func TestConsumerJanitorFollowsTheFirstTopicOnly(t *testing.T) {
+	t.Parallel()
+	const group = "billing"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "audit"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	adm, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	t.Cleanup(adm.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), watchdog)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "orders", 2, 1
+	req.Topics = append(req.Topics, rt)
+	_, err = req.RequestWith(ctx, adm)
+	require.NoError(t, err)
+
+	store := inbox.NewMemory()
+	opts := kafkainbox.Options{Group: group, Topics: []string{"orders", "audit"}, Retention: time.Hour, JanitorInterval: 20 * time.Millisecond, Logger: quietLogger()}
+	rr := kgo.Balancers(kgo.RoundRobinBalancer())
+	a := newMember(t, "a", store, c, opts, rr)
+	b := newMember(t, "b", store, c, opts, rr)
+	_, err = c.WaitGroupStable(ctx, group, 2)
+	require.NoError(t, err)
+	produce(t, newProducer(t, c), "orders", pub{id: "probe-0", partition: 0})
+	produce(t, newProducer(t, c), "audit", pub{id: "probe-a0", partition: 0})
+	handledBy := func(tp string) *member {
+		var m *member
+		waitFor(t, tp+" handled", func() bool {
+			switch {
+			case a.handled(tp):
+				m = a
+			case b.handled(tp):
+				m = b
+			}
+			return m != nil
+		})
+		return m
+	}
+	holder, auditHolder := handledBy("orders/0"), handledBy("audit/0")
+	require.NotSame(t, holder, auditHolder, "the round-robin balancer gave orders/0 and audit/0 to one member")
+	waitFor(t, "the holder of orders/0 running the janitor", holder.running)
+	old(t, store, "old", 20)
+	waitFor(t, "the janitor to remove the 20 old records", func() bool { return holder.purgedIDs(t) == 20 })
+	require.False(t, auditHolder.running(), "the member holding audit/0 runs a janitor")
+	require.Zero(t, auditHolder.purgedIDs(t), "the member holding audit/0 purged")
 }
 
 // Without Options.Retention no janitor runs, whatever the assignment.
