@@ -61,5 +61,9 @@
 //
 // Records grow with every message. [RunJanitor] removes records older
 // than a horizon in bounded batches, each in a transaction of its own,
-// never in a handler's.
+// never in a handler's, pausing between batches at least as long as the
+// last one took. The consumer helpers (kafkainbox, natsinbox, amqpinbox)
+// run it themselves when their Retention option is set, through
+// [Inbox.RunJanitor]. A store that implements [OldestReporter] also gets
+// the age of its oldest record exported (MetricOldestAge).
 package inbox

@@ -27,16 +27,20 @@ type JanitorOptions struct {
 	// BatchSize is the most records one Store.Purge call (one
 	// transaction) removes. Default 1000.
 	BatchSize int
-	// Pause is the wait between two batches of a round, so the janitor
-	// never holds the store's attention for long. Default 50ms.
+	// Pause is the least wait between two batches of a round. The wait is
+	// also at least as long as the last batch took, so the janitor uses at
+	// most half of one store connection's time however slow the store is
+	// (the outbox relay's retention paces itself the same way). Default
+	// 50ms.
 	Pause time.Duration
 	// Interval is the wait between two rounds of RunJanitor. Default 1m.
 	Interval time.Duration
 	// Logger receives a line per round that removed something, and
 	// errors. Default slog.Default().
 	Logger *slog.Logger
-	// MeterProvider provides the MetricPurged counter. Default the global
-	// otel.GetMeterProvider().
+	// MeterProvider provides the MetricPurged counter and, for a store
+	// that implements [OldestReporter], the MetricOldestAge gauge. Default
+	// the global otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
 
@@ -68,8 +72,9 @@ func (o *JanitorOptions) setDefaults() error {
 // PurgeOnce runs one round of the janitor: it removes the records older
 // than opts.Retention in batches of opts.BatchSize (each Store.Purge call
 // a transaction of its own, never a handler's), pausing opts.Pause between
-// batches, until a batch removes less than a full batch of both kinds. It
-// returns how many IDs and keys it removed.
+// batches and at least as long as the last batch took, until a batch
+// removes less than a full batch of both kinds. It returns how many IDs
+// and keys it removed.
 func PurgeOnce[Tx any](ctx context.Context, store Store[Tx], opts JanitorOptions) (ids, keys int, err error) {
 	if err := opts.setDefaults(); err != nil {
 		return 0, 0, err
@@ -84,7 +89,9 @@ func PurgeOnce[Tx any](ctx context.Context, store Store[Tx], opts JanitorOptions
 func purgeRound[Tx any](ctx context.Context, store Store[Tx], opts JanitorOptions, m *metrics) (ids, keys int, err error) {
 	before := time.Now().Add(-opts.Retention)
 	for {
+		start := time.Now()
 		i, k, err := store.Purge(ctx, before, opts.BatchSize)
+		took := time.Since(start)
 		ids += i
 		keys += k
 		m.purgedRecords(ctx, i, k)
@@ -97,7 +104,7 @@ func purgeRound[Tx any](ctx context.Context, store Store[Tx], opts JanitorOption
 		if i < opts.BatchSize && k < opts.BatchSize {
 			return ids, keys, nil
 		}
-		if err := sleep(ctx, opts.Pause); err != nil {
+		if err := sleep(ctx, max(opts.Pause, took)); err != nil {
 			return ids, keys, err
 		}
 	}
@@ -106,9 +113,13 @@ func purgeRound[Tx any](ctx context.Context, store Store[Tx], opts JanitorOption
 // RunJanitor removes old inbox records until ctx is done: a round
 // ([PurgeOnce]) at once, then one every opts.Interval. Run it in the
 // consumer's process (one per inbox is enough; more do no harm, as Purge
-// skips rows another transaction holds). A failed round is logged and
-// tried again at the next interval. It returns nil when ctx is done, or an
-// error for bad options.
+// skips rows another transaction holds: concurrent janitors never wait on
+// each other and never remove a record twice). A failed round is logged
+// and tried again at the next interval. When store implements
+// [OldestReporter], RunJanitor calls Oldest once after each round and
+// exports its answer as the MetricOldestAge gauge until it returns (a
+// failed Oldest is logged and leaves the gauge absent until the next
+// round). It returns nil when ctx is done, or an error for bad options.
 func RunJanitor[Tx any](ctx context.Context, store Store[Tx], opts JanitorOptions) error {
 	if err := opts.setDefaults(); err != nil {
 		return err
@@ -117,8 +128,16 @@ func RunJanitor[Tx any](ctx context.Context, store Store[Tx], opts JanitorOption
 	if err != nil {
 		return err
 	}
+	oldest, err := newOldestGauge(opts.MeterProvider, store)
+	if err != nil {
+		return err
+	}
+	defer oldest.close()
 	for {
 		ids, keys, err := purgeRound(ctx, store, opts, m)
+		if ctx.Err() == nil {
+			oldest.read(ctx, opts.Logger)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -131,4 +150,18 @@ func RunJanitor[Tx any](ctx context.Context, store Store[Tx], opts JanitorOption
 			return nil
 		}
 	}
+}
+
+// RunJanitor runs [RunJanitor] over the inbox's store, with the inbox's
+// Options.Logger and Options.MeterProvider where opts leaves Logger and
+// MeterProvider nil. The consumer helpers (kafkainbox, natsinbox,
+// amqpinbox) call it when their Retention option is set.
+func (ib *Inbox[Tx]) RunJanitor(ctx context.Context, opts JanitorOptions) error {
+	if opts.Logger == nil {
+		opts.Logger = ib.opts.Logger
+	}
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = ib.opts.MeterProvider
+	}
+	return RunJanitor(ctx, ib.store, opts)
 }

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/outboxrelay/outbox/inbox"
 	"github.com/outboxrelay/outbox/internal/testenv"
@@ -25,14 +28,16 @@ type purgeCounter struct {
 	limits []int
 	at     []time.Time
 	fail   error
+	delay  time.Duration // each Purge takes this long
 }
 
 func (p *purgeCounter) Purge(ctx context.Context, before time.Time, limit int) (int, int, error) {
 	p.mu.Lock()
 	p.limits = append(p.limits, limit)
 	p.at = append(p.at, time.Now())
-	fail := p.fail
+	fail, delay := p.fail, p.delay
 	p.mu.Unlock()
+	time.Sleep(delay)
 	if fail != nil {
 		return 0, 0, fail
 	}
@@ -211,4 +216,145 @@ func TestPurgeOnceContextErrorUnwrapped(t *testing.T) {
 	if got := recordIDs(t, s, "id-0"); got[0] {
 		t.Error("id-0 purged by a PurgeOnce whose context had ended")
 	}
+}
+
+// TestPurgeOnceWaitsAsLongAsTheBatchTook: a batch that takes longer than
+// Pause is followed by a wait as long as it took, so the janitor holds the
+// store at most half the time.
+func TestPurgeOnceWaitsAsLongAsTheBatchTook(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &purgeCounter{Memory: inbox.NewMemory(), delay: 4 * time.Second}
+		fill(t, s.Memory, 25, 0, 2*time.Hour)
+		start := time.Now()
+		ids, _, err := inbox.PurgeOnce(t.Context(), s, inbox.JanitorOptions{
+			Retention: time.Hour, BatchSize: 10, Pause: time.Second, MeterProvider: noop.NewMeterProvider(), Logger: quiet,
+		})
+		if err != nil || ids != 25 {
+			t.Fatalf("PurgeOnce = %d IDs, %v; want 25, nil", ids, err)
+		}
+		_, at := s.calls()
+		if len(at) != 3 {
+			t.Fatalf("%d Purge calls, want 3", len(at))
+		}
+		for i, a := range at {
+			if want := start.Add(time.Duration(i) * 8 * time.Second); !a.Equal(want) {
+				t.Errorf("Purge %d at %v after the start, want %v (a 4s batch, then a 4s wait, not the 1s Pause)", i, a.Sub(start), want.Sub(start))
+			}
+		}
+	})
+}
+
+// oldestAge is the MetricOldestAge gauge's value, and whether it is
+// exported.
+func oldestAge(t *testing.T, reader *sdkmetric.ManualReader) (float64, bool) {
+	t.Helper()
+	m, ok := collect(t, reader)[inbox.MetricOldestAge]
+	if !ok {
+		return 0, false
+	}
+	g, ok := m.Data.(metricdata.Gauge[float64])
+	if !ok {
+		t.Fatalf("%s is %T, want a float64 gauge", inbox.MetricOldestAge, m.Data)
+	}
+	if len(g.DataPoints) != 1 {
+		t.Fatalf("%s has %d data points, want 1", inbox.MetricOldestAge, len(g.DataPoints))
+	}
+	return g.DataPoints[0].Value, true
+}
+
+// TestInboxRunJanitorOldestAge: Inbox.RunJanitor reports through the
+// inbox's MeterProvider; after each round the gauge is the age of the
+// oldest record left, aging between rounds, absent once the store is
+// empty and once the janitor stopped.
+func TestInboxRunJanitorOldestAge(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		s := inbox.NewMemory()
+		ib, err := inbox.New(s, inbox.Options{Logger: quiet, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recordIDs(t, s, "old", "kept")
+		s.Backdate(2*time.Hour, []string{"old"}, nil)
+		s.Backdate(30*time.Minute, []string{"kept"}, nil)
+		if _, ok := oldestAge(t, reader); ok {
+			t.Fatalf("%s exported before a janitor ran", inbox.MetricOldestAge)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- ib.RunJanitor(ctx, inbox.JanitorOptions{Retention: time.Hour, Interval: time.Minute}) }()
+		synctest.Wait()
+		if age, ok := oldestAge(t, reader); !ok || age != 1800 {
+			t.Fatalf("%s after the first round = %v (exported %v), want 1800: kept, 30 minutes old", inbox.MetricOldestAge, age, ok)
+		}
+		if n := sum(t, collect(t, reader), inbox.MetricPurged, "kind", "id"); n != 1 {
+			t.Errorf("%s id = %d through the inbox's MeterProvider, want 1", inbox.MetricPurged, n)
+		}
+		time.Sleep(10 * time.Second)
+		if age, _ := oldestAge(t, reader); age != 1810 {
+			t.Errorf("%s 10s later = %v, want 1810", inbox.MetricOldestAge, age)
+		}
+		s.Backdate(time.Hour, []string{"kept"}, nil)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if age, ok := oldestAge(t, reader); ok {
+			t.Errorf("%s after a round that emptied the store = %v, want absent", inbox.MetricOldestAge, age)
+		}
+		recordIDs(t, s, "new")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if age, ok := oldestAge(t, reader); !ok || age != 60 {
+			t.Errorf("%s after a round with a record written a minute before = %v (exported %v), want 60", inbox.MetricOldestAge, age, ok)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if age, ok := oldestAge(t, reader); ok {
+			t.Errorf("%s after the janitor stopped = %v, want absent", inbox.MetricOldestAge, age)
+		}
+	})
+}
+
+// failingOldest is a Memory whose Oldest fails.
+type failingOldest struct{ *inbox.Memory }
+
+func (failingOldest) Oldest(context.Context) (time.Time, bool, error) {
+	return time.Time{}, false, errors.New("store down")
+}
+
+// TestRunJanitorOldestFails: a failed Oldest is logged and leaves the
+// gauge absent; the purge still runs.
+func TestRunJanitorOldestFails(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		logs := &testenv.LogCapture{}
+		s := failingOldest{inbox.NewMemory()}
+		fill(t, s.Memory, 2, 0, 2*time.Hour)
+		recordIDs(t, s.Memory, "new")
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- inbox.RunJanitor(ctx, s, inbox.JanitorOptions{Retention: time.Hour, Logger: slog.New(logs),
+				MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+		}()
+		synctest.Wait()
+		if age, ok := oldestAge(t, reader); ok {
+			t.Errorf("%s after a failed Oldest = %v, want absent", inbox.MetricOldestAge, age)
+		}
+		warned := logs.Attrs(slog.LevelWarn, func(m string) bool { return strings.Contains(m, "oldest") })
+		if len(warned) != 1 || warned[0]["err"] != "store down" {
+			t.Errorf("warnings about the oldest record = %v, want one with err store down\n%s", warned, logs)
+		}
+		if n := sum(t, collect(t, reader), inbox.MetricPurged, "kind", "id"); n != 2 {
+			t.Errorf("%s id = %d, want 2", inbox.MetricPurged, n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

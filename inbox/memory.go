@@ -42,6 +42,7 @@ var (
 	_ Store[*MemoryTx]       = (*Memory)(nil)
 	_ KeyRecorder[*MemoryTx] = (*Memory)(nil)
 	_ Finisher[*MemoryTx]    = (*Memory)(nil)
+	_ OldestReporter         = (*Memory)(nil)
 )
 
 // NewMemory returns an empty in-memory store.
@@ -327,4 +328,28 @@ func (m *Memory) Purge(ctx context.Context, before time.Time, limit int) (int, i
 		}
 	}
 	return ids, keys, nil
+}
+
+// Oldest implements [OldestReporter]: the earliest committed time of its
+// recorded IDs and key numbers, by a scan of both (a Memory is small).
+func (m *Memory) Oldest(ctx context.Context) (time.Time, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var oldest time.Time
+	ok := false
+	note := func(at time.Time) {
+		if !ok || at.Before(oldest) {
+			oldest, ok = at, true
+		}
+	}
+	for _, at := range m.ids {
+		note(at)
+	}
+	for _, s := range m.seqs {
+		note(s.at)
+	}
+	return oldest, ok, nil
 }

@@ -2,6 +2,8 @@ package inbox
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -29,7 +31,16 @@ const (
 	// MetricPurged counts what the janitor removed (attribute "kind": id,
 	// key).
 	MetricPurged = "outbox.inbox.purged"
+	// MetricOldestAge is the age, in seconds, of the oldest record of a
+	// store that implements [OldestReporter], as [RunJanitor] last read it
+	// (once per round), exported while the janitor runs; absent when the
+	// store is empty, when the last read failed, and from a process whose
+	// janitor is not running.
+	MetricOldestAge = "outbox.inbox.oldest_age"
 )
+
+// meterName is the name of the inbox's meter.
+const meterName = "github.com/outboxrelay/outbox/inbox"
 
 // durationBuckets are the histogram bucket bounds in seconds, as the
 // relay's: sub-millisecond to a minute.
@@ -55,7 +66,7 @@ type metrics struct {
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
-	m := mp.Meter("github.com/outboxrelay/outbox/inbox")
+	m := mp.Meter(meterName)
 	var im metrics
 	var err error
 	if im.messages, err = m.Int64Counter(MetricMessages, metric.WithDescription("Messages handled by the inbox, by outcome."), metric.WithUnit("{message}")); err != nil {
@@ -114,4 +125,68 @@ func (m *metrics) txDone(ctx context.Context, d time.Duration, ok, retried bool)
 func (m *metrics) purgedRecords(ctx context.Context, ids, keys int) {
 	m.purged.Add(ctx, int64(ids), attrID)
 	m.purged.Add(ctx, int64(keys), attrKey)
+}
+
+// oldestGauge exports MetricOldestAge for a janitor: the oldest record's
+// time as the last read found it, aged at each collection. Without an
+// OldestReporter it does nothing.
+type oldestGauge struct {
+	r   OldestReporter // nil: the store cannot tell
+	reg metric.Registration
+
+	mu sync.Mutex // guards at and ok
+	at time.Time
+	ok bool
+}
+
+func newOldestGauge[Tx any](mp metric.MeterProvider, store Store[Tx]) (*oldestGauge, error) {
+	g := &oldestGauge{}
+	r, ok := store.(OldestReporter)
+	if !ok {
+		return g, nil
+	}
+	g.r = r
+	m := mp.Meter(meterName)
+	age, err := m.Float64ObservableGauge(MetricOldestAge, metric.WithDescription("Age of the inbox store's oldest record, as the janitor last read it."), metric.WithUnit("s"))
+	if err != nil {
+		return nil, err
+	}
+	g.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		g.mu.Lock()
+		at, ok := g.at, g.ok
+		g.mu.Unlock()
+		if ok {
+			o.ObserveFloat64(age, max(0, time.Since(at).Seconds()))
+		}
+		return nil
+	}, age)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// read asks the store for its oldest record; a failure is logged and
+// leaves the gauge absent.
+func (g *oldestGauge) read(ctx context.Context, log *slog.Logger) {
+	if g.r == nil {
+		return
+	}
+	at, ok, err := g.r.Oldest(ctx)
+	if err != nil {
+		ok = false
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "inbox: janitor could not read the oldest record's time; outbox.inbox.oldest_age is absent until the next round", "err", err)
+		}
+	}
+	g.mu.Lock()
+	g.at, g.ok = at, ok
+	g.mu.Unlock()
+}
+
+// close stops exporting the gauge.
+func (g *oldestGauge) close() {
+	if g.reg != nil {
+		_ = g.reg.Unregister()
+	}
 }

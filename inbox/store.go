@@ -124,3 +124,18 @@ type Finisher[Tx any] interface {
 	// be empty; both empty does nothing.
 	Finish(ctx context.Context, tx Tx, seqs map[string]int64, offsets []Offset) error
 }
+
+// OldestReporter is an optional interface of a [Store] that tells, in one
+// cheap query (an index's first entry, a sorted set's first member), how
+// old its oldest record is. [RunJanitor] asks it once after each round and
+// exports the answer as the MetricOldestAge gauge: an age that keeps
+// growing past the retention says the janitor is not keeping up, or not
+// running.
+type OldestReporter interface {
+	// Oldest returns the time, by the store's clock, of the oldest record
+	// Purge would remove: the earliest of the recorded IDs' times and the
+	// key numbers' last-set times, committed. ok is false when the store
+	// holds neither (offsets do not count: they are never removed). Safe
+	// for concurrent use; it takes no transaction of the caller's.
+	Oldest(ctx context.Context) (oldest time.Time, ok bool, err error)
+}

@@ -92,6 +92,10 @@ var variants = []variant{
 		[]string{"Purge/SkipsOpenTransactions"}},
 	{"purge-waits-for-open", "Purge waits for the transactions in progress to finish (no SKIP LOCKED)",
 		[]string{"Purge/SkipsOpenTransactions"}},
+	{"oldest-stale", "Oldest (inbox.OldestReporter) answers what it first found, never following the purges",
+		[]string{"OldestReporter/ReportsOldest"}},
+	{"oldest-is-now", "Oldest reports the time of the call instead of the oldest record's",
+		[]string{"OldestReporter/ReportsOldest"}},
 }
 
 // TestBrokenChild runs the suite against the variant named by
@@ -150,6 +154,7 @@ type broken struct {
 	ids       map[string]bool              // loose: committed IDs
 	seqs      map[string]int64             // loose: committed key numbers
 	keyLocks  map[string]chan struct{}     // loose: held key guards
+	oldest    *time.Time                   // oldest-stale: the first answer found
 }
 
 // txState is what the wrapper knows of one open transaction.
@@ -172,6 +177,7 @@ var (
 	_ inbox.Store[*inbox.MemoryTx]       = (*broken)(nil)
 	_ inbox.KeyRecorder[*inbox.MemoryTx] = (*broken)(nil)
 	_ inbox.Finisher[*inbox.MemoryTx]    = (*broken)(nil)
+	_ inbox.OldestReporter               = (*broken)(nil)
 )
 
 func (b *broken) loose() bool {
@@ -588,6 +594,26 @@ func (b *broken) Purge(ctx context.Context, before time.Time, limit int) (int, i
 		return b.purgeIDsOnly(ctx, before, limit)
 	}
 	return b.Memory.Purge(ctx, before, limit)
+}
+
+// Oldest implements inbox.OldestReporter, broken as the variant says.
+func (b *broken) Oldest(ctx context.Context) (time.Time, bool, error) {
+	at, ok, err := b.Memory.Oldest(ctx)
+	if err != nil || !ok {
+		return at, ok, err
+	}
+	switch b.variant {
+	case "oldest-stale":
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.oldest == nil {
+			b.oldest = &at
+		}
+		return *b.oldest, true, nil
+	case "oldest-is-now":
+		return time.Now(), true, nil
+	}
+	return at, ok, nil
 }
 
 // purgeIDsOnly purges, then sets again the key numbers the purge

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/outboxrelay/outbox/inbox"
 )
@@ -25,6 +26,9 @@ func optionalAreas[Tx any](s inbox.Store[Tx]) []area[Tx] {
 			{"WritesAsSetKeySeqsAndSaveOffsets", finisherWrites[Tx]},
 			{"RolledBackWritesNothing", finisherRolledBack[Tx]},
 		}})
+	}
+	if _, ok := s.(inbox.OldestReporter); ok {
+		out = append(out, area[Tx]{"OldestReporter", oldestCases[Tx]()})
 	}
 	return out
 }
@@ -130,4 +134,52 @@ func finisherRolledBack[Tx any](t *testing.T, e *env[Tx]) {
 		return errRollback
 	})
 	e.wantNothing("a rolled-back Finish")
+}
+
+// oldestCases are the cases of a store that implements
+// inbox.OldestReporter.
+func oldestCases[Tx any]() []testCase[Tx] {
+	return []testCase[Tx]{
+		{"ReportsOldest", oldestReportsOldest[Tx]},
+	}
+}
+
+// oldestReportsOldest: Oldest reports nothing for a store that holds only
+// offsets, then the time of the oldest record, key numbers included, and
+// follows the purges: after each, the oldest record left; none once all
+// are gone.
+func oldestReportsOldest[Tx any](t *testing.T, e *env[Tx]) {
+	r := e.s.(inbox.OldestReporter)
+	oldest := func(what string) (time.Time, bool) {
+		t.Helper()
+		at, ok, err := r.Oldest(e.ctx())
+		if err != nil {
+			t.Fatalf("Oldest %s = %v", what, err)
+		}
+		return at, ok
+	}
+	e.saveOffsets(inbox.Offset{Group: "g", Topic: "t", Partition: 0, Next: 7})
+	if at, ok := oldest("of a store holding only an offset"); ok {
+		t.Fatalf("Oldest of a store holding only an offset = %v, true; want false (offsets are never purged)", at)
+	}
+	// 3 generations: with Backdate 3h, 2h and 1h old; without it, a
+	// second apart. The first is a key number alone.
+	start := time.Now().Add(-3*time.Hour - time.Minute)
+	h := e.generations(generation{keys: []string{"oldkey"}}, generation{ids: []string{"mid"}}, generation{ids: []string{"new"}, keys: []string{"newkey"}})
+	between := func(what string, lo, hi time.Time) {
+		t.Helper()
+		at, ok := oldest(what)
+		if !ok || at.Before(lo) || !at.Before(hi) {
+			t.Fatalf("Oldest %s = %v, %v; want true and a time in [%v, %v)", what, at, ok, lo, hi)
+		}
+	}
+	between("with a key number set first", start, h[0])
+	e.purge(h[0], 100)
+	between("after the purge of the oldest key number", h[0], h[1])
+	e.purge(h[1], 100)
+	between("after the purge of the oldest ID", h[1], h[2])
+	e.purge(h[2], 100)
+	if at, ok := oldest("after every record was purged"); ok {
+		t.Fatalf("Oldest after every record was purged = %v, true; want false", at)
+	}
 }

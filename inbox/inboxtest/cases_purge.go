@@ -26,6 +26,7 @@ func purgeCases[Tx any]() []testCase[Tx] {
 		{"SkipsOpenTransactions", purgeSkipsOpen[Tx]},
 		{"JanitorAcrossBatches", janitorAcrossBatches[Tx]},
 		{"ConcurrentPurgesCountOnce", concurrentPurgesCountOnce[Tx]},
+		{"ConcurrentJanitorsCountOnce", concurrentJanitorsCountOnce[Tx]},
 	}
 }
 
@@ -235,4 +236,59 @@ func concurrentPurgesCountOnce[Tx any](t *testing.T, e *env[Tx]) {
 	if i, k := e.purge(before, 100); i != 0 || k != 0 {
 		t.Fatalf("a Purge after them removed %d IDs and %d keys, want none", i, k)
 	}
+}
+
+// concurrentJanitorsCountOnce: two janitors (inbox.PurgeOnce, small
+// batches) over one store at once, as two consumers of a fleet each
+// running one: together they remove every old record, each counted once,
+// and neither stops while old records are left (a janitor ends its round
+// only at a batch short of its limit, which it sees only once the other
+// holds or took the rest). A round failing with a retryable conflict is
+// run again, as RunJanitor does at its next interval.
+func concurrentJanitorsCountOnce[Tx any](t *testing.T, e *env[Tx]) {
+	const nIDs, nKeys, janitors = 60, 40, 2
+	h := e.generations(generation{ids: names("old", nIDs), keys: names("oldkey", nKeys)})
+	e.write(generation{ids: []string{"new"}, keys: []string{"newkey"}})
+	retention := time.Since(h[0])
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		ids, keys int
+		errs      []error
+		begin     = make(chan struct{})
+		ctx       = e.ctx()
+	)
+	for range janitors {
+		wg.Go(func() {
+			<-begin
+			for {
+				i, k, err := inbox.PurgeOnce(ctx, e.s, inbox.JanitorOptions{
+					Retention: retention, BatchSize: 4, Pause: time.Millisecond,
+					Logger: slog.New(slog.DiscardHandler), MeterProvider: noop.NewMeterProvider(),
+				})
+				mu.Lock()
+				ids, keys = ids+i, keys+k
+				retry := err != nil && e.s.Retryable(err)
+				if err != nil && !retry {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+				if !retry {
+					return
+				}
+			}
+		})
+	}
+	close(begin)
+	watchdog(t, &wg, fmt.Sprintf("%d concurrent janitors", janitors))
+	if len(errs) > 0 {
+		t.Fatalf("concurrent PurgeOnce errors: %v", errs)
+	}
+	if ids != nIDs || keys != nKeys {
+		t.Fatalf("%d janitors at once counted %d IDs and %d keys removed; want %d and %d, each once", janitors, ids, keys, nIDs, nKeys)
+	}
+	if i, k := e.purge(h[0], 1000); i != 0 || k != 0 {
+		t.Fatalf("a Purge after the janitors returned removed %d IDs and %d keys, want none: a janitor stopped while old records were left", i, k)
+	}
+	wantAnswers(t, "Record(new) after the janitors (false: kept)", e.probe("new"), []bool{false})
 }

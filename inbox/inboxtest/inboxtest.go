@@ -25,14 +25,17 @@
 //   - Purge: bounded by its limit, oldest first, only before the horizon,
 //     keys too, offsets never, limit < 1 rejected, records of a
 //     transaction still open kept and never waited for, the janitor
-//     (inbox.PurgeOnce) across batches.
+//     (inbox.PurgeOnce) across batches, concurrent purges and concurrent
+//     janitors removing and counting each record once.
 //   - Inbox: the portable layer over the store: duplicates skip the
 //     handler, gaps are reported and applied, a handler's error rolls
 //     back, offsets are stored with the batch.
-//   - KeyRecorder, Finisher: only for a store that implements these
-//     optional interfaces (Run asks a store made by Harness.New before the
-//     cases): their methods do what the calls they combine do, guards and
-//     rollbacks included. The Inbox cases then go through them too.
+//   - KeyRecorder, Finisher, OldestReporter: only for a store that
+//     implements these optional interfaces (Run asks a store made by
+//     Harness.New before the cases): the first two's methods do what the
+//     calls they combine do, guards and rollbacks included (the Inbox
+//     cases then go through them too); Oldest reports the oldest record,
+//     key numbers included and offsets not, and follows the purges.
 //
 // # Requirements
 //

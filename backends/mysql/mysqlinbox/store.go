@@ -44,6 +44,7 @@ const (
 	qPurgeKeys
 	qPurgeKeysDelete
 	qFinish
+	qOldest
 	numQueries
 )
 
@@ -53,7 +54,7 @@ var queryFiles = [numQueries]string{
 	qSaveOffsets: "save_offsets", qOffsets: "offsets",
 	qPurgeIDs: "purge_ids", qPurgeIDsDelete: "purge_ids_delete",
 	qPurgeKeys: "purge_keys", qPurgeKeysDelete: "purge_keys_delete",
-	qFinish: "finish",
+	qFinish: "finish", qOldest: "oldest",
 }
 
 // renderQueries reads the embedded queries and puts the table names in.

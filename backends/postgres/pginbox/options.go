@@ -106,6 +106,8 @@ var queryFS embed.FS
 // per Store method (queries/<method>.sql).
 type queries struct {
 	record, keySeqs, setKeySeqs, saveOffsets, offsets, purge string
+	// oldest serves the optional inbox.OldestReporter.
+	oldest string
 	// recordWithKeySeqs and finish serve the optional interfaces
 	// (RecordWithKeySeqs, Finish): two methods' statements in one.
 	recordWithKeySeqs, finish string
@@ -147,6 +149,7 @@ func newQueries(o Options) queries {
 		saveOffsets: q("save_offsets"),
 		offsets:     q("offsets"),
 		purge:       q("purge"),
+		oldest:      q("oldest"),
 
 		recordWithKeySeqs: q("record_with_key_seqs"),
 		finish:            q("finish"),

@@ -23,7 +23,10 @@ type SQLStore struct {
 	q  queries // rendered for the Options NewSQL was given
 }
 
-var _ inbox.Store[*sql.Tx] = (*SQLStore)(nil)
+var (
+	_ inbox.Store[*sql.Tx] = (*SQLStore)(nil)
+	_ inbox.OldestReporter = (*SQLStore)(nil)
+)
 
 // NewSQL returns an SQLStore on db (a PostgreSQL database, such as
 // sql.Open("pgx", url) with github.com/jackc/pgx/v5/stdlib imported) for
@@ -203,6 +206,15 @@ func (s *SQLStore) Purge(ctx context.Context, before time.Time, limit int) (ids,
 		return 0, 0, interpretError(ctx, "Purge", err)
 	}
 	return ids, keys, nil
+}
+
+// Oldest implements inbox.OldestReporter as [Store.Oldest] does, on db.
+func (s *SQLStore) Oldest(ctx context.Context) (time.Time, bool, error) {
+	var at sql.NullTime
+	if err := s.db.QueryRowContext(ctx, s.q.oldest).Scan(&at); err != nil {
+		return time.Time{}, false, interpretError(ctx, "Oldest", err)
+	}
+	return at.Time, at.Valid, nil
 }
 
 // scanRows calls scan for each row, then closes rows and returns the

@@ -20,7 +20,10 @@ type Store struct {
 	q    queries // rendered for the Options New was given
 }
 
-var _ inbox.Store[pgx.Tx] = (*Store)(nil)
+var (
+	_ inbox.Store[pgx.Tx]  = (*Store)(nil)
+	_ inbox.OldestReporter = (*Store)(nil)
+)
 
 // New returns a Store on pool for the inbox opts names. It does not touch
 // the database: the tables must exist ([Migrate]) before the first
@@ -216,6 +219,20 @@ func (s *Store) Purge(ctx context.Context, before time.Time, limit int) (ids, ke
 		return 0, 0, interpretError(ctx, "Purge", err)
 	}
 	return ids, keys, nil
+}
+
+// Oldest implements inbox.OldestReporter with one query on the pool
+// (queries/oldest.sql): the earliest of the first entries of the
+// applied_at and updated_at indexes, by the database's clock.
+func (s *Store) Oldest(ctx context.Context) (time.Time, bool, error) {
+	var at *time.Time
+	if err := s.pool.QueryRow(ctx, s.q.oldest).Scan(&at); err != nil {
+		return time.Time{}, false, interpretError(ctx, "Oldest", err)
+	}
+	if at == nil {
+		return time.Time{}, false, nil
+	}
+	return *at, true, nil
 }
 
 // maxPurgeLimit caps Purge's limit at what the statement's integer

@@ -77,6 +77,24 @@ type Options struct {
 	// and a random suffix.
 	ConsumerTag string
 
+	// Retention, when positive, makes Run run the inbox's janitor
+	// (inbox.Inbox.RunJanitor, with JanitorOptions.Retention set to
+	// Retention and Interval to JanitorInterval) for as long as it runs,
+	// stopped before Run returns. A queue gives no consumer ownership of
+	// anything, so every Consumer with Retention runs one: the store's
+	// Purge skips rows another transaction holds, so concurrent janitors
+	// never wait on each other and never remove a record twice. See
+	// inbox.JanitorOptions.Retention for how long to keep records (for
+	// RabbitMQ, at least your longest outage: a queue keeps a message
+	// until it is acknowledged). Default 0: no janitor (run
+	// inbox.RunJanitor yourself).
+	Retention time.Duration
+
+	// JanitorInterval is the wait between two rounds of the janitor
+	// Retention turns on. Default (0) inbox.JanitorOptions' default, 1
+	// minute.
+	JanitorInterval time.Duration
+
 	// Logger receives the failed batches (Warn) and the rejected
 	// deliveries (Error). Default slog.Default().
 	Logger *slog.Logger
@@ -85,6 +103,9 @@ type Options struct {
 func (o *Options) setDefaults() error {
 	if o.MaxBatch < 0 || o.Prefetch < 0 || o.Attempts < 0 || o.RetryDelay < 0 {
 		return fmt.Errorf("amqpinbox: Options.MaxBatch (%d), Prefetch (%d), Attempts (%d) and RetryDelay (%v) must not be negative; leave them 0 for the defaults: %w", o.MaxBatch, o.Prefetch, o.Attempts, o.RetryDelay, inbox.ErrInvalidArgument)
+	}
+	if o.Retention < 0 || o.JanitorInterval < 0 {
+		return fmt.Errorf("amqpinbox: Options.Retention (%v) and JanitorInterval (%v) must not be negative (0 turns the janitor off, and is the default interval): %w", o.Retention, o.JanitorInterval, inbox.ErrInvalidArgument)
 	}
 	if o.Attempts == 0 {
 		o.Attempts = DefaultAttempts
@@ -170,11 +191,13 @@ var errBatchFailed = errors.New("amqpinbox: batch failed")
 // consumer, returns every unacknowledged delivery to the queue
 // (basic.nack, multiple, requeue), waits RetryDelay and consumes again;
 // see the package documentation ("Errors"). When ctx ends, it does the
-// same without the wait and returns.
+// same without the wait and returns. With Options.Retention, the inbox's
+// janitor runs beside, from after basic.qos until Run returns.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err := c.ch.Qos(c.opts.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("amqpinbox: set the channel's prefetch (basic.qos %d): %w", c.opts.Prefetch, err)
 	}
+	defer c.runJanitor(ctx)()
 	closes := c.ch.NotifyClose(make(chan *amqp.Error, 1))
 	for n := 1; ; n++ {
 		tag := fmt.Sprintf("%s-%d", c.opts.ConsumerTag, n)
@@ -338,5 +361,26 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// runJanitor starts the inbox's janitor when Options.Retention is set and
+// returns the function that stops it and waits for it.
+func (c *Consumer[Tx]) runJanitor(ctx context.Context) (stop func()) {
+	if c.opts.Retention == 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := c.ib.RunJanitor(ctx, inbox.JanitorOptions{Retention: c.opts.Retention, Interval: c.opts.JanitorInterval, Logger: c.opts.Logger})
+		if err != nil {
+			c.opts.Logger.Error("amqpinbox: the inbox janitor did not start", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }

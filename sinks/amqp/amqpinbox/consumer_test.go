@@ -79,6 +79,8 @@ func TestNewConsumerChecksItsArguments(t *testing.T) {
 		"NegativeMaxBatch":      {MaxBatch: -1},
 		"NegativeRetryDelay":    {RetryDelay: -time.Second},
 		"PrefetchBelowMaxBatch": {MaxBatch: 10, Prefetch: 5},
+		"NegativeRetention":     {Retention: -time.Hour},
+		"NegativeJanitorInt":    {Retention: time.Hour, JanitorInterval: -1},
 	} {
 		_, err := amqpinbox.NewConsumer(ib, h, tp.ch, tp.queue, opts)
 		require.ErrorIs(t, err, inbox.ErrInvalidArgument, name)

@@ -96,4 +96,11 @@
 // apply a key's messages concurrently: use a single active consumer
 // (x-single-active-consumer) or one queue per key range, as
 // docs/rabbitmq.md says.
+//
+// # Retention
+//
+// With Options.Retention set, every Consumer runs the inbox's janitor
+// (inbox.Inbox.RunJanitor) while its Run runs: a queue gives a consumer
+// no ownership to elect one janitor by, and concurrent janitors do no
+// harm (the stores' Purge skips rows another transaction holds).
 package amqpinbox

@@ -41,6 +41,8 @@ type Consumer[Tx any] struct {
 	mu      sync.Mutex // guards failing
 	failing map[partition]*failure
 
+	jan *janitor // nil without Options.Retention
+
 	applied, duplicates, gaps, batches, failures, yielded atomic.Int64
 }
 
@@ -88,7 +90,7 @@ type Stats struct {
 // transaction (the Kafka sink's transactional mode) are never applied
 // (kgo.Balancers and kgo.FetchIsolationLevel in kopts override them). The Consumer sets, over anything in kopts:
 // ConsumerGroup, ConsumeTopics, ConsumeResetOffset (Options.ResetOffset),
-// BlockRebalanceOnPoll, AdjustFetchOffsetsFn, OnPartitionsRevoked,
+// BlockRebalanceOnPoll, AdjustFetchOffsetsFn, OnPartitionsAssigned, OnPartitionsRevoked,
 // OnPartitionsLost, OnPartitionsCallbackBlocked, and AutoCommitMarks (or
 // DisableAutoCommit with Options.DisableKafkaCommit).
 //
@@ -100,7 +102,7 @@ func NewConsumer[Tx any](ib *inbox.Inbox[Tx], h inbox.Handler[Tx], opts Options,
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Consumer[Tx]{ib: ib, h: h, opts: opts, failing: map[partition]*failure{}}
+	c := &Consumer[Tx]{ib: ib, h: h, opts: opts, failing: map[partition]*failure{}, jan: newJanitor(ib, opts)}
 	all := make([]kgo.Opt, 0, len(kopts)+12)
 	all = append(all, kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	all = append(all, kopts...)
@@ -110,6 +112,7 @@ func NewConsumer[Tx any](ib *inbox.Inbox[Tx], h inbox.Handler[Tx], opts Options,
 		kgo.ConsumeResetOffset(opts.ResetOffset),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AdjustFetchOffsetsFn(c.adjust),
+		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.hurry.Store(true) }),
@@ -161,6 +164,8 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		return errors.New("kafkainbox: Run was called before; a Consumer runs once, make a new one")
 	}
 	defer c.cl.Close()
+	c.jan.running(ctx)
+	defer c.jan.running(nil)
 	// Batches run in bctx: when ctx is done they are let finish for up to
 	// StopTimeout, so that a stop does not cut a commit short.
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -448,6 +453,13 @@ func (c *Consumer[Tx]) adjust(ctx context.Context, offsets map[string]map[int32]
 	return offsets, nil
 }
 
+// assigned is kgo's OnPartitionsAssigned: it starts the janitor
+// (Options.Retention) when partition 0 of the first topic is among
+// assigned and Run runs.
+func (c *Consumer[Tx]) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	c.jan.holding(c.opts.Topics[0], assigned, true)
+}
+
 // revoked is kgo's OnPartitionsRevoked. With BlockRebalanceOnPoll it runs
 // between polls, when no batch is in flight.
 func (c *Consumer[Tx]) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
@@ -468,10 +480,13 @@ func (c *Consumer[Tx]) lost(_ context.Context, cl *kgo.Client, lost map[string][
 	c.forget(cl, lost)
 }
 
-// forget drops the retry state of partitions no longer assigned and
+// forget stops the janitor when partition 0 of the first topic is among
+// parts (waiting for it to return, so that it never runs beside the next
+// holder's), drops the retry state of partitions no longer assigned and
 // resumes them, so that they are fetched if assigned again. It uses the
 // callback's client: kgo may call back before NewConsumer set c.cl.
 func (c *Consumer[Tx]) forget(cl *kgo.Client, parts map[string][]int32) {
+	c.jan.holding(c.opts.Topics[0], parts, false)
 	c.mu.Lock()
 	for topic, ps := range parts {
 		for _, p := range ps {

@@ -315,6 +315,8 @@ func TestNewConsumerRejectsBadArguments(t *testing.T) {
 		"NegativeMaxBatch":   {ib, h, kafkainbox.Options{Group: "g", Topics: []string{"t"}, MaxBatch: -1}, "must not be negative"},
 		"NegativeAttempts":   {ib, h, kafkainbox.Options{Group: "g", Topics: []string{"t"}, MaxAttempts: -1}, "must not be negative"},
 		"BackoffCapTooSmall": {ib, h, kafkainbox.Options{Group: "g", Topics: []string{"t"}, RetryBackoff: 2, MaxRetryBackoff: 1}, "MaxRetryBackoff"},
+		"NegativeRetention":  {ib, h, kafkainbox.Options{Group: "g", Topics: []string{"t"}, Retention: -1}, "Retention and JanitorInterval"},
+		"NegativeInterval":   {ib, h, kafkainbox.Options{Group: "g", Topics: []string{"t"}, Retention: 1, JanitorInterval: -1}, "Retention and JanitorInterval"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -89,4 +89,12 @@
 // Stopped any other way (a crash), the member's partitions move once the
 // group's session timeout expires, and their next owner resumes from the
 // store as well.
+//
+// # Retention
+//
+// With Options.Retention set, the member of the group that holds
+// partition 0 of the first of Options.Topics runs the inbox's janitor
+// (inbox.Inbox.RunJanitor): one janitor per group, started when kgo
+// assigns that partition, stopped (and waited for) when it is revoked or
+// lost and when Run returns.
 package kafkainbox

@@ -77,6 +77,20 @@ type Options struct {
 	// their context, which rolls them back. Default (0)
 	// [DefaultStopTimeout].
 	StopTimeout time.Duration
+	// Retention, when positive, makes the Consumer run the inbox's
+	// janitor (inbox.Inbox.RunJanitor, with JanitorOptions.Retention set
+	// to Retention and Interval to JanitorInterval) while this member of
+	// the group holds partition 0 of Topics[0] and Run runs: one janitor
+	// per group, handed over with that partition at a rebalance (it stops
+	// when the partition is revoked or lost, before the partition goes to
+	// another member). Give every member the same Topics, in the same
+	// order. See inbox.JanitorOptions.Retention for how long to keep
+	// records. Default 0: no janitor (run inbox.RunJanitor yourself).
+	Retention time.Duration
+	// JanitorInterval is the wait between two rounds of the janitor
+	// Retention turns on. Default (0) inbox.JanitorOptions' default, 1
+	// minute.
+	JanitorInterval time.Duration
 	// Logger receives a line per failed attempt and per Kafka error.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -91,6 +105,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.MaxBatch < 0 || o.RetryBackoff < 0 || o.MaxRetryBackoff < 0 || o.MaxAttempts < 0 || o.StopTimeout < 0 {
 		return fmt.Errorf("kafkainbox: Options.MaxBatch, RetryBackoff, MaxRetryBackoff, MaxAttempts and StopTimeout must not be negative (0 is the default): %w", inbox.ErrInvalidArgument)
+	}
+	if o.Retention < 0 || o.JanitorInterval < 0 {
+		return fmt.Errorf("kafkainbox: Options.Retention and JanitorInterval must not be negative (0 turns the janitor off, and is the default interval): %w", inbox.ErrInvalidArgument)
 	}
 	o.Topics = slices.Clone(o.Topics)
 	if o.MaxBatch == 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/outboxrelay/outbox/backends/postgres/pginbox"
 	"github.com/outboxrelay/outbox/inbox"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/sinks/kafka/kafkainbox"
 )
 
 // The scenarios against PostgreSQL: the inbox store is pginbox, the
@@ -179,4 +180,52 @@ func postgresHarness(t testing.TB) harness[pgx.Tx] {
 		count:     count,
 		checkOnce: check,
 	}
+}
+
+// A Consumer with Options.Retention over pginbox removes the records its
+// transactions wrote once they are older than the retention (backdated
+// here by two hours in SQL), IDs and key numbers, and keeps the offsets.
+func TestConsumerPostgresRetentionRemovesOldRecords(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "billing"
+	c := newCluster(t, 2, topic)
+	p := pgPool(t)
+	popts, table, effects, _ := migrateWithEffects(t, p)
+	store, err := pginbox.New(p, popts)
+	require.NoError(t, err)
+	ib, err := inbox.New(inbox.Store[pgx.Tx](store), inbox.Options{Logger: quietLogger()})
+	require.NoError(t, err)
+	insert := "INSERT INTO " + table + " (id, key, seq, src) VALUES ($1, $2, $3, $4)"
+	apply := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		_, err := tx.Exec(ctx, insert, effectArgs(m)...)
+		return err
+	}
+	var want []pub
+	for k := range 4 {
+		want = append(want, keyed(fmt.Sprintf("k%d", k), 5, int32(k%2))...)
+	}
+	produce(t, newProducer(t, c), topic, want...)
+	cons, err := kafkainbox.NewConsumer(ib, apply, kafkainbox.Options{
+		Group: group, Topics: []string{topic}, Retention: time.Hour, JanitorInterval: 20 * time.Millisecond, Logger: quietLogger(),
+	}, consumerOpts(c)...)
+	require.NoError(t, err)
+	stop, _ := run(t, cons)
+	waitFor(t, "every record applied", func() bool { return effects(t) == len(want) })
+	schema := popts.Schema
+	count := func(table string) int {
+		var n int
+		require.NoError(t, p.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{schema, table}.Sanitize()).Scan(&n))
+		return n
+	}
+	require.Equal(t, len(want), count("inbox"), "IDs recorded")
+	require.Equal(t, 4, count("inbox_keyseq"), "key numbers set")
+	_, err = p.Exec(context.Background(), "UPDATE "+pgx.Identifier{schema, "inbox"}.Sanitize()+" SET applied_at = applied_at - interval '2 hours'")
+	require.NoError(t, err)
+	_, err = p.Exec(context.Background(), "UPDATE "+pgx.Identifier{schema, "inbox_keyseq"}.Sanitize()+" SET updated_at = updated_at - interval '2 hours'")
+	require.NoError(t, err)
+	waitFor(t, "the janitor to remove the backdated IDs and key numbers", func() bool {
+		return count("inbox") == 0 && count("inbox_keyseq") == 0
+	})
+	stop()
+	require.Equal(t, map[int32]int64{0: 10, 1: 10}, storedOffsets(t, store, group, topic), "offsets are never removed")
 }

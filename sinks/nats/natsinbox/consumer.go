@@ -63,6 +63,23 @@ type Options struct {
 	// Options.KeyHeader). Default [DefaultKeyHeader] ("outbox-key").
 	KeyHeader string
 
+	// Retention, when positive, makes Run run the inbox's janitor
+	// (inbox.Inbox.RunJanitor, with JanitorOptions.Retention set to
+	// Retention and Interval to JanitorInterval) for as long as it runs,
+	// stopped before Run returns. JetStream gives no consumer ownership of
+	// anything, so every Consumer with Retention runs one: the store's
+	// Purge skips rows another transaction holds, so concurrent janitors
+	// never wait on each other and never remove a record twice. See
+	// inbox.JanitorOptions.Retention for how long to keep records (at
+	// least the stream's MaxAge when it can be replayed). Default 0: no
+	// janitor (run inbox.RunJanitor yourself).
+	Retention time.Duration
+
+	// JanitorInterval is the wait between two rounds of the janitor
+	// Retention turns on. Default (0) inbox.JanitorOptions' default, 1
+	// minute.
+	JanitorInterval time.Duration
+
 	// Logger receives the failed batches (Warn) and the terminated
 	// messages (Error). Default slog.Default().
 	Logger *slog.Logger
@@ -71,6 +88,9 @@ type Options struct {
 func (o *Options) setDefaults() error {
 	if o.MaxBatch < 0 || o.Attempts < 0 || o.NakDelay < 0 {
 		return fmt.Errorf("natsinbox: Options.MaxBatch (%d), Attempts (%d) and NakDelay (%v) must not be negative; leave them 0 for the defaults: %w", o.MaxBatch, o.Attempts, o.NakDelay, inbox.ErrInvalidArgument)
+	}
+	if o.Retention < 0 || o.JanitorInterval < 0 {
+		return fmt.Errorf("natsinbox: Options.Retention (%v) and JanitorInterval (%v) must not be negative (0 turns the janitor off, and is the default interval): %w", o.Retention, o.JanitorInterval, inbox.ErrInvalidArgument)
 	}
 	if o.Attempts == 0 {
 		o.Attempts = DefaultAttempts
@@ -151,12 +171,15 @@ type pulled struct {
 // fails, each message of the batch is Nak'd with NakDelay and Run goes on
 // with the next batch.
 // When ctx ends, the messages pulled and not handled are Nak'd without a
-// delay, for another consumer to take at once.
+// delay, for another consumer to take at once. With Options.Retention,
+// the inbox's janitor runs beside, from the start of pulling until Run
+// returns.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	it, err := c.cons.Messages(jetstream.PullMaxMessages(max(2*c.opts.MaxBatch, 16)))
 	if err != nil {
 		return fmt.Errorf("natsinbox: start pulling: %w", err)
 	}
+	defer c.runJanitor(ctx)()
 	pulls := make(chan pulled, c.opts.MaxBatch)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -348,5 +371,26 @@ func nakAll(pulls <-chan pulled) {
 		default:
 			return
 		}
+	}
+}
+
+// runJanitor starts the inbox's janitor when Options.Retention is set and
+// returns the function that stops it and waits for it.
+func (c *Consumer[Tx]) runJanitor(ctx context.Context) (stop func()) {
+	if c.opts.Retention == 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := c.ib.RunJanitor(ctx, inbox.JanitorOptions{Retention: c.opts.Retention, Interval: c.opts.JanitorInterval, Logger: c.opts.Logger})
+		if err != nil {
+			c.opts.Logger.Error("natsinbox: the inbox janitor did not start", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }

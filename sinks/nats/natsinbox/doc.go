@@ -88,4 +88,11 @@
 // connection closed. Several Runs on one consumer share its messages and
 // apply a key's messages concurrently: order then needs one Run per
 // consumer.
+//
+// # Retention
+//
+// With Options.Retention set, every Consumer runs the inbox's janitor
+// (inbox.Inbox.RunJanitor) while its Run runs: JetStream gives a consumer
+// no ownership to elect one janitor by, and concurrent janitors do no
+// harm (the stores' Purge skips rows another transaction holds).
 package natsinbox
