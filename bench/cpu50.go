@@ -43,7 +43,8 @@ type busyProbe struct{ rate, busy float64 }
 // a probe is above target (or upTo is reached), then bisects steps times
 // between the last probe below and the first above (midpoints rounded to
 // 100/s), stopping at the first probe within tol. When none lands within
-// tol it returns the probe nearest target. It fails when measure fails or
+// tol it returns the probe nearest target (of two as near, the higher
+// rate below target, the lower above it). It fails when measure fails or
 // reports no reading (a negative busy).
 func searchBusy(from, upTo, target, tol float64, steps int, measure func(rate float64) (float64, error)) (busyProbe, []busyProbe, error) {
 	var probes []busyProbe
@@ -95,7 +96,9 @@ func searchBusy(from, upTo, target, tol float64, steps int, measure func(rate fl
 	}
 	best := probes[0]
 	for _, p := range probes[1:] {
-		if math.Abs(p.busy-target) < math.Abs(best.busy-target) {
+		d, bd := math.Abs(p.busy-target), math.Abs(best.busy-target)
+		tie := d == bd && (p.busy < target && p.rate > best.rate || p.busy > target && p.rate < best.rate)
+		if d < bd || tie {
 			best = p
 		}
 	}
@@ -119,6 +122,9 @@ func (s *Suite) cpu50(ctx context.Context) error {
 		return fmt.Errorf("the 50%% CPU search: %w", err)
 	}
 	s.logf("   W3 cpu50: %.0f/s (machine busy %.1f%% in its probe; %d probes)", found.rate, found.busy, len(probes))
+	if math.Abs(found.busy-cpu50Target) > cpu50Tolerance {
+		s.logf("   W3 cpu50: WARNING: no probe kept the machine %.0f±%.0f%% busy; the nearest, %.1f%% at %.0f/s, is taken (other processes busy on the machine?)", cpu50Target, cpu50Tolerance, found.busy, found.rate)
+	}
 	arr := found.rate
 	n := min(s.cfg.LatencyN, int(arr*s.cfg.LatencyD.Seconds()))
 	w := func(system string, r float64) string {
