@@ -48,7 +48,7 @@ const (
 // notifyConnsHeadroom is the number of the server's connection slots the
 // workload leaves to everything else (the suite's pool, the relay's, the
 // other clients of the server) when it sizes a caller pool.
-const notifyConnsHeadroom = 30
+const notifyConnsHeadroom = 16
 
 // notifySetting is one way the Postgres backend notifies.
 type notifySetting struct {
