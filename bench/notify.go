@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -83,19 +84,23 @@ func notifyAppendTitle(callers int) string {
 	return fmt.Sprintf("Postgres append, 1 entry/tx, %d callers", callers)
 }
 
-// notifyWorkload runs the workload for one round.
+// notifyWorkload runs the workload for one round. A caller count whose
+// appends fail is reported as a failure of the run and the workload goes
+// on with the next, and then with the latency.
 func (s *Suite) notifyWorkload(ctx context.Context) error {
 	n1 := s.cfg.N1
 	msgs := newMessages(n1, 21)
 	for _, callers := range notifyCallers {
-		pool, conns, err := s.callerPool(ctx, callers)
-		if err != nil {
-			return err
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		err = s.notifyAppends(ctx, pool, callers, conns, msgs)
-		pool.Close()
+		pool, conns, err := s.callerPool(ctx, callers)
+		if err == nil {
+			err = s.notifyAppends(ctx, pool, callers, conns, msgs)
+			pool.Close()
+		}
 		if err != nil {
-			return err
+			s.fail("%s: %d callers, run %d: %v", notifyWorkloadName, callers, s.run+1, err)
 		}
 	}
 	return s.notifyLatency(ctx)
@@ -123,7 +128,9 @@ func (s *Suite) callerPool(ctx context.Context, callers int) (*pgxpool.Pool, int
 }
 
 // notifyAppends measures the appends of callers callers on pool (conns
-// connections): the raw transaction, then each setting, in one round.
+// connections): the raw transaction, then each setting, in one round. A
+// setting that fails is left out of the round's figures and its error
+// returned with the others' after the remaining settings ran.
 func (s *Suite) notifyAppends(ctx context.Context, pool *pgxpool.Pool, callers, conns int, msgs *messages) error {
 	n1 := len(msgs.keys)
 	note := fmt.Sprintf("%d callers on %d connections", callers, conns)
@@ -148,16 +155,18 @@ func (s *Suite) notifyAppends(ctx context.Context, pool *pgxpool.Pool, callers, 
 	}
 	raw.add(rate(n1, el), nil)
 	s.record(notifyAppendKey("raw", callers), notifyAppendTitle(callers), "raw pgx BEGIN+INSERT+COMMIT", "entries/s", true, raw, note)
+	var errs []error
 	for _, st := range notifySettings {
 		sr := s.sr(notifyAppendKey(st.key, callers))
 		v, err := s.notifyAppendRun(ctx, pool, st, callers, msgs)
 		if err != nil {
-			return fmt.Errorf("%s, %d callers: %w", st.key, callers, err)
+			errs = append(errs, fmt.Errorf("%s: %w", st.key, err))
+			continue
 		}
 		sr.add(v, nil)
 		s.record(notifyAppendKey(st.key, callers), notifyAppendTitle(callers), "outbox/postgres AppendInTx, "+st.label, "entries/s", true, sr, note)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // notifyAppendRun appends msgs, one per transaction, by callers callers
