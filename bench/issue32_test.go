@@ -97,7 +97,11 @@ func TestNotifyAppendsEveryEntryWithEachSetting(t *testing.T) {
 		"default": func(o pgoutbox.Options) bool { return !o.NoNotify && o.NotifyInterval == 0 },
 		"every":   func(o pgoutbox.Options) bool { return !o.NoNotify && o.NotifyInterval < 0 },
 		"10ms":    func(o pgoutbox.Options) bool { return !o.NoNotify && o.NotifyInterval == 10*time.Millisecond },
+		"50ms":    func(o pgoutbox.Options) bool { return !o.NoNotify && o.NotifyInterval == 50*time.Millisecond },
 		"quiet":   func(o pgoutbox.Options) bool { return o.NoNotify },
+	}
+	if notifySettings[0].key != "default" || notifySettings[len(notifySettings)-1].key != "quiet" {
+		t.Fatalf("the settings must run from the default to NoNotify: %q first, %q last", notifySettings[0].key, notifySettings[len(notifySettings)-1].key)
 	}
 	if len(notifySettings) != len(want) {
 		t.Fatalf("%d settings, the test knows %d", len(notifySettings), len(want))
