@@ -30,6 +30,14 @@
 // reached), and a kafkainbox consumer group of 4 on 8 partitions; each
 // effect table is checked for every record exactly once, in key order.
 //
+// Issue 32 added three parts: raw/postgres also drains with the raw
+// at-least-once loop (lock, publish, delete, commit in one transaction),
+// which our Postgres drain is judged against; "postgres notify callers"
+// (-only notify) measures 1-entry appends from 8, 32 and 128 callers and
+// the p99 at half load for each way the Postgres backend notifies; and
+// "W3 cpu50 point" (-only cpu50) measures our p99 and River's at the rate
+// at which the raw appenders alone keep the machine about 50% busy.
+//
 // Every workload counts what was really delivered; a lost entry, an
 // unexpected duplicate or a per-key order violation fails the run (exit
 // status 1).

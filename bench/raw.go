@@ -58,11 +58,13 @@ func (s *Suite) resetRawPG(ctx context.Context) error {
 
 // rawPostgres measures what the Postgres server does with no outbox logic:
 // the INSERT of the same row per transaction (1 and 100 per tx, 8 callers)
-// and a one-statement claim-and-delete loop over the same backlog.
+// a one-statement claim-and-delete loop over the same backlog, and the
+// at-least-once loop (rawtx.go) over the same messages.
 func (s *Suite) rawPostgres(ctx context.Context) error {
 	n, n1 := s.cfg.N, s.cfg.N1
 	msgs := newMessages(n, 1)
 	ins1tx, ins1auto, ins100, drain := s.sr("raw.pg.1tx"), s.sr("raw.pg.1auto"), s.sr("raw.pg.100"), s.sr("raw.pg.drain")
+	drainTx := s.sr("raw.pg.draintx")
 	for run := range s.thisRun() {
 		// 1 per tx: BEGIN; INSERT; COMMIT (what an append in the caller's
 		// transaction costs at least).
@@ -147,12 +149,19 @@ func (s *Suite) rawPostgres(ctx context.Context) error {
 			s.fail("raw/postgres claim-and-delete run %d: %v", run+1, err)
 		}
 		drain.add(rate(n, el), &c)
+
+		// The same drain with the outbox's guarantee: lock, publish,
+		// delete and commit per batch (rawtx.go), on the same messages.
+		if err := s.rawPostgresClaimTx(ctx, msgs, run, drainTx); err != nil {
+			return err
+		}
 	}
 	w1 := fmt.Sprintf("Postgres append, 1 entry/tx, %d callers", Callers)
 	s.record("raw.pg.insert1tx", w1, "raw pgx BEGIN+INSERT+COMMIT", "entries/s", true, ins1tx, "")
 	s.record("raw.pg.insert1auto", w1, "raw pgx autocommit INSERT", "entries/s", true, ins1auto, "")
 	s.record("raw.pg.insert100", fmt.Sprintf("Postgres append, 100 entries/tx, %d callers", Callers), "raw pgx multi-row INSERT", "entries/s", true, ins100, "")
-	s.record("raw.pg.claimdelete", s.drainTitle("Postgres", "no-op sink"), "raw SQL claim-and-delete loop", "entries/s", true, drain, "500/stmt, 1 client")
+	s.record("raw.pg.claimdelete", s.drainTitle("Postgres", "no-op sink"), "raw SQL claim-and-delete loop", "entries/s", true, drain, "500/stmt, 1 client; deletes on claim: a crash loses the batch")
+	s.record("raw.pg.claimtx", s.drainTitle("Postgres", "no-op sink"), rawClaimTxSys, "entries/s", true, drainTx, rawClaimTxNote)
 	return nil
 }
 

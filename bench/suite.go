@@ -170,6 +170,11 @@ func (s *Suite) workloads() []workload {
 		// River's W3 points run at the arrival rates our W3 measured
 		// earlier in the round.
 		{riverW3Name, s.riverW3},
+		// Issue 32: notifications under 8, 32 and 128 callers (after our
+		// W3, whose sustainable rate its latency half uses), and the
+		// latency point at about 50% CPU.
+		{notifyWorkloadName, s.notifyWorkload},
+		{cpu50Name, s.cpu50},
 		{"W8 move", s.moveWorkload},
 		// The brokers of issue 29's sinks: our relay and sink against
 		// the broker's raw client, in the same round.
