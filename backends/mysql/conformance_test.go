@@ -141,6 +141,7 @@ func runConformance(t *testing.T, opts mysqloutbox.Options) {
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[*sql.Tx] {
 		o := opts
 		o.Partitions = cfg.Partitions
+		o.Archive = o.Archive || cfg.Archive
 		b, db := newBackend(t, o)
 		return harness{b: b, db: db, opts: o, mu: new(sync.Mutex), runs: map[*sql.Tx]*txRun{}}
 	})
