@@ -204,7 +204,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qUnseal = load("unseal")
 	b.qSealed = load("sealed")
 	for i, insert := range archiveInserts(opts.Archive) {
-		ar := strings.NewReplacer("{archive_insert}", insert)
+		ar := strings.NewReplacer("{archive_insert}", b.render(insert))
 		b.archiveShapes[i] = archiveShape{partitioned: i == 1,
 			markSent: ar.Replace(load("mark_sent")), markSentTID: ar.Replace(load("mark_sent_tid"))}
 	}
