@@ -101,3 +101,11 @@ func TestConformanceTrailingNotifications(t *testing.T) {
 	t.Parallel()
 	runConformance(t, pgx.QueryExecModeCacheStatement, pgoutbox.Options{NotifyInterval: time.Hour})
 }
+
+// TestConformancePartitionedArchive runs the suite with every sent entry
+// archived into an archive partitioned by day (Options.ArchivePartitioned
+// at Migrate): MarkSent's plain INSERT into the partitioned table.
+func TestConformancePartitionedArchive(t *testing.T) {
+	t.Parallel()
+	runConformance(t, pgx.QueryExecModeCacheStatement, pgoutbox.Options{Archive: true, ArchivePartitioned: true})
+}
