@@ -55,8 +55,9 @@ const maxErrorLen = 4096
 // [outbox.Lister], [outbox.Pauser] and [outbox.MemberLister] (see
 // operate.go), and, for moving a live
 // outbox, an [outbox.Exporter], [outbox.Importer], [outbox.Holder] and
-// [outbox.Sealer] (see move.go). Make one with [New]. It is safe for
-// concurrent use.
+// [outbox.Sealer] (see move.go), and, for retention, an
+// [outbox.ArchiveJanitor] and [outbox.ParkedPurger] (see retention.go).
+// Make one with [New]. It is safe for concurrent use.
 type Backend struct {
 	pool  *pgxpool.Pool
 	opts  Options
@@ -124,8 +125,10 @@ type Backend struct {
 // [*outbox.PartitionMismatchError] (whose Outbox is the quoted
 // schema.table). When the outbox does not exist in Options.Schema, or was
 // created before migration 004 and has no stored count, the error says so
-// and how to create or update it. The pool stays the caller's: Close never
-// closes it.
+// and how to create or update it. It also reads whether the archive is
+// partitioned (one more query, of pg_partitioned_table), to archive with
+// the right statement. The pool stays the caller's: Close never closes
+// it.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error) {
 	return newBackend(ctx, pool, opts, "")
 }
