@@ -188,17 +188,29 @@ func dropOldPartition(ctx context.Context, tx pgx.Tx, n names, before time.Time)
 		return 0, false, nil
 	}
 	p := parts[i]
+	// Under a savepoint: a janitor that overlaps this one for a moment
+	// (the SPI allows it) may drop the partition first, and then this one
+	// finds it gone (42P01) and reports a drop of nothing.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return 0, false, err
+	}
 	var count int64
-	if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+p.name).Scan(&count); err != nil {
+	err = sp.QueryRow(ctx, "SELECT count(*) FROM "+p.name).Scan(&count)
+	if err == nil {
+		_, err = sp.Exec(ctx, "LOCK TABLE "+p.name+" IN ACCESS EXCLUSIVE MODE")
+	}
+	if err == nil {
+		_, err = sp.Exec(ctx, "DROP TABLE "+p.name)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: dropped by another call
+		return 0, true, sp.Rollback(ctx)
+	}
+	if err != nil {
 		return 0, false, err
 	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+p.name+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		return 0, false, err
-	}
-	if _, err := tx.Exec(ctx, "DROP TABLE "+p.name); err != nil {
-		return 0, false, err
-	}
-	return count, true, nil
+	return count, true, sp.Commit(ctx)
 }
 
 // archiveCutoffDays is how many days after the database's current UTC day
