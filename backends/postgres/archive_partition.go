@@ -173,16 +173,12 @@ func ensureDayPartitions(ctx context.Context, tx pgx.Tx, opts Options, n names, 
 	return nil
 }
 
-// dropOldPartition drops the oldest range partition whose whole range is
-// before before, reporting its row count (count(*) just before the drop)
+// dropOldPartition drops the oldest range partition of parts whose whole
+// range is before before, reporting its row count (count(*) just before the drop)
 // and whether it dropped one. It locks the partition first (ACCESS
 // EXCLUSIVE, which a reader of it blocks), then DROP TABLE locks the
 // archive; tx's lock_timeout bounds both waits.
-func dropOldPartition(ctx context.Context, tx pgx.Tx, n names, before time.Time) (int64, bool, error) {
-	parts, err := listPartitions(ctx, tx, n)
-	if err != nil {
-		return 0, false, err
-	}
+func dropOldPartition(ctx context.Context, tx pgx.Tx, parts []archivePart, before time.Time) (int64, bool, error) {
 	i := slices.IndexFunc(parts, func(p archivePart) bool { return !p.def && !p.to.IsZero() && !p.to.After(before) })
 	if i < 0 {
 		return 0, false, nil

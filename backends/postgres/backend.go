@@ -74,7 +74,10 @@ type Backend struct {
 	qPartitionStats, qLookup           string
 	qPurge, qNotifyCommitted           string
 	qOldestArchived, qPurgeParked      string
-	qHeartbeat, qLeave, qMembers       string
+	// qPurgeTemplate is queries/purge_archive.sql with {archive} left in,
+	// for one partition of a partitioned archive.
+	qPurgeTemplate               string
+	qHeartbeat, qLeave, qMembers string
 
 	// Operators (operate.go): qEntries is indexed by entryStates.
 	qEntries                          [len(entryStates)]string
@@ -226,6 +229,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qMembers = load("members")
 	b.loadOperatorQueries(load)
 	b.qPurge = load("purge_archive")
+	b.qPurgeTemplate = loadQuery("purge_archive")
 	b.qOldestArchived = load("oldest_archived")
 	b.qPurgeParked = load("purge_parked")
 	b.qHeartbeat = load("heartbeat")

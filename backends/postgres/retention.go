@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -153,7 +154,7 @@ func utcDay(t time.Time) time.Time {
 // transaction holds are skipped, not waited for, and removed by a later
 // call; more is removed == limit.
 //
-// A partitioned archive: when a partition's whole range lies before
+// A partitioned archive: when a day partition's whole range lies before
 // before, the call drops the oldest such partition (one per call):
 // removed is its count(*), read in the same transaction just before the
 // drop (no row is added to a day already past), and more is true. The
@@ -162,10 +163,14 @@ func utcDay(t time.Time) time.Time {
 // and MarkSent of archiving relays waits behind the archive's lock for at
 // most that long. A lock not granted in time fails the call with an error
 // wrapping [ErrArchiveLockTimeout], having changed nothing (the relay
-// logs it and tries again in its next round). When no partition is
-// entirely old, the rows sent before before in the partitions that also
-// hold newer rows, in the DEFAULT partition, and in a plain archive
-// attached by [PartitionArchive] are deleted as in a plain archive.
+// logs it and tries again in its next round). When no day partition is
+// entirely old, the rows sent before before in the DEFAULT partition and
+// in a plain archive attached by [PartitionArchive] are deleted as in a
+// plain archive, at most limit in all (more is removed == limit). The
+// rows of the day partition that before falls in are not deleted: they
+// go with their partition once the whole day is before before, so the
+// archive keeps entries for up to one day longer than asked, and deletes
+// no row of a day partition (no dead tuples there).
 //
 // A limit below 1 fails with [outbox.ErrInvalidArgument]. It works
 // without Options.Archive too (on an empty archive it returns 0, false,
@@ -182,11 +187,9 @@ func (b *Backend) PurgeArchiveBatch(ctx context.Context, before time.Time, limit
 	partitioned := b.archive.Load().partitioned
 	err = b.retentionTx(ctx, op, retentionStatementTimeout, func(tx pgx.Tx) error {
 		if partitioned {
-			n, dropped, err := dropOldPartition(ctx, tx, b.names, before)
-			if err != nil || dropped {
-				removed, more = n, dropped
-				return err
-			}
+			var err error
+			removed, more, err = b.purgePartitioned(ctx, tx, before, limit)
+			return err
 		}
 		if err := tx.QueryRow(ctx, b.qPurge, before, limit).Scan(&removed); err != nil {
 			return err
@@ -198,6 +201,36 @@ func (b *Backend) PurgeArchiveBatch(ctx context.Context, before time.Time, limit
 		return 0, false, err
 	}
 	return removed, more, nil
+}
+
+// purgePartitioned is PurgeArchiveBatch of a partitioned archive, in tx:
+// the drop of the oldest day partition wholly before before, or else
+// batches of at most limit rows (in all) from the partitions that are not
+// day partitions (the one a conversion attached, then DEFAULT).
+func (b *Backend) purgePartitioned(ctx context.Context, tx pgx.Tx, before time.Time, limit int) (int64, bool, error) {
+	parts, err := listPartitions(ctx, tx, b.names)
+	if err != nil {
+		return 0, false, err
+	}
+	n, dropped, err := dropOldPartition(ctx, tx, parts, before)
+	if err != nil || dropped {
+		return n, dropped, err
+	}
+	var removed int64
+	for _, p := range parts {
+		if !p.def && !p.from.IsZero() {
+			continue // a day partition: dropped whole once past before
+		}
+		var n int64
+		q := strings.ReplaceAll(b.qPurgeTemplate, "{archive}", p.name)
+		if err := tx.QueryRow(ctx, q, before, limit-int(removed)).Scan(&n); err != nil {
+			return 0, false, err
+		}
+		if removed += n; removed == int64(limit) {
+			return removed, true, nil
+		}
+	}
+	return removed, false, nil
 }
 
 // OldestArchived reads min(sent_at) of the archive (one descent of the
