@@ -62,8 +62,8 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 		return err
 	}
 	defer o.Close()
-	if c.ArchivePartitioned && o.Kind != "postgres" {
-		return cli.UsageError("--archive-partitioned applies to Postgres only; the %s outbox has no partitioned archive", o.Kind)
+	if err := c.checkArchivePartitioned(o.Kind); err != nil {
+		return err
 	}
 	if o.Kind == "redis" {
 		if c.To != -1 {
@@ -92,9 +92,6 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 		return cli.UsageError("the outbox %s was created before the partition count was stored: pass --partitions N with the count its appenders and relays use (1 if they never set one)", o.Outbox)
 	}
 	opts := pgoutbox.Options{Schema: c.Schema, Table: c.Table, Partitions: c.Partitions, ArchivePartitioned: c.ArchivePartitioned}
-	if c.ArchivePartitioned && to < 2 {
-		return cli.UsageError("--archive-partitioned needs the archive, which migration 002 creates: leave --to off or give 2 or more")
-	}
 	if err := pgoutbox.MigrateTo(ctx, o.Pool, opts, to); err != nil {
 		var mismatch *outbox.PartitionMismatchError
 		if errors.As(err, &mismatch) {
@@ -109,6 +106,20 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 	reportUp(app, o, before, after)
 	if c.ArchivePartitioned {
 		fmt.Fprintf(app.Stdout, "the archive of %s is partitioned by UTC day, with partitions made up to %d days ahead (a relay with --archive-retention makes the next ones)\n", o.Outbox, pgoutbox.ArchiveDaysAhead)
+	}
+	return nil
+}
+
+// checkArchivePartitioned refuses --archive-partitioned for a store of
+// kind other than postgres, or with a --to below the archive's migration.
+func (c *MigrateUpCmd) checkArchivePartitioned(kind string) error {
+	switch {
+	case !c.ArchivePartitioned:
+		return nil
+	case kind != "postgres":
+		return cli.UsageError("--archive-partitioned applies to Postgres only; the %s outbox has no partitioned archive", kind)
+	case c.To != -1 && c.To < 2:
+		return cli.UsageError("--archive-partitioned needs the archive, which migration 002 creates: leave --to off or give 2 or more")
 	}
 	return nil
 }
