@@ -105,7 +105,10 @@ func (b *Backend) retentionError(op string, err error) error {
 // UTC day of now and the [ArchiveDaysAhead] days after it, each
 // "<table>_archive_pYYYYMMDD" for [day, next day), skipping days a
 // partition already covers. It remembers the last day it made sure of, so
-// a call on the same day returns without a query. Creating a partition
+// a call on the same day returns without a query. That first call of a
+// day also reads whether the archive is partitioned (one catalogue
+// query), so a Backend made before [PartitionArchive] converted the
+// archive follows the conversion within a day even if it never archives. Creating a partition
 // takes an ACCESS EXCLUSIVE lock on the archive (MarkSent of archiving
 // relays waits behind it), for at most Options.ArchiveLockTimeout: when
 // that lock is not granted in time the call fails with an error wrapping
@@ -114,26 +117,35 @@ func (b *Backend) retentionError(op string, err error) error {
 // made for it in time) cannot get one; that is logged at WARN to
 // Options.Logger and the day is skipped: its rows stay in the DEFAULT
 // partition and retention deletes them in batches. On a plain archive it
-// does nothing. Safe for concurrent use; after Close it returns an error
+// changes nothing. Safe for concurrent use; after Close it returns an error
 // wrapping [outbox.ErrClosed]. See [outbox.ArchiveJanitor].
 func (b *Backend) MaintainArchive(ctx context.Context, now time.Time) error {
 	const op = "MaintainArchive"
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	if !b.archive.Load().partitioned {
-		return nil
-	}
 	day := utcDay(now)
 	last := day.AddDate(0, 0, ArchiveDaysAhead)
 	if b.ensuredUntil.Load() >= last.Unix() {
 		return nil
 	}
-	err := b.retentionTx(ctx, op, retentionStatementTimeout, func(tx pgx.Tx) error {
-		return ensureDayPartitions(ctx, tx, b.opts, b.names, day, last)
-	})
+	// Once a day: the archive's form, which a conversion may have changed
+	// since New (a relay that does not archive never learns it from
+	// MarkSent).
+	partitioned, err := readArchiveShape(ctx, b.pool, b.names)
 	if err != nil {
-		return err
+		return b.interpretError(op, err)
+	}
+	if partitioned != b.archive.Load().partitioned {
+		b.archive.Store(&b.archiveShapes[boolIndex(partitioned)])
+	}
+	if partitioned {
+		err := b.retentionTx(ctx, op, retentionStatementTimeout, func(tx pgx.Tx) error {
+			return ensureDayPartitions(ctx, tx, b.opts, b.names, day, last)
+		})
+		if err != nil {
+			return err
+		}
 	}
 	b.ensuredUntil.Store(last.Unix())
 	return nil

@@ -358,6 +358,10 @@ func TestPartitionArchiveConvertsLive(t *testing.T) {
 
 	opts := b.Options()
 	opts.Partitions = 0
+	// A Backend that does not archive, made before the conversion.
+	quiet, err := pgoutbox.New(ctx, p, pgoutbox.Options{Schema: opts.Schema})
+	require.NoError(t, err)
+	defer quiet.Close()
 	require.NoError(t, pgoutbox.PartitionArchive(ctx, p, opts))
 	require.NoError(t, pgoutbox.PartitionArchive(ctx, p, opts), "a second run only checks the day partitions")
 	var partitioned bool
@@ -390,6 +394,12 @@ func TestPartitionArchiveConvertsLive(t *testing.T) {
 	var where string
 	require.NoError(t, p.QueryRow(ctx, "SELECT tableoid::regclass::text FROM "+archiveName(b)+" WHERE id = $1 ORDER BY sent_at DESC LIMIT 1", ids[0]).Scan(&where))
 	require.True(t, strings.HasSuffix(where, "outbox_archive_upto_"+cutoff.Format("20060102")), "sent today, before the cut-off: %s", where)
+
+	// The quiet Backend learns of it from its first MaintainArchive of a
+	// day.
+	require.False(t, quiet.ArchivePartitioned())
+	require.NoError(t, quiet.MaintainArchive(ctx, time.Now()))
+	require.True(t, quiet.ArchivePartitioned())
 
 	// A new Backend finds the partitioned archive; retention deletes the
 	// two old rows from the converted table in batches.
