@@ -87,7 +87,7 @@ type Options struct {
 	// LOCAL lock_timeout): creating or dropping a partition of a
 	// partitioned archive takes an ACCESS EXCLUSIVE lock on the archive,
 	// and MarkSent of an archiving relay waits behind it for at most this
-	// long. A call that cannot have its lock in time fails with an error
+	// long (plus the moment the lock is then held, a catalogue change). A call that cannot have its lock in time fails with an error
 	// wrapping [ErrArchiveLockTimeout] and changes nothing. Default
 	// [DefaultArchiveLockTimeout]; it is rounded up to whole milliseconds.
 	ArchiveLockTimeout time.Duration

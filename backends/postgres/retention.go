@@ -173,7 +173,8 @@ func utcDay(t time.Time) time.Time {
 // drop first locks that partition (ACCESS EXCLUSIVE), then the archive
 // for the DROP itself; each wait is bounded by Options.ArchiveLockTimeout,
 // and MarkSent of archiving relays waits behind the archive's lock for at
-// most that long. A lock not granted in time fails the call with an error
+// most that long, plus the time the lock is then held (the DROP and the
+// commit: a catalogue change, milliseconds). A lock not granted in time fails the call with an error
 // wrapping [ErrArchiveLockTimeout], having changed nothing (the relay
 // logs it and tries again in its next round). When no day partition is
 // entirely old, the rows sent before before in the DEFAULT partition and
