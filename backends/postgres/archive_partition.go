@@ -174,7 +174,8 @@ func ensureDayPartitions(ctx context.Context, tx pgx.Tx, opts Options, n names, 
 }
 
 // dropOldPartition drops the oldest range partition of parts whose whole
-// range is before before, reporting its row count (count(*) just before the drop)
+// range is before before, reporting its row count (reltuples, else
+// count(*), just before the drop)
 // and whether it dropped one. It locks the partition first (ACCESS
 // EXCLUSIVE, which a reader of it blocks), then DROP TABLE locks the
 // archive; tx's lock_timeout bounds both waits.
@@ -191,8 +192,19 @@ func dropOldPartition(ctx context.Context, tx pgx.Tx, parts []archivePart, befor
 	if err != nil {
 		return 0, false, err
 	}
+	// The row count: the catalogue's estimate (reltuples, set by the last
+	// VACUUM or ANALYZE of the partition) when there is one, else count(*)
+	// with no statement_timeout (a day of a busy outbox may take longer
+	// than 30 seconds to count; the count blocks nobody).
 	var count int64
-	err = sp.QueryRow(ctx, "SELECT count(*) FROM "+p.name).Scan(&count)
+	err = sp.QueryRow(ctx, `SELECT coalesce((SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass($1) AND reltuples >= 0), -1)`, p.name).Scan(&count)
+	if err == nil && count < 0 {
+		err = sp.QueryRow(ctx, `WITH off AS MATERIALIZED (SELECT set_config('statement_timeout', '0', true))
+SELECT count(*) FROM `+p.name+`, off`).Scan(&count)
+		if err == nil {
+			_, err = sp.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", millis(retentionStatementTimeout))
+		}
+	}
 	if err == nil {
 		_, err = sp.Exec(ctx, "LOCK TABLE "+p.name+" IN ACCESS EXCLUSIVE MODE")
 	}

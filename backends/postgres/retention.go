@@ -168,8 +168,11 @@ func utcDay(t time.Time) time.Time {
 //
 // A partitioned archive: when a day partition's whole range lies before
 // before, the call drops the oldest such partition (one per call):
-// removed is its count(*), read in the same transaction just before the
-// drop (no row is added to a day already past), and more is true. The
+// removed is its row count read in the same transaction just before the
+// drop (no row is added to a day already past): the catalogue's estimate
+// (pg_class.reltuples) when the partition was vacuumed or analyzed since
+// it was filled, else an exact count(*) (which blocks nobody and runs
+// without the statement timeout); more is true. The
 // drop first locks that partition (ACCESS EXCLUSIVE), then the archive
 // for the DROP itself; each wait is bounded by Options.ArchiveLockTimeout,
 // and MarkSent of archiving relays waits behind the archive's lock for at
