@@ -32,9 +32,11 @@ type ArchiveJanitor interface {
 	// PurgeArchiveBatch removes archived entries sent before before,
 	// oldest first, in one short transaction: at most limit rows of a
 	// plain archive, or one whole partition older than before from an
-	// archive partitioned by time (removed then counts its rows, and rows
-	// of a partition that also holds newer entries are removed in batches
-	// like a plain archive's). It takes no lock it has to wait for longer
+	// archive partitioned by time (removed then counts its rows). A store
+	// may keep the rows of a partition that also holds newer entries until
+	// the whole partition is older than before; its documentation says how
+	// much longer that keeps them (pgoutbox: up to one day). It takes no
+	// lock it has to wait for longer
 	// than the store's documented bound (rows others hold are skipped and
 	// removed by a later call), so it never stalls appends or the drain.
 	// more reports that entries sent before before remain, as far as the

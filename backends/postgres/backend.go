@@ -55,8 +55,9 @@ const maxErrorLen = 4096
 // [outbox.Lister], [outbox.Pauser] and [outbox.MemberLister] (see
 // operate.go), and, for moving a live
 // outbox, an [outbox.Exporter], [outbox.Importer], [outbox.Holder] and
-// [outbox.Sealer] (see move.go). Make one with [New]. It is safe for
-// concurrent use.
+// [outbox.Sealer] (see move.go), and, for retention, an
+// [outbox.ArchiveJanitor] and [outbox.ParkedPurger] (see retention.go).
+// Make one with [New]. It is safe for concurrent use.
 type Backend struct {
 	pool  *pgxpool.Pool
 	opts  Options
@@ -65,14 +66,18 @@ type Backend struct {
 	// qAppend and qAppendOne (one entry) are indexed by appendTail; with
 	// Options.KeySequence they are append_keyseq.sql and
 	// append_keyseq_one.sql.
-	qAppend, qAppendOne                     [numTails]string
-	qAcquire, qRenew, qReleaseLease         string
-	qFind, qMarkSent, qMarkFailed, qRelease string
-	qParkCorrupt, qRequeueCheck             string
-	qCancel, qStats, qParked, qRequeue      string
-	qPartitionStats, qLookup                string
-	qPurge, qNotifyCommitted                string
-	qHeartbeat, qLeave, qMembers            string
+	qAppend, qAppendOne                [numTails]string
+	qAcquire, qRenew, qReleaseLease    string
+	qFind, qMarkFailed, qRelease       string
+	qParkCorrupt, qRequeueCheck        string
+	qCancel, qStats, qParked, qRequeue string
+	qPartitionStats, qLookup           string
+	qPurge, qNotifyCommitted           string
+	qOldestArchived, qPurgeParked      string
+	// qPurgeTemplate is queries/purge_archive.sql with {archive} left in,
+	// for one partition of a partitioned archive.
+	qPurgeTemplate               string
+	qHeartbeat, qLeave, qMembers string
 
 	// Operators (operate.go): qEntries is indexed by entryStates.
 	qEntries                          [len(entryStates)]string
@@ -86,6 +91,15 @@ type Backend struct {
 	// the last fetch returned (see MarkSent).
 	qMarkSentTID string
 	fetched      []lastfetch.Cache[pgtype.TID]
+
+	// archive is the archive's form with its MarkSent statements, one of
+	// archiveShapes (plain, partitioned): set by New, switched by
+	// redetectArchive (retention.go) when MarkSent finds the form changed.
+	archive       atomic.Pointer[archiveShape]
+	archiveShapes [2]archiveShape
+	// ensuredUntil is the Unix time of the last day MaintainArchive made
+	// sure has a partition (0: none yet).
+	ensuredUntil atomic.Int64
 
 	// qFindNext is qFind for FetchNext: it leaves out the IDs in flight
 	// ($5).
@@ -117,8 +131,10 @@ type Backend struct {
 // [*outbox.PartitionMismatchError] (whose Outbox is the quoted
 // schema.table). When the outbox does not exist in Options.Schema, or was
 // created before migration 004 and has no stored count, the error says so
-// and how to create or update it. The pool stays the caller's: Close never
-// closes it.
+// and how to create or update it. It also reads whether the archive is
+// partitioned (one more query, of pg_partitioned_table), to archive with
+// the right statement. The pool stays the caller's: Close never closes
+// it.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error) {
 	return newBackend(ctx, pool, opts, "")
 }
@@ -145,26 +161,15 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	opts.Partitions = stored
 	b := &Backend{pool: pool, opts: opts, names: n}
 	b.stopCtx, b.stop = context.WithCancel(context.Background())
-	archiveInsert, sentReturning := "", "o.id"
+	partitioned, err := readArchiveShape(ctx, pool, n)
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: New: reading the form of the archive %s: %w", n.archive, err)
+	}
+	sentReturning := "o.id"
 	if opts.Archive {
 		sentReturning = "o.*"
-		// An ID sent twice (appended again after its first delivery, as
-		// the SPI allows) keeps the row of its latest delivery.
-		archiveInsert = `, a AS (
-    INSERT INTO {archive} AS a (seq, id, partition, topic, key, payload, headers, not_before,
-                                created_at, attempts, last_error, sent_at, history)
-    SELECT seq, id, partition, topic, key, payload, headers, not_before,
-           created_at, attempts, last_error, now(), history
-    FROM d
-    ON CONFLICT (id) DO UPDATE
-    SET seq = EXCLUDED.seq, partition = EXCLUDED.partition, topic = EXCLUDED.topic,
-        key = EXCLUDED.key, payload = EXCLUDED.payload, headers = EXCLUDED.headers,
-        not_before = EXCLUDED.not_before, created_at = EXCLUDED.created_at,
-        attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
-        sent_at = EXCLUDED.sent_at, history = EXCLUDED.history
-)`
 	}
-	r := strings.NewReplacer("{archive_insert}", archiveInsert, "{sent_returning}", sentReturning, "{lock_rows}", lockRows,
+	r := strings.NewReplacer("{sent_returning}", sentReturning, "{lock_rows}", lockRows,
 		"{entry_columns}", strings.TrimSpace(loadQuery("entry_columns")),
 		"{blocked_heads}", strings.TrimSpace(loadQuery("blocked_heads")),
 		"{max_history_minus_1}", strconv.Itoa(outbox.MaxAttemptHistory-1))
@@ -207,8 +212,12 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 		"{keyseq_literal}", quoteLiteral(n.keyseq), "{trigger_literal}", quoteLiteral(opts.Table+"_sealed")).Replace(load("seal"))
 	b.qUnseal = load("unseal")
 	b.qSealed = load("sealed")
-	b.qMarkSent = load("mark_sent")
-	b.qMarkSentTID = load("mark_sent_tid")
+	for i, insert := range archiveInserts(opts.Archive) {
+		ar := strings.NewReplacer("{archive_insert}", b.render(insert))
+		b.archiveShapes[i] = archiveShape{partitioned: i == 1,
+			markSent: ar.Replace(load("mark_sent")), markSentTID: ar.Replace(load("mark_sent_tid"))}
+	}
+	b.archive.Store(&b.archiveShapes[boolIndex(partitioned)])
 	b.fetched = make([]lastfetch.Cache[pgtype.TID], opts.Partitions)
 	b.qMarkFailed = load("mark_failed")
 	b.qParkCorrupt = load("park_corrupt")
@@ -223,9 +232,41 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts Options, lockRows 
 	b.qMembers = load("members")
 	b.loadOperatorQueries(load)
 	b.qPurge = load("purge_archive")
+	b.qPurgeTemplate = loadQuery("purge_archive")
+	b.qOldestArchived = load("oldest_archived")
+	b.qPurgeParked = load("purge_parked")
 	b.qHeartbeat = load("heartbeat")
 	b.qLeave = load("leave")
 	return b, nil
+}
+
+// archiveInserts returns the archive inserts of MarkSent (the
+// {archive_insert} of queries/mark_sent.sql and mark_sent_tid.sql) for a
+// plain archive and for a partitioned one; both "" without the archive.
+// In a plain archive an ID sent twice (appended again after its first
+// delivery, as the SPI allows) keeps the row of its latest delivery (ON
+// CONFLICT on its primary key). A partitioned archive has no unique index
+// on id (a unique index must hold the partition key), so each delivery
+// adds a row.
+func archiveInserts(archive bool) [2]string {
+	if !archive {
+		return [2]string{}
+	}
+	const insert = `, a AS (
+    INSERT INTO {archive} AS a (seq, id, partition, topic, key, payload, headers, not_before,
+                                created_at, attempts, last_error, sent_at, history)
+    SELECT seq, id, partition, topic, key, payload, headers, not_before,
+           created_at, attempts, last_error, now(), history
+    FROM d`
+	return [2]string{insert + `
+    ON CONFLICT (id) DO UPDATE
+    SET seq = EXCLUDED.seq, partition = EXCLUDED.partition, topic = EXCLUDED.topic,
+        key = EXCLUDED.key, payload = EXCLUDED.payload, headers = EXCLUDED.headers,
+        not_before = EXCLUDED.not_before, created_at = EXCLUDED.created_at,
+        attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
+        sent_at = EXCLUDED.sent_at, history = EXCLUDED.history
+)`, insert + `
+)`}
 }
 
 // loadQuery returns an embedded query, unrendered.

@@ -69,10 +69,18 @@ func (h harness) Corrupt(ctx context.Context, id, how string) error {
 
 var _ conformance.Corrupter = harness{}
 
+// ArchiveKeepsPartitions: a partitioned archive keeps today's partition
+// whole until the whole day is past the horizon (retention_test.go checks
+// the drops).
+func (h harness) ArchiveKeepsPartitions() bool { return h.opts.ArchivePartitioned }
+
+var _ conformance.PartitionedArchive = harness{}
+
 func runConformance(t *testing.T, mode pgx.QueryExecMode, opts pgoutbox.Options) {
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {
 		o := opts
 		o.Partitions = cfg.Partitions
+		o.Archive = o.Archive || cfg.Archive
 		b, p := newBackend(t, mode, o)
 		o.Schema = b.Options().Schema
 		return harness{b: b, pool: p, opts: o}
@@ -100,4 +108,12 @@ func TestConformanceSimpleProtocol(t *testing.T) {
 func TestConformanceTrailingNotifications(t *testing.T) {
 	t.Parallel()
 	runConformance(t, pgx.QueryExecModeCacheStatement, pgoutbox.Options{NotifyInterval: time.Hour})
+}
+
+// TestConformancePartitionedArchive runs the suite with every sent entry
+// archived into an archive partitioned by day (Options.ArchivePartitioned
+// at Migrate): MarkSent's plain INSERT into the partitioned table.
+func TestConformancePartitionedArchive(t *testing.T) {
+	t.Parallel()
+	runConformance(t, pgx.QueryExecModeCacheStatement, pgoutbox.Options{Archive: true, ArchivePartitioned: true})
 }

@@ -18,14 +18,19 @@
 // [Migrate] creates, in Options.Schema ("public"): the outbox table
 // (Options.Table, "outbox"), "<table>_lease" with one row per partition,
 // "<table>_meta" holding the partition count, "<table>_member" for relay
-// fleets ([outbox.Membership]), "<table>_archive" for Options.Archive,
+// fleets ([outbox.Membership]), "<table>_archive" for Options.Archive
+// (a plain table, or with Options.ArchivePartitioned one partitioned by
+// UTC day, "<table>_archive_pYYYYMMDD" and "<table>_archive_default"; see
+// [PartitionArchive] and [Backend.PurgeArchiveBatch]),
 // "<table>_keyseq" with the per-key sequence counters of
 // Options.KeySequence (migration 005), "<table>_hold", the sequence
 // "<table>_import_seq" and the function "<table>_seal" for moving the
 // outbox (migration 006), "<table>_pause_topic" and "<table>_pause_part"
 // for pauses (migration 007, which also adds the attempt history and the
 // deferral to the outbox table and the host, version and start to the
-// member table), and "<table>_migrations" recording applied versions. [New]
+// member table), the park time "parked_at" of parked entries (migration
+// 008, for [Backend.PurgeParked]), and "<table>_migrations" recording
+// applied versions. [New]
 // requires migration 007: run Migrate before starting this version. The same numbered files
 // are in [Migrations] for goose or golang-migrate; [MigrationSQL] returns
 // them rendered for given Options. docs/postgres.md in the repository has

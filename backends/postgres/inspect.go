@@ -188,13 +188,18 @@ func (b *Backend) Requeue(ctx context.Context, ids ...string) (int, error) {
 	return n, refused
 }
 
-// PurgeArchive deletes archived entries sent before the given time, in
-// batches of at most batchSize rows, each batch its own short statement
-// (and transaction), so a large purge neither holds locks for long nor
-// keeps an old snapshot that blocks vacuum. It stops when a batch deletes
-// fewer than batchSize rows or ctx is done, and reports how many rows it
-// deleted. Run it periodically (e.g. hourly) when Options.Archive is set;
-// it is safe to run concurrently with relays and with itself.
+// PurgeArchive deletes archived entries sent before the given time by
+// calling [Backend.PurgeArchiveBatch] with batchSize until it reports no
+// more: each batch is its own short transaction (at most batchSize rows
+// of a plain archive, or one whole day partition of a partitioned one),
+// so a large purge neither holds locks for long nor keeps an old snapshot
+// that blocks vacuum. It stops when a batch reports no more or ctx is
+// done, and reports how many rows it deleted. A batch that cannot have
+// its lock within Options.ArchiveLockTimeout ends it with an error
+// wrapping [ErrArchiveLockTimeout]. A relay with a retention
+// (outbox.RelayOptions.ArchiveRetention) does this by itself; this is for
+// `outbox purge` and scripts. It is safe to run concurrently with relays
+// and with itself.
 func (b *Backend) PurgeArchive(ctx context.Context, before time.Time, batchSize int) (int64, error) {
 	const op = "PurgeArchive"
 	if err := b.checkOpen(op); err != nil {
@@ -208,13 +213,10 @@ func (b *Backend) PurgeArchive(ctx context.Context, before time.Time, batchSize 
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		tag, err := b.pool.Exec(ctx, b.qPurge, before, batchSize)
-		if err != nil {
-			return total, b.interpretError(op, err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batchSize) {
-			return total, nil
+		n, more, err := b.PurgeArchiveBatch(ctx, before, batchSize)
+		total += n
+		if err != nil || !more {
+			return total, err
 		}
 	}
 }

@@ -128,6 +128,9 @@ func MigrationSQL(opts Options) (string, error) {
 	if opts.Partitions < 1 {
 		return "", fmt.Errorf("pgoutbox: MigrationSQL: %w", errNoPartitions(opts.Partitions))
 	}
+	if opts.ArchivePartitioned {
+		return "", errors.New("pgoutbox: MigrationSQL: Options.ArchivePartitioned is for Migrate only (the partitions are named after the day they are made on); run the SQL without it, then pgoutbox.PartitionArchive (or \"outbox migrate up --archive-partitioned\")")
+	}
 	ms, err := loadMigrations()
 	if err != nil {
 		return "", err
@@ -149,7 +152,8 @@ func MigrationSQL(opts Options) (string, error) {
 }
 
 // Migrate brings the outbox tables of opts.Schema and opts.Table to the
-// newest version. It is [MigrateTo] with [LatestVersion]: creating an
+// newest version (and, with opts.ArchivePartitioned, makes the archive
+// partitioned by day, see [PartitionArchive]). It is [MigrateTo] with [LatestVersion]: creating an
 // outbox needs opts.Partitions (1 or more), which it stores.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 	return MigrateTo(ctx, pool, opts, LatestVersion())
@@ -174,7 +178,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
 // wrapping an [*outbox.PartitionMismatchError]: running Migrate again with
 // the same count is a no-op.
 //
-// Everything runs in one transaction that first takes a transaction-scoped
+// With opts.ArchivePartitioned and a version of 2 (the archive's) or
+// more, MigrateTo then calls [PartitionArchive], after that transaction:
+// it makes a plain archive partitioned by day (a conversion that lets
+// relays keep archiving), or adds the missing day partitions of one that
+// is already. Going down keeps the archive partitioned (the down
+// migrations that change it work on either form) until version 1, which
+// drops it like a plain one; there is no way back to a plain archive but
+// that.
+//
+// Everything else runs in one transaction that first takes a transaction-scoped
 // advisory lock (pg_advisory_xact_lock) on the schema, so concurrent
 // callers (every replica of a service at start-up) serialize: the first
 // migrates, the others find nothing left to do. It is safe behind
@@ -218,8 +231,14 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, opts Options, version in
 	if err != nil {
 		return fmt.Errorf("pgoutbox: Migrate %s to version %d: %w", n.outbox, version, err)
 	}
+	if opts.ArchivePartitioned && version >= archiveVersion {
+		return PartitionArchive(ctx, pool, opts)
+	}
 	return nil
 }
+
+// archiveVersion is the migration that creates the archive.
+const archiveVersion = 2
 
 // migrator runs the migrations of one MigrateTo call in its transaction.
 type migrator struct {

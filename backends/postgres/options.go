@@ -28,6 +28,9 @@ const (
 	// DefaultXminHorizonWarning is used when Options.XminHorizonWarning
 	// is 0.
 	DefaultXminHorizonWarning = 5 * time.Minute
+	// DefaultArchiveLockTimeout is used when Options.ArchiveLockTimeout
+	// is 0.
+	DefaultArchiveLockTimeout = 200 * time.Millisecond
 )
 
 // Options configure a [Backend] and [Migrate]. The zero value is valid for
@@ -60,11 +63,37 @@ type Options struct {
 	// an [*outbox.PartitionMismatchError]. Negative values are rejected.
 	Partitions int
 	// Archive keeps sent entries in "<table>_archive" (with their sent
-	// time) instead of deleting them; [Backend.PurgeArchive] deletes old
-	// ones. Archived entries are sent, so appending an archived ID again
-	// appends a new entry; when that one is sent, its archive row replaces
-	// the earlier one. Default false: MarkSent deletes.
+	// time) instead of deleting them; [Backend.PurgeArchive] and the
+	// relay's retention ([outbox.ArchiveJanitor]) delete old ones.
+	// Archived entries are sent, so appending an archived ID again appends
+	// a new entry; when that one is sent, its archive row replaces the
+	// earlier one in a plain archive, and is added next to it in a
+	// partitioned archive (see ArchivePartitioned). Default false:
+	// MarkSent deletes.
 	Archive bool
+	// ArchivePartitioned is read by [Migrate] and [MigrateTo] only: with
+	// it, the archive "<table>_archive" is made a table partitioned by
+	// range of sent_at, one partition per UTC day
+	// ("<table>_archive_pYYYYMMDD", created [ArchiveDaysAhead] days ahead)
+	// and a DEFAULT partition ("<table>_archive_default") for rows of a
+	// day without one. An empty plain archive is replaced; one with rows
+	// is converted as [PartitionArchive] does. Retention then drops whole
+	// days instead of deleting rows. [New] finds out by itself whether the
+	// archive is partitioned; this field changes nothing there. Default
+	// false: Migrate leaves the archive as it is (a plain table when it
+	// creates it). See docs/postgres.md, "Retention and the partitioned
+	// archive".
+	ArchivePartitioned bool
+	// ArchiveLockTimeout bounds how long a retention call
+	// ([Backend.PurgeArchiveBatch], [Backend.MaintainArchive],
+	// [Backend.PurgeParked]) and [PartitionArchive] wait for a lock (SET
+	// LOCAL lock_timeout): creating or dropping a partition of a
+	// partitioned archive takes an ACCESS EXCLUSIVE lock on the archive,
+	// and MarkSent of an archiving relay waits behind it for at most this
+	// long (plus the moment the lock is then held, a catalogue change). A call that cannot have its lock in time fails with an error
+	// wrapping [ErrArchiveLockTimeout] and changes nothing. Default
+	// [DefaultArchiveLockTimeout]; it is rounded up to whole milliseconds.
+	ArchiveLockTimeout time.Duration
 	// Channel is the LISTEN/NOTIFY channel appends notify and
 	// [Backend.Notifications] listens on. Default "<schema>.<table>".
 	// At most 63 bytes.
@@ -196,7 +225,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.XminHorizonWarning == 0 {
 		o.XminHorizonWarning = DefaultXminHorizonWarning
 	}
+	if o.ArchiveLockTimeout == 0 {
+		o.ArchiveLockTimeout = DefaultArchiveLockTimeout
+	}
 	switch {
+	case o.ArchiveLockTimeout < 0:
+		return o, fmt.Errorf("pgoutbox: Options.ArchiveLockTimeout is %v; use a positive duration (or 0 for the default, %v)", o.ArchiveLockTimeout, DefaultArchiveLockTimeout)
 	case o.Partitions < 0:
 		return o, fmt.Errorf("pgoutbox: Options.Partitions is %d; use 1 or more (or 0 to read the count stored with the outbox)", o.Partitions)
 	case !validIdent(o.Schema, maxIdentLen):

@@ -296,7 +296,10 @@ func (b *Backend) findPending(ctx context.Context, op string, lease outbox.Lease
 // MarkSent deletes (or, with Options.Archive, archives) the entries in one
 // statement fenced by the lease: the lease row is locked FOR SHARE by the
 // same statement, so a takeover cannot slip in between the check and the
-// delete. See [outbox.Store.MarkSent].
+// delete. With Options.Archive, when the statement fails because the
+// archive changed form since New (see [PartitionArchive]), the backend
+// reads the form again and the next call uses the statement for it. See
+// [outbox.Store.MarkSent].
 func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string) error {
 	const op = "MarkSent"
 	if err := b.checkOpen(op); err != nil {
@@ -320,10 +323,17 @@ func (b *Backend) MarkSent(ctx context.Context, lease outbox.Lease, ids []string
 			ctids, known = append(ctids, t), append(known, id)
 		}
 	})
+	shape := b.archive.Load()
+	var err error
 	if len(ctids) > 0 {
-		return b.fenced(ctx, op, lease, b.qMarkSentTID, lease.Partition, lease.Owner, lease.Version, ids, ctids, known)
+		err = b.fenced(ctx, op, lease, shape.markSentTID, lease.Partition, lease.Owner, lease.Version, ids, ctids, known)
+	} else {
+		err = b.fenced(ctx, op, lease, shape.markSent, lease.Partition, lease.Owner, lease.Version, ids)
 	}
-	return b.fenced(ctx, op, lease, b.qMarkSent, lease.Partition, lease.Owner, lease.Version, ids)
+	if err != nil {
+		b.redetectArchive(ctx, err)
+	}
+	return err
 }
 
 // MarkFailed records the failures in one statement (an UPDATE joined to

@@ -15,7 +15,8 @@
 --    less than a minute ahead of now(): the two clocks' skew, as the Redis
 --    backend's import.lua takes it) gets the earlier of
 --    its due time and the bound; an entry due later keeps its due time. A
---    parked entry's next_at is the bound (unused until Requeue sets it).
+--    parked entry's next_at is the bound (unused until Requeue sets it),
+--    and its parked_at (migration 008) the import time.
 --    ON CONFLICT (id) DO NOTHING skips IDs already stored (imported or
 --    appended) and, rows being inserted in slice order, an ID repeated in
 --    the call after its first occurrence.
@@ -35,7 +36,7 @@ WITH e AS (
 ), ins AS (
     INSERT INTO {outbox} AS o
         (seq, id, partition, topic, key, payload, headers, not_before, created_at,
-         next_at, attempts, state, last_error, history, deferred)
+         next_at, attempts, state, last_error, history, deferred, parked_at)
     SELECT n.seq, e.id, e.partition, e.topic, coalesce(e.key, ''::bytea), e.payload,
            e.headers, e.not_before, coalesce(e.created_at, t.now),
            CASE WHEN e.parked OR e.due_at IS NULL OR e.due_at <= t.now
@@ -45,7 +46,8 @@ WITH e AS (
                 ELSE e.due_at
            END,
            e.attempts, CASE WHEN e.parked THEN 'parked' ELSE 'pending' END, e.last_error,
-           e.history::jsonb, e.deferred AND NOT e.parked
+           e.history::jsonb, e.deferred AND NOT e.parked,
+           CASE WHEN e.parked THEN t.now END
     FROM t, e JOIN n USING (rn)
     ORDER BY e.ord
     ON CONFLICT (id) DO NOTHING

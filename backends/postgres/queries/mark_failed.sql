@@ -12,7 +12,8 @@
 -- kept as they are). A deferred failure (never park: the Backend rejects
 -- both) only sets next_at and deferred: attempts, last_error and history
 -- stay. Any other failure clears deferred (an attempted entry holds its
--- key back by its attempts; a parked one holds back nothing).
+-- key back by its attempts; a parked one holds back nothing). A park sets
+-- parked_at to now() (migration 008); the row was pending, so it was NULL.
 WITH l AS MATERIALIZED (
     SELECT 1 FROM {lease}
     WHERE partition = $1 AND owner = $2 AND version = $3 AND expires_at > now()
@@ -32,7 +33,8 @@ WITH l AS MATERIALIZED (
         deferred = f.deferred,
         next_at = CASE WHEN f.park THEN o.next_at
                        ELSE now() + f.delay_us * interval '1 microsecond' END,
-        state = CASE WHEN f.park THEN 'parked' ELSE 'pending' END
+        state = CASE WHEN f.park THEN 'parked' ELSE 'pending' END,
+        parked_at = CASE WHEN f.park THEN now() END
     FROM unnest($4::text[], $5::text[], $6::bigint[], $7::boolean[], $8::boolean[])
         AS f(id, error, delay_us, park, deferred)
     WHERE o.id = f.id AND o.partition = $1 AND o.state = 'pending'

@@ -3,7 +3,8 @@
 -- and history kept, and a
 -- new seq from the column's identity sequence, handed out in the entries'
 -- old seq order (r and n are ranked separately, so the order does not
--- depend on the order nextval runs in). Needs migration 003.
+-- depend on the order nextval runs in); the park time (parked_at,
+-- migration 008) is cleared. Needs migration 003.
 -- $1 ids, $2 the outbox table's qualified name (for pg_get_serial_sequence).
 WITH t AS (
     SELECT clock_timestamp() AS now
@@ -20,6 +21,7 @@ WITH t AS (
     SELECT seq, row_number() OVER (ORDER BY seq) AS rn FROM n
 )
 UPDATE {outbox} AS o
-SET state = 'pending', attempts = 0, deferred = false, next_at = t.now, seq = ranked_n.seq
+SET state = 'pending', attempts = 0, deferred = false, next_at = t.now, seq = ranked_n.seq,
+    parked_at = NULL
 FROM t, ranked_r JOIN ranked_n USING (rn)
 WHERE o.id = ranked_r.id

@@ -37,6 +37,8 @@ type MigrateUpCmd struct {
 	Partitions int           `placeholder:"N" noconfig:"" help:"The partition count to create the outbox with (1 or more). It is stored with the outbox and fixed from then on: give it when creating, and leave it off afterwards (a different count is refused)."`
 	To         int           `placeholder:"VERSION" noconfig:"" default:"-1" help:"Postgres, MySQL: migrate up to this version only (default: the newest)."`
 	Timeout    time.Duration `default:"1m" help:"Give up after this long."`
+	// ArchivePartitioned is pgoutbox.Options.ArchivePartitioned.
+	ArchivePartitioned bool `noconfig:"" help:"Postgres: make the archive (<table>_archive) a table partitioned by UTC day, so retention drops whole days instead of deleting rows. Converts an existing plain archive while relays keep running (short locks, retried); see docs/postgres.md, \"Retention and the partitioned archive\". Running it again adds missing day partitions."`
 }
 
 // Run migrates up.
@@ -45,6 +47,9 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 		return err
 	}
 	if c.Inbox {
+		if c.ArchivePartitioned {
+			return cli.UsageError("--archive-partitioned applies to an outbox's archive; an inbox has none")
+		}
 		return c.runInbox(app)
 	}
 	if c.Partitions < 0 {
@@ -57,6 +62,9 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 		return err
 	}
 	defer o.Close()
+	if err := c.checkArchivePartitioned(o.Kind); err != nil {
+		return err
+	}
 	if o.Kind == "redis" {
 		if c.To != -1 {
 			return cli.UsageError("--to applies to Postgres migrations; a Redis outbox has none")
@@ -83,7 +91,7 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 		}
 		return cli.UsageError("the outbox %s was created before the partition count was stored: pass --partitions N with the count its appenders and relays use (1 if they never set one)", o.Outbox)
 	}
-	opts := pgoutbox.Options{Schema: c.Schema, Table: c.Table, Partitions: c.Partitions}
+	opts := pgoutbox.Options{Schema: c.Schema, Table: c.Table, Partitions: c.Partitions, ArchivePartitioned: c.ArchivePartitioned}
 	if err := pgoutbox.MigrateTo(ctx, o.Pool, opts, to); err != nil {
 		var mismatch *outbox.PartitionMismatchError
 		if errors.As(err, &mismatch) {
@@ -96,6 +104,23 @@ func (c *MigrateUpCmd) Run(app *cli.App) error {
 		return err
 	}
 	reportUp(app, o, before, after)
+	if c.ArchivePartitioned {
+		fmt.Fprintf(app.Stdout, "the archive of %s is partitioned by UTC day, with partitions made up to %d days ahead (a relay with --archive-retention makes the next ones)\n", o.Outbox, pgoutbox.ArchiveDaysAhead)
+	}
+	return nil
+}
+
+// checkArchivePartitioned refuses --archive-partitioned for a store of
+// kind other than postgres, or with a --to below the archive's migration.
+func (c *MigrateUpCmd) checkArchivePartitioned(kind string) error {
+	switch {
+	case !c.ArchivePartitioned:
+		return nil
+	case kind != "postgres":
+		return cli.UsageError("--archive-partitioned applies to Postgres only; the %s outbox has no partitioned archive", kind)
+	case c.To != -1 && c.To < 2:
+		return cli.UsageError("--archive-partitioned needs the archive, which migration 002 creates: leave --to off or give 2 or more")
+	}
 	return nil
 }
 
