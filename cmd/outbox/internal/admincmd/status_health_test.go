@@ -88,10 +88,19 @@ func TestStatusPrintsHealth(t *testing.T) {
 		t.Errorf("-o json: %+v %+v %v", rep.Health, rep.Archive, rep.HealthError)
 	}
 
-	store.healthErr = errors.New("permission denied for view pg_stat_activity")
-	rep = StatusJSON{Partitions: 1}
+}
+
+// TestStatusHealthReadingFails: a failed health reading does not fail
+// status; it says why, and the archive is still shown.
+func TestStatusHealthReadingFails(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 5, 12, 0, 0, 0, time.UTC)
+	store := &healthStore{Backend: memory.New(memory.Options{Partitions: 1}), oldest: now.Add(-time.Hour),
+		healthErr: errors.New("permission denied for view pg_stat_activity")}
+	o := &cli.Opened{Store: store, Kind: "postgres", Outbox: `"s"."outbox"`, Where: "postgres://db/app"}
+	rep := StatusJSON{Partitions: 1}
 	storeHealth(ctx, o, &rep, now)
-	out.Reset()
+	var out bytes.Buffer
 	if err := printStatus(&out, o, rep, now); err != nil {
 		t.Fatal(err)
 	}
@@ -101,10 +110,17 @@ func TestStatusPrintsHealth(t *testing.T) {
 		t.Errorf("a failed health reading: %+v %v\n%s", rep.Health, rep.HealthError, out.String())
 	}
 
+}
+
+// TestStatusWithoutHealth: a store that reports neither health nor an
+// archive prints neither, and -o json has them null.
+func TestStatusWithoutHealth(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 5, 12, 0, 0, 0, time.UTC)
 	bare := &cli.Opened{Store: memory.New(memory.Options{Partitions: 1}), Kind: "memory", Outbox: "m"}
-	rep = StatusJSON{Partitions: 1}
+	rep := StatusJSON{Partitions: 1}
 	storeHealth(ctx, bare, &rep, now)
-	out.Reset()
+	var out bytes.Buffer
 	if err := printStatus(&out, bare, rep, now); err != nil {
 		t.Fatal(err)
 	}
