@@ -1,15 +1,18 @@
 // Package ops is the operator logic the two front ends share: the `outbox`
 // CLI (cmd/outbox) and the dashboard (package ui). It filters parked
-// entries, parses the times an operator writes, selects entries by ID or
-// by filter, and requeues or cancels them in bounded steps, counting the
-// results and reporting progress through a callback. It lists entries by
-// state and the keys a failing entry blocks, a page at a time ([Entries],
-// [Blocked]), checks and applies what an operator pauses or resumes
-// ([ParsePauseTarget], [Pause], [Resume]), and joins the fleet's members
-// with the partitions' leases ([JoinFleet], [LoadFleet]). It works through
-// the SPI's optional operator interfaces ([outbox.Inspector],
-// [outbox.Looker], [outbox.Canceler], [outbox.Lister], [outbox.Pauser],
-// [outbox.MemberLister], [outbox.PartitionInspector]) only, so it runs on
+// entries, parses the times and durations an operator writes, selects
+// entries by ID or by filter, and requeues or cancels them in bounded
+// steps, counting the results and reporting progress through a callback. It
+// lists entries by state and the keys a failing entry blocks, a page at a
+// time ([Entries], [Blocked]), checks and applies what an operator pauses
+// or resumes ([ParsePauseTarget], [Pause], [Resume]), and joins the fleet's
+// members with the partitions' leases ([JoinFleet], [LoadFleet]). It reads
+// what a store tells of its upkeep: its tables or memory, its warnings and
+// its archive's oldest entry ([ReadHealth]). It works through the SPI's
+// optional operator interfaces ([outbox.Inspector], [outbox.Looker],
+// [outbox.Canceler], [outbox.Lister], [outbox.Pauser],
+// [outbox.MemberLister], [outbox.PartitionInspector],
+// [outbox.HealthChecker], [outbox.ArchiveJanitor]) only, so it runs on
 // every conforming backend.
 //
 // It is internal on purpose: it is the shared logic of our front ends, not

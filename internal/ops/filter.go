@@ -136,14 +136,27 @@ func ParseWhen(s string, now time.Time) (time.Time, error) {
 			return t, nil
 		}
 	}
-	d, err := time.ParseDuration(s)
-	if n, ok := strings.CutSuffix(s, "d"); ok && err != nil {
-		if days, derr := strconv.ParseFloat(n, 64); derr == nil && days >= 0 {
-			return now.Add(-time.Duration(days * float64(24*time.Hour))), nil
-		}
-	}
-	if err != nil || d < 0 {
+	d, err := ParseDuration(s)
+	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is not a time: write RFC 3339 (2026-01-02T15:04:05Z), a date (2026-01-02, UTC), or a duration ago (90m, 24h, 7d)", s)
 	}
 	return now.Add(-d), nil
+}
+
+// maxDays is the most days [ParseDuration] takes: about the longest
+// time.Duration (292 years).
+const maxDays = 100000
+
+// ParseDuration parses a duration as an operator writes it: Go's forms
+// (90m, 36h, 1h30m) or a number of days (7d, 1.5d, up to 100000d). A
+// negative duration is refused; the error says which forms it takes.
+func ParseDuration(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		if days, err := strconv.ParseFloat(n, 64); err == nil && days >= 0 && days <= maxDays {
+			return time.Duration(days * float64(24*time.Hour)), nil
+		}
+	} else if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("%q is not a duration: write a number of days (7d, 1.5d) or Go's form (90m, 36h, 1h30m), not negative", s)
 }

@@ -384,7 +384,7 @@ func noArchiveHint(ctx context.Context, app *cli.App, o *cli.Opened, archive str
 		if o.SQL != nil {
 			opts = "mysqloutbox.Options{Archive: true}"
 		}
-		fmt.Fprintf(app.Stdout, "%s is empty: this outbox does not archive. Sent entries are deleted when they are sent unless the relay's backend is opened with %s (in the code that runs the relay; 'outbox relay' does not archive), so purge has nothing to do\n", archive, opts)
+		fmt.Fprintf(app.Stdout, "%s is empty: this outbox does not archive. Sent entries are deleted when they are sent unless its relays archive them ('outbox relay --archive', or %s in the code that runs a relay), so purge has nothing to do; 'outbox relay --archive --archive-retention 7d' also removes old archived entries by itself\n", archive, opts)
 	}
 	return nil
 }

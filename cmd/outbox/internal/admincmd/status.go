@@ -44,6 +44,15 @@ type StatusJSON struct {
 	// Paused is what is paused, null when the backend cannot pause
 	// (outbox.Pauser).
 	Paused *PausedJSON `json:"paused"`
+	// Health is the store's health (outbox.HealthChecker), null when the
+	// backend does not report it or reading it failed (see HealthError).
+	Health *HealthJSON `json:"health"`
+	// Archive is the archive's oldest entry (outbox.ArchiveJanitor), null
+	// when the backend keeps no archive or reading it failed.
+	Archive *ArchiveJSON `json:"archive"`
+	// HealthError is why the health or the archive could not be read,
+	// null when nothing failed.
+	HealthError *string `json:"health_error"`
 }
 
 // PausedJSON is what is paused, in status -o json.
@@ -117,6 +126,7 @@ func (c *StatusCmd) report(ctx context.Context, app *cli.App, o *cli.Opened, now
 	if err := outboxState(ctx, o, &rep); err != nil {
 		return err
 	}
+	storeHealth(ctx, o, &rep, now)
 	if c.JSON() {
 		return cli.WriteJSON(app.Stdout, rep)
 	}
@@ -203,6 +213,7 @@ func outboxState(ctx context.Context, o *cli.Opened, rep *StatusJSON) error {
 // printStatus prints rep for people.
 func printStatus(out io.Writer, o *cli.Opened, rep StatusJSON, now time.Time) error {
 	fmt.Fprintf(out, "outbox %s%s, %d partitions\n", o.Outbox, o.In(), rep.Partitions)
+	printWarnings(out, rep)
 	if rep.Held != nil {
 		fmt.Fprintf(out, "held: %s since %s (its relays deliver nothing until it is released)\n", cli.Cell(rep.Held.Reason), rep.Held.Since.Format(time.RFC3339))
 	}
@@ -253,7 +264,7 @@ func printStatus(out io.Writer, o *cli.Opened, rep StatusJSON, now time.Time) er
 	} else if blocked > 1 {
 		fmt.Fprintf(out, "(%d keys are blocked by a failing, deferred or paused head entry: %s lists them)\n", blocked, commandLine(o, "blocked"))
 	}
-	return nil
+	return printHealth(out, rep)
 }
 
 // lag is the oldest due entry's wait, "-" when none is due.

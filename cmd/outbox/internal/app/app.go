@@ -33,7 +33,7 @@ type CLI struct {
 	Relay   relaycmd.RelayCmd   `cmd:"" help:"Relay an outbox to Kafka, NATS JetStream or RabbitMQ (--sink-url) until SIGTERM or SIGINT, serving /metrics, /healthz and /readyz."`
 	Migrate admincmd.MigrateCmd `cmd:"" help:"Create, upgrade or remove an outbox's tables (Postgres), or store its partition count (Redis)."`
 	Move    movecmd.MoveCmd     `cmd:"" help:"Move a live outbox to another store, backend or partition count: --prepare, then the move; --dry-run, --verify, --release, --unseal."`
-	Status  admincmd.StatusCmd  `cmd:"" help:"Counts of an outbox per partition: pending, due, parked, lag, oldest due entry, blocked keys, lease holder; what is paused."`
+	Status  admincmd.StatusCmd  `cmd:"" help:"Counts of an outbox per partition: pending, due, parked, lag, oldest due entry, blocked keys, lease holder; what is paused; the store's health (table sizes and dead rows, or Redis memory) with a WARNING line for each condition that keeps it from cleaning up; the archive's oldest entry."`
 	Entries admincmd.EntriesCmd `cmd:"" help:"List the entries of one state (due, scheduled, retrying, parked), with filters, a page at a time."`
 	Blocked admincmd.BlockedCmd `cmd:"" help:"List the keys held back by their head entry (failing, deferred or paused), the longest blocked first, with how many entries wait behind each."`
 	Parked  admincmd.ParkedCmd  `cmd:"" help:"List parked (dead-letter) entries, with filters, a page at a time."`
@@ -43,7 +43,7 @@ type CLI struct {
 	Relays  admincmd.RelaysCmd  `cmd:"" help:"The fleet: each relay (owner, host, version, start, last heartbeat, partitions held), and partitions no relay holds while entries are pending."`
 	Requeue admincmd.RequeueCmd `cmd:"" help:"Move parked entries back to pending: by ID, by filter or all."`
 	Cancel  admincmd.CancelCmd  `cmd:"" help:"Delete entries: pending or parked ones by ID, parked ones by filter or all."`
-	Purge   admincmd.PurgeCmd   `cmd:"" help:"Delete archived (sent) entries older than a time from the Postgres archive."`
+	Purge   admincmd.PurgeCmd   `cmd:"" help:"Delete archived (sent) entries older than a time from the Postgres or MySQL archive ('outbox relay --archive-retention' does it by itself)."`
 	UI      uicmd.UICmd         `cmd:"" name:"ui" help:"Serve the dashboard of an outbox (counts, charts, partitions, parked entries, requeue and cancel) on 127.0.0.1:8080 until SIGTERM or SIGINT."`
 	Demo    demo.DemoCmd        `cmd:"" help:"Append, relay to an in-process Kafka (or --sink nats: an embedded NATS server) with injected failures, and verify: nothing to install."`
 	Version VersionCmd          `cmd:"" help:"Print the version."`

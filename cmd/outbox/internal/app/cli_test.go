@@ -124,7 +124,9 @@ func TestJSONHelpListsEveryKey(t *testing.T) {
 	now := time.Now()
 	samples := []any{
 		admincmd.StatusJSON{ByPartition: []admincmd.PartitionJSON{{Lease: &admincmd.LeaseJSON{}}},
-			Paused: &admincmd.PausedJSON{Topics: []admincmd.PausedTopicJSON{{}}, Partitions: []admincmd.PausedPartitionJSON{{}}}},
+			Paused:  &admincmd.PausedJSON{Topics: []admincmd.PausedTopicJSON{{}}, Partitions: []admincmd.PausedPartitionJSON{{}}},
+			Health:  &admincmd.HealthJSON{Tables: []admincmd.TableJSON{{}}, Memory: &admincmd.MemoryJSON{}, Warnings: []admincmd.WarningJSON{{}}},
+			Archive: &admincmd.ArchiveJSON{}, HealthError: new(string)},
 		admincmd.EntriesJSON{Entries: []admincmd.InfoJSON{{History: []admincmd.AttemptJSON{{}}}}},
 		admincmd.BlockedJSON{Blocked: []admincmd.BlockedKeyJSON{{Head: admincmd.InfoJSON{History: []admincmd.AttemptJSON{{}}}}}},
 		admincmd.RelaysJSON{Relays: []admincmd.RelayJSON{{}}, Unheld: []admincmd.UnheldJSON{{}}},

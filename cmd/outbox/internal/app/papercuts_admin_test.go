@@ -145,7 +145,7 @@ func TestPurgeSaysTheOutboxDoesNotArchive(t *testing.T) {
 	t.Parallel()
 	_, _, flags := papercutOutbox(t)
 	got := cliOK(t, append([]string{"purge", "--before", "1h", "--yes"}, flags...)...)
-	for _, want := range []string{"purged 0 archived entries", "is empty: this outbox does not archive", "pgoutbox.Options{Archive: true}"} {
+	for _, want := range []string{"purged 0 archived entries", "is empty: this outbox does not archive", "'outbox relay --archive'", "pgoutbox.Options{Archive: true}", "--archive-retention 7d"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("purge of an outbox that does not archive: %q lacks %q", got, want)
 		}

@@ -20,5 +20,9 @@ func DefaultVars() kong.Vars {
 		"mysql_poll_interval": mysqloutbox.DefaultPollInterval.String(),
 		"lease_ttl":           outbox.DefaultLeaseTTL.String(),
 		"stats_interval":      outbox.DefaultStatsInterval.String(),
+		"retention_interval":  outbox.DefaultRetentionInterval.String(),
+		"retention_batch":     strconv.Itoa(outbox.DefaultRetentionBatch),
+		"retention_pause":     outbox.DefaultRetentionPause.String(),
+		"health_interval":     outbox.DefaultHealthInterval.String(),
 	}
 }

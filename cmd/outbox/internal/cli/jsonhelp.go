@@ -22,13 +22,25 @@ outbox status -o json
    "sealed": true|false|null (null when the backend cannot be sealed),
    "paused": {"topics": [{"topic", "since": TIME}, ...],
               "partitions": [{"partition", "since": TIME}, ...]}|null
-             (null when the backend cannot pause)}
+             (null when the backend cannot pause),
+   "health": {"tables": [TABLE, ...], "memory": MEMORY|null,
+              "warnings": [{"code", "object", "message": what is wrong,
+                            what it costs and the fix}, ...]}|null
+             (null when the backend does not report its health),
+   "archive": {"empty": true|false, "oldest_sent": TIME|null,
+               "oldest_age_seconds": seconds|null}|null
+              (null when the backend keeps no archive),
+   "health_error": why the health or the archive could not be read|null}
   COUNTS = "pending": N, "due": N, "parked": N,
            "oldest_due": TIME|null, "lag_seconds": seconds the oldest due
            entry has waited, by this host's clock (0 when none is due)
   LEASE  = {"owner": TOKEN, "version": N, "expires": TIME}
   HOLD   = {"reason": why it is held (a move names its ID and source),
             "since": TIME it was first held, by the store's clock}
+  TABLE  = {"name", "bytes" (with its indexes), "live_rows", "dead_rows",
+            "vacuums" (since the server's statistics were reset),
+            "last_vacuum": TIME|null} (a figure the store cannot tell: -1)
+  MEMORY = {"used_bytes", "rss_bytes", "fragmentation": rss over used}
 
 outbox parked -o json
   {"entries": [ENTRY, ...], "next_after": the --after of the next page|null}

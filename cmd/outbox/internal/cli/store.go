@@ -41,6 +41,11 @@ type OpenOptions struct {
 	// Notify keeps the backend's wake-ups on (the relay); admin commands
 	// leave them off.
 	Notify bool
+	// Archive opens a Postgres or MySQL backend that keeps sent entries in
+	// its archive (pgoutbox.Options.Archive, mysqloutbox.Options.Archive:
+	// the relay's --archive); a Redis outbox has no archive, and Open
+	// refuses it.
+	Archive bool
 }
 
 // Opened is an outbox opened from StoreFlags. Close releases the backend
@@ -174,20 +179,23 @@ func (f StoreFlags) CheckNames(kind string) error {
 func (o *Opened) OpenBackend(ctx context.Context, opts OpenOptions) error {
 	switch o.Kind {
 	case "postgres":
-		b, err := pgoutbox.New(ctx, o.Pool, pgoutbox.Options{Schema: o.Flags.Schema, Table: o.Flags.Table, Partitions: opts.Partitions, NoNotify: !opts.Notify})
+		b, err := pgoutbox.New(ctx, o.Pool, pgoutbox.Options{Schema: o.Flags.Schema, Table: o.Flags.Table, Partitions: opts.Partitions, NoNotify: !opts.Notify, Archive: opts.Archive})
 		if err != nil {
 			return o.explainOpen(ctx, err)
 		}
 		o.Store, o.Postgres = b, b
 		o.closers = append(o.closers, func() { _ = b.Close() })
 	case "mysql":
-		b, err := mysqloutbox.New(ctx, o.SQL, mysqloutbox.Options{Table: o.Flags.Table, Partitions: opts.Partitions, NoNotify: !opts.Notify})
+		b, err := mysqloutbox.New(ctx, o.SQL, mysqloutbox.Options{Table: o.Flags.Table, Partitions: opts.Partitions, NoNotify: !opts.Notify, Archive: opts.Archive})
 		if err != nil {
 			return o.explainOpen(ctx, err)
 		}
 		o.Store, o.MySQL = b, b
 		o.closers = append(o.closers, func() { _ = b.Close() })
 	case "redis":
+		if opts.Archive {
+			return UsageError("%s", RedisNoArchive)
+		}
 		b, err := redisoutbox.New(ctx, o.Redis, redisoutbox.Options{Prefix: o.Flags.Prefix, Partitions: opts.Partitions, NoNotify: !opts.Notify})
 		if err != nil {
 			return o.explainOpen(ctx, err)
@@ -197,6 +205,9 @@ func (o *Opened) OpenBackend(ctx context.Context, opts OpenOptions) error {
 	}
 	return nil
 }
+
+// RedisNoArchive is why a Redis outbox refuses what needs an archive.
+const RedisNoArchive = "a Redis outbox has no archive: it deletes each entry when it is sent (only the Postgres and MySQL backends can keep sent entries)"
 
 // explainOpen turns a backend constructor's error into one a CLI user can
 // act on: a missing outbox says how to create it with outbox migrate up.

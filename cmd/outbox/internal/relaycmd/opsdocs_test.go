@@ -157,11 +157,42 @@ func (s *leaseStealer) RenewLease(ctx context.Context, l outbox.Lease, ttl time.
 	return s.Backend.RenewLease(ctx, l, ttl)
 }
 
+// upkeepStore is a leaseStealer that also reports an archive and a health
+// reading (a table, the memory and a warning), as the Postgres and Redis
+// backends do, so the relay exports the retention and store gauges.
+type upkeepStore struct {
+	*leaseStealer
+}
+
+func (s upkeepStore) MaintainArchive(context.Context, time.Time) error { return nil }
+
+func (s upkeepStore) PurgeArchiveBatch(context.Context, time.Time, int) (int64, bool, error) {
+	return 0, false, nil
+}
+
+func (s upkeepStore) OldestArchived(context.Context) (time.Time, bool, error) {
+	return time.Now().Add(-time.Hour), true, nil
+}
+
+func (s upkeepStore) Health(context.Context) (outbox.Health, error) {
+	return outbox.Health{
+		Tables:   []outbox.TableHealth{{Name: "outbox", Bytes: 8192, LiveRows: 1, DeadRows: 2, Vacuums: 3}},
+		Memory:   &outbox.MemoryHealth{UsedBytes: 1 << 20, RSSBytes: 2 << 20, Fragmentation: 2},
+		Warnings: []outbox.HealthWarning{{Code: "autovacuum-off", Message: "test: autovacuum is off"}},
+	}, nil
+}
+
+var (
+	_ outbox.ArchiveJanitor = upkeepStore{}
+	_ outbox.HealthChecker  = upkeepStore{}
+)
+
 // scrapeRelayMetrics runs a relay on the memory backend with newPrometheus's
 // MeterProvider, makes it use every instrument (publishes, a retried
 // failure, a park, lease gains and a loss, the breaker opening and closing,
-// a stats sample) and returns the metric names /metrics then serves: every
-// sample name and every family name.
+// a stats sample, retention of archived and parked entries, a health
+// reading) and returns the metric names /metrics then serves: every sample
+// name and every family name.
 func scrapeRelayMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	var body []byte
@@ -170,7 +201,8 @@ func scrapeRelayMetrics(t *testing.T) map[string]bool {
 		if err != nil {
 			t.Fatal(err)
 		}
-		store := &leaseStealer{Backend: memory.New(memory.Options{Partitions: 2})}
+		stealer := &leaseStealer{Backend: memory.New(memory.Options{Partitions: 2})}
+		store := upkeepStore{stealer}
 		var mu sync.Mutex
 		down := true // the broker fails every message until cleared
 		sink := outbox.SinkFunc(func(ctx context.Context, e outbox.Entry) error {
@@ -188,6 +220,8 @@ func scrapeRelayMetrics(t *testing.T) map[string]bool {
 			MeterProvider: mp, Logger: slog.New(slog.DiscardHandler),
 			LeaseTTL: 3 * time.Second, StatsInterval: time.Second,
 			BreakerThreshold: 1, BreakerCooldown: time.Second,
+			ArchiveRetention: time.Hour, ParkedRetention: time.Hour,
+			RetentionInterval: time.Second, HealthInterval: time.Second,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -225,9 +259,9 @@ func scrapeRelayMetrics(t *testing.T) map[string]bool {
 		waitFor("the retry published", func(s outbox.RelayStats) bool { return s.Published == 1 })
 		appendEntries(outbox.Entry{ID: "poison", Topic: "t", Key: "p"})
 		waitFor("the poison entry parked", func(s outbox.RelayStats) bool { return s.Parked == 1 })
-		store.steal.Store(true)
+		stealer.steal.Store(true)
 		waitFor("a lease lost", func(s outbox.RelayStats) bool { return s.LeaseLosses > 0 })
-		store.steal.Store(false)
+		stealer.steal.Store(false)
 		waitFor("both partitions held again", func(s outbox.RelayStats) bool { return s.PartitionsHeld == 2 })
 		time.Sleep(2 * time.Second) // a stats sample after the last change
 

@@ -67,13 +67,14 @@ type RelayCmd struct {
 	Owner         string        `name:"owner" placeholder:"TOKEN" group:"Relay" help:"Lease owner token, unique among the relays of the outbox (default: host name, process ID and random bytes)."`
 	StatsInterval time.Duration `name:"stats-interval" default:"${stats_interval}" placeholder:"DURATION" group:"Relay" help:"How often the outbox gauges (pending, due, parked, lag) are sampled: one query per interval on Postgres and MySQL, one script per partition on Redis. Negative: no gauges. Default: ${default}."`
 	DrainTimeout  time.Duration `name:"drain-timeout" default:"30s" placeholder:"DURATION" group:"Relay" help:"On SIGTERM or SIGINT, how long to wait for the batches in flight before cancelling them; the process exits at most about 3s after it. A second signal cancels at once. Default: ${default}."`
-	MetricsAddr   string        `name:"metrics-addr" placeholder:"HOST:PORT" group:"Operations" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (default: no server)."`
-	UIAddr        string        `name:"ui-addr" placeholder:"HOST:PORT" group:"Dashboard" help:"Serve the dashboard (as outbox ui does) on this address, e.g. 127.0.0.1:8080; the same address as --metrics-addr serves it on that server, next to /metrics, /healthz and /readyz (default: no dashboard). A non-loopback address needs --ui-token or --ui-basic-auth."`
-	UIReadOnly    bool          `name:"ui-read-only" group:"Dashboard" help:"The dashboard refuses every action (requeue, cancel)."`
-	UIToken       string        `name:"ui-token" env:"OUTBOX_UI_TOKEN" placeholder:"TOKEN" group:"Dashboard" help:"Token (at least 16 characters) every dashboard request needs (Authorization: Bearer TOKEN, or ?token=TOKEN once in a browser). /metrics, /healthz and /readyz need none. Never printed."`
-	UIBasicAuth   string        `name:"ui-basic-auth" placeholder:"USER" group:"Dashboard" help:"Require HTTP basic authentication as USER on the dashboard, with the password in the OUTBOX_UI_PASSWORD environment variable."`
-	LogFormat     string        `name:"log-format" enum:"text,json" default:"text" group:"Operations" placeholder:"FORMAT" help:"Log format on standard error: text or json. Default: ${default}."`
-	LogLevel      string        `name:"log-level" enum:"debug,info,warn,error" default:"info" group:"Operations" placeholder:"LEVEL" help:"Least severe level logged: debug, info, warn or error. Default: ${default}."`
+	RetentionFlags
+	MetricsAddr string `name:"metrics-addr" placeholder:"HOST:PORT" group:"Operations" help:"Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9464 (default: no server)."`
+	UIAddr      string `name:"ui-addr" placeholder:"HOST:PORT" group:"Dashboard" help:"Serve the dashboard (as outbox ui does) on this address, e.g. 127.0.0.1:8080; the same address as --metrics-addr serves it on that server, next to /metrics, /healthz and /readyz (default: no dashboard). A non-loopback address needs --ui-token or --ui-basic-auth."`
+	UIReadOnly  bool   `name:"ui-read-only" group:"Dashboard" help:"The dashboard refuses every action (requeue, cancel)."`
+	UIToken     string `name:"ui-token" env:"OUTBOX_UI_TOKEN" placeholder:"TOKEN" group:"Dashboard" help:"Token (at least 16 characters) every dashboard request needs (Authorization: Bearer TOKEN, or ?token=TOKEN once in a browser). /metrics, /healthz and /readyz need none. Never printed."`
+	UIBasicAuth string `name:"ui-basic-auth" placeholder:"USER" group:"Dashboard" help:"Require HTTP basic authentication as USER on the dashboard, with the password in the OUTBOX_UI_PASSWORD environment variable."`
+	LogFormat   string `name:"log-format" enum:"text,json" default:"text" group:"Operations" placeholder:"FORMAT" help:"Log format on standard error: text or json. Default: ${default}."`
+	LogLevel    string `name:"log-level" enum:"debug,info,warn,error" default:"info" group:"Operations" placeholder:"LEVEL" help:"Least severe level logged: debug, info, warn or error. Default: ${default}."`
 }
 
 // Bounds of the steps around the relay, which the drain bound adds up.
@@ -142,7 +143,7 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	}
 
 	openCtx, cancelOpen := context.WithTimeout(startCtx, relayOpenTimeout)
-	opened, err := c.Open(openCtx, cli.OpenOptions{Notify: true})
+	opened, err := c.Open(openCtx, cli.OpenOptions{Notify: true, Archive: c.Archive})
 	cancelOpen()
 	if err != nil {
 		if startCtx.Err() != nil {
@@ -191,6 +192,7 @@ func (c *RelayCmd) Run(app *cli.App) error {
 	log.Info("outbox relay: running; SIGTERM or SIGINT drains and exits", append([]any{
 		"store", opened.Where, "outbox", opened.Outbox, "partitions", opened.Store.Partitions(),
 		"owner", relay.Owner(), "sink", c.sink, "poll_interval", c.PollInterval.String()}, append(sink.attrs, "drain_timeout", c.DrainTimeout.String())...)...)
+	c.logRetention(log, opened)
 	close(started)
 	sig := waitSignal(early, signals, app.Stop)
 	ready.setStopping()
@@ -269,6 +271,7 @@ func (c *RelayCmd) validate() error {
 	} else if c.UIReadOnly || c.UIBasicAuth != "" {
 		bad("--ui-read-only and --ui-basic-auth configure the dashboard, which only --ui-addr turns on")
 	}
+	errs = append(errs, c.retentionProblems()...)
 	if len(errs) > 0 {
 		return cli.UsageError("relay: %s", strings.Join(errs, "; "))
 	}
@@ -429,6 +432,14 @@ func (c *RelayCmd) relayOptions(log *slog.Logger, mp metric.MeterProvider) outbo
 		LeaseTTL:      c.LeaseTTL,
 		MaxPartitions: c.MaxPartitions,
 		StatsInterval: c.StatsInterval,
+
+		ArchiveRetention:  c.ArchiveRetention.Duration(),
+		ParkedRetention:   c.ParkedRetention.Duration(),
+		RetentionInterval: c.RetentionInterval,
+		RetentionBatch:    c.RetentionBatch,
+		RetentionPause:    c.RetentionPause,
+		HealthInterval:    c.HealthInterval,
+
 		Logger:        log,
 		MeterProvider: mp,
 		Version:       heartbeatVersion(c.version),
@@ -467,6 +478,13 @@ var optionFlags = map[string]string{
 	"RenewMargin":   "a third of --lease-ttl",
 	"MaxPartitions": "--max-partitions",
 	"StatsInterval": "--stats-interval",
+
+	"ArchiveRetention":  "--archive-retention",
+	"ParkedRetention":   "--parked-retention",
+	"RetentionInterval": "--retention-interval",
+	"RetentionBatch":    "--retention-batch",
+	"RetentionPause":    "--retention-pause",
+	"HealthInterval":    "--health-interval",
 }
 
 // optionsError is err of outbox.RelayOptions.Validate or NewRelay as the
