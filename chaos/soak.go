@@ -75,7 +75,7 @@ func defaultSoakConfig(short bool) soakConfig {
 		restartAt:    5 * time.Minute,
 		killEvery:    10 * time.Minute,
 		killAt:       7*time.Minute + 30*time.Second,
-		warmup:       time.Minute,
+		warmup:       2 * time.Minute,
 		retention:    10 * time.Minute,
 		retInterval:  time.Minute,
 		controls:     true,
@@ -89,9 +89,11 @@ func defaultSoakConfig(short bool) soakConfig {
 		c.duration = 3 * time.Minute
 		c.rate = 100
 		c.window = time.Minute
-		c.restartEvery, c.restartAt = time.Hour, 70*time.Second // once
-		c.killEvery, c.killAt = time.Hour, 130*time.Second      // once
-		c.warmup = 20 * time.Second
+		// Once each: the restart early enough that the new relay is
+		// past its warm-up when the fitted half begins.
+		c.restartEvery, c.restartAt = time.Hour, 40*time.Second
+		c.killEvery, c.killAt = time.Hour, 130*time.Second
+		c.warmup = 45 * time.Second
 		c.retention = time.Minute
 		c.retInterval = 10 * time.Second
 		// A 90-second fit sees several vacuums only if autovacuum looks

@@ -9,9 +9,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -66,11 +66,11 @@ func (r *soakRun) latencies() *soak.Latencies {
 	return r.lat
 }
 
-// takeSample reads everything a sample holds. Values it cannot read are
-// left out of the sample (and logged).
+// takeSample reads everything a sample holds: the relays, the backlog
+// and the store at once, each with its own time limit (a loaded machine
+// makes `outbox status` slow; it must not cost the store's figures).
+// Values it cannot read are left out of the sample (and logged).
 func (r *soakRun) takeSample(ctx context.Context, start time.Time) soak.Sample {
-	ctx, cancel := context.WithTimeout(ctx, 8*time.Second)
-	defer cancel()
 	now := time.Now()
 	s := soak.Sample{At: now, T: now.Sub(start).Seconds()}
 	if lat := r.latencies(); lat != nil {
@@ -81,22 +81,48 @@ func (r *soakRun) takeSample(ctx context.Context, start time.Time) soak.Sample {
 			s.Set("published", float64(st.N))
 		}
 	}
-	r.sampleRelays(ctx, &s)
-	if r.spec.control != controlLeak {
-		if st, err := r.status(ctx); err == nil {
-			s.Set(soak.SeriesBacklog, float64(st.Total.Pending))
-		} else {
-			r.logf("sample: %v", err)
-		}
+	limit := r.cfg.sample - time.Second
+	probes := []func(ctx context.Context, s *soak.Sample){
+		r.sampleRelays,
+		func(ctx context.Context, s *soak.Sample) {
+			if r.spec.control == controlLeak {
+				return
+			}
+			if st, err := r.status(ctx); err == nil {
+				s.Set(soak.SeriesBacklog, float64(st.Total.Pending))
+			} else {
+				r.logf("sample: %v", err)
+			}
+		},
+		func(ctx context.Context, s *soak.Sample) {
+			var err error
+			if r.spec.backend == backendNamePostgres {
+				err = r.samplePostgres(ctx, s)
+			} else {
+				err = r.sampleRedis(ctx, s)
+			}
+			if err != nil {
+				r.logf("sample: %s: %v", r.spec.backend, err)
+			}
+		},
 	}
-	switch r.spec.backend {
-	case backendNamePostgres:
-		if err := r.samplePostgres(ctx, &s); err != nil {
-			r.logf("sample: postgres: %v", err)
-		}
-	case backendNameRedis:
-		if err := r.sampleRedis(ctx, &s); err != nil {
-			r.logf("sample: redis: %v", err)
+	parts := make([]soak.Sample, len(probes))
+	var wg sync.WaitGroup
+	for i, probe := range probes {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, limit)
+			defer cancel()
+			probe(pctx, &parts[i])
+		})
+	}
+	wg.Wait()
+	for _, p := range parts {
+		for k, v := range p.Values {
+			if g, ok := p.Gens[k]; ok {
+				s.SetGen(k, v, g)
+			} else {
+				s.Set(k, v)
+			}
 		}
 	}
 	return s
@@ -223,11 +249,7 @@ func parseMetrics(body io.Reader) (map[string]float64, error) {
 // samplePostgres reads the outbox table's and the archive's size with
 // indexes, dead tuples and vacuums, and the archive's row count.
 func (r *soakRun) samplePostgres(ctx context.Context, s *soak.Sample) error {
-	c, err := pgx.Connect(ctx, r.storeURL)
-	if err != nil {
-		return err
-	}
-	defer c.Close(context.WithoutCancel(ctx))
+	c := r.pool
 	rows, err := c.Query(ctx, `
 		SELECT relname, pg_total_relation_size(relid), n_dead_tup, autovacuum_count + vacuum_count
 		FROM pg_stat_user_tables
@@ -259,9 +281,7 @@ func (r *soakRun) samplePostgres(ctx context.Context, s *soak.Sample) error {
 
 // sampleRedis reads used_memory and mem_fragmentation_ratio.
 func (r *soakRun) sampleRedis(ctx context.Context, s *soak.Sample) error {
-	c := redis.NewClient(&redis.Options{Addr: r.rds.Addr()})
-	defer c.Close()
-	info, err := c.Info(ctx, "memory").Result()
+	info, err := r.rc.Info(ctx, "memory").Result()
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ flags: `+"`%s`"+`.
    | relay RSS, each relay | %.0f%% | %s | a Go process's heap breathes with GC by a few MiB; a leak of 16 MiB an hour per relay is one we want to see |
    | relay goroutines | %.0f%% | %.0f | a few goroutines come and go with connections and leases; a leak of one per batch is thousands |
    | table size with indexes (outbox, archive) | %.0f%% | %s | a queue table's size moves with its free space map; bloat shows as steady growth |
-   | dead tuples (outbox, archive) | %.0f%% | %.0f rows | autovacuum runs in a sawtooth; with it off they grow by the delete rate |
+   | dead tuples (outbox, archive) | %.0f%% | %.0f rows, and with autovacuum on 3x the rate received x autovacuum_naptime | autovacuum runs in a sawtooth as high as the rows deleted between two looks of the launcher; with it off they grow by the delete rate, the rate x the run's duration |
    | Redis used_memory | %.0f%% | %s | allocator noise; an unbounded key shows as steady growth |
    | backlog | %.0f%% | %.0f entries | the backlog at a steady rate is a few batches; a relay falling behind grows it without bound |
 

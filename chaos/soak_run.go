@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxrelay/outbox/chaos/history"
 	"github.com/outboxrelay/outbox/chaos/internal/broker"
@@ -127,6 +129,8 @@ type soakRun struct {
 	storeURL string
 	pg       *servers.Postgres
 	rds      *servers.Redis
+	pool     *pgxpool.Pool // the samples' connections to pg
+	rc       *redis.Client // the samples' client of rds
 	broker   *broker.Broker
 	faults   *history.Writer
 	cleanup  []func()
@@ -176,6 +180,16 @@ func (r *soakRun) setup(ctx context.Context) error {
 		if err := r.configurePostgres(ctx); err != nil {
 			return err
 		}
+		pc, err := pgxpool.ParseConfig(r.storeURL)
+		if err != nil {
+			return err
+		}
+		pc.MaxConns = 2
+		pc.ConnConfig.RuntimeParams["application_name"] = "soak-sampler"
+		if r.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+			return err
+		}
+		r.cleanup = append(r.cleanup, r.pool.Close)
 	case backendNameRedis:
 		rds, err := servers.StartRedis(ctx, sdir, servers.RedisOptions{})
 		if err != nil {
@@ -184,6 +198,8 @@ func (r *soakRun) setup(ctx context.Context) error {
 		r.rds = rds
 		r.cleanup = append(r.cleanup, func() { _ = rds.Close() })
 		r.storeURL = rds.URL()
+		r.rc = redis.NewClient(&redis.Options{Addr: rds.Addr()})
+		r.cleanup = append(r.cleanup, func() { _ = r.rc.Close() })
 	}
 	if out, err := r.outbox(ctx, "migrate", "up", "--store", r.storeURL, "--partitions", strconv.Itoa(r.cfg.partitions)); err != nil {
 		return fmt.Errorf("outbox migrate up: %v\n%s", err, out)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ type soakResult struct {
 	measured float64 // the calibration's sustainable rate, 0 without one
 	achieved float64 // entries/s the consumer received during the load
 	samples  []soak.Sample
+	bounds   soak.Bounds
 	trends   []soak.TrendResult
 	latency  soak.LatencyResult
 	history  *history.Report
@@ -275,7 +277,8 @@ func (r *soakRun) loggedWarning(code string) bool {
 // verdict runs the checks on a finished run.
 func (r *soakRun) verdict(res *soakResult) {
 	cfg := r.cfg
-	res.trends = soak.CheckTrends(res.samples, r.spec.duration, cfg.warmup, cfg.bounds)
+	res.bounds = r.bounds(res)
+	res.trends = soak.CheckTrends(res.samples, r.spec.duration, cfg.warmup, res.bounds)
 	switch r.spec.control {
 	case controlLeak:
 		if !soak.FlaggedAny(res.trends, soak.SeriesRSS+":relay-0") {
@@ -304,6 +307,26 @@ func (r *soakRun) verdict(res *soakResult) {
 		res.failures = append(res.failures, fmt.Sprintf("history: %d lost, %d order violations, %d never appended (see %s)",
 			len(h.Lost), len(h.OrderViolations), len(h.Unexpected), r.dir))
 	}
+}
+
+// bounds are cfg.bounds with the dead tuples' floor raised, where
+// autovacuum runs, to the height of its sawtooth: three times the rate
+// received times autovacuum_naptime (the default 1 min when the run
+// keeps the server's), the rows a table may delete between two looks of
+// the launcher and the vacuum that follows.
+func (r *soakRun) bounds(res *soakResult) soak.Bounds {
+	b := maps.Clone(r.cfg.bounds)
+	if r.spec.backend != backendNamePostgres || r.spec.control == controlAutovacuum {
+		return b
+	}
+	nap := r.cfg.naptime
+	if nap == 0 {
+		nap = time.Minute
+	}
+	d := b[soak.SeriesDeadTuples]
+	d.Abs = max(d.Abs, 3*res.achieved*nap.Seconds())
+	b[soak.SeriesDeadTuples] = d
+	return b
 }
 
 func trendOf(rs []soak.TrendResult, series string) string {

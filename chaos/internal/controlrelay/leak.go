@@ -30,7 +30,10 @@ func (l *leaker) run(ctx context.Context, rate int64, tick time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			owed += float64(rate) * now.Sub(last).Seconds()
+			// A late tick catches up by one tick's worth at most, so a
+			// stalled machine gets no burst.
+			perTick := float64(rate) * tick.Seconds()
+			owed = min(owed+float64(rate)*now.Sub(last).Seconds(), 2*perTick)
 			last = now
 			if n := int64(owed); n > 0 {
 				l.grow(n)
