@@ -91,9 +91,9 @@ func defaultSoakConfig(short bool) soakConfig {
 		c.window = time.Minute
 		// Once each: the restart early enough that the new relay is
 		// past its warm-up when the fitted half begins.
-		c.restartEvery, c.restartAt = time.Hour, 40*time.Second
+		c.restartEvery, c.restartAt = time.Hour, 20*time.Second
 		c.killEvery, c.killAt = time.Hour, 130*time.Second
-		c.warmup = 45 * time.Second
+		c.warmup = 65 * time.Second
 		c.retention = time.Minute
 		c.retInterval = 10 * time.Second
 		// A 90-second fit sees several vacuums only if autovacuum looks

@@ -85,6 +85,8 @@ func (r *soakRun) takeSample(ctx context.Context, start time.Time) soak.Sample {
 	probes := []func(ctx context.Context, s *soak.Sample){
 		r.sampleRelays,
 		func(ctx context.Context, s *soak.Sample) {
+			// The relays' gauge is the backlog; `outbox status` is the
+			// fallback for relays without one (the leak control's).
 			if r.spec.control == controlLeak {
 				return
 			}
@@ -116,8 +118,11 @@ func (r *soakRun) takeSample(ctx context.Context, start time.Time) soak.Sample {
 		})
 	}
 	wg.Wait()
-	for _, p := range parts {
+	for i, p := range parts {
 		for k, v := range p.Values {
+			if _, have := s.Values[k]; have && i > 0 && k == soak.SeriesBacklog {
+				continue // the relays' gauge came first
+			}
 			if g, ok := p.Gens[k]; ok {
 				s.SetGen(k, v, g)
 			} else {
@@ -156,6 +161,13 @@ func (r *soakRun) sampleRelays(ctx context.Context, s *soak.Sample) {
 		}
 		if g, ok := m["go_goroutines"]; ok {
 			s.SetGen(soak.SeriesGoroutines+":"+rp.name, g, rp.gen)
+		}
+		// The outbox's pending gauge, the whole outbox's (each relay
+		// samples it): the backlog, the largest any relay reports.
+		if p, ok := m["outbox_pending"]; ok {
+			if cur, seen := s.Values[soak.SeriesBacklog]; !seen || p > cur {
+				s.Set(soak.SeriesBacklog, p)
+			}
 		}
 		if v, ok := m["outbox_retention_removed_total:archived"]; ok {
 			r.mu.Lock()
@@ -235,6 +247,8 @@ func parseMetrics(body io.Reader) (map[string]float64, error) {
 		switch {
 		case name == "go_goroutines":
 			out[name] = v
+		case name == "outbox_pending" || strings.HasPrefix(name, "outbox_pending{"):
+			out["outbox_pending"] += v
 		case strings.HasPrefix(name, "outbox_retention_removed_total{"):
 			kind := "all"
 			if _, rest, ok := strings.Cut(name, `kind="`); ok {

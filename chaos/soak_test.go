@@ -15,12 +15,13 @@ go_threads 9
 outbox_retention_removed_total{kind="archived",otel_scope_name="x"} 1500
 outbox_retention_removed_total{kind="parked"} 3
 outbox_retention_removed_total{kind="archived",partition="1"} 500
+outbox_pending 17
 `
 	m, err := parseMetrics(strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m["go_goroutines"] != 42 || m["outbox_retention_removed_total:archived"] != 2000 || m["outbox_retention_removed_total:parked"] != 3 {
+	if m["go_goroutines"] != 42 || m["outbox_retention_removed_total:archived"] != 2000 || m["outbox_retention_removed_total:parked"] != 3 || m["outbox_pending"] != 17 {
 		t.Errorf("parseMetrics = %v", m)
 	}
 	if _, ok := m["go_threads"]; ok {
@@ -93,5 +94,22 @@ func TestRelayFeatString(t *testing.T) {
 	}
 	if s := (relayFeat{archive: true, retention: true}).String(); !strings.Contains(s, "--archive --archive-retention") || !strings.Contains(s, "not: --retention-interval --health-interval") {
 		t.Errorf("%q", s)
+	}
+}
+
+func TestWarnsWithMatchesTheCodeAttributeOnly(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		line string
+		want bool
+	}{
+		{`{"level":"WARN","msg":"outbox: store health","code":"autovacuum-off","object":"server"}`, true},
+		{`{"level":"INFO","msg":"outbox: store health cleared","code":"autovacuum-off"}`, false},
+		{`{"level":"WARN","msg":"x","store":"postgres://h/db?application_name=soak-control-autovacuum-off-1-relay-0"}`, false},
+		{`not json autovacuum-off`, false},
+	} {
+		if got := warnsWith(c.line, "autovacuum-off"); got != c.want {
+			t.Errorf("warnsWith(%s) = %v, want %v", c.line, got, c.want)
+		}
 	}
 }

@@ -261,13 +261,37 @@ func (r *soakRun) load(ctx context.Context, res *soakResult) error {
 	return nil
 }
 
-// loggedWarning reports whether a relay's log holds code (a health
-// warning's code, as the relay logs it).
+// loggedWarning reports whether a relay logged a WARN line (JSON) with an
+// attribute whose value is code: a health warning's code, as the relay
+// logs it (a substring would also match the run's own name in a URL).
 func (r *soakRun) loggedWarning(code string) bool {
 	files, _ := filepath.Glob(filepath.Join(r.dir, "relay-*.log"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
-		if err == nil && strings.Contains(string(b), code) {
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if warnsWith(line, code) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// warnsWith reports whether line is a JSON log line at WARN with an
+// attribute whose value is code.
+func warnsWith(line, code string) bool {
+	if !strings.Contains(line, code) {
+		return false
+	}
+	var m map[string]any
+	if json.Unmarshal([]byte(line), &m) != nil || m["level"] != "WARN" {
+		return false
+	}
+	for _, v := range m {
+		if v == code {
 			return true
 		}
 	}
