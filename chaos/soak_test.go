@@ -49,6 +49,9 @@ func TestSoakFlags(t *testing.T) {
 	if c.duration != 4*time.Minute || c.rate != 0 || c.out != "/tmp/x" || len(c.backends) != 1 || c.backends[0] != "redis" || c.window > c.duration/3+time.Minute {
 		t.Errorf("-duration 4m -backend redis: %+v", c)
 	}
+	if c.restartAt+c.warmup > c.duration/2 || c.killAt > c.duration || c.restartAt+c.restartEvery > c.duration {
+		t.Errorf("-duration 4m: faults at %v (+%v, warm-up %v) and %v: not all within the run", c.restartAt, c.restartEvery, c.warmup, c.killAt)
+	}
 	c, err = parseSoakFlags(nil)
 	if err != nil || c.out != "docs" || c.duration != time.Hour || c.window != 10*time.Minute {
 		t.Errorf("default: %+v, %v", c, err)
