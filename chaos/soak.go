@@ -131,9 +131,18 @@ func parseSoakFlags(args []string) (soakConfig, error) {
 	}
 	if *duration > 0 {
 		c.duration = *duration
-		// Shorter than a latency window: windows of a sixth of the run.
+		// Shorter than three latency windows: windows of a third of
+		// the run.
 		if c.duration < 3*c.window {
 			c.window = max(time.Minute, (c.duration / 3).Round(time.Minute))
+		}
+		// A full run shorter than the fault schedule: two restarts and
+		// a kill within it, the first restart past its warm-up before
+		// the fitted half.
+		if !c.short && c.duration < 15*time.Minute {
+			c.restartAt, c.restartEvery = c.duration/8, c.duration/2
+			c.killAt, c.killEvery = 2*c.duration/3, c.duration
+			c.warmup = min(c.warmup, c.duration/3)
 		}
 	}
 	if *backend != "" {
