@@ -29,6 +29,11 @@
 // with package internal/brokerproc (nats-server and rabbitmq-server from
 // the Debian packages of those names: ./scripts/services.sh install).
 //
+// `chaos soak` (./scripts/soak.sh) is the soak run instead: hours of
+// steady load with relay restarts and connection kills, a sample of every
+// resource every 10 seconds, a trend check, a latency-window check and the
+// history check, and its negative controls (see docs/soak.md).
+//
 // The exit status is 1 when a scenario inside the guarantees lost an
 // entry, broke a key's order or delivered an entry never committed, when a
 // negative control passed, or when a scenario could not run.
@@ -56,6 +61,8 @@ func main() {
 		err = appender.Main(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "control-relay":
 		err = controlrelay.Main(ctx, os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "soak":
+		err = runSoak(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "inbox-consumer":
 		err = inboxconsumer.Main(ctx, os.Args[2:])
 	default:

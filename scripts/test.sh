@@ -4,7 +4,9 @@
 # nothing worth keeping), then every package's tests under -race, then the
 # chaos harness's short run (relays, servers and the broker killed and
 # faulted as processes, histories checked: scripts/chaos.sh -short, about 3
-# minutes).
+# minutes), then the soak's short run (scripts/soak.sh -short, about 4
+# minutes: 3 minutes of load on Postgres and Redis with their negative
+# controls, trends, latency windows and histories checked).
 #
 # Services: tests use PostgreSQL (OUTBOX_POSTGRES_URL, default
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), Redis
@@ -117,6 +119,9 @@ main() {
 
 	echo "== chaos -short (every chaos scenario briefly; the full run is ./scripts/chaos.sh, see docs/reliability.md)"
 	./scripts/chaos.sh -short
+
+	echo "== soak -short (3 minutes of load, Postgres and Redis, with the leak and autovacuum-off controls; the full run is ./scripts/soak.sh, see docs/soak.md)"
+	./scripts/soak.sh -short
 }
 
 # Standard output and standard error each through redact, kept apart.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,7 @@ type config struct {
 	payloadBytes int
 	timeout      time.Duration
 	keySequence  bool
+	stampHeader  string
 }
 
 // Main runs the appender with the command-line arguments args (without
@@ -71,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.history, "history", "", "history file to write (must not exist or be empty)")
 	fs.IntVar(&c.payloadBytes, "payload-bytes", 64, "payload size in bytes")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "limit of one transaction's Begin+append, and of its commit")
+	fs.StringVar(&c.stampHeader, "stamp-header", "", "put the time of each append attempt, just before the store is asked, in this header (Unix nanoseconds, decimal): what the soak run measures commit-to-publish latency from; empty: no header")
 	fs.BoolVar(&c.keySequence, "key-sequence", false, "number each key's entries in the outbox (the backend's Options.KeySequence: header outbox-key-seq, 1, 2, 3, ... in commit order, the appender's own numbers)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -264,6 +267,9 @@ func (a *appender) confirm(ctx context.Context, e outbox.Entry, seq int64) error
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			a.stats.retries.Add(1)
+		}
+		if a.cfg.stampHeader != "" {
+			e.Headers = map[string]string{a.cfg.stampHeader: strconv.FormatInt(time.Now().UnixNano(), 10)}
 		}
 		err := a.store.appendOne(ctx, e, intent)
 		if err == nil {

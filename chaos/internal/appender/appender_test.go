@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -826,4 +827,36 @@ func TestMySQLSurvivesKilledConnections(t *testing.T) {
 	checkNoStrays(t, inStore, r)
 	t.Logf("killed %d sessions; appended %d, unknown %d (%d at exit), retries %d; appends at each kill %v",
 		killed, st.appended.Load(), st.unknown.Load(), st.unresolved.Load(), st.retries.Load(), progress)
+}
+
+// -stamp-header puts each attempt's time in the header, just before the
+// store is asked: the soak measures commit-to-publish latency from it.
+func TestStampHeaderCarriesTheAppendTime(t *testing.T) {
+	t.Parallel()
+	c := redisClient(t)
+	prefix, b := redisOutbox(t, c, 2)
+	file := filepath.Join(t.TempDir(), "appender.jsonl")
+	before := time.Now()
+	runFor(t, []string{
+		"-store", testenv.RedisURL(), "-prefix", prefix, "-name", "st" + randHex(), "-keys", "4",
+		"-topic", "chaos", "-rate", "200", "-history", file, "-stamp-header", "soak-stamp",
+	}, 500*time.Millisecond, nil)
+	after := time.Now()
+	r := readHistory(t, file)
+	if len(r.appended) == 0 {
+		t.Fatal("nothing appended")
+	}
+	for _, e := range r.appended {
+		info, err := b.Lookup(context.Background(), e.ID)
+		if err != nil {
+			t.Fatalf("Lookup %s: %v", e.ID, err)
+		}
+		ns, err := strconv.ParseInt(info.Headers["soak-stamp"], 10, 64)
+		if err != nil {
+			t.Fatalf("entry %s: header soak-stamp %q: %v", e.ID, info.Headers["soak-stamp"], err)
+		}
+		if at := time.Unix(0, ns); at.Before(before) || at.After(e.At) || at.After(after) {
+			t.Errorf("entry %s stamped %v, not between the start %v and its commit %v", e.ID, at, before, e.At)
+		}
+	}
 }

@@ -28,6 +28,7 @@ import (
 const (
 	modeLossy     = "lossy"
 	modeUnordered = "unordered"
+	modeLeak      = "leak"
 )
 
 // openTimeout bounds connecting to the store and opening the outbox, as
@@ -53,6 +54,7 @@ type config struct {
 	pollInterval   time.Duration
 	gather         time.Duration
 	seed           uint64
+	leakRate       int64 // leak: bytes per second held for good
 }
 
 // Main runs the control relay with the command-line arguments args
@@ -89,7 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.table, "table", "", "PostgreSQL table of the outbox (default "+pgoutbox.DefaultTable+")")
 	fs.StringVar(&c.prefix, "prefix", "", "Redis key prefix of the outbox (default "+redisoutbox.DefaultPrefix+")")
 	fs.StringVar(&brokers, "kafka-brokers", "", "Kafka seed brokers, comma-separated host:port")
-	fs.StringVar(&c.mode, "mode", "", "how the relay is broken: unordered (each Publish call shuffled) or lossy (-drop of the records dropped, reported published)")
+	fs.StringVar(&c.mode, "mode", "", "how the relay is broken: unordered (each Publish call shuffled), lossy (-drop of the records dropped, reported published) or leak (an honest relay whose process keeps -leak-rate bytes a second more memory)")
 	fs.Float64Var(&c.drop, "drop", 0.001, "lossy: probability that a record is dropped, in [0, 1]")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "partition lease duration (relay --lease-ttl)")
 	fs.DurationVar(&c.publishTimeout, "kafka-publish-timeout", time.Second, "bound on one publish round (relay --kafka-publish-timeout)")
@@ -97,6 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.pollInterval, "poll-interval", 250*time.Millisecond, "how often an idle partition looks for due entries (relay --poll-interval)")
 	fs.DurationVar(&c.gather, "gather", 2*time.Second, "unordered: fetch each partition at most this often (unless its last batch was full), so that a batch gathers several entries of a key; 0: as often as the relay asks")
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the random drops and shuffles; 0 picks one (logged)")
+	fs.Int64Var(&c.leakRate, "leak-rate", 256<<10, "leak: bytes per second the relay process allocates, touches and keeps until it exits")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -114,11 +117,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	switch c.mode {
-	case modeLossy, modeUnordered:
+	case modeLossy, modeUnordered, modeLeak:
 	case "":
-		bad("-mode is required: unordered or lossy")
+		bad("-mode is required: unordered, lossy or leak")
 	default:
-		bad("-mode %q is unknown: use unordered or lossy", c.mode)
+		bad("-mode %q is unknown: use unordered, lossy or leak", c.mode)
+	}
+	if c.leakRate <= 0 {
+		bad("-leak-rate must be positive (it is %d)", c.leakRate)
 	}
 	if c.store == "" {
 		bad("-store is required (postgres://... or redis://...)")
@@ -218,6 +224,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) (result, error) {
 	case modeUnordered:
 		shuffle = newShuffleSink(sink, rng)
 		wrapped = shuffle
+	case modeLeak:
+		wrapped = sink
+		lk := &leaker{}
+		leakCtx, stopLeak := context.WithCancel(ctx)
+		defer stopLeak()
+		go lk.run(leakCtx, cfg.leakRate, leakTick)
+		defer func() {
+			log.Info("controlrelay: leak: memory held at exit", "bytes", lk.held())
+		}()
 	}
 
 	relay, err := outbox.NewRelay(store, wrapped, relayOptions(cfg, log))

@@ -41,6 +41,12 @@
 // relay's other calls, and its notifications and fleet membership, go to
 // the store as they are.
 //
+// -mode leak: the relay is honest (the Kafka sink unwrapped), but the
+// process allocates -leak-rate bytes a second (default 256 KiB), writes
+// every page of them and keeps them until it exits: a growing slice that
+// the soak run's trend check (`chaos soak`) must flag in the relay's RSS.
+// The bytes held are logged at exit.
+//
 // Both wrappers pass the Kafka sink's landing bound on
 // ([outbox.LandingBounder]), so the relay keeps its lease boundary as
 // `outbox relay` does; the lossy one passes the sink's KeepsKeyOrder on.
@@ -49,6 +55,7 @@
 //
 // -store (postgres://... or redis://...), -schema and -table (Postgres),
 // -prefix (Redis), -kafka-brokers host:port,..., -mode, -drop, -gather,
+// -leak-rate,
 // -seed (the wrappers' random choices; 0 picks one, logged), and the
 // relay settings the harness gives `outbox relay`: -lease-ttl (10s),
 // -kafka-publish-timeout (1s), -batch (50; also the most messages per
