@@ -151,7 +151,7 @@ var _ conformance.Corrupter = keySeqHarness{}
 func TestConformanceKeySequence(t *testing.T) {
 	t.Parallel()
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[*sql.Tx] {
-		o := mysqloutbox.Options{KeySequence: true, Partitions: cfg.Partitions}
+		o := mysqloutbox.Options{KeySequence: true, Partitions: cfg.Partitions, Archive: cfg.Archive}
 		b, db := newBackend(t, o)
 		o.Partitions = b.Partitions()
 		return keySeqHarness{b: b, db: db, opts: o}

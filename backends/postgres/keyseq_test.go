@@ -494,7 +494,7 @@ func (h keySeqHarness) Reopen(ctx context.Context, partitions int) (outbox.Store
 func TestConformanceKeySequence(t *testing.T) {
 	t.Parallel()
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {
-		o := pgoutbox.Options{KeySequence: true, Partitions: cfg.Partitions}
+		o := pgoutbox.Options{KeySequence: true, Partitions: cfg.Partitions, Archive: cfg.Archive}
 		b, p := newBackend(t, extended, o)
 		o.Schema = b.Options().Schema
 		return keySeqHarness{harness{b: b, pool: p, opts: o}}
@@ -513,7 +513,7 @@ func TestConformanceKeySequencePgBouncer(t *testing.T) {
 	listen := direct.Config().ConnConfig.Copy()
 	conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {
 		ctx := testCtx(t, 20*time.Second)
-		o := pgoutbox.Options{Schema: freshSchema(t, direct), Partitions: cfg.Partitions, ListenConfig: listen, KeySequence: true}
+		o := pgoutbox.Options{Schema: freshSchema(t, direct), Partitions: cfg.Partitions, ListenConfig: listen, KeySequence: true, Archive: cfg.Archive}
 		mo := o
 		mo.Partitions = max(cfg.Partitions, 1)
 		if err := pgoutbox.Migrate(ctx, direct, mo); err != nil {

@@ -129,7 +129,7 @@ func TestConformancePgBouncer(t *testing.T) {
 			conformance.Run(t, func(t *testing.T, cfg conformance.Config) conformance.Harness[pgx.Tx] {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				o := pgoutbox.Options{Schema: freshSchema(t, direct), Partitions: cfg.Partitions, ListenConfig: listen}
+				o := pgoutbox.Options{Schema: freshSchema(t, direct), Partitions: cfg.Partitions, ListenConfig: listen, Archive: cfg.Archive}
 				mo := o
 				mo.Partitions = max(cfg.Partitions, 1)
 				if err := pgoutbox.Migrate(ctx, direct, mo); err != nil {

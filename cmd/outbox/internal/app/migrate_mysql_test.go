@@ -76,7 +76,7 @@ func mysqlMigrateDown(t *testing.T, db *sql.DB, flags []string, latest int) {
 	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()").Scan(&tables); err != nil || (latest == 1 && tables != 0) {
 		t.Fatalf("%d tables left after migrate down to 0 (%v)", tables, err)
 	}
-	if s := migrateStatusOf(t, flags); s.Exists || *s.Version != latest-1 {
+	if s := migrateStatusOf(t, flags); s.Exists != (latest > 1) || *s.Version != latest-1 {
 		t.Fatalf("after down: %+v", s)
 	}
 	if latest == 1 {

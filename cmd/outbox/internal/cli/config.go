@@ -32,8 +32,8 @@ What one run selects or confirms cannot be put in the file: the IDs, the
 filters (--state, --topic, --key, --error, --since, --until), --all, --yes,
 --dry-run, --partitions (given to 'outbox migrate up' when the outbox is
 created), --partition (of pause and resume), --before, --after, --limit,
---full-error, --output and --to, migrate's --inbox and --inbox-table, and
-the demo's own flags; and the two outboxes of a move and its mode (--from,
+--full-error, --output and --to, migrate's --inbox, --inbox-table and
+--archive-partitioned, and the demo's own flags; and the two outboxes of a move and its mode (--from,
 --from-schema, --from-table, --from-prefix, --to-schema, --to-table,
 --to-prefix, --prepare, --verify, --release, --unseal; OUTBOX_MOVE_FROM and
 OUTBOX_MOVE_TO still work).
