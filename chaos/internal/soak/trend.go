@@ -86,12 +86,12 @@ func (r TrendResult) String() string {
 	if !r.Fitted {
 		return fmt.Sprintf("%s: too few samples to fit (%d)", r.Series, r.Points)
 	}
-	verdict := "flat enough"
+	verdict, cmp := "flat enough", "<="
 	if r.Flagged {
-		verdict = "GROWS"
+		verdict, cmp = "GROWS", ">"
 	}
-	return fmt.Sprintf("%s: %s: slope %s/h, growth over the run %s > limit %s (mean %s, %d samples)",
-		r.Series, verdict, Human(r.Series, r.SlopePerHour), Human(r.Series, r.Growth), Human(r.Series, r.Limit), Human(r.Series, r.Mean), r.Points)
+	return fmt.Sprintf("%s: %s: slope %s/h, growth over the run %s %s limit %s (mean %s, %d samples)",
+		r.Series, verdict, Human(r.Series, r.SlopePerHour), Human(r.Series, r.Growth), cmp, Human(r.Series, r.Limit), Human(r.Series, r.Mean), r.Points)
 }
 
 // CheckTrend fits the points of series name that lie in the last half of
