@@ -90,10 +90,18 @@ func TestHealthFigures(t *testing.T) {
 	require.Zero(t, h.Tables[0].Vacuums, "nothing vacuumed the new table yet")
 	require.True(t, h.Tables[0].LastVacuum.IsZero())
 
-	_, err = p.Exec(ctx, "VACUUM "+outboxTable)
-	require.NoError(t, err)
-	h = waitHealth(t, b, "the vacuum to show", func(h outbox.Health) bool { return h.Tables[0].Vacuums >= 1 })
-	require.Less(t, h.Tables[0].DeadRows, int64(n), "vacuum removed the dead rows")
+	// A vacuum removes the dead rows only once no snapshot older than
+	// the DELETE is left on the server, and tests running next to this one
+	// (TestHealthXminHorizonHeld, for one) hold such snapshots for a
+	// moment: vacuum again until the rows are gone, as autovacuum would.
+	h = waitHealth(t, b, "a vacuum to remove the dead rows", func(h outbox.Health) bool {
+		if h.Tables[0].Vacuums >= 1 && h.Tables[0].DeadRows < n {
+			return true
+		}
+		_, err := p.Exec(ctx, "VACUUM "+outboxTable)
+		require.NoError(t, err)
+		return false
+	})
 	require.WithinDuration(t, time.Now(), h.Tables[0].LastVacuum, 10*time.Minute, "LastVacuum is the vacuum just run (clocks of one machine)")
 	require.Equal(t, int64(0), h.Tables[1].DeadRows, "the archive was not touched")
 }
