@@ -32,7 +32,7 @@
 // `chaos soak` (./scripts/soak.sh) is the soak run instead: hours of
 // steady load with relay restarts and connection kills, a sample of every
 // resource every 10 seconds, a trend check, a latency-window check and the
-// history check, and its negative controls (see docs/soak.md).
+// history check, and its negative controls (the full run writes docs/soak.md).
 //
 // The exit status is 1 when a scenario inside the guarantees lost an
 // entry, broke a key's order or delivered an entry never committed, when a

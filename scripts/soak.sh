@@ -11,7 +11,7 @@
 # by retention. It fails when a resource trends upward over the last half
 # of the run, when a latency window's p99 is over twice the first's, when
 # an entry is lost or out of order, or when a negative control (a leaking
-# relay; a PostgreSQL with autovacuum off) is not caught. See docs/soak.md.
+# relay; a PostgreSQL with autovacuum off) is not caught. The full run writes docs/soak.md, which states the bounds.
 #
 #   ./scripts/soak.sh -short      3 minutes, the backends and controls at
 #                                 once, a fixed rate (part of the test

@@ -120,7 +120,7 @@ main() {
 	echo "== chaos -short (every chaos scenario briefly; the full run is ./scripts/chaos.sh, see docs/reliability.md)"
 	./scripts/chaos.sh -short
 
-	echo "== soak -short (3 minutes of load, Postgres and Redis, with the leak and autovacuum-off controls; the full run is ./scripts/soak.sh, see docs/soak.md)"
+	echo "== soak -short (3 minutes of load, Postgres and Redis, with the leak and autovacuum-off controls; the full run, ./scripts/soak.sh, writes docs/soak.md)"
 	./scripts/soak.sh -short
 }
 

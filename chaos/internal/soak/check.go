@@ -21,7 +21,7 @@ const (
 // Series of kinds not in the map are recorded and plotted, not checked.
 type Bounds map[string]Bound
 
-// DefaultBounds are the bounds docs/soak.md states and justifies:
+// DefaultBounds are the bounds the full run states and justifies in docs/soak.md:
 //
 //   - relay RSS: 20% of its mean, at least 16 MiB, over the run;
 //   - goroutines: 20%, at least 20;
