@@ -36,9 +36,9 @@ type ArchiveJanitor interface {
 	// may keep the rows of a partition that also holds newer entries until
 	// the whole partition is older than before; its documentation says how
 	// much longer that keeps them (pgoutbox: up to one day). It takes no
-	// lock it has to wait for longer
-	// than the store's documented bound (rows others hold are skipped and
-	// removed by a later call), so it never stalls appends or the drain.
+	// lock it has to wait for longer than the store's documented bound
+	// (rows others hold are skipped and removed by a later call), so it
+	// never stalls appends or the drain.
 	// more reports that entries sent before before remain, as far as the
 	// call could tell: the relay calls again after a pause while more is
 	// true. It returns (0, false, nil) on an empty archive.
