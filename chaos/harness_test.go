@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -168,5 +170,41 @@ func TestByKind(t *testing.T) {
 	if len(got) != 2 || got[0].kind != "relay SIGKILLed" || got[0].n != 2 || got[0].lost != 1 || got[0].dups != 3 ||
 		got[0].p50 != 3*time.Second || got[0].max != 5*time.Second || got[1].kind != "relay joins" || got[1].n != 1 {
 		t.Fatalf("byKind = %+v", got)
+	}
+}
+
+func TestWaitingForBackoff(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	page := func(heads ...string) blockedJSON {
+		var b blockedJSON
+		js := `{"blocked":[` + strings.Join(heads, ",") + `],"next_after":null}`
+		if err := json.Unmarshal([]byte(js), &b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	head := func(key string, due time.Time, waiting int) string {
+		return fmt.Sprintf(`{"key":%q,"reason":"failing","head":{"id":"%s-1","due_at":%q},"waiting":%d}`, key, key, due.Format(time.RFC3339Nano), waiting)
+	}
+	later := now.Add(40 * time.Second)
+	for _, c := range []struct {
+		name    string
+		b       blockedJSON
+		due     int
+		waiting bool
+		why     string
+	}{
+		{"all behind waiting heads", page(head("a", later, 30), head("b", later, 30)), 60, true, ""},
+		{"head just due", page(head("a", now.Add(-time.Second), 60)), 60, true, ""},
+		{"head due long ago", page(head("a", now.Add(-time.Minute), 60)), 60, false, `key "a": its head a-1 has been due since`},
+		{"due entries of no blocked key", page(head("a", later, 30)), 60, false, "30 due entries are not behind"},
+		{"nothing blocked, some due", page(), 1, false, "1 due entries"},
+		{"more than a page", blockedJSON{NextAfter: new(string)}, 0, false, "more blocked keys"},
+	} {
+		waiting, why := waitingForBackoff(c.b, c.due, now)
+		if waiting != c.waiting || !strings.Contains(why, c.why) {
+			t.Errorf("%s: waiting %v (%q), want %v (%q)", c.name, waiting, why, c.waiting, c.why)
+		}
 	}
 }

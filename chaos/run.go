@@ -602,17 +602,25 @@ func (r *run) status(ctx context.Context) (*statusJSON, error) {
 }
 
 // backoffGrace is how much longer waitDrained waits, past its limit,
-// while every pending entry waits for its retry time and none is due: a
-// long broker outage (a RabbitMQ node that took 23 s to serve again, in
-// one CI run) leaves entries with enough failed attempts that the relay's
-// backoff (500 ms doubling per attempt) puts their next try a minute or
-// two away. Nothing is stuck then; the relays are waiting as told.
+// while every due entry is held back behind a key head that waits for its
+// retry time: a long broker outage (a RabbitMQ node that took 23 s to
+// serve again, in one CI run) leaves head entries with enough failed
+// attempts that the relay's backoff (500 ms doubling per attempt) puts
+// their next try a minute or two away, and the entries behind them count
+// as due though per-key order holds them back. Nothing is stuck then; the
+// relays are waiting as told.
 const backoffGrace = 3 * time.Minute
+
+// headSlack is how long a key head may have been due, past its retry
+// time, and still count as waiting: the relays fetch once a poll interval
+// (250 ms) and a round may be in flight.
+const headSlack = 5 * time.Second
 
 // waitDrained waits until nothing is pending (everything published or
 // parked). Parked entries make the check report them lost, which they are
 // as far as the consumer is concerned. Past limit it goes on waiting, up
-// to backoffGrace, only while nothing pending is due.
+// to backoffGrace, only while every due entry waits behind a key head
+// whose retry time has not come (see backingOff).
 func (r *run) waitDrained(ctx context.Context, limit time.Duration) error {
 	start := time.Now()
 	deadline := start.Add(limit)
@@ -632,16 +640,17 @@ func (r *run) waitDrained(ctx context.Context, limit time.Duration) error {
 			return nil
 		}
 		last = err
-		if err == nil {
-			pastLimit := !time.Now().Before(deadline)
+		if err == nil && !time.Now().Before(deadline) {
+			waiting, why, berr := r.backingOff(ctx, s.Total.Due)
 			switch {
-			case pastLimit && s.Total.Due == 0 && !extended:
-				// Every pending entry waits for its retry time.
+			case berr != nil:
+				last = berr
+			case waiting && !extended:
 				extended = true
 				deadline = start.Add(limit + backoffGrace)
-				r.logf("not drained after %v, but none of the %d pending entries is due (they wait for their retry backoff): waiting up to %v more", limit, s.Total.Pending, backoffGrace)
-			case pastLimit && s.Total.Due > 0:
-				return fmt.Errorf("not drained after %v: %d entries still pending, %d of them due", time.Since(start).Round(time.Second), s.Total.Pending, s.Total.Due)
+				r.logf("not drained after %v, but every due entry of the %d pending waits behind a key head that waits for its retry backoff: waiting up to %v more", limit, s.Total.Pending, backoffGrace)
+			case !waiting:
+				return fmt.Errorf("not drained after %v: %d entries still pending, %d of them due: %s", time.Since(start).Round(time.Second), s.Total.Pending, s.Total.Due, why)
 			}
 		}
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {
@@ -652,6 +661,58 @@ func (r *run) waitDrained(ctx context.Context, limit time.Duration) error {
 		return fmt.Errorf("not drained after %v: %v", time.Since(start).Round(time.Second), last)
 	}
 	return fmt.Errorf("not drained after %v: entries still pending", time.Since(start).Round(time.Second))
+}
+
+// blockedJSON is the part of `outbox blocked -o json` the harness reads.
+type blockedJSON struct {
+	Blocked []struct {
+		Key  string `json:"key"`
+		Head struct {
+			ID    string     `json:"id"`
+			DueAt *time.Time `json:"due_at"`
+		} `json:"head"`
+		Waiting int64 `json:"waiting"`
+	} `json:"blocked"`
+	NextAfter *string `json:"next_after"`
+}
+
+// backingOff reports whether the relays are only waiting for retry
+// backoff (see waitingForBackoff).
+func (r *run) backingOff(ctx context.Context, due int) (waiting bool, why string, err error) {
+	args := append([]string{"blocked", "-o", "json", "--limit", "10000", "--timeout", "10s", "--store", r.storeURL}, r.storeArgs...)
+	out, err := r.outbox(ctx, args...)
+	if err != nil {
+		return false, "", fmt.Errorf("outbox blocked: %v: %s", err, out)
+	}
+	var b blockedJSON
+	if err := json.Unmarshal(out, &b); err != nil {
+		return false, "", fmt.Errorf("outbox blocked -o json: %v: %s", err, out)
+	}
+	waiting, why = waitingForBackoff(b, due, time.Now())
+	return waiting, why, nil
+}
+
+// waitingForBackoff reports whether no blocked key's head has been due for
+// more than headSlack at now and the due entries are no more than those
+// waiting behind the heads; otherwise why names what is due and not taken.
+func waitingForBackoff(b blockedJSON, due int, now time.Time) (waiting bool, why string) {
+	if b.NextAfter != nil {
+		return false, "more blocked keys than one page lists"
+	}
+	var behind int64
+	for _, k := range b.Blocked {
+		if k.Head.DueAt == nil {
+			continue
+		}
+		if now.Sub(*k.Head.DueAt) > headSlack {
+			return false, fmt.Sprintf("key %q: its head %s has been due since %s", k.Key, k.Head.ID, k.Head.DueAt.Format(time.RFC3339Nano))
+		}
+		behind += k.Waiting
+	}
+	if int64(due) > behind {
+		return false, fmt.Sprintf("%d due entries are not behind a key head waiting for its backoff (%d are)", int64(due)-behind, behind)
+	}
+	return true, ""
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
