@@ -90,6 +90,9 @@
 // keeping (relay_lease.go), publish rounds (relay_rounds.go), recording
 // their outcomes (relay_outcomes.go), the circuit breakers
 // (relay_breaker.go), the pauses of a [Pauser] (relay_pause.go), the
-// summaries of store failures in the log (relay_storelog.go), the outbox
-// gauges (relay_stats.go) and the metrics and spans (relay_metrics.go).
+// summaries of store failures in the log (relay_storelog.go) and of
+// publish failures (relay_ratelog.go), the samplers behind the outbox and
+// archive gauges (relay_sampler.go), retention (relay_retention.go), the
+// store health watch (relay_health.go) and the metrics and spans
+// (relay_metrics.go).
 package outbox

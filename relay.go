@@ -214,7 +214,7 @@ func NewRelay(store Store, sink Sink, opts RelayOptions) (*Relay, error) {
 		cfg.slots = make(chan struct{}, o.MaxPartitions)
 	}
 	if insp, ok := store.(Inspector); ok && o.StatsInterval > 0 {
-		r.sampler = &statsSampler{insp: insp, every: o.StatsInterval, now: o.Now, stores: stores}
+		r.sampler = newStatsSampler(insp, o.StatsInterval, o.Now, stores)
 	}
 	r.initRetention(stores)
 	metrics, err := newRelayMetrics(o.MeterProvider, r)
@@ -241,7 +241,7 @@ func (r *Relay) initRetention(stores *storeLog) {
 		r.janitor = j
 	}
 	if aj, ok := r.store.(ArchiveJanitor); ok && o.StatsInterval > 0 {
-		r.archiveAge = &archiveAge{archive: aj, every: o.StatsInterval, now: o.Now, stores: stores}
+		r.archiveAge = newArchiveAge(aj, o.StatsInterval, o.Now, stores)
 	}
 	r.health = newHealthWatch(r.store, o, r.log, stores)
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -233,64 +232,4 @@ func (p *pacer) call(ctx context.Context, op storeOp, f func(context.Context) er
 	}
 	j.stores.ok(op, noPartition)
 	return true
-}
-
-// archiveAge feeds MetricArchiveOldestAge from the store's
-// ArchiveJanitor.OldestArchived: lazily, when the metrics are read, and at
-// most once per StatsInterval, as statsSampler does for the outbox gauges.
-type archiveAge struct {
-	archive ArchiveJanitor
-	every   time.Duration
-	now     func() time.Time
-	stores  *storeLog
-
-	sampling sync.Mutex // held while one OldestArchived call runs
-
-	mu     sync.Mutex
-	oldest time.Time // the oldest archived entry's sent time; zero when empty
-	at     time.Time // when oldest was read; zero before the first
-	tried  time.Time
-}
-
-// age returns the age of the oldest archived entry, sampling first when
-// the last attempt is older than the interval; ok is false when the
-// archive is empty or the last sample is older than three intervals.
-func (a *archiveAge) age(ctx context.Context) (time.Duration, bool) {
-	a.sample(ctx)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := a.now()
-	if a.at.IsZero() || now.Sub(a.at) > 3*a.every || a.oldest.IsZero() {
-		return 0, false
-	}
-	return max(now.Sub(a.oldest), 0), true
-}
-
-func (a *archiveAge) sample(ctx context.Context) {
-	a.sampling.Lock()
-	defer a.sampling.Unlock()
-	a.mu.Lock()
-	due := a.tried.IsZero() || a.now().Sub(a.tried) >= a.every
-	if due {
-		a.tried = a.now()
-	}
-	a.mu.Unlock()
-	if !due {
-		return
-	}
-	sctx, cancel := context.WithTimeout(ctx, min(a.every, 10*time.Second))
-	defer cancel()
-	began := a.now()
-	sent, ok, err := a.archive.OldestArchived(sctx)
-	if err != nil {
-		a.stores.failed(ctx, opArchiveAge, noPartition, began, err)
-		return
-	}
-	a.stores.ok(opArchiveAge, noPartition)
-	if !ok {
-		sent = time.Time{}
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.oldest, a.at = sent, a.now()
 }

@@ -10,7 +10,6 @@ import (
 	mrand "math/rand/v2"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -359,9 +358,7 @@ func (r *run) setupStore(ctx context.Context) error {
 
 // outbox runs the CLI and returns its combined output.
 func (r *run) outbox(ctx context.Context, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	return exec.CommandContext(ctx, r.h.outbox, args...).CombinedOutput()
+	return runOutbox(ctx, r.h.outbox, args...)
 }
 
 // appName is the Postgres application_name prefix of this run's sessions:
@@ -526,17 +523,7 @@ func (r *run) stopAppenders() {
 	apps := r.apps
 	r.apps = nil
 	r.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range apps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.Terminate(20 * time.Second); err != nil {
-				r.logf("%s: %v", p.Name, err)
-			}
-		}()
-	}
-	wg.Wait()
+	terminateAll(apps, 20*time.Second, r.logf)
 }
 
 // checkAlive fails the run when an appender exited on its own, or a relay
@@ -544,10 +531,8 @@ func (r *run) stopAppenders() {
 func (r *run) checkAlive() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, p := range r.apps {
-		if done, err := p.Exited(); done {
-			return fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.Log)
-		}
+	if err := exitedApp(r.apps); err != nil {
+		return err
 	}
 	for _, rp := range r.relays {
 		if rp == nil || rp.ending.Load() {
@@ -589,16 +574,7 @@ type statusJSON struct {
 }
 
 func (r *run) status(ctx context.Context) (*statusJSON, error) {
-	args := append([]string{"status", "-o", "json", "--timeout", "10s", "--store", r.storeURL}, r.storeArgs...)
-	out, err := r.outbox(ctx, args...)
-	if err != nil {
-		return nil, fmt.Errorf("outbox status: %v: %s", err, out)
-	}
-	var s statusJSON
-	if err := json.Unmarshal(out, &s); err != nil {
-		return nil, fmt.Errorf("outbox status -o json: %v: %s", err, out)
-	}
-	return &s, nil
+	return readStatus(ctx, r.h.outbox, r.storeURL, r.storeArgs...)
 }
 
 // backoffGrace is how much longer waitDrained waits, past its limit,

@@ -5,20 +5,26 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxrelay/outbox/chaos/internal/proc"
 	"github.com/outboxrelay/outbox/chaos/internal/servers"
 )
 
 // What a run needs around it: the shared stores' checks and cleanup, the
-// summaries of the processes' logs, and the error of a missing service.
+// summaries of the processes' logs, the error of a missing service, and
+// what the scenarios and the soak share to run the outbox CLI and to stop
+// and check their processes.
 
 func dropSchema(pgURL, schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -141,4 +147,53 @@ func pingRedis(ctx context.Context, u string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return c.Ping(ctx).Err()
+}
+
+// runOutbox runs the outbox binary bin with args, a minute at most, and
+// returns what it printed.
+func runOutbox(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, bin, args...).CombinedOutput()
+}
+
+// readStatus is `outbox status -o json` of the outbox at storeURL (with
+// the --schema or --prefix of storeArgs).
+func readStatus(ctx context.Context, bin, storeURL string, storeArgs ...string) (*statusJSON, error) {
+	args := append([]string{"status", "-o", "json", "--timeout", "10s", "--store", storeURL}, storeArgs...)
+	out, err := runOutbox(ctx, bin, args...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox status: %v: %s", err, out)
+	}
+	var s statusJSON
+	if err := json.Unmarshal(out, &s); err != nil {
+		return nil, fmt.Errorf("outbox status -o json: %v: %s", err, out)
+	}
+	return &s, nil
+}
+
+// terminateAll sends every process of ps SIGTERM at once and waits for
+// each, up to grace, logging the ones that did not exit cleanly.
+func terminateAll(ps []*proc.Proc, grace time.Duration, logf func(format string, args ...any)) {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(func() {
+			if err := p.Terminate(grace); err != nil {
+				logf("%s: %v", p.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// exitedApp names the first appender of apps that exited: appenders run
+// until the harness stops them, so one that exited failed (its log says
+// why).
+func exitedApp(apps []*proc.Proc) error {
+	for _, p := range apps {
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.Log)
+		}
+	}
+	return nil
 }

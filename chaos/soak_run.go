@@ -263,9 +263,7 @@ func (r *soakRun) configurePostgres(ctx context.Context) error {
 }
 
 func (r *soakRun) outbox(ctx context.Context, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	return exec.CommandContext(ctx, r.h.outbox, args...).CombinedOutput()
+	return runOutbox(ctx, r.h.outbox, args...)
 }
 
 // sessionName is the application_name (Postgres) or client name (Redis)
@@ -371,20 +369,14 @@ func freePort() (int, error) {
 
 func (r *soakRun) stopRelays() {
 	r.mu.Lock()
-	rs := append([]*soakRelay(nil), r.relays...)
-	r.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, rp := range rs {
-		if rp == nil {
-			continue
+	var ps []*proc.Proc
+	for _, rp := range r.relays {
+		if rp != nil {
+			ps = append(ps, rp.p)
 		}
-		wg.Go(func() {
-			if err := rp.p.Terminate(15 * time.Second); err != nil {
-				r.logf("%s: %v", rp.name, err)
-			}
-		})
 	}
-	wg.Wait()
+	r.mu.Unlock()
+	terminateAll(ps, 15*time.Second, r.logf)
 }
 
 // startAppenders starts n appenders named PREFIX0.. at rate entries/s
@@ -427,25 +419,15 @@ func (r *soakRun) stopAppenders() {
 	apps := r.apps
 	r.apps = nil
 	r.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range apps {
-		wg.Go(func() {
-			if err := p.Terminate(20 * time.Second); err != nil {
-				r.logf("%s: %v", p.Name, err)
-			}
-		})
-	}
-	wg.Wait()
+	terminateAll(apps, 20*time.Second, r.logf)
 }
 
 // checkAlive fails when an appender or a relay exited on its own.
 func (r *soakRun) checkAlive() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, p := range r.apps {
-		if done, err := p.Exited(); done {
-			return fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.Log)
-		}
+	if err := exitedApp(r.apps); err != nil {
+		return err
 	}
 	for _, rp := range r.relays {
 		if rp == nil {
@@ -460,15 +442,7 @@ func (r *soakRun) checkAlive() error {
 
 // status is `outbox status -o json`'s totals.
 func (r *soakRun) status(ctx context.Context) (*statusJSON, error) {
-	out, err := r.outbox(ctx, "status", "-o", "json", "--timeout", "10s", "--store", r.storeURL)
-	if err != nil {
-		return nil, fmt.Errorf("outbox status: %v: %s", err, out)
-	}
-	var s statusJSON
-	if err := jsonUnmarshal(out, &s); err != nil {
-		return nil, fmt.Errorf("outbox status -o json: %v: %s", err, out)
-	}
-	return &s, nil
+	return readStatus(ctx, r.h.outbox, r.storeURL)
 }
 
 // waitDrained waits until nothing is pending.

@@ -35,8 +35,6 @@ type soakResult struct {
 	elapsed  time.Duration
 }
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
 // passed reports whether the run's verdict is good: a backend's run with
 // every check passing, or a control whose defect the checks caught.
 func (r *soakResult) passed() bool {

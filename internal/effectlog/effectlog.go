@@ -1,7 +1,7 @@
 // Package effectlog is what the consumer helpers' tests (natsinbox,
-// amqpinbox) share: a log of the effects an inbox handler committed on
-// the in-memory store, and the check that each entry was applied once,
-// in key order.
+// amqpinbox, kafkainbox) share: a log of the effects an inbox handler
+// committed on the in-memory store, the check that each entry was applied
+// once, in key order, and what the janitor tests read (Meter, OldRecords).
 package effectlog
 
 import (

@@ -11,21 +11,19 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/internal/effectlog"
 	"github.com/outboxrelay/outbox/sinks/kafka/kafkainbox"
 )
 
 // member is one consumer of the janitor test: its own inbox (over the
 // shared store) with its own meter, and the partitions it handled.
 type member struct {
-	name   string
-	reader *sdkmetric.ManualReader
-	c      *kafkainbox.Consumer[*inbox.MemoryTx]
-	stop   func()
+	name  string
+	meter effectlog.Meter
+	c     *kafkainbox.Consumer[*inbox.MemoryTx]
+	stop  func()
 
 	mu   sync.Mutex
 	seen map[string]bool // "topic/partition" of the records it applied
@@ -33,8 +31,8 @@ type member struct {
 
 func newMember(t *testing.T, name string, store *inbox.Memory, c *kfake.Cluster, opts kafkainbox.Options, kopts ...kgo.Opt) *member {
 	t.Helper()
-	m := &member{name: name, reader: sdkmetric.NewManualReader(), seen: map[string]bool{}}
-	ib, err := inbox.New(store, inbox.Options{Logger: quietLogger(), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(m.reader))})
+	m := &member{name: name, meter: effectlog.NewMeter(), seen: map[string]bool{}}
+	ib, err := inbox.New(store, inbox.Options{Logger: quietLogger(), MeterProvider: m.meter.Provider})
 	require.NoError(t, err)
 	h := func(_ context.Context, tx *inbox.MemoryTx, msg inbox.Message) error {
 		r := msg.Data.(*kgo.Record)
@@ -62,51 +60,9 @@ func (m *member) running() bool {
 	return r
 }
 
-// metrics are the member's inbox metrics by name.
-func (m *member) metrics(t *testing.T) map[string]metricdata.Metrics {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, m.reader.Collect(context.Background(), &rm))
-	out := map[string]metricdata.Metrics{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, x := range sm.Metrics {
-			out[x.Name] = x
-		}
-	}
-	return out
-}
-
 // purgedIDs is the member's outbox.inbox.purged of kind id (0 when its
 // janitor never ran).
-func (m *member) purgedIDs(t *testing.T) int64 {
-	t.Helper()
-	d, ok := m.metrics(t)[inbox.MetricPurged].Data.(metricdata.Sum[int64])
-	if !ok {
-		return 0
-	}
-	for _, dp := range d.DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key("kind")); ok && v.AsString() == "id" {
-			return dp.Value
-		}
-	}
-	return 0
-}
-
-// old records n IDs named prefix-i in store and backdates them by two
-// hours.
-func old(t *testing.T, store *inbox.Memory, prefix string, n int) []string {
-	t.Helper()
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
-	}
-	require.NoError(t, store.InTx(context.Background(), func(ctx context.Context, tx *inbox.MemoryTx) error {
-		_, err := store.Record(ctx, tx, ids)
-		return err
-	}))
-	store.Backdate(2*time.Hour, ids, nil)
-	return ids
-}
+func (m *member) purgedIDs(t *testing.T) int64 { return m.meter.PurgedIDs(t) }
 
 // The janitor (Options.Retention) runs only on the member holding
 // partition 0 of the first topic: two members of a group over one store,
@@ -142,19 +98,17 @@ func TestConsumerJanitorRunsOnlyOnTheHolderOfPartitionZero(t *testing.T) {
 	waitFor(t, "orders/0 handled", func() bool { return a.handled("orders/0") || b.handled("orders/0") })
 	require.True(t, holder.handled("orders/0"), "member %s runs the janitor, but %s handled orders/0", holder.name, other.name)
 
-	old(t, store, "old", 50)
+	effectlog.OldRecords(t, store, "old", 50)
 	waitFor(t, "the holder's janitor to remove the 50 old records", func() bool { return holder.purgedIDs(t) == 50 })
 	require.Zero(t, other.purgedIDs(t), "member %s, without orders/0, purged", other.name)
 	require.False(t, other.running())
-	_, ok := holder.metrics(t)[inbox.MetricOldestAge]
-	require.True(t, ok, "the holder exports %s", inbox.MetricOldestAge)
-	_, ok = other.metrics(t)[inbox.MetricOldestAge]
-	require.False(t, ok, "member %s, without a janitor, exports %s", other.name, inbox.MetricOldestAge)
+	require.True(t, holder.meter.ExportsOldest(t), "the holder exports %s", inbox.MetricOldestAge)
+	require.False(t, other.meter.ExportsOldest(t), "member %s, without a janitor, exports %s", other.name, inbox.MetricOldestAge)
 
 	holder.stop()
 	require.False(t, holder.running(), "the janitor of a stopped Run")
 	waitFor(t, "the other member's janitor to take over", other.running)
-	old(t, store, "older", 30)
+	effectlog.OldRecords(t, store, "older", 30)
 	waitFor(t, "the new holder's janitor to remove the 30 old records", func() bool { return other.purgedIDs(t) == 30 })
 	require.Equal(t, int64(50), holder.purgedIDs(t), "the stopped member purged after it stopped")
 }
@@ -207,7 +161,7 @@ func TestConsumerJanitorFollowsTheFirstTopicOnly(t *testing.T) {
 	holder, auditHolder := handledBy("orders/0"), handledBy("audit/0")
 	require.NotSame(t, holder, auditHolder, "the round-robin balancer gave orders/0 and audit/0 to one member")
 	waitFor(t, "the holder of orders/0 running the janitor", holder.running)
-	old(t, store, "old", 20)
+	effectlog.OldRecords(t, store, "old", 20)
 	waitFor(t, "the janitor to remove the 20 old records", func() bool { return holder.purgedIDs(t) == 20 })
 	require.False(t, auditHolder.running(), "the member holding audit/0 runs a janitor")
 	require.Zero(t, auditHolder.purgedIDs(t), "the member holding audit/0 purged")
@@ -222,7 +176,7 @@ func TestConsumerWithoutRetentionRunsNoJanitor(t *testing.T) {
 	m := newMember(t, "a", store, c, kafkainbox.Options{Group: group, Topics: []string{topic}, Logger: quietLogger()})
 	produce(t, newProducer(t, c), topic, pub{id: "probe", partition: 0})
 	waitFor(t, "orders/0 handled", func() bool { return m.handled("orders/0") })
-	old(t, store, "old", 5)
+	effectlog.OldRecords(t, store, "old", 5)
 	started, running := m.c.JanitorsStarted()
 	require.Zero(t, started)
 	require.False(t, running)
